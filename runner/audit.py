@@ -1,0 +1,143 @@
+"""Static audit (pure): the seed's "Static audit beyond the schema" table, blocker by blocker."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from runner.models import TESTS_PLACEHOLDER, Difficulty, TaskDefinition
+from runner.patches import PatchInfo
+from runner.shell import quote_state_at
+
+
+@dataclass(frozen=True)
+class Profile:
+    min_files: int
+    min_changed_lines: int
+    min_pass_to_pass: int
+
+
+PROFILES: dict[Difficulty, Profile] = {
+    Difficulty.EASY: Profile(min_files=1, min_changed_lines=20, min_pass_to_pass=0),
+    Difficulty.MEDIUM: Profile(min_files=2, min_changed_lines=50, min_pass_to_pass=1),
+    Difficulty.HARD: Profile(min_files=3, min_changed_lines=100, min_pass_to_pass=2),
+}
+
+PLACEHOLDER_COUNT = 'test command must contain "{tests}" exactly once'
+PLACEHOLDER_QUOTED = 'test command must expand "{tests}" as an unquoted shell argument list'
+PLACEHOLDER_HARDCODED = (
+    "test command must not hard-code fail-to-pass or pass-to-pass paths outside \"{tests}\""
+)
+NO_TEST_FILES = "held-out test patch changes no files"
+
+# `NAME={tests}` collapses the list into one scalar assignment: not an argument list either.
+_ASSIGNMENT_BEFORE = re.compile(r"(?:^|[\s;&|(])[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=$")
+
+
+class AuditMetrics(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    implementation_files: int
+    implementation_changed_lines: int
+    test_files: int
+
+
+class AuditResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    blockers: list[str]
+    metrics: AuditMetrics
+
+    @property
+    def accepted(self) -> bool:
+        return not self.blockers
+
+    def reason(self) -> str:
+        return "; ".join(self.blockers)
+
+
+def placeholder_blockers(command: str, selectors: list[str]) -> list[str]:
+    count = command.count(TESTS_PLACEHOLDER)
+    if count != 1:
+        return [PLACEHOLDER_COUNT]
+    blockers: list[str] = []
+    index = command.index(TESTS_PLACEHOLDER)
+    if quote_state_at(command, index) is not None or _ASSIGNMENT_BEFORE.search(command[:index]):
+        blockers.append(PLACEHOLDER_QUOTED)
+    rest = command[:index] + " " + command[index + len(TESTS_PLACEHOLDER):]
+    if _hardcodes_selector(rest, selectors):
+        blockers.append(PLACEHOLDER_HARDCODED)
+    return blockers
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command, posix=True)
+    except ValueError:
+        return command.split()
+
+
+def _hardcodes_selector(command: str, selectors: list[str]) -> bool:
+    words: list[str] = []
+    for word in _words(command):
+        words.append(word)
+        if "=" in word:
+            words.append(word.split("=", 1)[1])
+    for selector in (s for s in selectors if s.strip()):
+        bare = selector.strip().removeprefix("./")
+        for word in words:
+            candidate = word.removeprefix("./")
+            if (
+                candidate == bare
+                or candidate.endswith("/" + bare)
+                or candidate.startswith(bare + "::")
+            ):
+                return True
+    return False
+
+
+def audit(definition: TaskDefinition, *, gold: PatchInfo, tests: PatchInfo) -> AuditResult:
+    profile = PROFILES[definition.difficulty]
+    level = definition.difficulty.value
+    blockers: list[str] = []
+
+    test_files = set(tests.files)
+    overlap = [path for path in gold.files if path in test_files]
+    if overlap:
+        blockers.append(f"gold and held-out test patches overlap: {', '.join(overlap)}")
+
+    implementation_files = len(gold.changes)
+    if implementation_files < profile.min_files:
+        blockers.append(
+            f"{level} mode requires at least {profile.min_files} implementation "
+            f"file{'s' if profile.min_files != 1 else ''}; found {implementation_files}"
+        )
+    if gold.changed_lines < profile.min_changed_lines:
+        blockers.append(
+            f"{level} mode requires at least {profile.min_changed_lines} changed implementation "
+            f"lines; found {gold.changed_lines}"
+        )
+    if not tests.changes:
+        blockers.append(NO_TEST_FILES)
+    if len(definition.pass_to_pass) < profile.min_pass_to_pass:
+        blockers.append(
+            f"{level} mode requires at least {profile.min_pass_to_pass} pass-to-pass regression "
+            f"test{'s' if profile.min_pass_to_pass != 1 else ''}; found "
+            f"{len(definition.pass_to_pass)}"
+        )
+    blockers.extend(
+        placeholder_blockers(
+            definition.test_command, [*definition.fail_to_pass, *definition.pass_to_pass]
+        )
+    )
+    return AuditResult(
+        blockers=blockers,
+        metrics=AuditMetrics(
+            implementation_files=implementation_files,
+            implementation_changed_lines=gold.changed_lines,
+            test_files=len(tests.changes),
+        ),
+    )

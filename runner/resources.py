@@ -1,0 +1,16 @@
+"""Where the templates and the toolchain catalog live: `dockerfiles/` beside the package in a
+source tree, `runner/_dockerfiles` in an installed wheel."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+
+@cache
+def dockerfiles_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_dockerfiles", here.parent / "dockerfiles"):
+        if (candidate / "toolchains.toml").is_file():
+            return candidate
+    raise FileNotFoundError("selfbench-runner's dockerfiles/ templates are missing from the install")
