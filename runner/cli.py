@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
+import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,7 +18,11 @@ import click
 from runner import __version__
 from runner.audit import audit
 from runner.compiler import compile_task, refresh_bundle
-from runner.errors import ExitCode, RunnerError
+from runner.engine import LABEL_RUN, LABEL_RUNNER, cleanup, connect_for_cleanup
+from runner.errors import ExitCode, RunnerError, UsageError
+from runner.report import Report, report_schema, write_atomic
+from runner.toolchains import ToolchainSettings, settings_from
+from runner.verify import DEFAULT_BASE_IMAGE, Verifier, VerifySettings
 from runner.render import CompileOptions
 from runner.taskdir import load_authored_task
 
@@ -133,6 +142,142 @@ def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]
         click.echo(f"updated {name}")
     if not changed:
         click.echo("bundle already up to date")
+
+
+def _progress_printer(verbose: bool, quiet: bool) -> Callable[[str, str], None]:
+    def progress(stage: str, message: str) -> None:
+        if quiet:
+            return
+        stamp = time.strftime("%H:%M:%S")
+        click.echo(f"[{stamp}] {stage}: {message}", err=True)
+
+    return progress
+
+
+def _summary(report: Report) -> list[str]:
+    lines = [f"{report.task_id or '?'}: {report.verdict.value}"
+             + (f" ({report.reason})" if report.reason else "")]
+    for name, stage in report.stages.items():
+        lines.append(f"  {name:<12} {stage.status.value:<8} {stage.seconds:>8.1f}s  {stage.detail}")
+    if report.run_dir:
+        lines.append(f"  logs and report: {report.run_dir}")
+    return lines
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C, so the same cleanup runs."""
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _env_list(name: str) -> list[str]:
+    value = os.environ.get(name, "")
+    return [value] if value.strip() else []
+
+
+def _toolchain_settings(sources: tuple[str, ...], mirrors: tuple[str, ...]) -> ToolchainSettings:
+    return settings_from(
+        [*_env_list("SELFBENCH_TOOLCHAIN_SOURCES"), *sources],
+        [*_env_list("SELFBENCH_TOOLCHAIN_MIRRORS"), *mirrors],
+    )
+
+
+TOOLCHAIN_SOURCE = click.option(
+    "--toolchain-source", "sources", multiple=True, metavar="NAME=upstream|registry",
+    help="Where a toolchain comes from at build time (repeatable, or comma-separated; env "
+    "SELFBENCH_TOOLCHAIN_SOURCES). Default upstream.")
+TOOLCHAIN_MIRROR = click.option(
+    "--toolchain-mirror", "mirrors", multiple=True, metavar="NAME=URL",
+    help="Mirror replacing a toolchain's upstream download base (repeatable; env "
+    "SELFBENCH_TOOLCHAIN_MIRRORS).")
+BASE_IMAGE = click.option(
+    "--base-image", envvar="SELFBENCH_BASE_IMAGE", default=DEFAULT_BASE_IMAGE,
+    show_default=True, help="Image the bundle builds FROM (build arg BASE_IMAGE; env "
+    "SELFBENCH_BASE_IMAGE).")
+EXTRA_CA = click.option(
+    "--extra-ca-certs", envvar="SELFBENCH_EXTRA_CA_CERTS",
+    type=click.Path(path_type=Path, dir_okay=False), default=None,
+    help="PEM file every build and container trusts (env SELFBENCH_EXTRA_CA_CERTS).")
+
+
+@cli.command("verify")
+@click.argument("target", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--repo", metavar="PATH|URL", help="Repository holding baseCommit.")
+@BASE_IMAGE
+@EXTRA_CA
+@TOOLCHAIN_SOURCE
+@TOOLCHAIN_MIRROR
+@AGENT_ALLOWED_HOST
+@click.option("--logs", "logs_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Run directory (default runs/<taskId>/<timestamp>/).")
+@click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write the report here (atomically).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option("--keep", is_flag=True, help="Keep containers and print how to enter them.")
+@click.option("--pids-limit", default=4096, show_default=True, help="Per-container pids limit.")
+@click.option("-v", "--verbose", is_flag=True, help="Stream build output.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@_errors_to_exit
+def verify_command(target: Path, repo: str | None, base_image: str,
+                   extra_ca_certs: Path | None, sources: tuple[str, ...],
+                   mirrors: tuple[str, ...], allowed_hosts: tuple[str, ...],
+                   logs_dir: Path | None, report_path: Path | None, as_json: bool, keep: bool,
+                   pids_limit: int, verbose: bool, quiet: bool) -> None:
+    """Compile (when TARGET is an authored task), audit, build, and run the smoke, nop, oracle
+    and determinism gates. TARGET is an authored task directory or a compiled bundle."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(message)s", stream=sys.stderr)
+    if extra_ca_certs is not None and not extra_ca_certs.is_file():
+        raise UsageError("file not found", path=str(extra_ca_certs), field="--extra-ca-certs")
+    settings = VerifySettings(
+        repo=repo, base_image=base_image, extra_ca_certs=extra_ca_certs,
+        toolchains=_toolchain_settings(sources, mirrors), logs_dir=logs_dir, keep=keep,
+        compile_options=_compile_options(allowed_hosts), pids_limit=pids_limit,
+    )
+    verifier = Verifier(target, settings, _progress_printer(verbose, quiet))
+    try:
+        with _terminate_as_interrupt():
+            report = verifier.run()
+    except KeyboardInterrupt:
+        click.echo("selfbench-runner: interrupted; removed this run's containers", err=True)
+        sys.exit(130)
+    if report_path is not None:
+        write_atomic(report_path, report.to_json())
+    if as_json:
+        click.echo(report.to_json(), nl=False)
+    if not quiet or not as_json:
+        for line in _summary(report):
+            click.echo(line, err=True)
+    for line in report.settings.get("kept") or []:
+        name = line.split(": ", 1)[1]
+        click.echo(f"kept {line}: docker start {name} && docker exec -it {name} bash", err=True)
+    sys.exit(int(report.verdict.exit_code))
+
+
+@cli.command("schema")
+def schema_command() -> None:
+    """Print the report's JSON Schema."""
+    click.echo(json.dumps(report_schema(), indent=2))
+
+
+@cli.command("clean")
+@click.option("--images", is_flag=True, help="Also remove the images (the build cache).")
+@click.option("--run", "run_id", help="Only what this run created.")
+@_errors_to_exit
+def clean_command(images: bool, run_id: str | None) -> None:
+    """Remove containers, networks and volumes the runner left behind (by label)."""
+    labels = {LABEL_RUNNER: "1"}
+    if run_id:
+        labels[LABEL_RUN] = run_id
+    removed = cleanup(connect_for_cleanup(), labels, images=images)
+    click.echo(f"removed {removed} object(s)")
 
 
 def main() -> None:
