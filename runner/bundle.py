@@ -44,16 +44,21 @@ def read_bundle(root: Path) -> BundleSpec:
         raise InvalidTaskError("not a compiled bundle (no task.toml)", path=str(root)) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidTaskError(f"invalid TOML: {exc}", path=str(path)) from None
-    for required in ("environment/Dockerfile", "tests/Dockerfile", "tests/test.sh",
-                     "solution/solve.sh"):
+    for required in (
+        "environment/Dockerfile",
+        "tests/Dockerfile",
+        "tests/test.sh",
+        "solution/solve.sh",
+    ):
         if not (root / required).is_file():
             raise InvalidTaskError("file not found", path=str(root / required))
     name = str(_get(data, "task.name", path))
-    task_id = str(data.get("metadata", {}).get("selfbench_task_id") or name.split("/")[-1])
+    task_id = str(data.get("metadata", {}).get("selfbench_task_id") or name.rsplit("/", 1)[-1])
     collect = _get(data, "verifier.collect", path)
     if not isinstance(collect, list) or not collect or not isinstance(collect[0], dict):
-        raise InvalidTaskError("expected one [[verifier.collect]]", path=str(path),
-                               field="verifier.collect")
+        raise InvalidTaskError(
+            "expected one [[verifier.collect]]", path=str(path), field="verifier.collect"
+        )
     try:
         toolchains = tuple(Toolchain(t) for t in data.get("metadata", {}).get("toolchains", []))
     except ValueError as exc:

@@ -20,11 +20,11 @@ from runner.audit import audit
 from runner.compiler import compile_task, refresh_bundle
 from runner.engine import LABEL_RUN, LABEL_RUNNER, cleanup, connect_for_cleanup
 from runner.errors import ExitCode, RunnerError, UsageError
+from runner.render import CompileOptions
 from runner.report import Report, report_schema, write_atomic
+from runner.taskdir import load_authored_task
 from runner.toolchains import ToolchainSettings, settings_from
 from runner.verify import DEFAULT_BASE_IMAGE, Verifier, VerifySettings
-from runner.render import CompileOptions
-from runner.taskdir import load_authored_task
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +40,7 @@ def _errors_to_exit(func: F) -> F:
             return func(*args, **kwargs)
         except RunnerError as error:
             _fail(error)
+
     wrapper.__name__ = func.__name__
     wrapper.__doc__ = func.__doc__
     return wrapper  # type: ignore[return-value]
@@ -55,9 +56,7 @@ def cli() -> None:
     """
 
 
-TASK_DIR = click.argument(
-    "task_dir", type=click.Path(path_type=Path, file_okay=False)
-)
+TASK_DIR = click.argument("task_dir", type=click.Path(path_type=Path, file_okay=False))
 
 
 @cli.command("audit")
@@ -115,14 +114,25 @@ AGENT_ALLOWED_HOST = click.option(
 
 @cli.command("compile")
 @TASK_DIR
-@click.option("--repo", metavar="PATH|URL", help="Repository holding baseCommit "
-              "(default: definition.repo when it is a local path or git URL).")
-@click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path),
-              help="Bundle directory to write (replaced atomically).")
+@click.option(
+    "--repo",
+    metavar="PATH|URL",
+    help="Repository holding baseCommit "
+    "(default: definition.repo when it is a local path or git URL).",
+)
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Bundle directory to write (replaced atomically).",
+)
 @AGENT_ALLOWED_HOST
 @_errors_to_exit
-def compile_command(task_dir: Path, repo: str | None, out: Path,
-                    allowed_hosts: tuple[str, ...]) -> None:
+def compile_command(
+    task_dir: Path, repo: str | None, out: Path, allowed_hosts: tuple[str, ...]
+) -> None:
     """Compile an authored task into a native Harbor bundle."""
     task = load_authored_task(task_dir)
     compile_task(task, repo=repo, out=out, options=_compile_options(allowed_hosts))
@@ -155,8 +165,10 @@ def _progress_printer(verbose: bool, quiet: bool) -> Callable[[str, str], None]:
 
 
 def _summary(report: Report) -> list[str]:
-    lines = [f"{report.task_id or '?'}: {report.verdict.value}"
-             + (f" ({report.reason})" if report.reason else "")]
+    lines = [
+        f"{report.task_id or '?'}: {report.verdict.value}"
+        + (f" ({report.reason})" if report.reason else "")
+    ]
     for name, stage in report.stages.items():
         lines.append(f"  {name:<12} {stage.status.value:<8} {stage.seconds:>8.1f}s  {stage.detail}")
     if report.run_dir:
@@ -167,6 +179,7 @@ def _summary(report: Report) -> list[str]:
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM behaves like Ctrl-C, so the same cleanup runs."""
+
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
@@ -190,21 +203,35 @@ def _toolchain_settings(sources: tuple[str, ...], mirrors: tuple[str, ...]) -> T
 
 
 TOOLCHAIN_SOURCE = click.option(
-    "--toolchain-source", "sources", multiple=True, metavar="NAME=upstream|registry",
+    "--toolchain-source",
+    "sources",
+    multiple=True,
+    metavar="NAME=upstream|registry",
     help="Where a toolchain comes from at build time (repeatable, or comma-separated; env "
-    "SELFBENCH_TOOLCHAIN_SOURCES). Default upstream.")
+    "SELFBENCH_TOOLCHAIN_SOURCES). Default upstream.",
+)
 TOOLCHAIN_MIRROR = click.option(
-    "--toolchain-mirror", "mirrors", multiple=True, metavar="NAME=URL",
+    "--toolchain-mirror",
+    "mirrors",
+    multiple=True,
+    metavar="NAME=URL",
     help="Mirror replacing a toolchain's upstream download base (repeatable; env "
-    "SELFBENCH_TOOLCHAIN_MIRRORS).")
+    "SELFBENCH_TOOLCHAIN_MIRRORS).",
+)
 BASE_IMAGE = click.option(
-    "--base-image", envvar="SELFBENCH_BASE_IMAGE", default=DEFAULT_BASE_IMAGE,
-    show_default=True, help="Image the bundle builds FROM (build arg BASE_IMAGE; env "
-    "SELFBENCH_BASE_IMAGE).")
+    "--base-image",
+    envvar="SELFBENCH_BASE_IMAGE",
+    default=DEFAULT_BASE_IMAGE,
+    show_default=True,
+    help="Image the bundle builds FROM (build arg BASE_IMAGE; env SELFBENCH_BASE_IMAGE).",
+)
 EXTRA_CA = click.option(
-    "--extra-ca-certs", envvar="SELFBENCH_EXTRA_CA_CERTS",
-    type=click.Path(path_type=Path, dir_okay=False), default=None,
-    help="PEM file every build and container trusts (env SELFBENCH_EXTRA_CA_CERTS).")
+    "--extra-ca-certs",
+    envvar="SELFBENCH_EXTRA_CA_CERTS",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="PEM file every build and container trusts (env SELFBENCH_EXTRA_CA_CERTS).",
+)
 
 
 @cli.command("verify")
@@ -215,31 +242,56 @@ EXTRA_CA = click.option(
 @TOOLCHAIN_SOURCE
 @TOOLCHAIN_MIRROR
 @AGENT_ALLOWED_HOST
-@click.option("--logs", "logs_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Run directory (default runs/<taskId>/<timestamp>/).")
-@click.option("--report", "report_path", type=click.Path(path_type=Path, dir_okay=False),
-              help="Also write the report here (atomically).")
+@click.option(
+    "--logs",
+    "logs_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Run directory (default runs/<taskId>/<timestamp>/).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the report here (atomically).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--keep", is_flag=True, help="Keep containers and print how to enter them.")
 @click.option("--pids-limit", default=4096, show_default=True, help="Per-container pids limit.")
 @click.option("-v", "--verbose", is_flag=True, help="Stream build output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 @_errors_to_exit
-def verify_command(target: Path, repo: str | None, base_image: str,
-                   extra_ca_certs: Path | None, sources: tuple[str, ...],
-                   mirrors: tuple[str, ...], allowed_hosts: tuple[str, ...],
-                   logs_dir: Path | None, report_path: Path | None, as_json: bool, keep: bool,
-                   pids_limit: int, verbose: bool, quiet: bool) -> None:
+def verify_command(
+    target: Path,
+    repo: str | None,
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
+    logs_dir: Path | None,
+    report_path: Path | None,
+    as_json: bool,
+    keep: bool,
+    pids_limit: int,
+    verbose: bool,
+    quiet: bool,
+) -> None:
     """Compile (when TARGET is an authored task), audit, build, and run the smoke, nop, oracle
     and determinism gates. TARGET is an authored task directory or a compiled bundle."""
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
-                        format="%(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s", stream=sys.stderr
+    )
     if extra_ca_certs is not None and not extra_ca_certs.is_file():
         raise UsageError("file not found", path=str(extra_ca_certs), field="--extra-ca-certs")
     settings = VerifySettings(
-        repo=repo, base_image=base_image, extra_ca_certs=extra_ca_certs,
-        toolchains=_toolchain_settings(sources, mirrors), logs_dir=logs_dir, keep=keep,
-        compile_options=_compile_options(allowed_hosts), pids_limit=pids_limit,
+        repo=repo,
+        base_image=base_image,
+        extra_ca_certs=extra_ca_certs,
+        toolchains=_toolchain_settings(sources, mirrors),
+        logs_dir=logs_dir,
+        keep=keep,
+        compile_options=_compile_options(allowed_hosts),
+        pids_limit=pids_limit,
     )
     verifier = Verifier(target, settings, _progress_printer(verbose, quiet))
     try:

@@ -101,8 +101,9 @@ def check_output_dir(out: Path, task_id: str) -> None:
         )
 
 
-def compile_task(task: AuthoredTask, *, repo: str | None, out: Path,
-                 options: CompileOptions) -> Path:
+def compile_task(
+    task: AuthoredTask, *, repo: str | None, out: Path, options: CompileOptions
+) -> Path:
     definition = task.definition
     check_output_dir(out, definition.task_id)
     repository = resolve_repository(
@@ -162,13 +163,15 @@ def refresh_bundle(task: AuthoredTask, bundle: Path, options: CompileOptions) ->
         )
     files = render_bundle(render_input(task, options), load_catalog())
     changed = [
-        name for name, content in sorted(files.items())
+        name
+        for name, content in sorted(files.items())
         if not (bundle / name).is_file() or (bundle / name).read_bytes() != content
     ]
     stale = [
-        str(p.relative_to(bundle)) for d in CONTEXT_DIRS for p in (bundle / d).rglob("*")
-        if p.is_file() and p.name != REPO_ARCHIVE
-        and str(p.relative_to(bundle)) not in files
+        str(p.relative_to(bundle))
+        for d in CONTEXT_DIRS
+        for p in (bundle / d).rglob("*")
+        if p.is_file() and p.name != REPO_ARCHIVE and str(p.relative_to(bundle)) not in files
     ]
     with _staged(bundle) as staging:
         for directory in CONTEXT_DIRS:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import docker
 import requests
@@ -44,13 +44,18 @@ _NONZERO = re.compile(r"returned a non-zero code: (\d+)")
 TRANSIENT = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
 
 
-def _transient_retry() -> Any:
-    return retry(
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _transient_retry() -> Callable[[F], F]:
+    """Retry only what the engine connection drops, never what a command did."""
+    decorator = retry(
         retry=retry_if_exception_type(TRANSIENT),
         stop=stop_after_attempt(3),
         wait=wait_exponential(multiplier=1, max=10),
         reraise=True,
     )
+    return cast(Callable[[F], F], decorator)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,9 +193,16 @@ class Engine:
             nonlocal step
             try:
                 stream = api.build(
-                    path=str(context), tag=tag, buildargs=dict(buildargs), labels=dict(labels),
-                    rm=True, forcerm=True, decode=True, container_limits=container_limits,
-                    timeout=int(timeout) + 60, use_config_proxy=False,
+                    path=str(context),
+                    tag=tag,
+                    buildargs=dict(buildargs),
+                    labels=dict(labels),
+                    rm=True,
+                    forcerm=True,
+                    decode=True,
+                    container_limits=cast(Any, container_limits),
+                    timeout=int(timeout) + 60,
+                    use_config_proxy=False,
                 )
                 with log_path.open("a", encoding="utf-8", errors="replace") as out:
                     for chunk in stream:
@@ -220,7 +232,7 @@ class Engine:
                                 code = int(match.group(1))
                             result.exit_code = int(code) if code is not None else None
                         out.flush()
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            except BaseException as exc:  # re-raised in the caller's thread
                 failure.append(exc)
             finally:
                 done.set()
@@ -316,9 +328,10 @@ class Engine:
                 self._storage_supported = True
                 return self._track(container)
             except APIError as exc:
-                if "storage-opt" not in str(exc.explanation) and "storage opt" not in str(
-                    exc.explanation
-                ).lower():
+                if (
+                    "storage-opt" not in str(exc.explanation)
+                    and "storage opt" not in str(exc.explanation).lower()
+                ):
                     raise InfrastructureError(
                         f"cannot create container from {image}: {exc.explanation}"
                     ) from None
@@ -361,8 +374,7 @@ class Engine:
         self.save_logs(container, log_path)
         container.reload()
         oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
-        return RunResult(exit_code=exit_code, seconds=seconds, timed_out=timed_out,
-                         oom_killed=oom)
+        return RunResult(exit_code=exit_code, seconds=seconds, timed_out=timed_out, oom_killed=oom)
 
     def save_logs(self, container: Container, log_path: Path) -> None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -385,8 +397,13 @@ class Engine:
         started = time.monotonic()
         wrapped = ["timeout", "--kill-after=10", f"{max(1, int(timeout))}s", *command]
         exec_id = self.api.exec_create(
-            container.id, wrapped, user=user, environment=dict(environment or {}),
-            workdir=workdir, stdout=True, stderr=True,
+            container.id,
+            wrapped,
+            user=user,
+            environment=dict(environment or {}),
+            workdir=workdir,
+            stdout=True,
+            stderr=True,
         )["Id"]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as out:
@@ -402,8 +419,9 @@ class Engine:
             oom_killed=oom or code == 137,
         )
 
-    def put_file(self, container: Container, directory: str, name: str, data: bytes,
-                 *, mode: int = 0o644) -> None:
+    def put_file(
+        self, container: Container, directory: str, name: str, data: bytes, *, mode: int = 0o644
+    ) -> None:
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
             info = tarfile.TarInfo(name)
@@ -449,9 +467,10 @@ class Engine:
         return cleanup(self.client, {LABEL_RUN: self.run_id})
 
 
-def cleanup(client: docker.DockerClient, labels: Mapping[str, str], *,
-            images: bool = False) -> int:
-    filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+def cleanup(client: docker.DockerClient, labels: Mapping[str, str], *, images: bool = False) -> int:
+    filters: dict[str, str | list[str] | bool] = {
+        "label": [f"{key}={value}" for key, value in labels.items()]
+    }
     removed = 0
     for container in client.containers.list(all=True, filters=filters):
         with contextlib.suppress(NotFound, APIError):
@@ -468,7 +487,7 @@ def cleanup(client: docker.DockerClient, labels: Mapping[str, str], *,
     if images:
         for image in client.images.list(filters=filters):
             with contextlib.suppress(NotFound, APIError):
-                client.images.remove(image.id, force=True)
+                client.images.remove(str(image.id), force=True)
                 removed += 1
     return removed
 

@@ -56,7 +56,3 @@ class InfrastructureError(RunnerError):
 
 class ArtifactError(InfrastructureError):
     """A toolchain artifact could not be fetched or did not match its pinned digest."""
-
-
-class Interrupted(RunnerError):
-    exit_code = ExitCode.INFRASTRUCTURE

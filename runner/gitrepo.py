@@ -26,11 +26,15 @@ def cache_root() -> Path:
     return Path(base)
 
 
-def _git(args: Sequence[str], *, cwd: Path | None = None, check: bool = True,
-         capture: bool = True) -> subprocess.CompletedProcess[bytes]:
+def _git(
+    args: Sequence[str], *, cwd: Path | None = None, check: bool = True, capture: bool = True
+) -> subprocess.CompletedProcess[bytes]:
     try:
         result = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=capture, check=False,
+            ["git", *args],
+            cwd=cwd,
+            capture_output=capture,
+            check=False,
             env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
         )
     except FileNotFoundError:
@@ -102,8 +106,10 @@ def _cached_clone(url: str, commit: str) -> Path:
         fetched = _git(["fetch", "-q", "--depth", "1", "origin", commit], cwd=path, check=False)
         if fetched.returncode != 0:
             # Servers that refuse fetching by SHA: fall back to all refs.
-            _git(["fetch", "-q", "origin", "+refs/heads/*:refs/heads/*",
-                  "+refs/tags/*:refs/tags/*"], cwd=path)
+            _git(
+                ["fetch", "-q", "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"],
+                cwd=path,
+            )
     return path
 
 
@@ -111,12 +117,15 @@ def write_archive(repo: Path, commit: str, destination: Path) -> None:
     """`git archive` of the commit, gzipped with a fixed mtime: byte-identical every time."""
     process = subprocess.Popen(
         ["git", "-c", "tar.umask=0022", "archive", "--format=tar", commit],
-        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert process.stdout is not None and process.stderr is not None
-    with destination.open("wb") as raw, gzip.GzipFile(
-        filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6
-    ) as out:
+    with (
+        destination.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as out,
+    ):
         shutil.copyfileobj(process.stdout, out, 1 << 20)
     error = process.stderr.read().decode(errors="replace").strip()
     if process.wait() != 0:

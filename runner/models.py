@@ -83,8 +83,9 @@ class EnvironmentContract(BaseModel):
     """The optional 0.3.8 environment contract. Carried as given; the runner reads only the
     fields it acts on (the smoke command and environment variables)."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, alias_generator=to_camel,
-                              populate_by_name=True)
+    model_config = ConfigDict(
+        extra="allow", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
 
     smoke_command: str | None = None
     environment_variables: dict[str, str] = Field(default_factory=dict)

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchSet
 
 GIT_PATCH_PREFIX = b"diff --git "
 DEV_NULL = "/dev/null"
@@ -43,8 +43,17 @@ MANIFEST_BASENAMES = frozenset(
 MANIFEST_GLOBS = ("requirements*.txt",)
 
 _OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3}|.)")
-_SIMPLE_ESCAPES = {b"n": b"\n", b"t": b"\t", b'"': b'"', b"\\": b"\\", b"a": b"\a",
-                   b"b": b"\b", b"f": b"\f", b"r": b"\r", b"v": b"\v"}
+_SIMPLE_ESCAPES = {
+    b"n": b"\n",
+    b"t": b"\t",
+    b'"': b'"',
+    b"\\": b"\\",
+    b"a": b"\a",
+    b"b": b"\b",
+    b"f": b"\f",
+    b"r": b"\r",
+    b"v": b"\v",
+}
 
 
 class PatchParseError(ValueError):
@@ -129,7 +138,7 @@ def _strip_prefix(path: str, prefix: str) -> str | None:
     if path == DEV_NULL:
         return None
     if path.startswith(prefix):
-        return path[len(prefix):]
+        return path[len(prefix) :]
     return path
 
 

@@ -175,8 +175,9 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "task_id": definition.task_id,
         "compiler_revision": COMPILER_REVISION,
         "toolchain_layers": layers,
-        "environment_variables": dict(sorted((contract.environment_variables if contract else {})
-                                             .items())),
+        "environment_variables": dict(
+            sorted((contract.environment_variables if contract else {}).items())
+        ),
         "workdir_abs": workdir_abs(definition),
         "setup_command": definition.setup_command.strip(),
         "smoke_command": (contract.smoke_command or "").strip() if contract else "",
@@ -209,9 +210,9 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "toolchains/lib.sh": (dockerfiles_dir() / "toolchains" / "lib.sh").read_bytes(),
     }
     for spec in layers:
-        shared[f"toolchains/{spec.name.value}.sh"] = env.get_template(spec.script).render(
-            tc=spec
-        ).encode()
+        shared[f"toolchains/{spec.name.value}.sh"] = (
+            env.get_template(spec.script).render(tc=spec).encode()
+        )
     for directory in CONTEXT_DIRS:
         for name, content in shared.items():
             files[f"{directory}/{name}"] = content

@@ -14,7 +14,6 @@ from pydantic.alias_generators import to_camel
 
 from runner.errors import ExitCode
 
-REPORT_SCHEMA_VERSION = 1
 STAGE_NAMES = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
 
 
@@ -72,7 +71,7 @@ class Stages(_Model):
 
 
 class Report(_Model):
-    schema_version: Literal[1] = REPORT_SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     task_id: str | None
     verdict: Verdict
     reason: str = ""

@@ -13,4 +13,6 @@ def dockerfiles_dir() -> Path:
     for candidate in (here / "_dockerfiles", here.parent / "dockerfiles"):
         if (candidate / "toolchains.toml").is_file():
             return candidate
-    raise FileNotFoundError("selfbench-runner's dockerfiles/ templates are missing from the install")
+    raise FileNotFoundError(
+        "selfbench-runner's dockerfiles/ templates are missing from the install"
+    )

@@ -180,21 +180,25 @@ class Verifier:
                     self.run_dir = self._make_run_dir(spec.task_id)
                     self.report.bundle = str(self.target)
                     self._set("compile", Status.PASSED, "compiled bundle given; verified as it is")
-                    self._set("audit", Status.SKIPPED,
-                              "compiled bundle: no definition.json to audit")
+                    self._set(
+                        "audit", Status.SKIPPED, "compiled bundle: no definition.json to audit"
+                    )
                     return spec
                 task = load_authored_task(self.target)
                 self.report.task_id = task.definition.task_id
                 self.run_dir = self._make_run_dir(task.definition.task_id)
                 out = self.run_dir / "bundle"
-                compile_task(task, repo=self.settings.repo, out=out,
-                             options=self.settings.compile_options)
+                compile_task(
+                    task, repo=self.settings.repo, out=out, options=self.settings.compile_options
+                )
                 self.report.bundle = str(out)
                 spec = read_bundle(out)
                 self._set("compile", Status.PASSED, f"compiled to {out}")
             except InvalidTaskError as exc:
                 self.report.verdict = Verdict.INVALID
                 self._set("compile", Status.FAILED, exc.one_line())
+                if self.run_dir is None and self.settings.logs_dir is not None:
+                    self.run_dir = self._make_run_dir("invalid")
                 return None
             except RunnerError as exc:
                 self._set("compile", Status.ERROR, exc.one_line())
@@ -214,15 +218,23 @@ class Verifier:
             if not result.accepted:
                 self._set("audit", Status.FAILED, result.reason(), **data)
                 return None
-            self._set("audit", Status.PASSED,
-                      f"{metrics.implementation_files} implementation file(s), "
-                      f"{metrics.implementation_changed_lines} changed line(s), "
-                      f"{metrics.test_files} test file(s)", **data)
+            self._set(
+                "audit",
+                Status.PASSED,
+                f"{metrics.implementation_files} implementation file(s), "
+                f"{metrics.implementation_changed_lines} changed line(s), "
+                f"{metrics.test_files} test file(s)",
+                **data,
+            )
         return spec
 
     def _docker_stages(self, spec: BundleSpec) -> None:
-        limits = Limits(cpus=spec.cpus, memory_mb=spec.memory_mb, storage_mb=spec.storage_mb,
-                        pids=self.settings.pids_limit)
+        limits = Limits(
+            cpus=spec.cpus,
+            memory_mb=spec.memory_mb,
+            storage_mb=spec.storage_mb,
+            pids=self.settings.pids_limit,
+        )
         build = self._stage("build")
         with timed(build):
             try:
@@ -246,8 +258,9 @@ class Verifier:
         with timed(self._stage("determinism")):
             self._determinism(oracle_ok)
         self.report.settings["storageLimit"] = (
-            "enforced" if self.engine.storage_enforced() else
-            f"not enforced (storage driver {self.engine.storage_driver} cannot limit "
+            "enforced"
+            if self.engine.storage_enforced()
+            else f"not enforced (storage driver {self.engine.storage_driver} cannot limit "
             "container size here)"
         )
 
@@ -271,7 +284,8 @@ class Verifier:
         ca = self.settings.extra_ca_certs
         catalog = load_catalog()
         registry_layers = [
-            layer for layer in catalog.close(spec.toolchains)
+            layer
+            for layer in catalog.close(spec.toolchains)
             if self.settings.toolchains.source(layer.name) is Source.REGISTRY
         ]
         inputs = {"base": base_id}
@@ -285,8 +299,9 @@ class Verifier:
             try:
                 shutil.copyfile(ca, context / "selfbench-extra-ca.crt")
             except OSError as exc:
-                raise InvalidTaskError(f"cannot read extra CA certificates: {exc.strerror}",
-                                       path=str(ca)) from None
+                raise InvalidTaskError(
+                    f"cannot read extra CA certificates: {exc.strerror}", path=str(ca)
+                ) from None
         for layer in registry_layers:
             self.progress("build", f"registry artifact for {layer.name} {layer.version}")
             artifact = fetch_registry_artifact(layer, engine.arch)  # type: ignore[arg-type]
@@ -302,9 +317,12 @@ class Verifier:
         inputs["derived"] = digest
         if engine.image_id(tag) is None:
             result = engine.build(
-                context=context, tag=tag, buildargs={"BASE_IMAGE": base, **proxy_environment()},
+                context=context,
+                tag=tag,
+                buildargs={"BASE_IMAGE": base, **proxy_environment()},
                 labels={**engine.labels("base"), "org.selfbench.inputs": digest},
-                limits=Limits(cpus=2, memory_mb=2048, storage_mb=0), timeout=600,
+                limits=Limits(cpus=2, memory_mb=2048, storage_mb=0),
+                timeout=600,
                 log_path=self._log_path("build", "base.log"),
             )
             if not result.ok:
@@ -328,8 +346,11 @@ class Verifier:
         }
         repository = image_repository(spec.task_id)
         built: dict[str, str] = {}
-        data: dict[str, Any] = {"baseImage": self.settings.base_image, "fromImage": base,
-                                "images": {}}
+        data: dict[str, Any] = {
+            "baseImage": self.settings.base_image,
+            "fromImage": base,
+            "images": {},
+        }
         for kind, directory in (("agent", "environment"), ("verifier", "tests")):
             context = spec.root / directory
             digest = context_digest(context, {**buildargs, **inputs})
@@ -338,23 +359,29 @@ class Verifier:
             existing = engine.image_id(tag)
             if existing:
                 built[kind] = tag
-                data["images"][kind] = {"tag": tag, "id": existing, "cached": True,
-                                        "seconds": 0.0}
+                data["images"][kind] = {"tag": tag, "id": existing, "cached": True, "seconds": 0.0}
                 self.progress("build", f"{kind} image cached ({tag})")
                 continue
             self.progress("build", f"building {kind} image {tag}")
             result = engine.build(
-                context=context, tag=tag, buildargs={**buildargs, **proxy_environment()},
-                labels={**engine.labels("image", spec.task_id),
-                        "org.selfbench.inputs": digest},
-                limits=limits, timeout=spec.build_timeout, log_path=log_path,
-                on_line=lambda line: self._build_line(line), task_steps=TASK_BUILD_STEPS,
+                context=context,
+                tag=tag,
+                buildargs={**buildargs, **proxy_environment()},
+                labels={**engine.labels("image", spec.task_id), "org.selfbench.inputs": digest},
+                limits=limits,
+                timeout=spec.build_timeout,
+                log_path=log_path,
+                on_line=self._build_line,
+                task_steps=TASK_BUILD_STEPS,
             )
             self._stage("build").logs.append(self._rel(log_path))
             data["images"][kind] = {
-                "tag": tag, "id": result.image_id, "cached": False,
+                "tag": tag,
+                "id": result.image_id,
+                "cached": False,
                 "seconds": round(result.seconds, 3),
-                "cachedSteps": result.cached_steps, "totalSteps": result.total_steps,
+                "cachedSteps": result.cached_steps,
+                "totalSteps": result.total_steps,
             }
             if not result.ok:
                 data["failedStep"] = result.failed_step
@@ -362,16 +389,18 @@ class Verifier:
                 data["tail"] = result.tail
                 why = result.error or "failed"
                 oom = " (killed: out of memory?)" if result.exit_code == 137 else ""
-                detail = (f"{kind} image: `{result.failed_step}` failed: {why}{oom}; "
-                          f"see {log_path}")
+                detail = f"{kind} image: `{result.failed_step}` failed: {why}{oom}; see {log_path}"
                 status = Status.FAILED if result.task_at_fault else Status.ERROR
                 self._set("build", status, detail, **data)
                 return None
             built[kind] = tag
-        self._set("build", Status.PASSED,
-                  "agent and verifier images ready"
-                  + (" (cached)" if all(v["cached"] for v in data["images"].values()) else ""),
-                  **data)
+        self._set(
+            "build",
+            Status.PASSED,
+            "agent and verifier images ready"
+            + (" (cached)" if all(v["cached"] for v in data["images"].values()) else ""),
+            **data,
+        )
         return Images(agent=built["agent"], verifier=built["verifier"])
 
     def _build_line(self, line: str) -> None:
@@ -398,14 +427,19 @@ class Verifier:
         log_path = self._log_path("smoke", "smoke.log")
         self._stage("smoke").logs.append(self._rel(log_path))
         container = engine.create(
-            images.verifier, ["bash", "/opt/selfbench-environment/smoke.sh"],
-            name_hint="smoke", limits=limits, labels=engine.labels("smoke", spec.task_id),
-            user="verifier", environment=self._container_env("/home/verifier"),
+            images.verifier,
+            ["bash", "/opt/selfbench-environment/smoke.sh"],
+            name_hint="smoke",
+            limits=limits,
+            labels=engine.labels("smoke", spec.task_id),
+            user="verifier",
+            environment=self._container_env("/home/verifier"),
             working_dir="/app",
         )
         try:
-            result = engine.run_to_end(container, timeout=min(spec.verifier_timeout, 600),
-                                       log_path=log_path)
+            result = engine.run_to_end(
+                container, timeout=min(spec.verifier_timeout, 600), log_path=log_path
+            )
         finally:
             self._dispose(container, "smoke")
         lines = log_path.read_text(errors="replace").splitlines()
@@ -414,10 +448,13 @@ class Verifier:
             self._set("smoke", Status.FAILED, "smoke command timed out", **data)
             return False
         if result.exit_code != 0:
-            failing = next((ln for ln in reversed(lines) if ln.startswith("smoke: failed")),
-                           f"exit {result.exit_code}")
-            self._set("smoke", Status.FAILED, f"smoke check failed: {failing}; see {log_path}",
-                      **data)
+            failing = next(
+                (ln for ln in reversed(lines) if ln.startswith("smoke: failed")),
+                f"exit {result.exit_code}",
+            )
+            self._set(
+                "smoke", Status.FAILED, f"smoke check failed: {failing}; see {log_path}", **data
+            )
             return False
         self._set("smoke", Status.PASSED, "smoke checks passed in the verifier image", **data)
         return True
@@ -432,8 +469,13 @@ class Verifier:
 
         # Agent side: nothing (nop) or the reference solution (oracle), then collect.
         agent = engine.create(
-            images.agent, ["sleep", "infinity"], name_hint=f"{name}-agent", limits=limits,
-            labels=labels, user="agent", environment=self._container_env("/home/agent"),
+            images.agent,
+            ["sleep", "infinity"],
+            name_hint=f"{name}-agent",
+            limits=limits,
+            labels=labels,
+            user="agent",
+            environment=self._container_env("/home/agent"),
             working_dir="/app",
         )
         try:
@@ -441,20 +483,30 @@ class Verifier:
             if name == "oracle":
                 engine.put_directory(agent, spec.root / "solution", "/solution")
                 solve = engine.exec(
-                    agent, ["bash", "/solution/solve.sh"], user="agent",
-                    log_path=gate_dir / "agent.log", timeout=spec.agent_timeout,
-                    environment=self._container_env("/home/agent"), workdir="/app",
+                    agent,
+                    ["bash", "/solution/solve.sh"],
+                    user="agent",
+                    log_path=gate_dir / "agent.log",
+                    timeout=spec.agent_timeout,
+                    environment=self._container_env("/home/agent"),
+                    workdir="/app",
                 )
                 stage.logs.append(self._rel(gate_dir / "agent.log"))
                 data["solveExitCode"] = solve.exit_code
                 if solve.timed_out:
-                    self._set(name, Status.FAILED,
-                              f"solution/solve.sh timed out after {int(spec.agent_timeout)}s",
-                              **data)
+                    self._set(
+                        name,
+                        Status.FAILED,
+                        f"solution/solve.sh timed out after {int(spec.agent_timeout)}s",
+                        **data,
+                    )
                     return False
             collect = engine.exec(
-                agent, ["bash", "-c", spec.collect_command], user="root",
-                log_path=gate_dir / "collect.log", timeout=spec.collect_timeout,
+                agent,
+                ["bash", "-c", spec.collect_command],
+                user="root",
+                log_path=gate_dir / "collect.log",
+                timeout=spec.collect_timeout,
             )
             stage.logs.append(self._rel(gate_dir / "collect.log"))
             data["collectExitCode"] = collect.exit_code
@@ -473,14 +525,20 @@ class Verifier:
 
         # Verifier side: a fresh container of the verifier image runs tests/test.sh.
         verifier = engine.create(
-            images.verifier, ["/tests/test.sh"], name_hint=f"{name}-verifier", limits=limits,
-            labels=labels, user="root", environment=self._container_env("/home/verifier"),
+            images.verifier,
+            ["/tests/test.sh"],
+            name_hint=f"{name}-verifier",
+            limits=limits,
+            labels=labels,
+            user="root",
+            environment=self._container_env("/home/verifier"),
             working_dir="/app",
         )
         try:
             engine.put_file(verifier, "/opt/selfbench", "agent.patch", patch)
-            result = engine.run_to_end(verifier, timeout=spec.verifier_timeout,
-                                       log_path=gate_dir / "verifier.log")
+            result = engine.run_to_end(
+                verifier, timeout=spec.verifier_timeout, log_path=gate_dir / "verifier.log"
+            )
             engine.get_path(verifier, "/logs/verifier", gate_dir / "logs")
         finally:
             self._dispose(verifier, f"{name} verifier")
@@ -489,16 +547,29 @@ class Verifier:
         data["verifierExitCode"] = result.exit_code
         return self._judge(name, result, reward_path, data, spec)
 
-    def _judge(self, name: str, result: RunResult, reward_path: Path,
-               data: dict[str, Any], spec: BundleSpec) -> bool:
+    def _judge(
+        self,
+        name: str,
+        result: RunResult,
+        reward_path: Path,
+        data: dict[str, Any],
+        spec: BundleSpec,
+    ) -> bool:
         if result.timed_out:
-            self._set(name, Status.FAILED,
-                      f"verifier timed out after {int(spec.verifier_timeout)}s and was killed",
-                      **data)
+            self._set(
+                name,
+                Status.FAILED,
+                f"verifier timed out after {int(spec.verifier_timeout)}s and was killed",
+                **data,
+            )
             return False
         if result.oom_killed:
-            self._set(name, Status.FAILED,
-                      f"verifier was killed for exceeding {spec.memory_mb} MB of memory", **data)
+            self._set(
+                name,
+                Status.FAILED,
+                f"verifier was killed for exceeding {spec.memory_mb} MB of memory",
+                **data,
+            )
             return False
         if not reward_path.is_file():
             raise InfrastructureError(
@@ -519,9 +590,13 @@ class Verifier:
             self._stage("determinism").detail = "skipped: oracle did not pass"
             return
         ok, detail = evaluate_gate("determinism", reward)
-        self._set("determinism", Status.PASSED if ok else Status.FAILED, detail,
-                  deterministic=reward.get("deterministic"),
-                  repeatExitCode=reward.get("fail_to_pass_repeat_exit_code"))
+        self._set(
+            "determinism",
+            Status.PASSED if ok else Status.FAILED,
+            detail,
+            deterministic=reward.get("deterministic"),
+            repeatExitCode=reward.get("fail_to_pass_repeat_exit_code"),
+        )
 
     # ---- the end -----------------------------------------------------------------------
 
@@ -529,7 +604,7 @@ class Verifier:
         if self.engine is not None and not self.settings.keep:
             try:
                 self.engine.cleanup_run()
-            except Exception as exc:  # noqa: BLE001 - cleanup must not hide the verdict
+            except Exception as exc:  # cleanup must not hide the verdict
                 log.warning("cleanup failed: %s", exc)
         self.report.seconds = round(time.monotonic() - self.started, 3)
         self.report.verdict = decide_verdict(self.report)
@@ -538,11 +613,14 @@ class Verifier:
             {
                 "baseImage": self.settings.base_image,
                 "extraCaCerts": str(self.settings.extra_ca_certs)
-                if self.settings.extra_ca_certs else None,
-                "toolchainSources": {k.value: v.value for k, v in
-                                     self.settings.toolchains.sources.items()},
-                "toolchainMirrors": {k.value: v for k, v in
-                                     self.settings.toolchains.mirrors.items()},
+                if self.settings.extra_ca_certs
+                else None,
+                "toolchainSources": {
+                    k.value: v.value for k, v in self.settings.toolchains.sources.items()
+                },
+                "toolchainMirrors": {
+                    k.value: v for k, v in self.settings.toolchains.mirrors.items()
+                },
                 "kept": self.kept,
             }
         )
@@ -552,6 +630,7 @@ class Verifier:
 
 def evaluate_gate(name: str, reward: dict[str, Any]) -> tuple[bool, str]:
     """Pass criteria from the seeds, with one sentence saying why."""
+
     def flag(key: str) -> int:
         value = reward.get(key)
         return int(value) if isinstance(value, int) else -1

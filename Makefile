@@ -1,0 +1,43 @@
+# selfbench-runner. `make help` lists the targets.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+TASK   ?=
+ARGS   ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test unit lint verify engine base-image bench clean
+
+help: ## Show the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+setup: ## Make .venv and install the project with its dev tools
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+test: engine ## All tests: unit, then integration on a real Docker engine (started if needed)
+	$(BIN)/python -m pytest $(ARGS)
+
+unit: ## Unit tests only (no Docker)
+	$(BIN)/python -m pytest -m "not docker" $(ARGS)
+
+lint: ## ruff and mypy --strict
+	$(BIN)/ruff check runner tests scripts
+	$(BIN)/ruff format --check runner tests scripts
+	$(BIN)/mypy
+
+verify: engine ## Verify a task: make verify TASK=path/to/task [ARGS="--json"]
+	@test -n "$(TASK)" || { echo "usage: make verify TASK=path/to/task" >&2; exit 2; }
+	PATH="$(abspath $(BIN)):$$PATH" scripts/verify.sh "$(TASK)" $(ARGS)
+
+engine: ## Start a Docker engine when none answers (installs Debian's docker.io if needed)
+	scripts/start-docker.sh
+
+base-image: ## Build the local Debian base image (for machines without a registry)
+	scripts/make-base-image.sh
+
+bench: engine ## Measure warm re-verify overhead of the example task
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_warm_verify.py
+
+clean: ## Remove what the runner left behind in Docker (containers, networks, volumes)
+	$(BIN)/selfbench-runner clean

@@ -1,0 +1,174 @@
+"""Build real git repositories and authored tasks for the tests (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "test",
+    "GIT_AUTHOR_EMAIL": "test@localhost",
+    "GIT_COMMITTER_NAME": "test",
+    "GIT_COMMITTER_EMAIL": "test@localhost",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    return result.stdout.strip()
+
+
+def write_files(root: Path, files: dict[str, str | bytes | None]) -> None:
+    for relative, content in files.items():
+        path = root / relative
+        if content is None:
+            path.unlink()
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        if relative.endswith(".sh"):
+            path.chmod(0o755)
+
+
+def make_repo(root: Path, files: dict[str, str | bytes | None]) -> tuple[Path, str]:
+    root.mkdir(parents=True)
+    git(root, "-c", "init.defaultBranch=main", "init", "-q")
+    write_files(root, files)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+    return root, git(root, "rev-parse", "HEAD")
+
+
+def diff_of(repo: Path, changes: dict[str, str | bytes | None]) -> bytes:
+    """The binary git patch that `changes` make to the repo's HEAD; the tree is reset after."""
+    write_files(repo, changes)
+    git(repo, "add", "-A")
+    patch = subprocess.run(
+        ["git", "diff", "--cached", "--binary"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV},
+    ).stdout
+    git(repo, "reset", "-q", "--hard")
+    git(repo, "clean", "-qfd")
+    return patch
+
+
+def definition(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "schemaVersion": 1,
+        "difficulty": "easy",
+        "taskId": "demo-task",
+        "repo": "example/demo",
+        "baseCommit": "0" * 40,
+        "workdir": ".",
+        "setupCommand": "true",
+        "testCommand": "bash tests/run.sh {tests}",
+        "failToPass": ["tests/test_new.sh"],
+        "passToPass": ["tests/test_old.sh"],
+        "testPaths": ["tests/test_new.sh"],
+        "toolchains": ["uv"],
+        "sourcePr": 7,
+        "sourceUrl": "https://example.invalid/demo/pull/7",
+        "prompt": "Add the feature.",
+        "timeouts": {"setupSeconds": 120, "agentSeconds": 120, "testsSeconds": 60},
+        "resources": {"cpus": 1, "memoryMb": 512, "storageMb": 1024},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base
+
+
+def write_task(
+    directory: Path,
+    definition_doc: dict[str, Any],
+    *,
+    test_patch: bytes,
+    gold_patch: bytes,
+    instruction: str | None = None,
+) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "definition.json").write_text(json.dumps(definition_doc, indent=2) + "\n")
+    (directory / "test.patch").write_bytes(test_patch)
+    (directory / "gold.patch").write_bytes(gold_patch)
+    if instruction is not None:
+        (directory / "instruction.md").write_text(instruction)
+    return directory
+
+
+RUNNER_SH = """#!/usr/bin/env bash
+set -uo pipefail
+failed=0
+for test in "$@"; do
+  if bash "$test"; then echo "PASS $test"; else echo "FAIL $test"; failed=$((failed + 1)); fi
+done
+[ "$failed" -eq 0 ]
+"""
+
+LIB_BASE = """#!/usr/bin/env bash
+greet() { echo "hello $1"; }
+"""
+
+# 22 changed lines: enough for an easy task.
+LIB_GOLD = (
+    LIB_BASE
+    + "".join(f'shout_{i}() {{ echo "HELLO $1" | tr a-z A-Z; }}\n' for i in range(21))
+    + 'shout() { shout_0 "$@"; }\n'
+)
+
+
+@dataclass
+class BashTask:
+    """A tiny bash-only task: tests/run.sh runs test scripts; gold adds `shout`."""
+
+    directory: Path
+    repo: Path
+    commit: str
+
+
+def bash_task(
+    tmp: Path,
+    *,
+    name: str = "demo-task",
+    new_test: str | None = None,
+    gold: dict[str, str | bytes | None] | None = None,
+    extra_base: dict[str, str | bytes | None] | None = None,
+    **overrides: Any,
+) -> BashTask:
+    repo, commit = make_repo(
+        tmp / f"{name}-repo",
+        {
+            "lib.sh": LIB_BASE,
+            "tests/run.sh": RUNNER_SH,
+            "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
+            **(extra_base or {}),
+        },
+    )
+    test_body = new_test or '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'
+    test_patch = diff_of(repo, {"tests/test_new.sh": test_body})
+    gold_patch = diff_of(repo, gold or {"lib.sh": LIB_GOLD})
+    doc = definition(taskId=name, baseCommit=commit, repo=str(repo), **overrides)
+    directory = write_task(tmp / name, doc, test_patch=test_patch, gold_patch=gold_patch)
+    return BashTask(directory=directory, repo=repo, commit=commit)

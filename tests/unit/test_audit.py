@@ -1,0 +1,167 @@
+"""Static audit: every row of the seed's table, with its blocker text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from runner.audit import (
+    NO_TEST_FILES,
+    PLACEHOLDER_COUNT,
+    PLACEHOLDER_HARDCODED,
+    PLACEHOLDER_QUOTED,
+    audit,
+    placeholder_blockers,
+)
+from runner.models import TaskDefinition
+from runner.patches import PatchInfo, parse_patch
+from tests.helpers import definition
+
+
+def patch(files: dict[str, int]) -> PatchInfo:
+    """A patch adding `lines` lines to each file."""
+    parts = []
+    for name, lines in files.items():
+        body = "".join(f"+line {i}\n" for i in range(lines))
+        parts.append(
+            f"diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n"
+            f"+++ b/{name}\n@@ -0,0 +1,{lines} @@\n{body}"
+        )
+    return parse_patch("".join(parts).encode())
+
+
+def model(**overrides: Any) -> TaskDefinition:
+    return TaskDefinition.model_validate_json(json.dumps(definition(**overrides)))
+
+
+TESTS = patch({"tests/test_new.sh": 3})
+
+
+def test_accepted_easy() -> None:
+    result = audit(model(), gold=patch({"lib.sh": 20}), tests=TESTS)
+    assert result.accepted
+    assert result.reason() == ""
+    assert result.metrics.implementation_files == 1
+    assert result.metrics.implementation_changed_lines == 20
+    assert result.metrics.test_files == 1
+
+
+@pytest.mark.parametrize(
+    ("difficulty", "files", "lines", "p2p", "expected"),
+    [
+        (
+            "easy",
+            1,
+            19,
+            0,
+            ["easy mode requires at least 20 changed implementation lines; found 19"],
+        ),
+        ("medium", 1, 50, 1, ["medium mode requires at least 2 implementation files; found 1"]),
+        (
+            "medium",
+            2,
+            49,
+            1,
+            ["medium mode requires at least 50 changed implementation lines; found 49"],
+        ),
+        (
+            "medium",
+            2,
+            50,
+            0,
+            ["medium mode requires at least 1 pass-to-pass regression test; found 0"],
+        ),
+        ("hard", 3, 100, 2, []),
+        (
+            "hard",
+            2,
+            99,
+            1,
+            [
+                "hard mode requires at least 3 implementation files; found 2",
+                "hard mode requires at least 100 changed implementation lines; found 99",
+                "hard mode requires at least 2 pass-to-pass regression tests; found 1",
+            ],
+        ),
+        ("easy", 1, 20, 0, []),
+    ],
+)
+def test_difficulty_profiles(
+    difficulty: str, files: int, lines: int, p2p: int, expected: list[str]
+) -> None:
+    per_file = [lines // files + (1 if i < lines % files else 0) for i in range(files)]
+    gold = patch({f"src/f{i}.sh": n for i, n in enumerate(per_file)})
+    selectors = [f"tests/old_{i}.sh" for i in range(p2p)]
+    result = audit(model(difficulty=difficulty, passToPass=selectors), gold=gold, tests=TESTS)
+    assert result.blockers == expected
+    assert result.reason() == "; ".join(expected)
+
+
+def test_overlap_names_the_paths() -> None:
+    gold = patch({"lib.sh": 20, "tests/test_new.sh": 1})
+    result = audit(model(), gold=gold, tests=TESTS)
+    assert result.blockers == ["gold and held-out test patches overlap: tests/test_new.sh"]
+
+
+def test_rename_source_counts_for_overlap() -> None:
+    gold = parse_patch(
+        b"diff --git a/tests/test_new.sh b/moved.sh\nsimilarity index 100%\n"
+        b"rename from tests/test_new.sh\nrename to moved.sh\n"
+    )
+    result = audit(model(), gold=gold, tests=TESTS)
+    assert "gold and held-out test patches overlap: tests/test_new.sh" in result.blockers
+
+
+def test_held_out_patch_without_files() -> None:
+    result = audit(model(), gold=patch({"lib.sh": 20}), tests=PatchInfo(changes=()))
+    assert result.blockers == [NO_TEST_FILES]
+
+
+def test_blockers_are_joined_in_table_order() -> None:
+    gold = patch({"tests/test_new.sh": 1})
+    result = audit(model(testCommand="run {tests} {tests}"), gold=gold, tests=TESTS)
+    assert result.reason() == "; ".join(
+        [
+            "gold and held-out test patches overlap: tests/test_new.sh",
+            "easy mode requires at least 20 changed implementation lines; found 1",
+            PLACEHOLDER_COUNT,
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("bun test {tests}", []),
+        ("npm test -- {tests}", []),
+        ("pytest -q {tests} --tb=short", []),
+        ("cd pkg && go test {tests}", []),
+        ("echo '{' && pytest {tests}", []),
+        ("pytest", [PLACEHOLDER_COUNT]),
+        ("pytest {tests} {tests}", [PLACEHOLDER_COUNT]),
+        ("bun test {tests} && bun test {tests}", [PLACEHOLDER_COUNT]),
+        ('bun test "{tests}"', [PLACEHOLDER_QUOTED]),
+        ("bun test '{tests}'", [PLACEHOLDER_QUOTED]),
+        ('pytest "-k {tests}"', [PLACEHOLDER_QUOTED]),
+        ("bash -c 'pytest {tests}'", [PLACEHOLDER_QUOTED]),
+        ("TESTS={tests} make test", [PLACEHOLDER_QUOTED]),
+        ("env X={tests} make", [PLACEHOLDER_QUOTED]),
+        ("pytest {tests} tests/test_new.sh", [PLACEHOLDER_HARDCODED]),
+        ("pytest ./tests/test_old.sh {tests}", [PLACEHOLDER_HARDCODED]),
+        ("pytest --deselect=tests/test_old.sh {tests}", [PLACEHOLDER_HARDCODED]),
+        ("cd /app && pytest /app/tests/test_new.sh {tests}", [PLACEHOLDER_HARDCODED]),
+        ("pytest tests/test_new.sh::case {tests}", [PLACEHOLDER_HARDCODED]),
+        ("pytest tests/ {tests}", []),
+        ("pytest tests/test_new.shx {tests}", []),
+        ('pytest "{tests}" tests/test_new.sh', [PLACEHOLDER_QUOTED, PLACEHOLDER_HARDCODED]),
+    ],
+)
+def test_placeholder_rules(command: str, expected: list[str]) -> None:
+    assert placeholder_blockers(command, ["tests/test_new.sh", "tests/test_old.sh"]) == expected
+
+
+def test_escaped_quote_does_not_open_a_string() -> None:
+    assert placeholder_blockers("echo \\' && pytest {tests}", ["a"]) == []
+    assert placeholder_blockers('echo "a\\"b" && pytest {tests}', ["a"]) == []

@@ -1,0 +1,107 @@
+"""The toolchain catalog: well-formed, pinned, closed over implied layers, in seed order."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from runner.errors import UsageError
+from runner.models import Toolchain
+from runner.render import _environment
+from runner.resources import dockerfiles_dir
+from runner.toolchains import Source, load_catalog, settings_from
+
+
+def render_all_layers() -> dict[str, str]:
+    catalog = load_catalog()
+    env = _environment()
+    return {
+        spec.name.value: env.get_template(spec.script).render(tc=spec)
+        for spec in catalog.toolchains.values()
+    }
+
+
+def names(selection: list[str]) -> list[str]:
+    return [s.name.value for s in load_catalog().close([Toolchain(t) for t in selection])]
+
+
+def test_order_and_implied_layers() -> None:
+    assert load_catalog().order == [
+        Toolchain(t) for t in ("uv", "python", "node", "bun", "go", "rust")
+    ]
+    assert names(["python"]) == ["uv", "python"]
+    assert names(["bun"]) == ["node", "bun"]
+    assert names(["rust", "bun", "uv"]) == ["uv", "node", "bun", "rust"]
+    assert names(["go", "bun", "uv"]) == ["uv", "node", "bun", "go"]
+
+
+def test_seed_versions() -> None:
+    catalog = load_catalog()
+    versions = {k.value: v.version for k, v in catalog.toolchains.items()}
+    assert versions["node"] == "22.14.0"
+    assert versions["bun"] == "1.3.14"
+    assert versions["go"] == "1.25.0"
+    assert versions["rust"] == "1.90.0"
+    assert catalog.toolchains[Toolchain.PYTHON].versions == ["3.11", "3.12", "3.13"]
+    assert catalog.toolchains[Toolchain.NODE].env["PLAYWRIGHT_BROWSERS_PATH"] == "/opt/playwright"
+
+
+def test_every_entry_is_pinned_and_checked() -> None:
+    for spec in load_catalog().toolchains.values():
+        assert spec.smoke, spec.name
+        assert spec.upstream.integrity in ("sidecar", "shasums", "uv-embedded", "npm")
+        if spec.registry is not None:
+            for entry in spec.registry.arch.values():
+                assert re.fullmatch(r"[0-9a-f]{64}", entry.sha256)
+                assert spec.version in entry.file
+
+
+def test_scripts_check_before_use() -> None:
+    for name, script in render_all_layers().items():
+        if name in ("uv", "node", "go"):
+            assert "selfbench_registry_artifact" in script
+            assert "selfbench_check" in script
+        assert "| sh" not in script and "| bash" not in script, name
+
+
+UPSTREAM_HOSTS = {"github.com", "nodejs.org", "dl.google.com", "static.rust-lang.org"}
+
+
+def test_only_upstream_hosts_are_named() -> None:
+    """Registries are reached through pip/npm/apt only: no other host appears in templates."""
+    text = "".join(p.read_text() for p in dockerfiles_dir().rglob("*") if p.is_file())
+    hosts = set(re.findall(r"https?://([A-Za-z0-9.-]+)", text))
+    assert hosts == UPSTREAM_HOSTS
+
+
+def test_settings_parsing() -> None:
+    settings = settings_from(
+        ["uv=registry,node=registry", "go=upstream"], ["rust=https://mirror.example/rust/"]
+    )
+    assert settings.source(Toolchain.UV) is Source.REGISTRY
+    assert settings.source(Toolchain.GO) is Source.UPSTREAM
+    assert settings.source(Toolchain.PYTHON) is Source.UPSTREAM
+    catalog = load_catalog()
+    args = settings.build_args(catalog.close([Toolchain.UV, Toolchain.RUST, Toolchain.BUN]))
+    assert args == {
+        "SELFBENCH_UV_SOURCE": "registry",
+        "SELFBENCH_NODE_SOURCE": "registry",
+        "SELFBENCH_RUST_MIRROR": "https://mirror.example/rust",
+    }
+
+
+@pytest.mark.parametrize(
+    ("sources", "mirrors", "message"),
+    [
+        (["java=registry"], [], "unknown toolchain 'java'"),
+        (["uv=cloud"], [], "unknown source 'cloud'"),
+        (["rust=registry"], [], "rust has no registry source"),
+        (["uv"], [], "expected NAME=VALUE"),
+        ([], ["bun=https://x"], "bun cannot be mirrored"),
+        ([], ["go=ftp://x"], "expected an http(s) URL"),
+    ],
+)
+def test_bad_settings(sources: list[str], mirrors: list[str], message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        settings_from(sources, mirrors)
