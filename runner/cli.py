@@ -257,6 +257,12 @@ EXTRA_CA = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--keep", is_flag=True, help="Keep containers and print how to enter them.")
 @click.option("--pids-limit", default=4096, show_default=True, help="Per-container pids limit.")
+@click.option(
+    "--build-network",
+    metavar="MODE",
+    envvar="SELFBENCH_BUILD_NETWORK",
+    help="Network mode for image builds (e.g. host, to reach a mirror on 127.0.0.1).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Stream build output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 @_errors_to_exit
@@ -273,6 +279,7 @@ def verify_command(
     as_json: bool,
     keep: bool,
     pids_limit: int,
+    build_network: str | None,
     verbose: bool,
     quiet: bool,
 ) -> None:
@@ -292,6 +299,7 @@ def verify_command(
         keep=keep,
         compile_options=_compile_options(allowed_hosts),
         pids_limit=pids_limit,
+        build_network=build_network,
     )
     verifier = Verifier(target, settings, _progress_printer(verbose, quiet))
     try:

@@ -167,6 +167,7 @@ class Engine:
         log_path: Path,
         on_line: Callable[[str], None] | None = None,
         task_steps: Sequence[str] = (),
+        network_mode: str | None = None,
     ) -> BuildResult:
         """Build `context/Dockerfile` streaming its output to `log_path`.
 
@@ -203,6 +204,7 @@ class Engine:
                     container_limits=cast(Any, container_limits),
                     timeout=int(timeout) + 60,
                     use_config_proxy=False,
+                    network_mode=network_mode,
                 )
                 with log_path.open("a", encoding="utf-8", errors="replace") as out:
                     for chunk in stream:

@@ -60,6 +60,7 @@ class VerifySettings:
     keep: bool = False
     compile_options: CompileOptions = field(default_factory=CompileOptions)
     pids_limit: int = 4096
+    build_network: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -324,6 +325,7 @@ class Verifier:
                 limits=Limits(cpus=2, memory_mb=2048, storage_mb=0),
                 timeout=600,
                 log_path=self._log_path("build", "base.log"),
+                network_mode=self.settings.build_network,
             )
             if not result.ok:
                 raise InfrastructureError(f"derived base image failed to build: {result.error}")
@@ -373,6 +375,7 @@ class Verifier:
                 log_path=log_path,
                 on_line=self._build_line,
                 task_steps=TASK_BUILD_STEPS,
+                network_mode=self.settings.build_network,
             )
             self._stage("build").logs.append(self._rel(log_path))
             data["images"][kind] = {

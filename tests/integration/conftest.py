@@ -1,0 +1,97 @@
+"""Integration tests run on a real Docker engine; they fail (never skip) when none answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in str(item.fspath):
+            item.add_marker(pytest.mark.docker)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:  # the suite must fail loudly, not skip
+        pytest.fail(f"integration tests need a Docker engine (make engine): {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: docker.DockerClient) -> str:
+    image = os.environ.get("SELFBENCH_BASE_IMAGE")
+    if image:
+        return image
+    try:
+        docker_client.images.get("ubuntu:24.04")
+        return "ubuntu:24.04"
+    except docker.errors.ImageNotFound:
+        pass
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "make-base-image.sh")], capture_output=True, text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"cannot make the local base image: {result.stderr[-2000:]}")
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def verify_options(base_image: str) -> list[str]:
+    options = ["--base-image", base_image, "--toolchain-source", "uv=registry"]
+    if HOST_CA.is_file():
+        options += ["--extra-ca-certs", str(HOST_CA)]
+    return options
+
+
+@dataclass
+class Run:
+    code: int
+    report: dict[str, Any]
+    stderr: str
+    run_dir: Path
+
+    def stage(self, name: str) -> dict[str, Any]:
+        stage = self.report["stages"][name]
+        assert isinstance(stage, dict)
+        return stage
+
+    def statuses(self) -> dict[str, str]:
+        return {name: stage["status"] for name, stage in self.report["stages"].items()}
+
+
+def run_verify(target: Path, options: list[str], run_dir: Path, *extra: str,
+               timeout: float = 900) -> Run:
+    result = subprocess.run(
+        [sys.executable, "-m", "runner", "verify", str(target), "--json", "--logs",
+         str(run_dir), *options, *extra],
+        capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False,
+    )
+    try:
+        report = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON report (exit {result.returncode}): {result.stderr[-3000:]}")
+    return Run(code=result.returncode, report=report, stderr=result.stderr, run_dir=run_dir)
+
+
+def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list[str]:
+    label = f"org.selfbench.run={run_id}" if run_id else "org.selfbench.runner=1"
+    return [c.name for c in client.containers.list(all=True, filters={"label": label})]

@@ -1,0 +1,214 @@
+"""verify on a real engine: every verdict, timeouts, caching, cleanup. No mocked Docker."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import docker
+
+from runner.compiler import compile_task
+from runner.render import CompileOptions
+from runner.taskdir import load_authored_task
+from tests.helpers import LIB_BASE, LIB_GOLD, bash_task
+from tests.integration.conftest import ROOT, leftovers, run_verify
+
+SETUP_STEP = re.compile(r"^Step \d+/\d+ : RUN chmod 0755 /opt/selfbench-environment/setup.sh")
+
+
+def step_was_cached(log: Path, pattern: re.Pattern[str]) -> bool:
+    lines = log.read_text().splitlines()
+    for index, line in enumerate(lines):
+        if pattern.match(line):
+            following = [ln.strip() for ln in lines[index + 1 :] if ln.strip()]
+            return following[0] == "---> Using cache"
+    raise AssertionError(f"{pattern.pattern} not in {log}")
+
+
+def test_accepted_then_cached(tmp_path: Path, verify_options: list[str],
+                             docker_client: docker.DockerClient) -> None:
+    # setup writes a file git does not ignore: it must not reach the agent's patch (0.3.8).
+    # A fresh setup command, so nothing of this task is in the engine's cache yet.
+    nonce = uuid.uuid4().hex
+    task = bash_task(tmp_path, setupCommand=f"echo {nonce} > generated.txt")
+    first = run_verify(task.directory, verify_options, tmp_path / "run1")
+    assert first.code == 0, first.stderr
+    assert first.report["verdict"] == "accepted"
+    assert set(first.statuses().values()) == {"passed"}
+    assert first.stage("nop")["data"]["reward"]["fail_to_pass"] == 0
+    oracle = first.stage("oracle")["data"]
+    assert oracle["reward"]["reward"] == 1
+    patch = (tmp_path / "run1" / "oracle" / "agent.patch").read_text()
+    assert "diff --git a/lib.sh b/lib.sh" in patch
+    assert "generated.txt" not in patch
+    assert (tmp_path / "run1" / "nop" / "agent.patch").read_bytes() == b""
+    # The setup command ran once for both images: the verifier reused the agent's layer.
+    assert not step_was_cached(tmp_path / "run1" / "build" / "agent.log", SETUP_STEP)
+    assert step_was_cached(tmp_path / "run1" / "build" / "verifier.log", SETUP_STEP)
+    assert (tmp_path / "run1" / "report.json").is_file()
+    assert leftovers(docker_client, first.report["runId"]) == []
+
+    second = run_verify(task.directory, verify_options, tmp_path / "run2")
+    assert second.code == 0
+    images = second.stage("build")["data"]["images"]
+    assert images["agent"]["cached"] and images["verifier"]["cached"]
+    assert images["agent"]["id"] == first.stage("build")["data"]["images"]["agent"]["id"]
+    assert leftovers(docker_client, second.report["runId"]) == []
+
+
+def test_compiled_bundle_is_verified_as_it_is(tmp_path: Path,
+                                              verify_options: list[str]) -> None:
+    task = bash_task(tmp_path, name="bundle-task")
+    bundle = compile_task(load_authored_task(task.directory), repo=None, out=tmp_path / "b",
+                          options=CompileOptions())
+    run = run_verify(bundle, verify_options, tmp_path / "run")
+    assert run.code == 0, run.stderr
+    assert run.stage("audit")["status"] == "skipped"
+    assert run.report["bundle"] == str(bundle)
+
+
+def test_nop_red_when_new_tests_already_pass(tmp_path: Path,
+                                             verify_options: list[str]) -> None:
+    task = bash_task(tmp_path, name="nop-red", new_test='. ./lib.sh\n[ "$(greet y)" = "hello y" ]\n')
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.code == 1
+    assert run.report["verdict"] == "rejected"
+    assert run.stage("nop")["status"] == "failed"
+    assert run.stage("nop")["detail"] == "fail-to-pass tests already pass on the base snapshot"
+    assert run.report["reason"].startswith("nop: ")
+
+
+def test_oracle_red_when_gold_does_not_fix(tmp_path: Path, verify_options: list[str]) -> None:
+    wrong = LIB_GOLD.replace('shout() { shout_0 "$@"; }', 'shout() { echo nope; }')
+    task = bash_task(tmp_path, name="oracle-red", gold={"lib.sh": wrong})
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.code == 1
+    assert run.stage("nop")["status"] == "passed"
+    assert run.stage("oracle")["status"] == "failed"
+    assert run.stage("oracle")["detail"].startswith(
+        "fail-to-pass tests still fail with the gold patch (exit 1)")
+    assert run.stage("determinism")["status"] == "skipped"
+    log = (tmp_path / "run" / "oracle" / "logs" / "verifier" / "fail_to_pass.log").read_text()
+    assert "FAIL tests/test_new.sh" in log
+
+
+def test_determinism_red_when_second_run_fails(tmp_path: Path,
+                                               verify_options: list[str]) -> None:
+    flaky = ('. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
+             '[ ! -e /tmp/ran-once ] || exit 1\ntouch /tmp/ran-once\n')
+    task = bash_task(tmp_path, name="flaky", new_test=flaky)
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.code == 1
+    assert run.stage("oracle")["status"] == "passed"
+    assert run.stage("determinism")["status"] == "failed"
+    assert run.stage("determinism")["data"]["repeatExitCode"] == 1
+    assert run.report["verdict"] == "rejected"
+
+
+def test_setup_failure_is_red_not_infrastructure(tmp_path: Path,
+                                                 verify_options: list[str]) -> None:
+    task = bash_task(tmp_path, name="setup-red", setupCommand="echo broken setup >&2; exit 3")
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.code == 1
+    assert run.report["verdict"] == "rejected"
+    build = run.stage("build")
+    assert build["status"] == "failed"
+    assert build["data"]["exitCode"] == 3
+    assert "/opt/selfbench-environment/setup.sh" in build["data"]["failedStep"]
+    assert any("broken setup" in line for line in build["data"]["tail"])
+    assert "agent.log" in build["detail"]
+    assert run.stage("smoke")["status"] == "skipped"
+
+
+def test_hanging_test_is_killed_at_the_verifier_timeout(
+        tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient) -> None:
+    task = bash_task(tmp_path, name="hang", new_test="sleep 600\n",
+                     timeouts={"setupSeconds": 4, "testsSeconds": 4})
+    started = time.monotonic()
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    elapsed = time.monotonic() - started
+    assert run.code == 1
+    for gate in ("nop", "oracle"):
+        assert run.stage(gate)["status"] == "failed"
+        assert run.stage(gate)["detail"] == "verifier timed out after 8s and was killed"
+        assert 8 <= run.stage(gate)["seconds"] < 60
+    assert elapsed < 240
+    assert leftovers(docker_client, run.report["runId"]) == []
+
+
+def test_memory_limit_applies(tmp_path: Path, verify_options: list[str]) -> None:
+    hog = ('. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'
+           'head -c 400m /dev/zero | tail > /dev/null\n')
+    task = bash_task(tmp_path, name="hog", new_test=hog, resources={"memoryMb": 64})
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.stage("oracle")["status"] == "failed"
+    reward = run.stage("oracle")["data"].get("reward")
+    detail = run.stage("oracle")["detail"]
+    assert ("out of memory" in detail or "exceeding 64 MB" in detail
+            or (reward and reward["fail_to_pass_exit_code"] == 137)), detail
+
+
+def test_sigterm_removes_what_the_run_created(tmp_path: Path, verify_options: list[str],
+                                              docker_client: docker.DockerClient) -> None:
+    task = bash_task(tmp_path, name="interrupted", new_test="sleep 600\n",
+                     timeouts={"setupSeconds": 300, "testsSeconds": 300})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", "verify", str(task.directory), "--logs",
+         str(tmp_path / "run"), *verify_options],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            running = docker_client.containers.list(
+                filters={"label": ["org.selfbench.runner=1", "org.selfbench.kind=nop"]})
+            if any(c.attrs["Config"]["Cmd"] == ["/tests/test.sh"] for c in running):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the nop verifier never started")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "interrupted" in err
+    assert docker_client.containers.list(
+        all=True, filters={"label": "org.selfbench.kind=nop"}) == []
+
+
+def test_clean_removes_leftovers_by_label(tmp_path: Path, verify_options: list[str],
+                                          docker_client: docker.DockerClient) -> None:
+    task = bash_task(tmp_path, name="kept")
+    run = run_verify(task.directory, verify_options, tmp_path / "run", "--keep")
+    assert run.code == 0
+    kept = leftovers(docker_client, run.report["runId"])
+    assert len(kept) == 5  # smoke, and an agent and a verifier for nop and oracle
+    assert "docker exec -it" in run.stderr
+    result = subprocess.run([sys.executable, "-m", "runner", "clean"], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0
+    assert leftovers(docker_client, run.report["runId"]) == []
+
+
+def test_missing_base_image_names_the_script(tmp_path: Path, verify_options: list[str]) -> None:
+    task = bash_task(tmp_path, name="no-base")
+    options = [*verify_options, "--base-image", "selfbench/does-not-exist:never"]
+    run = run_verify(task.directory, options, tmp_path / "run")
+    assert run.code == 3
+    assert run.report["verdict"] == "infrastructure_failed"
+    assert run.stage("build")["status"] == "error"
+    assert "scripts/make-base-image.sh" in run.stage("build")["detail"]
+
+
+def test_example_task_is_accepted(tmp_path: Path, verify_options: list[str]) -> None:
+    run = run_verify(ROOT / "examples" / "bash-calc", verify_options, tmp_path / "run")
+    assert run.code == 0, run.stderr
+    assert run.report["taskId"] == "bash-calc-ops"
+    assert LIB_BASE  # helpers imported for the other tests
