@@ -566,15 +566,11 @@ class Verifier:
                 **data,
             )
             return False
-        if result.oom_killed:
-            self._set(
-                name,
-                Status.FAILED,
-                f"verifier was killed for exceeding {spec.memory_mb} MB of memory",
-                **data,
-            )
-            return False
+        oom = f"killed for exceeding {spec.memory_mb} MB of memory"
         if not reward_path.is_file():
+            if result.oom_killed:
+                self._set(name, Status.FAILED, f"verifier was {oom}", **data)
+                return False
             raise InfrastructureError(
                 f"verifier wrote no reward.json (exit {result.exit_code}); "
                 f"see {reward_path.parent.parent.parent / 'verifier.log'}"
@@ -583,6 +579,9 @@ class Verifier:
         reward = json.loads(reward_path.read_text())
         data["reward"] = reward
         ok, detail = evaluate_gate(name, reward)
+        if result.oom_killed:
+            data["oomKilled"] = True
+            detail += f" (a verifier process was {oom})"
         self._set(name, Status.PASSED if ok else Status.FAILED, detail, **data)
         return ok
 

@@ -46,7 +46,9 @@ def base_image(docker_client: docker.DockerClient) -> str:
     except docker.errors.ImageNotFound:
         pass
     result = subprocess.run(
-        [str(ROOT / "scripts" / "make-base-image.sh")], capture_output=True, text=True,
+        [str(ROOT / "scripts" / "make-base-image.sh")],
+        capture_output=True,
+        text=True,
         check=False,
     )
     if result.returncode != 0:
@@ -78,12 +80,27 @@ class Run:
         return {name: stage["status"] for name, stage in self.report["stages"].items()}
 
 
-def run_verify(target: Path, options: list[str], run_dir: Path, *extra: str,
-               timeout: float = 900) -> Run:
+def run_verify(
+    target: Path, options: list[str], run_dir: Path, *extra: str, timeout: float = 900
+) -> Run:
     result = subprocess.run(
-        [sys.executable, "-m", "runner", "verify", str(target), "--json", "--logs",
-         str(run_dir), *options, *extra],
-        capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False,
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "verify",
+            str(target),
+            "--json",
+            "--logs",
+            str(run_dir),
+            *options,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
     )
     try:
         report = json.loads(result.stdout)

@@ -30,8 +30,9 @@ def step_was_cached(log: Path, pattern: re.Pattern[str]) -> bool:
     raise AssertionError(f"{pattern.pattern} not in {log}")
 
 
-def test_accepted_then_cached(tmp_path: Path, verify_options: list[str],
-                             docker_client: docker.DockerClient) -> None:
+def test_accepted_then_cached(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
     # setup writes a file git does not ignore: it must not reach the agent's patch (0.3.8).
     # A fresh setup command, so nothing of this task is in the engine's cache yet.
     nonce = uuid.uuid4().hex
@@ -61,20 +62,21 @@ def test_accepted_then_cached(tmp_path: Path, verify_options: list[str],
     assert leftovers(docker_client, second.report["runId"]) == []
 
 
-def test_compiled_bundle_is_verified_as_it_is(tmp_path: Path,
-                                              verify_options: list[str]) -> None:
+def test_compiled_bundle_is_verified_as_it_is(tmp_path: Path, verify_options: list[str]) -> None:
     task = bash_task(tmp_path, name="bundle-task")
-    bundle = compile_task(load_authored_task(task.directory), repo=None, out=tmp_path / "b",
-                          options=CompileOptions())
+    bundle = compile_task(
+        load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
+    )
     run = run_verify(bundle, verify_options, tmp_path / "run")
     assert run.code == 0, run.stderr
     assert run.stage("audit")["status"] == "skipped"
     assert run.report["bundle"] == str(bundle)
 
 
-def test_nop_red_when_new_tests_already_pass(tmp_path: Path,
-                                             verify_options: list[str]) -> None:
-    task = bash_task(tmp_path, name="nop-red", new_test='. ./lib.sh\n[ "$(greet y)" = "hello y" ]\n')
+def test_nop_red_when_new_tests_already_pass(tmp_path: Path, verify_options: list[str]) -> None:
+    task = bash_task(
+        tmp_path, name="nop-red", new_test='. ./lib.sh\n[ "$(greet y)" = "hello y" ]\n'
+    )
     run = run_verify(task.directory, verify_options, tmp_path / "run")
     assert run.code == 1
     assert run.report["verdict"] == "rejected"
@@ -84,23 +86,25 @@ def test_nop_red_when_new_tests_already_pass(tmp_path: Path,
 
 
 def test_oracle_red_when_gold_does_not_fix(tmp_path: Path, verify_options: list[str]) -> None:
-    wrong = LIB_GOLD.replace('shout() { shout_0 "$@"; }', 'shout() { echo nope; }')
+    wrong = LIB_GOLD.replace('shout() { shout_0 "$@"; }', "shout() { echo nope; }")
     task = bash_task(tmp_path, name="oracle-red", gold={"lib.sh": wrong})
     run = run_verify(task.directory, verify_options, tmp_path / "run")
     assert run.code == 1
     assert run.stage("nop")["status"] == "passed"
     assert run.stage("oracle")["status"] == "failed"
     assert run.stage("oracle")["detail"].startswith(
-        "fail-to-pass tests still fail with the gold patch (exit 1)")
+        "fail-to-pass tests still fail with the gold patch (exit 1)"
+    )
     assert run.stage("determinism")["status"] == "skipped"
     log = (tmp_path / "run" / "oracle" / "logs" / "verifier" / "fail_to_pass.log").read_text()
     assert "FAIL tests/test_new.sh" in log
 
 
-def test_determinism_red_when_second_run_fails(tmp_path: Path,
-                                               verify_options: list[str]) -> None:
-    flaky = ('. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
-             '[ ! -e /tmp/ran-once ] || exit 1\ntouch /tmp/ran-once\n')
+def test_determinism_red_when_second_run_fails(tmp_path: Path, verify_options: list[str]) -> None:
+    flaky = (
+        '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
+        "[ ! -e /tmp/ran-once ] || exit 1\ntouch /tmp/ran-once\n"
+    )
     task = bash_task(tmp_path, name="flaky", new_test=flaky)
     run = run_verify(task.directory, verify_options, tmp_path / "run")
     assert run.code == 1
@@ -110,8 +114,7 @@ def test_determinism_red_when_second_run_fails(tmp_path: Path,
     assert run.report["verdict"] == "rejected"
 
 
-def test_setup_failure_is_red_not_infrastructure(tmp_path: Path,
-                                                 verify_options: list[str]) -> None:
+def test_setup_failure_is_red_not_infrastructure(tmp_path: Path, verify_options: list[str]) -> None:
     task = bash_task(tmp_path, name="setup-red", setupCommand="echo broken setup >&2; exit 3")
     run = run_verify(task.directory, verify_options, tmp_path / "run")
     assert run.code == 1
@@ -126,9 +129,14 @@ def test_setup_failure_is_red_not_infrastructure(tmp_path: Path,
 
 
 def test_hanging_test_is_killed_at_the_verifier_timeout(
-        tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient) -> None:
-    task = bash_task(tmp_path, name="hang", new_test="sleep 600\n",
-                     timeouts={"setupSeconds": 4, "testsSeconds": 4})
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    task = bash_task(
+        tmp_path,
+        name="hang",
+        new_test="sleep 600\n",
+        timeouts={"setupSeconds": 4, "testsSeconds": 4},
+    )
     started = time.monotonic()
     run = run_verify(task.directory, verify_options, tmp_path / "run")
     elapsed = time.monotonic() - started
@@ -142,31 +150,50 @@ def test_hanging_test_is_killed_at_the_verifier_timeout(
 
 
 def test_memory_limit_applies(tmp_path: Path, verify_options: list[str]) -> None:
-    hog = ('. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'
-           'head -c 400m /dev/zero | tail > /dev/null\n')
+    hog = '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\nhead -c 400m /dev/zero | tail > /dev/null\n'
     task = bash_task(tmp_path, name="hog", new_test=hog, resources={"memoryMb": 64})
     run = run_verify(task.directory, verify_options, tmp_path / "run")
     assert run.stage("oracle")["status"] == "failed"
     reward = run.stage("oracle")["data"].get("reward")
     detail = run.stage("oracle")["detail"]
-    assert ("out of memory" in detail or "exceeding 64 MB" in detail
-            or (reward and reward["fail_to_pass_exit_code"] == 137)), detail
+    assert (
+        "out of memory" in detail
+        or "exceeding 64 MB" in detail
+        or (reward and reward["fail_to_pass_exit_code"] == 137)
+    ), detail
 
 
-def test_sigterm_removes_what_the_run_created(tmp_path: Path, verify_options: list[str],
-                                              docker_client: docker.DockerClient) -> None:
-    task = bash_task(tmp_path, name="interrupted", new_test="sleep 600\n",
-                     timeouts={"setupSeconds": 300, "testsSeconds": 300})
+def test_sigterm_removes_what_the_run_created(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    task = bash_task(
+        tmp_path,
+        name="interrupted",
+        new_test="sleep 600\n",
+        timeouts={"setupSeconds": 300, "testsSeconds": 300},
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "runner", "verify", str(task.directory), "--logs",
-         str(tmp_path / "run"), *verify_options],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "verify",
+            str(task.directory),
+            "--logs",
+            str(tmp_path / "run"),
+            *verify_options,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 300
     try:
         while time.monotonic() < deadline:
             running = docker_client.containers.list(
-                filters={"label": ["org.selfbench.runner=1", "org.selfbench.kind=nop"]})
+                filters={"label": ["org.selfbench.runner=1", "org.selfbench.kind=nop"]}
+            )
             if any(c.attrs["Config"]["Cmd"] == ["/tests/test.sh"] for c in running):
                 break
             time.sleep(0.5)
@@ -179,20 +206,27 @@ def test_sigterm_removes_what_the_run_created(tmp_path: Path, verify_options: li
             process.kill()
     assert process.returncode == 130, err
     assert "interrupted" in err
-    assert docker_client.containers.list(
-        all=True, filters={"label": "org.selfbench.kind=nop"}) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"label": "org.selfbench.kind=nop"}) == []
+    )
 
 
-def test_clean_removes_leftovers_by_label(tmp_path: Path, verify_options: list[str],
-                                          docker_client: docker.DockerClient) -> None:
+def test_clean_removes_leftovers_by_label(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
     task = bash_task(tmp_path, name="kept")
     run = run_verify(task.directory, verify_options, tmp_path / "run", "--keep")
     assert run.code == 0
     kept = leftovers(docker_client, run.report["runId"])
     assert len(kept) == 5  # smoke, and an agent and a verifier for nop and oracle
     assert "docker exec -it" in run.stderr
-    result = subprocess.run([sys.executable, "-m", "runner", "clean"], cwd=ROOT,
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "runner", "clean"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0
     assert leftovers(docker_client, run.report["runId"]) == []
 

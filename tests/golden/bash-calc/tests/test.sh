@@ -16,6 +16,9 @@ setup_completed=0
 fail_to_pass_exit_code=-1
 fail_to_pass_repeat_exit_code=-1
 pass_to_pass_exit_code=-1
+fail_to_pass_ms=0
+fail_to_pass_repeat_ms=0
+pass_to_pass_ms=0
 
 held_out_paths=('tests/test_ops.sh')
 fail_to_pass_command='bash tests/run.sh '\''tests/test_ops.sh'\'''
@@ -24,12 +27,15 @@ pass_to_pass_command='bash tests/run.sh '\''tests/test_add.sh'\'''
 kill_verifier_processes() { pkill -KILL -u verifier 2>/dev/null || true; }
 
 # run_as_verifier NAME COMMAND: output to stdout and /logs/verifier/NAME.log; returns its status.
+# Also records the command's wall time in NAME_ms (for reward.json).
 run_as_verifier() {
-  local status
+  local status started
   echo "selfbench: running $1: $2"
+  started=$(date +%s%N)
   runuser -u verifier -- env HOME=/home/verifier USER=verifier LOGNAME=verifier \
     bash -c "$2" 2>&1 | tee "/logs/verifier/$1.log"
   status=${PIPESTATUS[0]}
+  printf -v "$1_ms" '%d' $((($(date +%s%N) - started) / 1000000))
   kill_verifier_processes
   echo "selfbench: $1 exited $status"
   return "$status"
@@ -87,7 +93,7 @@ if [ "$patch_applied" -eq 1 ] && [ "$fail_to_pass" -eq 1 ] && [ "$pass_to_pass" 
   reward=1
 fi
 cat > /logs/verifier/reward.json <<JSON
-{"reward": $reward, "patch_applied": $patch_applied, "fail_to_pass": $fail_to_pass, "pass_to_pass": $pass_to_pass, "deterministic": $deterministic, "setup_completed": $setup_completed, "fail_to_pass_exit_code": $fail_to_pass_exit_code, "fail_to_pass_repeat_exit_code": $fail_to_pass_repeat_exit_code, "pass_to_pass_exit_code": $pass_to_pass_exit_code}
+{"reward": $reward, "patch_applied": $patch_applied, "fail_to_pass": $fail_to_pass, "pass_to_pass": $pass_to_pass, "deterministic": $deterministic, "setup_completed": $setup_completed, "fail_to_pass_exit_code": $fail_to_pass_exit_code, "fail_to_pass_repeat_exit_code": $fail_to_pass_repeat_exit_code, "pass_to_pass_exit_code": $pass_to_pass_exit_code, "fail_to_pass_ms": $fail_to_pass_ms, "fail_to_pass_repeat_ms": $fail_to_pass_repeat_ms, "pass_to_pass_ms": $pass_to_pass_ms}
 JSON
 echo "selfbench: reward $(cat /logs/verifier/reward.json)"
 exit 0

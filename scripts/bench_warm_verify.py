@@ -1,0 +1,116 @@
+"""Benchmark: runner overhead of a warm re-verify of an unchanged small task.
+
+overhead = wall time of `selfbench-runner verify` minus the time the task's own commands took
+(the setup command: zero when its layer is cached; the test commands, as test.sh records them
+in reward.json). Target: at most 3 s.
+
+Usage: python scripts/bench_warm_verify.py [TASK_DIR] [--runs N] [verify options...]
+Defaults: examples/bash-calc, 5 runs, and the options scripts/verify.sh would choose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_SECONDS = 3.0
+
+
+def default_options() -> list[str]:
+    options = ["--toolchain-source", os.environ.get("SELFBENCH_TOOLCHAIN_SOURCES", "uv=registry")]
+    base = os.environ.get("SELFBENCH_BASE_IMAGE")
+    if not base:
+        made = subprocess.run(
+            [str(ROOT / "scripts" / "make-base-image.sh")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        base = made.stdout.strip().splitlines()[-1]
+    options += ["--base-image", base]
+    ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    if ca.is_file():
+        options += ["--extra-ca-certs", str(ca)]
+    return options
+
+
+def verify_once(task: Path, options: list[str], logs: Path) -> tuple[float, dict[str, object]]:
+    started = time.perf_counter()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "verify",
+            str(task),
+            "--json",
+            "-q",
+            "--logs",
+            str(logs),
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    wall = time.perf_counter() - started
+    report: dict[str, object] = json.loads(result.stdout)
+    if result.returncode != 0:
+        raise SystemExit(f"verify failed (exit {result.returncode}): {report.get('reason')}")
+    return wall, report
+
+
+def task_seconds(report: dict[str, object]) -> float:
+    stages = report["stages"]
+    assert isinstance(stages, dict)
+    total = 0.0
+    for gate in ("nop", "oracle"):
+        reward = stages[gate]["data"]["reward"]
+        total += (
+            sum(
+                reward.get(k, 0)
+                for k in ("fail_to_pass_ms", "fail_to_pass_repeat_ms", "pass_to_pass_ms")
+            )
+            / 1000
+        )
+    images = stages["build"]["data"]["images"]
+    if not all(image["cached"] for image in images.values()):
+        raise SystemExit("images were rebuilt: not a warm run")
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", nargs="?", default=str(ROOT / "examples" / "bash-calc"))
+    parser.add_argument("--runs", type=int, default=5)
+    args, extra = parser.parse_known_args()
+    options = extra or default_options()
+    task = Path(args.task)
+    with tempfile.TemporaryDirectory() as tmp:
+        verify_once(task, options, Path(tmp) / "warmup")
+        overheads, walls = [], []
+        for index in range(args.runs):
+            wall, report = verify_once(task, options, Path(tmp) / f"run{index}")
+            walls.append(wall)
+            overheads.append(wall - task_seconds(report))
+    print(f"task: {task}")
+    print(f"warm runs: {args.runs}")
+    print(f"wall seconds:     median {statistics.median(walls):.2f}  max {max(walls):.2f}")
+    print(
+        f"overhead seconds: median {statistics.median(overheads):.2f}  max {max(overheads):.2f}"
+        f"  (target <= {TARGET_SECONDS:.1f})"
+    )
+    sys.exit(0 if max(overheads) <= TARGET_SECONDS else 1)
+
+
+if __name__ == "__main__":
+    main()
