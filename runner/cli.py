@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,13 +19,15 @@ import click
 from runner import __version__
 from runner.audit import audit
 from runner.compiler import compile_task, refresh_bundle
-from runner.engine import LABEL_RUN, LABEL_RUNNER, cleanup, connect_for_cleanup
+from runner.engine import LABEL_RUN, LABEL_RUNNER, Engine, cleanup, connect_for_cleanup
 from runner.errors import ExitCode, RunnerError, UsageError
+from runner.images import DEFAULT_BASE_IMAGE, BuildEnvironment, prepare_toolchains
+from runner.models import Toolchain
 from runner.render import CompileOptions
 from runner.report import Report, report_schema, write_atomic
 from runner.taskdir import load_authored_task
-from runner.toolchains import ToolchainSettings, settings_from
-from runner.verify import DEFAULT_BASE_IMAGE, Verifier, VerifySettings
+from runner.toolchains import ToolchainSettings, load_catalog, settings_from
+from runner.verify import Verifier, VerifySettings, new_run_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -319,6 +322,66 @@ def verify_command(
         name = line.split(": ", 1)[1]
         click.echo(f"kept {line}: docker start {name} && docker exec -it {name} bash", err=True)
     sys.exit(int(report.verdict.exit_code))
+
+
+@cli.command("prepare")
+@click.option(
+    "--toolchains",
+    "toolchain_list",
+    required=True,
+    metavar="LIST",
+    help="Comma-separated toolchains, e.g. go,bun,uv (implied ones are added).",
+)
+@BASE_IMAGE
+@EXTRA_CA
+@TOOLCHAIN_SOURCE
+@TOOLCHAIN_MIRROR
+@click.option(
+    "--build-network",
+    metavar="MODE",
+    envvar="SELFBENCH_BUILD_NETWORK",
+    help="Network mode for image builds.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+@_errors_to_exit
+def prepare_command(
+    toolchain_list: str,
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    build_network: str | None,
+    quiet: bool,
+) -> None:
+    """Prebuild the base and toolchain layers (e.g. once in CI before a matrix of verifies).
+    Prints the image tag."""
+    names = [n.strip() for n in toolchain_list.split(",") if n.strip()]
+    try:
+        selected = [Toolchain(n) for n in names]
+    except ValueError:
+        known = ", ".join(t.value for t in Toolchain)
+        raise UsageError(
+            f"--toolchains: expected some of {known}, got {toolchain_list!r}"
+        ) from None
+    if not selected:
+        raise UsageError("--toolchains: name at least one toolchain")
+    environment = BuildEnvironment(
+        base_image=base_image,
+        extra_ca_certs=extra_ca_certs,
+        toolchains=_toolchain_settings(sources, mirrors),
+        build_network=build_network,
+    )
+    layers = load_catalog().close(selected)
+    engine = Engine(new_run_id())
+    with tempfile.TemporaryDirectory(prefix="selfbench-prepare.") as tmp:
+        tag, cached = prepare_toolchains(
+            engine, environment, layers, Path(tmp), _progress_printer(False, quiet)
+        )
+    if not quiet:
+        click.echo(
+            f"{'cached' if cached else 'built'}: {', '.join(s.name for s in layers)}", err=True
+        )
+    click.echo(tag)
 
 
 @cli.command("schema")

@@ -28,6 +28,7 @@ from docker.models.containers import Container
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from runner.errors import InfrastructureError
+from runner.toolchains import Arch
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ LABEL_INPUTS = "org.selfbench.inputs"
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _SUCCESS = re.compile(r"^Successfully built ([0-9a-f]{12,64})\s*$")
 _NONZERO = re.compile(r"returned a non-zero code: (\d+)")
+_LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$")
 
 TRANSIENT = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
 
@@ -80,6 +82,8 @@ class BuildResult:
     task_at_fault: bool = False
     cached_steps: int = 0
     total_steps: int = 0
+    # The image id of the last step that completed: a shell there is where to debug.
+    last_layer: str | None = None
 
 
 @dataclass(kw_only=True)
@@ -106,7 +110,7 @@ class Engine:
         self.api = self.client.api
         info = self.client.info()
         self.ncpu = int(info.get("NCPU") or 1)
-        self.arch = "arm64" if info.get("Architecture") in ("aarch64", "arm64") else "amd64"
+        self.arch: Arch = "arm64" if info.get("Architecture") in ("aarch64", "arm64") else "amd64"
         self.storage_driver = str(info.get("Driver", ""))
         self._storage_supported: bool | None = None
         self._lock = threading.Lock()
@@ -218,6 +222,8 @@ class Engine:
                                 if match := _STEP.match(line):
                                     step = match.group(3)
                                     result.total_steps = int(match.group(2))
+                                elif match := _LAYER.match(line):
+                                    result.last_layer = match.group(1)
                                 elif line.strip() == "---> Using cache":
                                     result.cached_steps += 1
                                 elif match := _SUCCESS.match(line):

@@ -207,12 +207,8 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
     shared = {
         "setup.sh": text("setup.sh.j2"),
         "smoke.sh": text("smoke.sh.j2"),
-        "toolchains/lib.sh": (dockerfiles_dir() / "toolchains" / "lib.sh").read_bytes(),
+        **toolchain_scripts(layers),
     }
-    for spec in layers:
-        shared[f"toolchains/{spec.name.value}.sh"] = (
-            env.get_template(spec.script).render(tc=spec).encode()
-        )
     for directory in CONTEXT_DIRS:
         for name, content in shared.items():
             files[f"{directory}/{name}"] = content
@@ -220,6 +216,28 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         files["tests/dependency-setup.patch"] = data.gold.subpatch(manifest_changes)
     files[MANIFEST] = manifest_json(data).encode()
     return files
+
+
+def toolchain_scripts(layers: Sequence[ToolchainSpec]) -> dict[str, bytes]:
+    env = _environment()
+    scripts = {"toolchains/lib.sh": (dockerfiles_dir() / "toolchains" / "lib.sh").read_bytes()}
+    for spec in layers:
+        scripts[f"toolchains/{spec.name.value}.sh"] = (
+            env.get_template(spec.script).render(tc=spec).encode()
+        )
+    return scripts
+
+
+def render_toolchain_context(layers: Sequence[ToolchainSpec]) -> dict[str, bytes]:
+    """A build context holding just the base and toolchain layers, as every bundle renders
+    them: building it warms the layer cache for any task with the same toolchain set."""
+    dockerfile = (
+        _environment()
+        .get_template("toolchains.Dockerfile.j2")
+        .render(toolchain_layers=list(layers))
+        .encode()
+    )
+    return {"Dockerfile": dockerfile, **toolchain_scripts(layers)}
 
 
 def manifest_json(data: RenderInput) -> str:

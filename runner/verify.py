@@ -8,42 +8,37 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import logging
-import os
 import secrets
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from docker.models.containers import Container
 
 from runner import __version__
-from runner.artifacts import fetch_registry_artifact
 from runner.audit import audit
 from runner.bundle import BundleSpec, read_bundle
 from runner.compiler import compile_task
 from runner.engine import Engine, Limits, RunResult
 from runner.errors import InfrastructureError, InvalidTaskError, RunnerError
+from runner.images import (
+    DEFAULT_BASE_IMAGE,
+    BuildEnvironment,
+    context_digest,
+    prepare_base,
+    proxy_environment,
+)
 from runner.render import AGENT_PATCH, CompileOptions
 from runner.report import Report, Stage, Status, Verdict, write_atomic
-from runner.resources import dockerfiles_dir
 from runner.taskdir import load_authored_task
-from runner.toolchains import Source, ToolchainSettings, load_catalog
+from runner.toolchains import ToolchainSettings, load_catalog
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_IMAGE = "ubuntu:24.04"
-LOCAL_BASE_HINT = (
-    "build a local base with scripts/make-base-image.sh and pass "
-    "--base-image selfbench/debian-base:bookworm (or set SELFBENCH_BASE_IMAGE)"
-)
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 # Instructions whose failure is the task's fault; anything else failing is infrastructure.
 TASK_BUILD_STEPS = ("/opt/selfbench-environment/setup.sh", "selfbench-dependency-setup.patch")
 
@@ -62,21 +57,19 @@ class VerifySettings:
     pids_limit: int = 4096
     build_network: str | None = None
 
+    def build_environment(self) -> BuildEnvironment:
+        return BuildEnvironment(
+            base_image=self.base_image,
+            extra_ca_certs=self.extra_ca_certs,
+            toolchains=self.toolchains,
+            build_network=self.build_network,
+        )
+
 
 @dataclass(kw_only=True)
 class Images:
     agent: str
     verifier: str
-
-
-def proxy_environment() -> dict[str, str]:
-    env: dict[str, str] = {}
-    for name in PROXY_VARIABLES:
-        for variant in (name, name.lower()):
-            value = os.environ.get(variant)
-            if value:
-                env[variant] = value
-    return env
 
 
 def new_run_id() -> str:
@@ -90,20 +83,6 @@ def timed(stage: Stage) -> Iterator[Stage]:
         yield stage
     finally:
         stage.seconds = round(time.monotonic() - started, 3)
-
-
-def context_digest(context: Path, extra: dict[str, str]) -> str:
-    """What a build of `context` depends on: every file's path, mode and content, and `extra`."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in context.rglob("*") if p.is_file()):
-        relative = path.relative_to(context).as_posix()
-        digest.update(f"{relative}\0{path.stat().st_mode & 0o777:o}\0".encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\0")
-    digest.update(json.dumps(extra, sort_keys=True).encode())
-    return digest.hexdigest()
 
 
 def image_repository(task_id: str) -> str:
@@ -278,65 +257,18 @@ class Verifier:
 
     # ---- build -------------------------------------------------------------------------
 
-    def _base_image(self, engine: Engine, spec: BundleSpec) -> tuple[str, dict[str, str]]:
-        """The image the bundle builds FROM, and what it depends on."""
-        base = self.settings.base_image
-        base_id = engine.ensure_base_image(base, hint=LOCAL_BASE_HINT)
-        ca = self.settings.extra_ca_certs
-        catalog = load_catalog()
-        registry_layers = [
-            layer
-            for layer in catalog.close(spec.toolchains)
-            if self.settings.toolchains.source(layer.name) is Source.REGISTRY
-        ]
-        inputs = {"base": base_id}
-        if ca is None and not registry_layers:
-            return base, inputs
-        assert self.run_dir is not None
-        context = self.run_dir / "build" / "derived-base"
-        shutil.rmtree(context, ignore_errors=True)
-        (context / "artifacts").mkdir(parents=True)
-        if ca is not None:
-            try:
-                shutil.copyfile(ca, context / "selfbench-extra-ca.crt")
-            except OSError as exc:
-                raise InvalidTaskError(
-                    f"cannot read extra CA certificates: {exc.strerror}", path=str(ca)
-                ) from None
-        for layer in registry_layers:
-            self.progress("build", f"registry artifact for {layer.name} {layer.version}")
-            artifact = fetch_registry_artifact(layer, engine.arch)  # type: ignore[arg-type]
-            target = context / "artifacts" / layer.name.value
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(artifact, target / artifact.name)
-        template = jinja2.Template((dockerfiles_dir() / "derived-base.Dockerfile.j2").read_text())
-        (context / "Dockerfile").write_text(
-            template.render(extra_ca=ca is not None, artifacts=bool(registry_layers))
-        )
-        digest = context_digest(context, {"BASE_IMAGE": base_id})
-        tag = f"selfbench/base:{digest[:16]}"
-        inputs["derived"] = digest
-        if engine.image_id(tag) is None:
-            result = engine.build(
-                context=context,
-                tag=tag,
-                buildargs={"BASE_IMAGE": base, **proxy_environment()},
-                labels={**engine.labels("base"), "org.selfbench.inputs": digest},
-                limits=Limits(cpus=2, memory_mb=2048, storage_mb=0),
-                timeout=600,
-                log_path=self._log_path("build", "base.log"),
-                network_mode=self.settings.build_network,
-            )
-            if not result.ok:
-                raise InfrastructureError(f"derived base image failed to build: {result.error}")
-        return tag, inputs
-
     def _build(self, spec: BundleSpec, limits: Limits) -> Images | None:
         engine = self.engine
         assert engine is not None and self.run_dir is not None
         self.progress("build", f"base image {self.settings.base_image}")
         try:
-            base, inputs = self._base_image(engine, spec)
+            base, inputs = prepare_base(
+                engine,
+                self.settings.build_environment(),
+                load_catalog().close(spec.toolchains),
+                self._log_path("build", "base.log").parent,
+                self.progress,
+            )
         except InvalidTaskError as exc:
             self.report.verdict = Verdict.INVALID
             self._set("build", Status.FAILED, exc.one_line())
@@ -390,6 +322,9 @@ class Verifier:
                 data["failedStep"] = result.failed_step
                 data["exitCode"] = result.exit_code
                 data["tail"] = result.tail
+                if result.last_layer:
+                    data["lastGoodLayer"] = result.last_layer
+                    data["debugCommand"] = f"docker run -it --rm {result.last_layer} bash"
                 why = result.error or "failed"
                 oom = " (killed: out of memory?)" if result.exit_code == 137 else ""
                 detail = f"{kind} image: `{result.failed_step}` failed: {why}{oom}; see {log_path}"
@@ -446,7 +381,11 @@ class Verifier:
         finally:
             self._dispose(container, "smoke")
         lines = log_path.read_text(errors="replace").splitlines()
-        data = {"exitCode": result.exit_code, "output": lines[-20:]}
+        data = {
+            "exitCode": result.exit_code,
+            "answers": [ln for ln in lines if ln.strip() and not ln.startswith("+ ")][:40],
+            "output": lines[-20:],
+        }
         if result.timed_out:
             self._set("smoke", Status.FAILED, "smoke command timed out", **data)
             return False
