@@ -1,0 +1,279 @@
+"""Toolchain layers really built on this machine: registry sources for uv, node, bun and go,
+a bun task verified end to end, and the upstream download-and-verify path through a local
+mirror on 127.0.0.1 (including a wrong digest, which must fail the build)."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from runner.artifacts import fetch_registry_artifact
+from runner.models import Toolchain
+from runner.toolchains import load_catalog
+from tests.helpers import bash_task, definition, diff_of, make_repo, write_task
+from tests.integration.conftest import run_verify
+
+REGISTRY = ["--toolchain-source", "uv=registry,node=registry,go=registry"]
+
+
+def answers(run_report: dict[str, object]) -> str:
+    stages = run_report["stages"]
+    assert isinstance(stages, dict)
+    return "\n".join(stages["smoke"]["data"]["answers"])
+
+
+def test_go_bun_uv_from_registries(tmp_path: Path, verify_options: list[str]) -> None:
+    task = bash_task(tmp_path, name="go-bun-uv", toolchains=["go", "bun", "uv"])
+    run = run_verify(task.directory, [*verify_options, *REGISTRY], tmp_path / "run")
+    assert run.code == 0, run.stderr
+    smoke = answers(run.report)
+    assert "go version go1.25.0 linux/" in smoke
+    assert "v22.14.0" in smoke.splitlines()  # node, implied by bun
+    assert "1.3.14" in smoke.splitlines()  # bun
+    assert "uv 0.13.9" in smoke
+    assert run.report["settings"]["toolchainSources"] == {
+        "uv": "registry",
+        "node": "registry",
+        "go": "registry",
+    }
+    # The bundle still renders the upstream path by default.
+    dockerfile = (tmp_path / "run" / "bundle" / "environment" / "Dockerfile").read_text()
+    assert "ARG SELFBENCH_GO_SOURCE=upstream" in dockerfile
+
+
+SUM_TS = "export function sum(values: number[]): number {\n  return 0;\n}\n"
+SUM_GOLD = (
+    "export function sum(values: number[]): number {\n"
+    "  let total = 0;\n"
+    "  for (const value of values) {\n"
+    "    if (!Number.isFinite(value)) {\n"
+    "      throw new RangeError(`not a finite number: ${value}`);\n"
+    "    }\n"
+    "    total += value;\n"
+    "  }\n"
+    "  return total;\n"
+    "}\n\n"
+    "export function mean(values: number[]): number {\n"
+    "  if (values.length === 0) {\n"
+    '    throw new RangeError("mean of no values");\n'
+    "  }\n"
+    "  return sum(values) / values.length;\n"
+    "}\n\n"
+    "export function range(values: number[]): number {\n"
+    "  if (values.length === 0) {\n"
+    '    throw new RangeError("range of no values");\n'
+    "  }\n"
+    "  return Math.max(...values) - Math.min(...values);\n"
+    "}\n"
+)
+
+
+def test_bun_task_end_to_end(tmp_path: Path, verify_options: list[str]) -> None:
+    repo, commit = make_repo(
+        tmp_path / "bun-repo",
+        {
+            "package.json": '{"name": "stats", "version": "1.0.0", "type": "module"}\n',
+            "src/stats.ts": SUM_TS,
+            "tests/old.test.ts": (
+                'import { expect, test } from "bun:test";\n'
+                'test("truth", () => { expect(1 + 1).toBe(2); });\n'
+            ),
+        },
+    )
+    test_patch = diff_of(
+        repo,
+        {
+            "tests/stats.test.ts": (
+                'import { expect, test } from "bun:test";\n'
+                'import { mean, sum } from "../src/stats";\n'
+                'test("sum", () => { expect(sum([1, 2, 3])).toBe(6); });\n'
+                'test("mean", () => { expect(mean([2, 4])).toBe(3); });\n'
+            )
+        },
+    )
+    gold_patch = diff_of(repo, {"src/stats.ts": SUM_GOLD})
+    doc = definition(
+        taskId="bun-stats",
+        repo=str(repo),
+        baseCommit=commit,
+        setupCommand="bun install",
+        testCommand="bun test {tests}",
+        failToPass=["tests/stats.test.ts"],
+        passToPass=["tests/old.test.ts"],
+        testPaths=["tests/stats.test.ts"],
+        toolchains=["bun"],
+    )
+    directory = write_task(
+        tmp_path / "bun-stats", doc, test_patch=test_patch, gold_patch=gold_patch
+    )
+    run = run_verify(directory, [*verify_options, *REGISTRY], tmp_path / "run")
+    assert run.code == 0, (run.report["reason"], run.stderr[-2000:])
+    nop_log = (tmp_path / "run" / "nop" / "logs" / "verifier" / "fail_to_pass.log").read_text()
+    assert " 0 pass" in nop_log
+    oracle_log = (
+        tmp_path / "run" / "oracle" / "logs" / "verifier" / "fail_to_pass.log"
+    ).read_text()
+    assert "2 pass" in oracle_log
+
+
+# ---- upstream path through a local mirror ------------------------------------------------
+
+
+class Mirror:
+    def __init__(self, root: Path, port: int) -> None:
+        self.root = root
+        self.base = f"http://127.0.0.1:{port}"
+        self.requests: list[str] = []
+
+    def add(
+        self, relative: str, data: bytes, *, digest: str | None = None, sidecar: bool = True
+    ) -> str:
+        path = self.root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        real = hashlib.sha256(data).hexdigest()
+        if sidecar:
+            Path(f"{path}.sha256").write_text(f"{digest or real}  {path.name}\n")
+        return real
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Iterator[Mirror]:
+    root = tmp_path / "mirror"
+    root.mkdir()
+    holder: list[Mirror] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            holder[0].requests.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), partial(Handler, directory=str(root))
+    )
+    holder.append(Mirror(root, server.server_address[1]))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield holder[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def tarball(files: dict[str, str | bytes], *, mode: str = "w:gz") -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as archive:  # type: ignore[call-overload]
+        for name, content in files.items():
+            data = content.encode() if isinstance(content, str) else content
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o755
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+FAKE_GO = "#!/bin/sh\necho 'go version go1.25.0 linux/amd64'\n"
+
+
+def mirrored_run(
+    tmp_path: Path, verify_options: list[str], name: str, toolchains: list[str], mirrors: list[str]
+) -> object:
+    task = bash_task(tmp_path, name=name, toolchains=toolchains)
+    options = [*verify_options, "--build-network", "host"]
+    for item in mirrors:
+        options += ["--toolchain-mirror", item]
+    return run_verify(task.directory, options, tmp_path / "run")
+
+
+def test_go_through_a_mirror(tmp_path: Path, verify_options: list[str], mirror: Mirror) -> None:
+    mirror.add("go/go1.25.0.linux-amd64.tar.gz", tarball({"go/bin/go": FAKE_GO}))
+    run = mirrored_run(tmp_path, verify_options, "go-mirror", ["go"], [f"go={mirror.base}/go"])
+    assert run.code == 0, run.stderr[-3000:]  # type: ignore[attr-defined]
+    assert "go version go1.25.0" in answers(run.report)  # type: ignore[attr-defined]
+    assert "/go/go1.25.0.linux-amd64.tar.gz.sha256" in mirror.requests
+
+
+def test_wrong_digest_fails_the_build(
+    tmp_path: Path, verify_options: list[str], mirror: Mirror
+) -> None:
+    wrong = "0" * 64
+    real = mirror.add(
+        "go/go1.25.0.linux-amd64.tar.gz", tarball({"go/bin/go": FAKE_GO}), digest=wrong
+    )
+    run = mirrored_run(tmp_path, verify_options, "go-bad-digest", ["go"], [f"go={mirror.base}/go"])
+    assert run.code == 3  # type: ignore[attr-defined]
+    build = run.stage("build")  # type: ignore[attr-defined]
+    assert build["status"] == "error"
+    assert "selfbench-toolchains/go.sh" in build["data"]["failedStep"]
+    log = (tmp_path / "run" / "build" / "agent.log").read_text()
+    url = f"{mirror.base}/go/go1.25.0.linux-amd64.tar.gz"
+    assert f"toolchain go: sha256 mismatch for {url}: expected {wrong}, got {real}" in log
+
+
+def test_rust_through_a_mirror(tmp_path: Path, verify_options: list[str], mirror: Mirror) -> None:
+    fake_rustup = (
+        '#!/bin/sh\nset -e\nmkdir -p "$CARGO_HOME/bin" "$RUSTUP_HOME"\n'
+        'printf \'#!/bin/sh\\necho "cargo 1.90.0 (mirror test)"\\n\' > "$CARGO_HOME/bin/cargo"\n'
+        'printf \'#!/bin/sh\\necho "rustc 1.90.0 (mirror test)"\\n\' > "$CARGO_HOME/bin/rustc"\n'
+        'chmod 755 "$CARGO_HOME/bin/cargo" "$CARGO_HOME/bin/rustc"\n'
+        'echo "rustup-init $*" > "$RUSTUP_HOME/args"\n'
+    )
+    mirror.add(
+        "rust/rustup/archive/1.28.2/x86_64-unknown-linux-gnu/rustup-init", fake_rustup.encode()
+    )
+    run = mirrored_run(
+        tmp_path, verify_options, "rust-mirror", ["rust"], [f"rust={mirror.base}/rust"]
+    )
+    assert run.code == 0, run.stderr[-3000:]  # type: ignore[attr-defined]
+    assert "cargo 1.90.0" in answers(run.report)  # type: ignore[attr-defined]
+
+
+def test_uv_and_node_upstream_layout_through_a_mirror(
+    tmp_path: Path, verify_options: list[str], mirror: Mirror
+) -> None:
+    """The real uv binary and a Node layout, served in the upstream archive formats."""
+    catalog = load_catalog()
+    wheel = fetch_registry_artifact(catalog.toolchains[Toolchain.UV], "amd64")
+    with zipfile.ZipFile(wheel) as archive:
+        uv = archive.read("uv-0.13.9.data/scripts/uv")
+    mirror.add(
+        "uv/0.13.9/uv-x86_64-unknown-linux-gnu.tar.gz",
+        tarball(
+            {
+                "uv-x86_64-unknown-linux-gnu/uv": uv,
+                "uv-x86_64-unknown-linux-gnu/uvx": '#!/bin/sh\nexec uv tool run "$@"\n',
+            }
+        ),
+    )
+    node = tarball(
+        {
+            "node-v22.14.0-linux-x64/bin/node": "#!/bin/sh\necho v22.14.0\n",
+            "node-v22.14.0-linux-x64/bin/npm": "#!/bin/sh\necho 10.9.2\n",
+            "node-v22.14.0-linux-x64/bin/corepack": "#!/bin/sh\necho 0.31.0\n",
+        },
+        mode="w:xz",
+    )
+    digest = mirror.add("node/v22.14.0/node-v22.14.0-linux-x64.tar.xz", node, sidecar=False)
+    (mirror.root / "node/v22.14.0/SHASUMS256.txt").write_text(
+        f"{'1' * 64}  node-v22.14.0-darwin-arm64.tar.gz\n{digest}  node-v22.14.0-linux-x64.tar.xz\n"
+    )
+    run = mirrored_run(
+        tmp_path,
+        verify_options,
+        "uv-node-mirror",
+        ["uv", "node"],
+        [f"uv={mirror.base}/uv", f"node={mirror.base}/node"],
+    )
+    assert run.code == 0, run.stderr[-3000:]  # type: ignore[attr-defined]
+    smoke = answers(run.report)  # type: ignore[attr-defined]
+    assert "uv 0.13.9" in smoke
+    assert "v22.14.0" in smoke.splitlines()
