@@ -35,15 +35,29 @@ def _get(data: dict[str, Any], dotted: str, path: Path) -> Any:
     return node
 
 
-def read_bundle(root: Path) -> BundleSpec:
+def load_task_toml(root: Path) -> dict[str, Any]:
     path = root / "task.toml"
     try:
         with path.open("rb") as handle:
-            data = tomllib.load(handle)
+            return tomllib.load(handle)
     except FileNotFoundError:
         raise InvalidTaskError("not a compiled bundle (no task.toml)", path=str(root)) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidTaskError(f"invalid TOML: {exc}", path=str(path)) from None
+
+
+def read_metadata(root: Path) -> dict[str, Any]:
+    metadata = load_task_toml(root).get("metadata")
+    if not isinstance(metadata, dict):
+        raise InvalidTaskError(
+            "missing [metadata] table", path=str(root / "task.toml"), field="metadata"
+        )
+    return metadata
+
+
+def read_bundle(root: Path) -> BundleSpec:
+    path = root / "task.toml"
+    data = load_task_toml(root)
     for required in (
         "environment/Dockerfile",
         "tests/Dockerfile",

@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,13 +17,14 @@ import click
 
 from runner import __version__
 from runner.audit import audit
+from runner.cli_output import Output
 from runner.compiler import compile_task, refresh_bundle
 from runner.engine import LABEL_RUN, LABEL_RUNNER, Engine, cleanup, connect_for_cleanup
 from runner.errors import ExitCode, RunnerError, UsageError
 from runner.images import DEFAULT_BASE_IMAGE, BuildEnvironment, prepare_toolchains
 from runner.models import Toolchain
 from runner.render import CompileOptions
-from runner.report import Report, report_schema, write_atomic
+from runner.report import report_schema, write_atomic
 from runner.taskdir import load_authored_task
 from runner.toolchains import ToolchainSettings, load_catalog, settings_from
 from runner.verify import Verifier, VerifySettings, new_run_id
@@ -157,28 +157,6 @@ def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]
         click.echo("bundle already up to date")
 
 
-def _progress_printer(verbose: bool, quiet: bool) -> Callable[[str, str], None]:
-    def progress(stage: str, message: str) -> None:
-        if quiet:
-            return
-        stamp = time.strftime("%H:%M:%S")
-        click.echo(f"[{stamp}] {stage}: {message}", err=True)
-
-    return progress
-
-
-def _summary(report: Report) -> list[str]:
-    lines = [
-        f"{report.task_id or '?'}: {report.verdict.value}"
-        + (f" ({report.reason})" if report.reason else "")
-    ]
-    for name, stage in report.stages.items():
-        lines.append(f"  {name:<12} {stage.status.value:<8} {stage.seconds:>8.1f}s  {stage.detail}")
-    if report.run_dir:
-        lines.append(f"  logs and report: {report.run_dir}")
-    return lines
-
-
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM behaves like Ctrl-C, so the same cleanup runs."""
@@ -304,7 +282,8 @@ def verify_command(
         pids_limit=pids_limit,
         build_network=build_network,
     )
-    verifier = Verifier(target, settings, _progress_printer(verbose, quiet))
+    output = Output(quiet=quiet)
+    verifier = Verifier(target, settings, output.progress)
     try:
         with _terminate_as_interrupt():
             report = verifier.run()
@@ -316,8 +295,7 @@ def verify_command(
     if as_json:
         click.echo(report.to_json(), nl=False)
     if not quiet or not as_json:
-        for line in _summary(report):
-            click.echo(line, err=True)
+        output.summary(report)
     for line in report.settings.get("kept") or []:
         name = line.split(": ", 1)[1]
         click.echo(f"kept {line}: docker start {name} && docker exec -it {name} bash", err=True)
@@ -375,7 +353,7 @@ def prepare_command(
     engine = Engine(new_run_id())
     with tempfile.TemporaryDirectory(prefix="selfbench-prepare.") as tmp:
         tag, cached = prepare_toolchains(
-            engine, environment, layers, Path(tmp), _progress_printer(False, quiet)
+            engine, environment, layers, Path(tmp), Output(quiet=quiet).progress
         )
     if not quiet:
         click.echo(

@@ -11,10 +11,10 @@ import json
 import os
 import shutil
 import tempfile
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+from runner.bundle import read_metadata
 from runner.errors import InvalidTaskError
 from runner.gitrepo import resolve_repository, write_archive
 from runner.render import (
@@ -121,24 +121,9 @@ def compile_task(
     return out
 
 
-def read_bundle_metadata(bundle: Path) -> dict[str, object]:
-    path = bundle / "task.toml"
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise InvalidTaskError("not a compiled bundle (no task.toml)", path=str(bundle)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidTaskError(f"invalid TOML: {exc}", path=str(path)) from None
-    metadata = data.get("metadata")
-    if not isinstance(metadata, dict):
-        raise InvalidTaskError("missing [metadata] table", path=str(path), field="metadata")
-    return metadata
-
-
 def refresh_bundle(task: AuthoredTask, bundle: Path, options: CompileOptions) -> list[str]:
     """Rewrite every definition-derived file of `bundle`; returns the paths that changed."""
-    metadata = read_bundle_metadata(bundle)
+    metadata = read_metadata(bundle)
     definition = task.definition
     if metadata.get("selfbench_task_id") != definition.task_id:
         raise InvalidTaskError(

@@ -1,0 +1,132 @@
+"""How the CLI shows progress and results: rich colour on a terminal, plain timestamped lines
+in logs and CI, GitHub Actions groups, one annotation and a step summary when running there.
+Part of the CLI layer: the only other module that prints."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from runner.report import Report, Status, Verdict
+
+STATUS_STYLE = {
+    Status.PASSED: "green",
+    Status.FAILED: "red",
+    Status.ERROR: "yellow",
+    Status.SKIPPED: "dim",
+}
+VERDICT_STYLE = {
+    Verdict.ACCEPTED: "bold green",
+    Verdict.REJECTED: "bold red",
+    Verdict.INFRASTRUCTURE_FAILED: "bold yellow",
+    Verdict.INVALID: "bold red",
+}
+SUMMARY_LIMIT = 1_000_000  # GitHub caps a step summary at 1 MiB
+
+
+def in_github_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+class Output:
+    def __init__(self, *, quiet: bool = False) -> None:
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.quiet = quiet
+        self.github = in_github_actions()
+        self._group: str | None = None
+
+    def progress(self, stage: str, message: str) -> None:
+        if self.quiet:
+            return
+        if self.github and stage != self._group:
+            self._end_group()
+            print(f"::group::selfbench {stage}", file=self.console.file, flush=True)
+            self._group = stage
+        stamp = time.strftime("%H:%M:%S")
+        if self.console.is_terminal:
+            self.console.print(f"[dim]{stamp}[/] [bold]{stage}[/]: {escape(message)}")
+        else:
+            print(f"[{stamp}] {stage}: {message}", file=self.console.file, flush=True)
+
+    def _end_group(self) -> None:
+        if self._group is not None:
+            print("::endgroup::", file=self.console.file, flush=True)
+            self._group = None
+
+    def summary(self, report: Report) -> None:
+        self._end_group()
+        title = f"{report.task_id or '?'}: {report.verdict.value}"
+        if self.console.is_terminal:
+            table = Table(
+                title=title,
+                title_style=VERDICT_STYLE[report.verdict],
+                show_edge=False,
+                pad_edge=False,
+            )
+            for column in ("stage", "status", "seconds", "detail"):
+                table.add_column(column, justify="right" if column == "seconds" else "left")
+            for name, stage in report.stages.items():
+                table.add_row(
+                    name,
+                    f"[{STATUS_STYLE[stage.status]}]{stage.status.value}[/]",
+                    f"{stage.seconds:.1f}",
+                    escape(stage.detail),
+                )
+            self.console.print(table)
+            if report.run_dir:
+                self.console.print(f"logs and report: {report.run_dir}")
+        else:
+            for line in summary_lines(report):
+                print(line, file=self.console.file)
+        if self.github:
+            self._github(report)
+
+    def _github(self, report: Report) -> None:
+        if report.verdict is not Verdict.ACCEPTED:
+            message = report.reason.replace("%", "%25").replace("\n", "%0A")
+            print(
+                f"::error title=selfbench {report.task_id} {report.verdict.value}::{message}",
+                file=self.console.file,
+            )
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if path:
+            text = step_summary(report)
+            with Path(path).open("a", encoding="utf-8") as handle:
+                handle.write(text[:SUMMARY_LIMIT])
+
+    def line(self, text: str) -> None:
+        print(text, file=self.console.file)
+
+
+def summary_lines(report: Report) -> list[str]:
+    head = f"{report.task_id or '?'}: {report.verdict.value}"
+    lines = [head + (f" ({report.reason})" if report.reason else "")]
+    for name, stage in report.stages.items():
+        lines.append(f"  {name:<12} {stage.status.value:<8} {stage.seconds:>8.1f}s  {stage.detail}")
+    if report.run_dir:
+        lines.append(f"  logs and report: {report.run_dir}")
+    return lines
+
+
+def step_summary(report: Report) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = [
+        f"### selfbench `{report.task_id}`: **{report.verdict.value}**",
+        "",
+        "| stage | status | seconds | detail |",
+        "| --- | --- | ---: | --- |",
+    ]
+    for name, stage in report.stages.items():
+        rows.append(
+            f"| {name} | {stage.status.value} | {stage.seconds:.1f} | {cell(stage.detail)} |"
+        )
+    if report.run_dir:
+        rows += ["", f"Logs: `{report.run_dir}`"]
+    return "\n".join(rows) + "\n\n"
