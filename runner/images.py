@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +106,11 @@ def prepare_base(
     workdir: Path,
     progress: Progress,
 ) -> tuple[str, dict[str, str]]:
-    """The image bundles build FROM, and the identity of what it depends on."""
+    """The image bundles build FROM, and the identity of what it depends on.
+
+    The derived base's tag is a hash of its inputs (base image id, CA bytes, pinned artifact
+    digests, template), so an existing one is reused without touching the artifacts.
+    """
     base = env.base_image
     base_id = engine.ensure_base_image(base, hint=LOCAL_BASE_HINT)
     ca = env.extra_ca_certs
@@ -115,40 +120,55 @@ def prepare_base(
     inputs = {"base": base_id}
     if ca is None and not registry_layers:
         return base, inputs
-    context = workdir / "derived-base"
-    shutil.rmtree(context, ignore_errors=True)
-    (context / "artifacts").mkdir(parents=True)
-    if ca is not None:
-        try:
-            shutil.copyfile(ca, context / "selfbench-extra-ca.crt")
-        except OSError as exc:
-            raise InvalidTaskError(
-                f"cannot read extra CA certificates: {exc.strerror}", path=str(ca)
-            ) from None
-    for layer in registry_layers:
-        progress("build", f"registry artifact for {layer.name} {layer.version}")
-        artifact = fetch_registry_artifact(layer, engine.arch)
-        target = context / "artifacts" / layer.name.value
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(artifact, target / artifact.name)
-    template = jinja2.Template((dockerfiles_dir() / "derived-base.Dockerfile.j2").read_text())
-    (context / "Dockerfile").write_text(
-        template.render(extra_ca=ca is not None, artifacts=bool(registry_layers))
-    )
-    digest = context_digest(context, {"BASE_IMAGE": base_id})
+    try:
+        ca_bytes = ca.read_bytes() if ca is not None else None
+    except OSError as exc:
+        raise InvalidTaskError(
+            f"cannot read extra CA certificates: {exc.strerror}", path=str(ca)
+        ) from None
+    template = (dockerfiles_dir() / "derived-base.Dockerfile.j2").read_text()
+    identity = {
+        "base": base_id,
+        "ca": hashlib.sha256(ca_bytes).hexdigest() if ca_bytes is not None else None,
+        "artifacts": {
+            layer.name.value: layer.registry.arch[engine.arch].sha256
+            for layer in registry_layers
+            if layer.registry is not None
+        },
+        "template": hashlib.sha256(template.encode()).hexdigest(),
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     tag = f"selfbench/base:{digest[:16]}"
     inputs["derived"] = digest
-    _build_or_fail(
-        engine,
-        context,
-        tag,
-        digest,
-        "base",
-        {"BASE_IMAGE": base},
-        env,
-        workdir / "base.log",
-        progress,
-    )
+    if engine.image_id(tag) is not None:
+        return tag, inputs
+    with tempfile.TemporaryDirectory(prefix="selfbench-base.") as tmp:
+        context = Path(tmp)
+        (context / "artifacts").mkdir()
+        if ca_bytes is not None:
+            (context / "selfbench-extra-ca.crt").write_bytes(ca_bytes)
+        for layer in registry_layers:
+            progress("build", f"registry artifact for {layer.name} {layer.version}")
+            artifact = fetch_registry_artifact(layer, engine.arch)
+            target = context / "artifacts" / layer.name.value
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(artifact, target / artifact.name)
+        (context / "Dockerfile").write_text(
+            jinja2.Template(template).render(
+                extra_ca=ca_bytes is not None, artifacts=bool(registry_layers)
+            )
+        )
+        _build_or_fail(
+            engine,
+            context,
+            tag,
+            digest,
+            "base",
+            {"BASE_IMAGE": base},
+            env,
+            workdir / "base.log",
+            progress,
+        )
     return tag, inputs
 
 

@@ -73,18 +73,21 @@ if [ "$patch_applied" -eq 1 ]; then
 fi
 
 if [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
-  cd '/app' || exit 0
-  run_as_verifier fail_to_pass "$fail_to_pass_command"
-  fail_to_pass_exit_code=$?
-  if [ "$fail_to_pass_exit_code" -eq 0 ]; then
-    fail_to_pass=1
-    run_as_verifier fail_to_pass_repeat "$fail_to_pass_command"
-    fail_to_pass_repeat_exit_code=$?
-    if [ "$fail_to_pass_repeat_exit_code" -eq 0 ]; then deterministic=1; fi
+  if cd '/app'; then
+    run_as_verifier fail_to_pass "$fail_to_pass_command"
+    fail_to_pass_exit_code=$?
+    if [ "$fail_to_pass_exit_code" -eq 0 ]; then
+      fail_to_pass=1
+      run_as_verifier fail_to_pass_repeat "$fail_to_pass_command"
+      fail_to_pass_repeat_exit_code=$?
+      if [ "$fail_to_pass_repeat_exit_code" -eq 0 ]; then deterministic=1; fi
+    fi
+    run_as_verifier pass_to_pass "$pass_to_pass_command"
+    pass_to_pass_exit_code=$?
+    if [ "$pass_to_pass_exit_code" -eq 0 ]; then pass_to_pass=1; fi
+  else
+    echo "selfbench: the workdir /app is gone"
   fi
-  run_as_verifier pass_to_pass "$pass_to_pass_command"
-  pass_to_pass_exit_code=$?
-  if [ "$pass_to_pass_exit_code" -eq 0 ]; then pass_to_pass=1; fi
 fi
 
 reward=0
