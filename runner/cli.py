@@ -237,6 +237,12 @@ EXTRA_CA = click.option(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @click.option("--keep", is_flag=True, help="Keep containers and print how to enter them.")
+@click.option(
+    "--rm-images",
+    is_flag=True,
+    help="Remove this task's agent and verifier images afterwards (default: kept as "
+    "the build cache; shared base and toolchain layers stay).",
+)
 @click.option("--pids-limit", default=4096, show_default=True, help="Per-container pids limit.")
 @click.option(
     "--build-network",
@@ -259,6 +265,7 @@ def verify_command(
     report_path: Path | None,
     as_json: bool,
     keep: bool,
+    rm_images: bool,
     pids_limit: int,
     build_network: str | None,
     verbose: bool,
@@ -278,6 +285,7 @@ def verify_command(
         toolchains=_toolchain_settings(sources, mirrors),
         logs_dir=logs_dir,
         keep=keep,
+        remove_images=rm_images,
         compile_options=_compile_options(allowed_hosts),
         pids_limit=pids_limit,
         build_network=build_network,

@@ -53,6 +53,7 @@ class VerifySettings:
     toolchains: ToolchainSettings = field(default_factory=ToolchainSettings)
     logs_dir: Path | None = None
     keep: bool = False
+    remove_images: bool = False
     compile_options: CompileOptions = field(default_factory=CompileOptions)
     pids_limit: int = 4096
     build_network: str | None = None
@@ -545,6 +546,10 @@ class Verifier:
         if self.engine is not None and not self.settings.keep:
             try:
                 self.engine.cleanup_run()
+                if self.settings.remove_images:
+                    images = self.report.stages.build.data.get("images", {})
+                    for image in images.values():
+                        self.engine.remove_image(image["tag"])
             except Exception as exc:  # cleanup must not hide the verdict
                 log.warning("cleanup failed: %s", exc)
         self.report.seconds = round(time.monotonic() - self.started, 3)

@@ -231,6 +231,20 @@ def test_clean_removes_leftovers_by_label(
     assert leftovers(docker_client, run.report["runId"]) == []
 
 
+def test_rm_images_removes_the_task_images(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    task = bash_task(tmp_path, name="rm-images", setupCommand=f"echo {uuid.uuid4().hex}")
+    run = run_verify(task.directory, verify_options, tmp_path / "run", "--rm-images")
+    assert run.code == 0, run.stderr
+    for image in run.stage("build")["data"]["images"].values():
+        try:
+            docker_client.images.get(image["tag"])
+        except docker.errors.ImageNotFound:
+            continue
+        raise AssertionError(f"{image['tag']} was not removed")
+
+
 def test_missing_base_image_names_the_script(tmp_path: Path, verify_options: list[str]) -> None:
     task = bash_task(tmp_path, name="no-base")
     options = [*verify_options, "--base-image", "selfbench/does-not-exist:never"]

@@ -101,3 +101,56 @@ def test_verify_invalid_task_never_calls_docker(
     assert "field `schemaVersion`: Input should be 1" in report["stages"]["compile"]["detail"]
     assert report["stages"]["build"]["status"] == "skipped"
     assert json.loads((tmp_path / "r" / "report.json").read_text())["verdict"] == "invalid"
+
+
+def test_verify_without_an_engine_is_infrastructure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path)
+    code, out, _ = run("verify", str(task.directory), "--json", "--logs", str(tmp_path / "r"))
+    assert code == 3
+    report = json.loads(out)
+    assert report["verdict"] == "infrastructure_failed"
+    assert [report["stages"][s]["status"] for s in ("compile", "audit", "build")] == [
+        "passed",
+        "passed",
+        "error",
+    ]
+    assert report["stages"]["build"]["detail"].startswith("no Docker engine answers")
+    assert report["reason"].startswith("build: no Docker engine answers")
+
+
+def test_verify_audit_red_stops_before_docker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path, difficulty="hard")
+    code, out, _ = run("verify", str(task.directory), "--json", "--logs", str(tmp_path / "r"))
+    assert code == 1
+    report = json.loads(out)
+    assert report["verdict"] == "rejected"
+    assert report["stages"]["audit"]["status"] == "failed"
+    assert report["stages"]["audit"]["data"]["blockers"][0] == (
+        "hard mode requires at least 3 implementation files; found 1"
+    )
+    assert report["stages"]["build"]["status"] == "skipped"
+
+
+def test_missing_extra_ca_is_a_usage_error(tmp_path: Path) -> None:
+    task = bash_task(tmp_path)
+    code, _, err = run(
+        "verify", str(task.directory), "--extra-ca-certs", str(tmp_path / "nope.pem")
+    )
+    assert code == 2
+    assert err.strip() == (
+        f"selfbench-runner: error: {tmp_path / 'nope.pem'}: field "
+        "`--extra-ca-certs`: file not found"
+    )
+
+
+def test_bad_toolchain_source_is_a_usage_error(tmp_path: Path) -> None:
+    task = bash_task(tmp_path)
+    code, _, err = run("verify", str(task.directory), "--toolchain-source", "rust=registry")
+    assert code == 2
+    assert "rust has no registry source" in err
