@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runner.bundle import read_metadata
 from runner.errors import InvalidTaskError
-from runner.gitrepo import resolve_repository, write_archive
+from runner.gitrepo import cached_archive, resolve_repository
 from runner.render import (
     CONTEXT_DIRS,
     EXECUTABLES,
@@ -112,11 +112,9 @@ def compile_task(
     files = render_bundle(render_input(task, options), load_catalog())
     with _staged(out) as staging:
         _write_files(staging, files)
-        first = staging / CONTEXT_DIRS[0] / REPO_ARCHIVE
-        write_archive(repository, definition.base_commit, first)
-        for directory in CONTEXT_DIRS[1:]:
-            shutil.copyfile(first, staging / directory / REPO_ARCHIVE)
+        archive = cached_archive(repository, definition.base_commit)
         for directory in CONTEXT_DIRS:
+            shutil.copyfile(archive, staging / directory / REPO_ARCHIVE)
             os.chmod(staging / directory / REPO_ARCHIVE, 0o644)
     return out
 

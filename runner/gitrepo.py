@@ -113,6 +113,22 @@ def _cached_clone(url: str, commit: str) -> Path:
     return path
 
 
+def cached_archive(repo: Path, commit: str) -> Path:
+    """The commit's archive, made once: a commit names its content, so the archive of a
+    commit never changes and every later compile copies it instead of running git again."""
+    path = cache_root() / "archives" / f"{commit.lower()}.tar.gz"
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write_archive(repo, commit, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def write_archive(repo: Path, commit: str, destination: Path) -> None:
     """`git archive` of the commit, gzipped with a fixed mtime: byte-identical every time."""
     process = subprocess.Popen(

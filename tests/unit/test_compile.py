@@ -183,3 +183,14 @@ def test_refresh_refuses_a_changed_prompt(tmp_path: Path) -> None:
         InvalidTaskError, match="validation repair changed immutable definition field prompt"
     ):
         refresh_bundle(load_authored_task(task.directory), bundle, OPTIONS)
+
+
+def test_archive_is_made_once_per_commit(tmp_path: Path, isolated_cache: Path) -> None:
+    task = bash_task(tmp_path)
+    loaded = load_authored_task(task.directory)
+    out = compile_task(loaded, repo=None, out=tmp_path / "b1", options=OPTIONS)
+    cached = isolated_cache / "archives" / f"{task.commit}.tar.gz"
+    assert cached.read_bytes() == (out / "environment" / "repo.tar.gz").read_bytes()
+    made = cached.stat().st_mtime_ns
+    compile_task(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)
+    assert cached.stat().st_mtime_ns == made
