@@ -42,6 +42,7 @@ _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _SUCCESS = re.compile(r"^Successfully built ([0-9a-f]{12,64})\s*$")
 _NONZERO = re.compile(r"returned a non-zero code: (\d+)")
 _LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$")
+_RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")
 
 TRANSIENT = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
 
@@ -190,6 +191,7 @@ class Engine:
         # A client of its own: closing it is how a timed-out build is cancelled.
         api = docker.from_env(timeout=int(timeout) + 60).api
         lines: list[str] = []
+        running: list[str] = []  # the classic builder's step containers, newest last
         step: str | None = None
         done = threading.Event()
         failure: list[BaseException] = []
@@ -222,6 +224,8 @@ class Engine:
                                 if match := _STEP.match(line):
                                     step = match.group(3)
                                     result.total_steps = int(match.group(2))
+                                elif match := _RUNNING.match(line):
+                                    running.append(match.group(1))
                                 elif match := _LAYER.match(line):
                                     result.last_layer = match.group(1)
                                 elif line.strip() == "---> Using cache":
@@ -252,9 +256,13 @@ class Engine:
             finished = done.wait(timeout)
         finally:
             if not done.is_set():
+                # Closing our client alone lets the engine notice only when its read times
+                # out; killing the step's container ends the build now, then we hang up.
+                self._kill_build_step(running)
+                done.wait(30)
                 api.close()
         if not finished:
-            worker.join(30)
+            worker.join(5)
             result.timed_out = True
             result.failed_step = step
             result.error = f"build timed out after {int(timeout)}s"
@@ -286,6 +294,12 @@ class Engine:
             step and result.exit_code is not None and any(s in step for s in task_steps)
         )
         return result
+
+    def _kill_build_step(self, running: Sequence[str]) -> None:
+        if not running:
+            return
+        with contextlib.suppress(NotFound, APIError, *TRANSIENT):
+            self.client.containers.get(running[-1]).kill()
 
     def remove_image(self, ref: str) -> None:
         with contextlib.suppress(NotFound, ImageNotFound):
