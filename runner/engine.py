@@ -267,7 +267,8 @@ class Engine:
             result.failed_step = step
             result.error = f"build timed out after {int(timeout)}s"
             result.tail = lines[-20:]
-            result.task_at_fault = True
+            # A slow setup is the task's fault; a slow download or engine is not.
+            result.task_at_fault = bool(step and any(s in step for s in task_steps))
             result.seconds = time.monotonic() - started
             return result
         worker.join()

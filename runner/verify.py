@@ -107,6 +107,7 @@ class Verifier:
         self.engine: Engine | None = None
         self.run_dir: Path | None = None
         self.kept: list[str] = []
+        self.interrupted = False
 
     # ---- helpers -----------------------------------------------------------------------
 
@@ -147,6 +148,9 @@ class Verifier:
             bundle = self._compile_and_audit()
             if bundle is not None:
                 self._docker_stages(bundle)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
         finally:
             self._finish()
         return self.report
@@ -555,6 +559,11 @@ class Verifier:
         self.report.seconds = round(time.monotonic() - self.started, 3)
         self.report.verdict = decide_verdict(self.report)
         self.report.reason = verdict_reason(self.report)
+        if self.interrupted:
+            self.report.verdict = Verdict.INFRASTRUCTURE_FAILED
+            self.report.reason = (
+                "interrupted (Ctrl-C or SIGTERM); the run's containers were removed"
+            )
         self.report.settings.update(
             {
                 "baseImage": self.settings.base_image,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -209,6 +210,9 @@ def test_sigterm_removes_what_the_run_created(
     assert (
         docker_client.containers.list(all=True, filters={"label": "org.selfbench.kind=nop"}) == []
     )
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["verdict"] == "infrastructure_failed"
+    assert report["reason"].startswith("interrupted")
 
 
 def test_clean_removes_leftovers_by_label(
