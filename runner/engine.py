@@ -311,6 +311,10 @@ class Engine:
     def storage_enforced(self) -> bool:
         return bool(self._storage_supported)
 
+    def storage_probed(self) -> bool:
+        """Whether a container was created, so storage_enforced() is known."""
+        return self._storage_supported is not None
+
     def _host_config_limits(self, limits: Limits) -> dict[str, Any]:
         cpus = min(float(self.ncpu), limits.cpus)
         return {

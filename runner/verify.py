@@ -127,9 +127,6 @@ class Verifier:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _rel(self, path: Path) -> str:
-        return str(path)
-
     def _make_run_dir(self, task_id: str) -> Path:
         if self.settings.logs_dir is not None:
             run_dir = self.settings.logs_dir
@@ -230,7 +227,6 @@ class Verifier:
                 return
         if images is None:
             return
-        self.report.settings["storageLimit"] = "pending"
         with timed(self._stage("smoke")):
             smoke_ok = self._guard("smoke", lambda: self._smoke(spec, images, limits))
         if not smoke_ok:
@@ -242,12 +238,6 @@ class Verifier:
             oracle_ok = self._guard("oracle", lambda: self._trial("oracle", spec, images, limits))
         with timed(self._stage("determinism")):
             self._determinism(oracle_ok)
-        self.report.settings["storageLimit"] = (
-            "enforced"
-            if self.engine.storage_enforced()
-            else f"not enforced (storage driver {self.engine.storage_driver} cannot limit "
-            "container size here)"
-        )
 
     def _guard(self, name: str, body: Callable[[], bool]) -> bool:
         try:
@@ -314,7 +304,7 @@ class Verifier:
                 task_steps=TASK_BUILD_STEPS,
                 network_mode=self.settings.build_network,
             )
-            self._stage("build").logs.append(self._rel(log_path))
+            self._stage("build").logs.append(str(log_path))
             data["images"][kind] = {
                 "tag": tag,
                 "id": result.image_id,
@@ -368,7 +358,7 @@ class Verifier:
         engine = self.engine
         assert engine is not None
         log_path = self._log_path("smoke", "smoke.log")
-        self._stage("smoke").logs.append(self._rel(log_path))
+        self._stage("smoke").logs.append(str(log_path))
         container = engine.create(
             images.verifier,
             ["bash", "/opt/selfbench-environment/smoke.sh"],
@@ -438,7 +428,7 @@ class Verifier:
                     environment=self._container_env("/home/agent"),
                     workdir="/app",
                 )
-                stage.logs.append(self._rel(gate_dir / "agent.log"))
+                stage.logs.append(str(gate_dir / "agent.log"))
                 data["solveExitCode"] = solve.exit_code
                 if solve.timed_out:
                     self._set(
@@ -455,7 +445,7 @@ class Verifier:
                 log_path=gate_dir / "collect.log",
                 timeout=spec.collect_timeout,
             )
-            stage.logs.append(self._rel(gate_dir / "collect.log"))
+            stage.logs.append(str(gate_dir / "collect.log"))
             data["collectExitCode"] = collect.exit_code
             if collect.exit_code != 0:
                 raise InfrastructureError(
@@ -468,7 +458,7 @@ class Verifier:
         patch_file = gate_dir / "agent.patch"
         patch = patch_file.read_bytes() if patch_file.is_file() else b""
         data["agentPatchBytes"] = len(patch)
-        stage.logs.append(self._rel(patch_file))
+        stage.logs.append(str(patch_file))
 
         # Verifier side: a fresh container of the verifier image runs tests/test.sh.
         verifier = engine.create(
@@ -489,7 +479,7 @@ class Verifier:
             engine.get_path(verifier, "/logs/verifier", gate_dir / "logs")
         finally:
             self._dispose(verifier, f"{name} verifier")
-        stage.logs.append(self._rel(gate_dir / "verifier.log"))
+        stage.logs.append(str(gate_dir / "verifier.log"))
         reward_path = gate_dir / "logs" / "verifier" / "reward.json"
         data["verifierExitCode"] = result.exit_code
         return self._judge(name, result, reward_path, data, spec)
@@ -519,7 +509,7 @@ class Verifier:
                 f"verifier wrote no reward.json (exit {result.exit_code}); "
                 f"see {reward_path.parent.parent.parent / 'verifier.log'}"
             )
-        self._stage(name).logs.append(self._rel(reward_path))
+        self._stage(name).logs.append(str(reward_path))
         reward = json.loads(reward_path.read_text())
         data["reward"] = reward
         ok, detail = evaluate_gate(name, reward)
@@ -579,6 +569,13 @@ class Verifier:
                 "kept": self.kept,
             }
         )
+        if self.engine is not None and self.engine.storage_probed():
+            self.report.settings["storageLimit"] = (
+                "enforced"
+                if self.engine.storage_enforced()
+                else f"not enforced (storage driver {self.engine.storage_driver} cannot limit "
+                "container size here)"
+            )
         if self.run_dir is not None:
             write_atomic(self.run_dir / "report.json", self.report.to_json())
 
