@@ -438,6 +438,15 @@ class Verifier:
                         **data,
                     )
                     return False
+                if solve.exit_code != 0:
+                    self._set(
+                        name,
+                        Status.FAILED,
+                        f"solution/solve.sh exited {solve.exit_code}: the gold patch does not "
+                        f"apply to the post-setup tree; see {gate_dir / 'agent.log'}",
+                        **data,
+                    )
+                    return False
             collect = engine.exec(
                 agent,
                 ["bash", "-c", spec.collect_command],

@@ -53,6 +53,7 @@ def test_accepted_then_cached(
     assert not step_was_cached(tmp_path / "run1" / "build" / "agent.log", SETUP_STEP)
     assert step_was_cached(tmp_path / "run1" / "build" / "verifier.log", SETUP_STEP)
     assert (tmp_path / "run1" / "report.json").is_file()
+    assert first.report["settings"]["storageLimit"].startswith(("enforced", "not enforced"))
     assert leftovers(docker_client, first.report["runId"]) == []
 
     second = run_verify(task.directory, verify_options, tmp_path / "run2")
@@ -99,6 +100,20 @@ def test_oracle_red_when_gold_does_not_fix(tmp_path: Path, verify_options: list[
     assert run.stage("determinism")["status"] == "skipped"
     log = (tmp_path / "run" / "oracle" / "logs" / "verifier" / "fail_to_pass.log").read_text()
     assert "FAIL tests/test_new.sh" in log
+
+
+def test_oracle_red_when_gold_does_not_apply(tmp_path: Path, verify_options: list[str]) -> None:
+    task = bash_task(tmp_path, name="gold-conflict")
+    gold = (task.directory / "gold.patch").read_text()
+    (task.directory / "gold.patch").write_text(
+        gold.replace(' greet() { echo "hello $1"; }', ' greet() { echo "hi $1"; }')
+    )
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.code == 1
+    oracle = run.stage("oracle")
+    assert oracle["status"] == "failed"
+    assert oracle["detail"].startswith("solution/solve.sh exited 1: the gold patch does not apply")
+    assert "patch does not apply" in (tmp_path / "run" / "oracle" / "agent.log").read_text()
 
 
 def test_determinism_red_when_second_run_fails(tmp_path: Path, verify_options: list[str]) -> None:
