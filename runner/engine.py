@@ -423,9 +423,43 @@ class Engine:
         """Run a command in a running container under coreutils `timeout` (exit 124)."""
         started = time.monotonic()
         wrapped = ["timeout", "--kill-after=10", f"{max(1, int(timeout))}s", *command]
-        exec_id = self.api.exec_create(
+        # A silent command must not trip the client's read timeout: give this call its own.
+        api = docker.from_env(timeout=int(timeout) + 60).api
+        try:
+            code = self._exec(
+                api,
+                container,
+                wrapped,
+                user=user,
+                log_path=log_path,
+                environment=environment,
+                workdir=workdir,
+            )
+        finally:
+            api.close()
+        container.reload()
+        oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+        return RunResult(
+            exit_code=code,
+            seconds=time.monotonic() - started,
+            timed_out=code == 124,
+            oom_killed=oom or code == 137,
+        )
+
+    def _exec(
+        self,
+        api: docker.APIClient,
+        container: Container,
+        wrapped: Sequence[str],
+        *,
+        user: str,
+        log_path: Path,
+        environment: Mapping[str, str] | None,
+        workdir: str | None,
+    ) -> int | None:
+        exec_id = api.exec_create(
             container.id,
-            wrapped,
+            list(wrapped),
             user=user,
             environment=dict(environment or {}),
             workdir=workdir,
@@ -434,17 +468,10 @@ class Engine:
         )["Id"]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as out:
-            for chunk in self.api.exec_start(exec_id, stream=True):
+            for chunk in api.exec_start(exec_id, stream=True):
                 out.write(chunk)
-        code = self.api.exec_inspect(exec_id).get("ExitCode")
-        container.reload()
-        oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
-        return RunResult(
-            exit_code=None if code is None else int(code),
-            seconds=time.monotonic() - started,
-            timed_out=code == 124,
-            oom_killed=oom or code == 137,
-        )
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        return None if code is None else int(code)
 
     def put_file(
         self, container: Container, directory: str, name: str, data: bytes, *, mode: int = 0o644
