@@ -305,8 +305,9 @@ def verify_command(
     if not quiet or not as_json:
         output.summary(report)
     for line in report.settings.get("kept") or []:
-        name = line.split(": ", 1)[1]
-        click.echo(f"kept {line}: docker start {name} && docker exec -it {name} bash", err=True)
+        click.echo(f"kept {line}", err=True)
+    if report.settings.get("kept"):
+        click.echo("remove them with: selfbench-runner clean", err=True)
     sys.exit(int(report.verdict.exit_code))
 
 

@@ -121,6 +121,11 @@ class Engine:
     def _ping(self) -> None:
         self.client.ping()
 
+    def container_name(self, task_id: str, hint: str) -> str:
+        """`selfbench-<task>-<hint>-<run>`: findable in `docker ps`, unique per run."""
+        safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"{task_id}-{hint}")
+        return f"selfbench-{safe}-{self.run_id.rsplit('-', 1)[-1]}"
+
     def labels(self, kind: str, task_id: str | None = None, **extra: str) -> dict[str, str]:
         labels = {LABEL_RUNNER: "1", LABEL_RUN: self.run_id, LABEL_KIND: kind}
         if task_id:
@@ -337,6 +342,7 @@ class Engine:
         working_dir: str | None = None,
     ) -> Container:
         kwargs: dict[str, Any] = {
+            "name": self.container_name(labels.get(LABEL_TASK, "task"), name_hint),
             "command": list(command),
             "labels": dict(labels),
             "user": user,

@@ -348,11 +348,18 @@ class Verifier:
         return {"HOME": home, **proxy_environment()}
 
     def _dispose(self, container: Container, label: str) -> None:
+        """Remove a gate container, or with --keep say how to get a shell in it."""
         assert self.engine is not None
-        if self.settings.keep:
-            self.kept.append(f"{label}: {container.name}")
+        if not self.settings.keep:
+            self.engine.remove_container(container)
             return
-        self.engine.remove_container(container)
+        container.reload()
+        if container.status == "running":
+            enter = f"docker exec -it {container.name} bash"
+        else:
+            # Starting an exited gate container would rerun its command: open its state.
+            enter = f"docker run -it --rm --user root $(docker commit {container.name}) bash"
+        self.kept.append(f"{label} ({container.name}): {enter}")
 
     def _smoke(self, spec: BundleSpec, images: Images, limits: Limits) -> bool:
         engine = self.engine

@@ -238,7 +238,11 @@ def test_clean_removes_leftovers_by_label(
     assert run.code == 0
     kept = leftovers(docker_client, run.report["runId"])
     assert len(kept) == 5  # smoke, and an agent and a verifier for nop and oracle
-    assert "docker exec -it" in run.stderr
+    assert "kept oracle agent (selfbench-kept-oracle-agent-" in run.stderr
+    assert "docker exec -it selfbench-kept-oracle-agent-" in run.stderr
+    assert "docker run -it --rm --user root $(docker commit selfbench-kept-nop-verifier-" in (
+        run.stderr
+    )
     result = subprocess.run(
         [sys.executable, "-m", "runner", "clean"],
         cwd=ROOT,
