@@ -206,6 +206,12 @@ BASE_IMAGE = click.option(
     show_default=True,
     help="Image the bundle builds FROM (build arg BASE_IMAGE; env SELFBENCH_BASE_IMAGE).",
 )
+BUILD_NETWORK = click.option(
+    "--build-network",
+    metavar="MODE",
+    envvar="SELFBENCH_BUILD_NETWORK",
+    help="Network mode for image builds (e.g. host, to reach a mirror on 127.0.0.1).",
+)
 EXTRA_CA = click.option(
     "--extra-ca-certs",
     envvar="SELFBENCH_EXTRA_CA_CERTS",
@@ -244,12 +250,7 @@ EXTRA_CA = click.option(
     "the build cache; shared base and toolchain layers stay).",
 )
 @click.option("--pids-limit", default=4096, show_default=True, help="Per-container pids limit.")
-@click.option(
-    "--build-network",
-    metavar="MODE",
-    envvar="SELFBENCH_BUILD_NETWORK",
-    help="Network mode for image builds (e.g. host, to reach a mirror on 127.0.0.1).",
-)
+@BUILD_NETWORK
 @click.option("-v", "--verbose", is_flag=True, help="Stream build output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 @_errors_to_exit
@@ -323,12 +324,7 @@ def verify_command(
 @EXTRA_CA
 @TOOLCHAIN_SOURCE
 @TOOLCHAIN_MIRROR
-@click.option(
-    "--build-network",
-    metavar="MODE",
-    envvar="SELFBENCH_BUILD_NETWORK",
-    help="Network mode for image builds.",
-)
+@BUILD_NETWORK
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 @_errors_to_exit
 def prepare_command(
