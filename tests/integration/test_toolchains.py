@@ -7,8 +7,11 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import subprocess
+import sys
 import tarfile
 import threading
+import uuid
 import zipfile
 from collections.abc import Iterator
 from functools import partial
@@ -20,7 +23,7 @@ from runner.artifacts import fetch_registry_artifact
 from runner.models import Toolchain
 from runner.toolchains import load_catalog
 from tests.helpers import bash_task, definition, diff_of, make_repo, write_task
-from tests.integration.conftest import run_verify
+from tests.integration.conftest import ROOT, run_verify
 
 REGISTRY = ["--toolchain-source", "uv=registry,node=registry,go=registry"]
 
@@ -277,3 +280,41 @@ def test_uv_and_node_upstream_layout_through_a_mirror(
     smoke = answers(run.report)  # type: ignore[attr-defined]
     assert "uv 0.13.9" in smoke
     assert "v22.14.0" in smoke.splitlines()
+
+
+def test_prepare_warms_the_layers_tasks_use(tmp_path: Path, verify_options: list[str]) -> None:
+    """prepare builds exactly the layers a task with the same toolchains will use."""
+    # A CA bundle of its own gives this test a fresh derived base, so nothing is cached yet.
+    options = list(verify_options)
+    ca = tmp_path / "ca.pem"
+    host_ca = Path("/etc/ssl/certs/ca-certificates.crt")
+    ca.write_text(
+        (host_ca.read_text() if host_ca.is_file() else "")
+        + f"\n# prepare test {uuid.uuid4().hex}\n"
+    )
+    if "--extra-ca-certs" in options:
+        index = options.index("--extra-ca-certs")
+        del options[index : index + 2]
+    options += ["--extra-ca-certs", str(ca), *REGISTRY]
+    prepared = subprocess.run(
+        [sys.executable, "-m", "runner", "prepare", "--toolchains", "go,uv", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    assert prepared.stdout.strip().startswith("selfbench/toolchains:")
+    assert "built: uv, go" in prepared.stderr
+    task = bash_task(tmp_path, name="after-prepare", toolchains=["go", "uv"])
+    run = run_verify(task.directory, options, tmp_path / "run")
+    assert run.code == 0, run.stderr[-3000:]
+    log = (tmp_path / "run" / "build" / "agent.log").read_text().splitlines()
+    for toolchain in ("uv", "go"):
+        step = next(
+            i
+            for i, line in enumerate(log)
+            if line.endswith(f"RUN bash /opt/selfbench-toolchains/{toolchain}.sh")
+        )
+        following = [line.strip() for line in log[step + 1 :] if line.strip()]
+        assert following[0] == "---> Using cache", toolchain
