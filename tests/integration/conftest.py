@@ -111,4 +111,4 @@ def run_verify(
 
 def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list[str]:
     label = f"org.selfbench.run={run_id}" if run_id else "org.selfbench.runner=1"
-    return [c.name for c in client.containers.list(all=True, filters={"label": label})]
+    return [str(c.name) for c in client.containers.list(all=True, filters={"label": label})]

@@ -4,6 +4,8 @@ mirror on 127.0.0.1 (including a wrong digest, which must fail the build)."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
 import http.server
 import io
@@ -11,19 +13,21 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 import uuid
 import zipfile
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
+import docker
 import pytest
 
 from runner.artifacts import fetch_registry_artifact
 from runner.models import Toolchain
 from runner.toolchains import load_catalog
 from tests.helpers import bash_task, definition, diff_of, make_repo, write_task
-from tests.integration.conftest import ROOT, run_verify
+from tests.integration.conftest import ROOT, Run, run_verify
 
 REGISTRY = ["--toolchain-source", "uv=registry,node=registry,go=registry"]
 
@@ -189,7 +193,7 @@ FAKE_GO = "#!/bin/sh\necho 'go version go1.25.0 linux/amd64'\n"
 
 def mirrored_run(
     tmp_path: Path, verify_options: list[str], name: str, toolchains: list[str], mirrors: list[str]
-) -> object:
+) -> Run:
     task = bash_task(tmp_path, name=name, toolchains=toolchains)
     options = [*verify_options, "--build-network", "host"]
     for item in mirrors:
@@ -200,8 +204,8 @@ def mirrored_run(
 def test_go_through_a_mirror(tmp_path: Path, verify_options: list[str], mirror: Mirror) -> None:
     mirror.add("go/go1.25.0.linux-amd64.tar.gz", tarball({"go/bin/go": FAKE_GO}))
     run = mirrored_run(tmp_path, verify_options, "go-mirror", ["go"], [f"go={mirror.base}/go"])
-    assert run.code == 0, run.stderr[-3000:]  # type: ignore[attr-defined]
-    assert "go version go1.25.0" in answers(run.report)  # type: ignore[attr-defined]
+    assert run.code == 0, run.stderr[-3000:]
+    assert "go version go1.25.0" in answers(run.report)
     assert "/go/go1.25.0.linux-amd64.tar.gz.sha256" in mirror.requests
 
 
@@ -213,8 +217,8 @@ def test_wrong_digest_fails_the_build(
         "go/go1.25.0.linux-amd64.tar.gz", tarball({"go/bin/go": FAKE_GO}), digest=wrong
     )
     run = mirrored_run(tmp_path, verify_options, "go-bad-digest", ["go"], [f"go={mirror.base}/go"])
-    assert run.code == 3  # type: ignore[attr-defined]
-    build = run.stage("build")  # type: ignore[attr-defined]
+    assert run.code == 3
+    build = run.stage("build")
     assert build["status"] == "error"
     assert "selfbench-toolchains/go.sh" in build["data"]["failedStep"]
     log = (tmp_path / "run" / "build" / "agent.log").read_text()
@@ -236,8 +240,8 @@ def test_rust_through_a_mirror(tmp_path: Path, verify_options: list[str], mirror
     run = mirrored_run(
         tmp_path, verify_options, "rust-mirror", ["rust"], [f"rust={mirror.base}/rust"]
     )
-    assert run.code == 0, run.stderr[-3000:]  # type: ignore[attr-defined]
-    assert "cargo 1.90.0" in answers(run.report)  # type: ignore[attr-defined]
+    assert run.code == 0, run.stderr[-3000:]
+    assert "cargo 1.90.0" in answers(run.report)
 
 
 def test_uv_and_node_upstream_layout_through_a_mirror(
@@ -276,14 +280,30 @@ def test_uv_and_node_upstream_layout_through_a_mirror(
         ["uv", "node"],
         [f"uv={mirror.base}/uv", f"node={mirror.base}/node"],
     )
-    assert run.code == 0, run.stderr[-3000:]  # type: ignore[attr-defined]
-    smoke = answers(run.report)  # type: ignore[attr-defined]
+    assert run.code == 0, run.stderr[-3000:]
+    smoke = answers(run.report)
     assert "uv 0.13.9" in smoke
     assert "v22.14.0" in smoke.splitlines()
 
 
-def test_prepare_warms_the_layers_tasks_use(tmp_path: Path, verify_options: list[str]) -> None:
+def test_prepare_warms_the_layers_tasks_use(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
     """prepare builds exactly the layers a task with the same toolchains will use."""
+    started = time.time()
+    try:
+        _prepare_then_verify(tmp_path, verify_options)
+    finally:
+        # This test's CA makes images no other run can use: remove them.
+        for image in docker_client.images.list(filters={"label": "org.selfbench.runner=1"}):
+            created = image.attrs["Created"].split(".")[0].rstrip("Z")
+            made = datetime.datetime.fromisoformat(created).replace(tzinfo=datetime.UTC)
+            if made.timestamp() >= started - 1:
+                with contextlib.suppress(docker.errors.APIError):
+                    docker_client.images.remove(str(image.id), force=True)
+
+
+def _prepare_then_verify(tmp_path: Path, verify_options: list[str]) -> None:
     # A CA bundle of its own gives this test a fresh derived base, so nothing is cached yet.
     options = list(verify_options)
     ca = tmp_path / "ca.pem"

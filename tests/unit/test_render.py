@@ -181,7 +181,7 @@ def test_seed_example_expansion() -> None:
 @given(
     st.lists(
         st.text(
-            alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)),
+            alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]),
             max_size=12,
         ),
         min_size=1,
