@@ -101,7 +101,13 @@ def _cached_clone(url: str, commit: str) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         _git(["init", "--bare", "-q", str(tmp)])
         _git(["remote", "add", "origin", url], cwd=tmp)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            # Another process made the same cache entry first: use theirs.
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not path.exists():
+                raise
     if _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=path, check=False).returncode != 0:
         fetched = _git(["fetch", "-q", "--depth", "1", "origin", commit], cwd=path, check=False)
         if fetched.returncode != 0:
