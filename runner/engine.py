@@ -11,12 +11,11 @@ import io
 import logging
 import math
 import re
-import shutil
 import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar, cast
@@ -114,8 +113,6 @@ class Engine:
         self.arch: Arch = "arm64" if info.get("Architecture") in ("aarch64", "arm64") else "amd64"
         self.storage_driver = str(info.get("Driver", ""))
         self._storage_supported: bool | None = None
-        self._lock = threading.Lock()
-        self.created_containers: list[str] = []
 
     @_transient_retry()
     def _ping(self) -> None:
@@ -359,7 +356,7 @@ class Engine:
                     image, storage_opt={"size": f"{limits.storage_mb}M"}, **kwargs
                 )
                 self._storage_supported = True
-                return self._track(container)
+                return container
             except APIError as exc:
                 if (
                     "storage-opt" not in str(exc.explanation)
@@ -376,16 +373,11 @@ class Engine:
             raise InfrastructureError(
                 f"cannot create container from {image}: {exc.explanation}"
             ) from None
-        return self._track(container)
+        return container
 
     @_transient_retry()
     def _create(self, image: str, **kwargs: Any) -> Container:
         return self.client.containers.create(image, **kwargs)
-
-    def _track(self, container: Container) -> Container:
-        with self._lock:
-            self.created_containers.append(str(container.id))
-        return container
 
     def run_to_end(self, container: Container, *, timeout: float, log_path: Path) -> RunResult:
         """Start, wait up to `timeout` (a deadline: kill on expiry), save the logs."""
@@ -559,12 +551,3 @@ def connect_for_cleanup() -> docker.DockerClient:
     except (DockerException, *TRANSIENT) as exc:
         raise InfrastructureError(f"no Docker engine answers ({exc})") from None
     return client
-
-
-@contextlib.contextmanager
-def temporary_directory(prefix: str) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix=prefix))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)

@@ -121,6 +121,12 @@ class Verifier:
         stage.data.update(data)
         self.progress(name, f"{status.value}: {detail}")
 
+    def _run_subdir(self, name: str) -> Path:
+        assert self.run_dir is not None
+        path = self.run_dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def _log_path(self, *parts: str) -> Path:
         assert self.run_dir is not None
         path = self.run_dir.joinpath(*parts)
@@ -407,7 +413,7 @@ class Verifier:
         engine = self.engine
         assert engine is not None
         stage = self._stage(name)
-        gate_dir = self._log_path(name, "x").parent
+        gate_dir = self._run_subdir(name)
         labels = engine.labels(name, spec.task_id)
         data: dict[str, Any] = {}
 
