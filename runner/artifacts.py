@@ -14,7 +14,7 @@ from pathlib import Path
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from runner.errors import ArtifactError
-from runner.gitrepo import cache_root
+from runner.settings import cache_root
 from runner.toolchains import Arch, ToolchainSpec
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
+from runner import validation as v
 from runner.models import TESTS_PLACEHOLDER, Difficulty, TaskDefinition
 from runner.patches import PatchInfo
-from runner.shell import quote_state_at
+from runner.shell import quote_state_at, words
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class AuditResult(BaseModel):
 
     blockers: list[str]
     metrics: AuditMetrics
+    repository_checked: bool = False
 
     @property
     def accepted(self) -> bool:
@@ -73,22 +74,15 @@ def placeholder_blockers(command: str, selectors: list[str]) -> list[str]:
     return blockers
 
 
-def _words(command: str) -> list[str]:
-    try:
-        return shlex.split(command, posix=True)
-    except ValueError:
-        return command.split()
-
-
 def _hardcodes_selector(command: str, selectors: list[str]) -> bool:
-    words: list[str] = []
-    for word in _words(command):
-        words.append(word)
+    tokens: list[str] = []
+    for word in words(command):
+        tokens.append(word)
         if "=" in word:
-            words.append(word.split("=", 1)[1])
+            tokens.append(word.split("=", 1)[1])
     for selector in (s for s in selectors if s.strip()):
         bare = selector.strip().removeprefix("./")
-        for word in words:
+        for word in tokens:
             candidate = word.removeprefix("./")
             if (
                 candidate == bare
@@ -99,15 +93,36 @@ def _hardcodes_selector(command: str, selectors: list[str]) -> bool:
     return False
 
 
-def audit(definition: TaskDefinition, *, gold: PatchInfo, tests: PatchInfo) -> AuditResult:
+def held_out_gold(definition: TaskDefinition, gold: PatchInfo) -> list[str]:
+    """Gold files that a testPaths entry holds out: the verifier would restore them from the
+    base and discard the reference implementation."""
+    found = []
+    for entry in definition.test_paths:
+        held = v.normalize_repo_path(entry, base=definition.workdir)
+        for path in gold.files:
+            if v.covers(held, v.normalize_repo_path(path)):
+                found.append(f"held-out path {entry!r} covers gold patch file {path}")
+    return found
+
+
+def audit(
+    definition: TaskDefinition,
+    *,
+    gold: PatchInfo,
+    tests: PatchInfo,
+    repository: list[str] | None = None,
+) -> AuditResult:
+    """`repository`: the problems compile found against the base commit (workdir, `git apply
+    --check`), or None when the repository was not at hand."""
     profile = PROFILES[definition.difficulty]
     level = definition.difficulty.value
     blockers: list[str] = []
 
-    test_files = set(tests.files)
-    overlap = [path for path in gold.files if path in test_files]
+    test_files = {v.normalize_repo_path(p) for p in tests.files}
+    overlap = [path for path in gold.files if v.normalize_repo_path(path) in test_files]
     if overlap:
         blockers.append(f"gold and held-out test patches overlap: {', '.join(overlap)}")
+    blockers.extend(held_out_gold(definition, gold))
 
     implementation_files = len(gold.changes)
     if implementation_files < profile.min_files:
@@ -133,8 +148,10 @@ def audit(definition: TaskDefinition, *, gold: PatchInfo, tests: PatchInfo) -> A
             definition.test_command, [*definition.fail_to_pass, *definition.pass_to_pass]
         )
     )
+    blockers.extend(repository or [])
     return AuditResult(
         blockers=blockers,
+        repository_checked=repository is not None,
         metrics=AuditMetrics(
             implementation_files=implementation_files,
             implementation_changed_lines=gold.changed_lines,

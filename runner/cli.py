@@ -1,110 +1,199 @@
-"""The command line. The only module that prints; everything below it raises RunnerError."""
+"""The command line. The only module (with cli_output) that prints; everything below it raises
+RunnerError or returns a report.
+
+Exit codes: 0 accepted, 1 rejected, 2 invalid input or usage, 3 infrastructure (and any
+unexpected exception, with its traceback saved), 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from runner import __version__
-from runner.audit import audit
-from runner.cli_output import Output
-from runner.compiler import compile_task, refresh_bundle
-from runner.engine import LABEL_RUN, LABEL_RUNNER, Engine, cleanup, connect_for_cleanup
-from runner.errors import ExitCode, RunnerError, UsageError
-from runner.images import DEFAULT_BASE_IMAGE, BuildEnvironment, prepare_toolchains
+from runner import validation as v
+from runner.cli_output import Output, print_problems
+from runner.errors import (
+    ExitCode,
+    Interrupted,
+    InvalidTaskError,
+    Problem,
+    RunnerError,
+    UsageError,
+)
 from runner.models import Toolchain
-from runner.render import CompileOptions
-from runner.report import report_schema, write_atomic
-from runner.taskdir import load_authored_task
-from runner.toolchains import ToolchainSettings, load_catalog, settings_from
-from runner.verify import Verifier, VerifySettings, new_run_id
+from runner.safeio import check_writable_file, read_regular
+from runner.settings import (
+    DEFAULT_BASE_IMAGE,
+    DEFAULT_LOGS_ROOT,
+    DEFAULT_MAX_LOG_BYTES,
+    DEFAULT_PIDS_LIMIT,
+    ENV_BASE_IMAGE,
+    ENV_BUILD_NETWORK,
+    ENV_EXTRA_CA,
+    ENV_LOGS_ROOT,
+    ENV_STORAGE_LIMIT,
+    ENV_TOOLCHAIN_MIRRORS,
+    ENV_TOOLCHAIN_SOURCES,
+    BuildEnvironment,
+    CompileOptions,
+    StorageLimit,
+    VerifySettings,
+    cache_root,
+    environment_list,
+    proxy_environment,
+)
 
-F = TypeVar("F", bound=Callable[..., Any])
+PROG = "selfbench-runner"
+MAX_CA_BYTES = 16 * 1024 * 1024
+_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
+_NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
 
 
-def _fail(error: RunnerError) -> None:
-    click.echo(f"selfbench-runner: error: {error.one_line()}", err=True)
-    sys.exit(int(error.exit_code))
+# ---- signals -----------------------------------------------------------------------------------
 
 
-def _errors_to_exit(func: F) -> F:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except RunnerError as error:
-            _fail(error)
+@contextlib.contextmanager
+def interrupts() -> Iterator[None]:
+    """Ctrl-C and SIGTERM raise Interrupted once; later signals are ignored while the runner
+    removes what it created, so a second Ctrl-C cannot leave containers behind."""
+    fired: list[str] = []
 
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
-    return wrapper  # type: ignore[return-value]
+    def handler(signum: int, frame: object) -> None:
+        if fired:
+            return
+        fired.append(signal.Signals(signum).name)
+        raise Interrupted(fired[0])
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# ---- option types ------------------------------------------------------------------------------
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return int(value)
+        match = _SIZE.match(str(value))
+        if not match:
+            self.fail(f"{value!r} is not a size (e.g. 20MB, 512KiB, 1048576)", param, ctx)
+        number, unit = int(match.group(1)), match.group(2).upper()
+        size = number * 1024 ** " KMGT".index(unit or " ")
+        if not 64 * 1024 <= size <= 1024**4:
+            self.fail("must be between 64KiB and 1TiB", param, ctx)
+        return int(size)
+
+
+def _check_text_option(value: str | None, option: str, pattern: re.Pattern[str], what: str) -> None:
+    if value is not None and not pattern.fullmatch(value):
+        raise UsageError(f"{value[:80]!r} is not {what}", field=option)
+
+
+def _read_ca(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        data = read_regular(path, limit=MAX_CA_BYTES)
+    except InvalidTaskError as exc:
+        raise UsageError(exc.message, path=str(path), field="--extra-ca-certs") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise UsageError("holds no PEM certificate", path=str(path), field="--extra-ca-certs")
+    return data
+
+
+def _compile_options(allowed_hosts: tuple[str, ...]) -> CompileOptions:
+    for host in allowed_hosts:
+        problem = v.host_problem(host)
+        if problem:
+            raise UsageError(problem, field="--agent-allowed-host")
+    return CompileOptions(agent_allowed_hosts=tuple(dict.fromkeys(allowed_hosts)))
+
+
+def _toolchain_settings(sources: tuple[str, ...], mirrors: tuple[str, ...]) -> Any:
+    from runner.toolchains import settings_from
+
+    for mirror in mirrors:
+        problem = v.control_character(mirror)
+        if problem:
+            raise UsageError(f"mirror {problem}", field="--toolchain-mirror")
+    return settings_from(
+        [*environment_list(ENV_TOOLCHAIN_SOURCES), *sources],
+        [*environment_list(ENV_TOOLCHAIN_MIRRORS), *mirrors],
+    )
+
+
+def _build_environment(
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    build_network: str | None,
+) -> BuildEnvironment:
+    _check_text_option(base_image, "--base-image", _IMAGE_REF, "an image reference")
+    _check_text_option(build_network, "--build-network", _NETWORK, "a network name")
+    return BuildEnvironment(
+        base_image=base_image,
+        extra_ca_certs=extra_ca_certs,
+        extra_ca_pem=_read_ca(extra_ca_certs),
+        toolchains=_toolchain_settings(sources, mirrors),
+        build_network=build_network,
+        proxies=proxy_environment(),
+    )
+
+
+def _stderr_logging(verbose: bool) -> None:
+    """Warnings (or, with -v, everything) on stderr; the run's own log file gets everything
+    regardless, so this handler carries its own level."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logging.getLogger().addHandler(handler)
+    logging.getLogger().setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+# ---- the group ---------------------------------------------------------------------------------
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="selfbench-runner")
+@click.version_option(__version__, prog_name=PROG)
 def cli() -> None:
     """Compile SelfBench tasks into native Harbor bundles, build them with Docker and run the
     smoke, nop, oracle and determinism gates.
 
-    Exit codes: 0 accepted, 1 rejected, 2 invalid input or usage, 3 infrastructure failure.
+    Exit codes: 0 accepted, 1 rejected, 2 invalid input or usage, 3 infrastructure failure,
+    130 interrupted.
     """
 
 
-TASK_DIR = click.argument("task_dir", type=click.Path(path_type=Path, file_okay=False))
-
-
-@cli.command("audit")
-@TASK_DIR
-@click.option("--json", "as_json", is_flag=True, help="Print the audit as one JSON document.")
-@_errors_to_exit
-def audit_command(task_dir: Path, as_json: bool) -> None:
-    """Static audit of an authored task (schema, patches, size, {tests} rules).
-
-    Exit 0 when accepted, 1 with blockers, 2 when the task cannot be loaded.
-    """
-    task = load_authored_task(task_dir)
-    result = audit(task.definition, gold=task.gold, tests=task.tests)
-    if as_json:
-        document = {
-            "taskId": task.definition.task_id,
-            "accepted": result.accepted,
-            "blockers": result.blockers,
-            "reason": result.reason(),
-            "metrics": {
-                "implementationFiles": result.metrics.implementation_files,
-                "implementationChangedLines": result.metrics.implementation_changed_lines,
-                "testFiles": result.metrics.test_files,
-            },
-        }
-        click.echo(json.dumps(document, indent=2))
-    else:
-        m = result.metrics
-        click.echo(
-            f"{task.definition.task_id}: {m.implementation_files} implementation file(s), "
-            f"{m.implementation_changed_lines} changed line(s), {m.test_files} test file(s)"
-        )
-        if result.accepted:
-            click.echo("audit: accepted")
-        else:
-            for blocker in result.blockers:
-                click.echo(f"blocker: {blocker}")
-            click.echo(f"audit: rejected: {result.reason()}")
-    sys.exit(int(ExitCode.ACCEPTED if result.accepted else ExitCode.REJECTED))
-
-
-def _compile_options(allowed_hosts: tuple[str, ...]) -> CompileOptions:
-    return CompileOptions(agent_allowed_hosts=tuple(dict.fromkeys(allowed_hosts)))
-
-
+TASK_DIR = click.argument("task_dir", type=click.Path(path_type=Path))
+REPO = click.option(
+    "--repo",
+    metavar="PATH|URL",
+    help="Repository holding baseCommit (default: definition.repo when it is a local path, a "
+    "git bundle or a git URL).",
+)
 AGENT_ALLOWED_HOST = click.option(
     "--agent-allowed-host",
     "allowed_hosts",
@@ -113,147 +202,272 @@ AGENT_ALLOWED_HOST = click.option(
     help="Host the agent may reach (repeatable); the agent network becomes an allowlist. "
     "Without it the agent network is public.",
 )
-
-
-@cli.command("compile")
-@TASK_DIR
-@click.option(
-    "--repo",
-    metavar="PATH|URL",
-    help="Repository holding baseCommit "
-    "(default: definition.repo when it is a local path or git URL).",
-)
-@click.option(
-    "-o",
-    "--out",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Bundle directory to write (replaced atomically).",
-)
-@AGENT_ALLOWED_HOST
-@_errors_to_exit
-def compile_command(
-    task_dir: Path, repo: str | None, out: Path, allowed_hosts: tuple[str, ...]
-) -> None:
-    """Compile an authored task into a native Harbor bundle."""
-    task = load_authored_task(task_dir)
-    compile_task(task, repo=repo, out=out, options=_compile_options(allowed_hosts))
-    click.echo(str(out))
-
-
-@cli.command("refresh")
-@TASK_DIR
-@click.argument("bundle", type=click.Path(path_type=Path, file_okay=False, exists=True))
-@AGENT_ALLOWED_HOST
-@_errors_to_exit
-def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]) -> None:
-    """Rewrite a bundle's definition-derived files from a repaired definition."""
-    task = load_authored_task(task_dir)
-    changed = refresh_bundle(task, bundle, _compile_options(allowed_hosts))
-    for name in changed:
-        click.echo(f"updated {name}")
-    if not changed:
-        click.echo("bundle already up to date")
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C, so the same cleanup runs."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _env_list(name: str) -> list[str]:
-    value = os.environ.get(name, "")
-    return [value] if value.strip() else []
-
-
-def _toolchain_settings(sources: tuple[str, ...], mirrors: tuple[str, ...]) -> ToolchainSettings:
-    return settings_from(
-        [*_env_list("SELFBENCH_TOOLCHAIN_SOURCES"), *sources],
-        [*_env_list("SELFBENCH_TOOLCHAIN_MIRRORS"), *mirrors],
-    )
-
-
 TOOLCHAIN_SOURCE = click.option(
     "--toolchain-source",
     "sources",
     multiple=True,
     metavar="NAME=upstream|registry",
-    help="Where a toolchain comes from at build time (repeatable, or comma-separated; env "
-    "SELFBENCH_TOOLCHAIN_SOURCES). Default upstream.",
+    help=f"Where a toolchain comes from at build time (repeatable, or comma-separated; env "
+    f"{ENV_TOOLCHAIN_SOURCES}). Default upstream.",
 )
 TOOLCHAIN_MIRROR = click.option(
     "--toolchain-mirror",
     "mirrors",
     multiple=True,
     metavar="NAME=URL",
-    help="Mirror replacing a toolchain's upstream download base (repeatable; env "
-    "SELFBENCH_TOOLCHAIN_MIRRORS).",
+    help=f"Mirror replacing a toolchain's upstream download base (repeatable; env "
+    f"{ENV_TOOLCHAIN_MIRRORS}).",
 )
 BASE_IMAGE = click.option(
     "--base-image",
-    envvar="SELFBENCH_BASE_IMAGE",
+    envvar=ENV_BASE_IMAGE,
     default=DEFAULT_BASE_IMAGE,
     show_default=True,
-    help="Image the bundle builds FROM (build arg BASE_IMAGE; env SELFBENCH_BASE_IMAGE).",
+    help=f"Image the bundle builds FROM (build arg BASE_IMAGE; env {ENV_BASE_IMAGE}).",
 )
 BUILD_NETWORK = click.option(
     "--build-network",
     metavar="MODE",
-    envvar="SELFBENCH_BUILD_NETWORK",
+    envvar=ENV_BUILD_NETWORK,
     help="Network mode for image builds (e.g. host, to reach a mirror on 127.0.0.1).",
 )
 EXTRA_CA = click.option(
     "--extra-ca-certs",
-    envvar="SELFBENCH_EXTRA_CA_CERTS",
+    envvar=ENV_EXTRA_CA,
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="PEM file every build and container trusts (env SELFBENCH_EXTRA_CA_CERTS).",
+    help=f"PEM file every build and container trusts (env {ENV_EXTRA_CA}).",
 )
 
 
+def _print_invalid(error: RunnerError) -> None:
+    print_problems(error.problems)
+
+
+# ---- audit -------------------------------------------------------------------------------------
+
+
+@cli.command("audit")
+@TASK_DIR
+@REPO
+@click.option("--json", "as_json", is_flag=True, help="Print the audit as one JSON document.")
+def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
+    """Static audit of an authored task: schema, patches, size, {tests} rules, and (when the
+    repository is at hand) the workdir and `git apply --check` of both patches at baseCommit.
+
+    Exit 0 when accepted, 1 with blockers, 2 when the task cannot be loaded.
+    """
+    from runner.audit import audit
+    from runner.errors import RepositoryError
+    from runner.gitrepo import check_repository, resolve_repository
+    from runner.taskdir import load_authored_task
+
+    try:
+        task = load_authored_task(task_dir)
+    except InvalidTaskError as exc:
+        if as_json:
+            click.echo(json.dumps(_audit_json(None, None, exc.problems, None), indent=2))
+        else:
+            _print_invalid(exc)
+        return int(ExitCode.INVALID)
+    definition = task.definition
+    repository: list[str] | None = None
+    note = None
+    try:
+        path = resolve_repository(
+            repo, definition.repo, definition.base_commit, task_dir=task.directory
+        )
+        repository = check_repository(
+            path,
+            definition.base_commit,
+            workdir=definition.workdir_path,
+            test_patch=task.test_patch,
+            gold_patch=task.gold_patch,
+        ).problems
+    except RepositoryError as exc:
+        if repo is not None:
+            raise
+        note = f"repository not checked: {exc.one_line()}"
+    result = audit(definition, gold=task.gold, tests=task.tests, repository=repository)
+    if as_json:
+        click.echo(json.dumps(_audit_json(definition.task_id, result, (), note), indent=2))
+    else:
+        m = result.metrics
+        click.echo(
+            f"{definition.task_id}: {m.implementation_files} implementation file(s), "
+            f"{m.implementation_changed_lines} changed line(s), {m.test_files} test file(s)"
+        )
+        if note:
+            click.echo(note)
+        if result.accepted:
+            click.echo("audit: accepted")
+        else:
+            for blocker in result.blockers:
+                click.echo(f"blocker: {blocker}")
+            click.echo(f"audit: rejected: {result.reason()}")
+    return int(ExitCode.ACCEPTED if result.accepted else ExitCode.REJECTED)
+
+
+def _audit_json(
+    task_id: str | None,
+    result: Any,
+    problems: tuple[Problem, ...],
+    note: str | None,
+) -> dict[str, Any]:
+    if result is None:
+        return {
+            "schemaVersion": 2,
+            "taskId": task_id,
+            "verdict": "invalid",
+            "accepted": False,
+            "blockers": [],
+            "reason": problems[0].one_line() if problems else "",
+            "errors": [p.as_json() for p in problems],
+            "metrics": None,
+            "repositoryChecked": False,
+            "repositoryNote": None,
+        }
+    return {
+        "schemaVersion": 2,
+        "taskId": task_id,
+        "verdict": "accepted" if result.accepted else "rejected",
+        "accepted": result.accepted,
+        "blockers": result.blockers,
+        "reason": result.reason(),
+        "errors": [],
+        "metrics": {
+            "implementationFiles": result.metrics.implementation_files,
+            "implementationChangedLines": result.metrics.implementation_changed_lines,
+            "testFiles": result.metrics.test_files,
+        },
+        "repositoryChecked": result.repository_checked,
+        "repositoryNote": note,
+    }
+
+
+# ---- compile and refresh -----------------------------------------------------------------------
+
+
+@cli.command("compile")
+@TASK_DIR
+@REPO
+@click.option(
+    "-o",
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Bundle directory to write (replaced atomically; never a directory holding anything "
+    "but this task's bundle).",
+)
+@AGENT_ALLOWED_HOST
+def compile_command(
+    task_dir: Path, repo: str | None, out: Path, allowed_hosts: tuple[str, ...]
+) -> int:
+    """Compile an authored task into a native Harbor bundle."""
+    from runner.compiler import compile_task
+    from runner.safeio import is_within
+    from runner.taskdir import load_authored_task
+
+    options = _compile_options(allowed_hosts)
+    if is_within(out, task_dir):
+        raise UsageError("must not be inside the task directory", path=str(out), field="--out")
+    task = load_authored_task(task_dir)
+    result = compile_task(task, repo=repo, out=out, options=options)
+    click.echo(str(result.bundle))
+    for problem in result.repository.problems:
+        click.echo(f"warning: {problem} (verify's audit will reject it)", err=True)
+    return 0
+
+
+@cli.command("refresh")
+@TASK_DIR
+@click.argument("bundle", type=click.Path(path_type=Path))
+@AGENT_ALLOWED_HOST
+def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]) -> int:
+    """Rewrite a bundle's definition-derived files from a repaired definition."""
+    from runner.compiler import refresh_bundle
+    from runner.taskdir import load_authored_task
+
+    options = _compile_options(allowed_hosts)
+    task = load_authored_task(task_dir)
+    changed = refresh_bundle(task, bundle, options)
+    for name in changed:
+        click.echo(f"updated {name}")
+    if not changed:
+        click.echo("bundle already up to date")
+    return 0
+
+
+# ---- verify ------------------------------------------------------------------------------------
+
+
 @cli.command("verify")
-@click.argument("target", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--repo", metavar="PATH|URL", help="Repository holding baseCommit.")
+@click.argument("target", type=click.Path(path_type=Path))
+@REPO
 @BASE_IMAGE
 @EXTRA_CA
 @TOOLCHAIN_SOURCE
 @TOOLCHAIN_MIRROR
 @AGENT_ALLOWED_HOST
+@BUILD_NETWORK
 @click.option(
     "--logs",
-    "logs_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Run directory (default runs/<taskId>/<timestamp>/).",
+    "logs_root",
+    type=click.Path(path_type=Path),
+    envvar=ENV_LOGS_ROOT,
+    default=DEFAULT_LOGS_ROOT,
+    show_default=True,
+    help=f"Root of run directories: each run writes <root>/<taskId>/<runId>/ (env "
+    f"{ENV_LOGS_ROOT}).",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(path_type=Path),
+    help="An exact run directory instead (must be new or empty).",
 )
 @click.option(
     "--report",
     "report_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     help="Also write the report here (atomically).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+@click.option(
+    "--plan", "plan_only", is_flag=True, help="Print the verify plan as JSON; run no Docker."
+)
 @click.option("--keep", is_flag=True, help="Keep containers and print how to enter them.")
 @click.option(
     "--rm-images",
     is_flag=True,
-    help="Remove this task's agent and verifier images afterwards (default: kept as "
-    "the build cache; shared base and toolchain layers stay).",
+    help="Remove this task's agent and verifier images afterwards (default: kept as the build "
+    "cache; shared base and toolchain layers stay).",
 )
-@click.option("--pids-limit", default=4096, show_default=True, help="Per-container pids limit.")
-@BUILD_NETWORK
+@click.option(
+    "--pids-limit",
+    type=click.IntRange(v.MIN_PIDS_LIMIT, v.MAX_PIDS_LIMIT),
+    default=DEFAULT_PIDS_LIMIT,
+    show_default=True,
+    help="Per-container pids limit.",
+)
+@click.option(
+    "--max-log-size",
+    type=ByteSize(),
+    default=DEFAULT_MAX_LOG_BYTES,
+    show_default="20MiB",
+    help="Cap per log file; the head and the tail are kept, the report says what was cut.",
+)
+@click.option(
+    "--storage-limit",
+    type=click.Choice([s.value for s in StorageLimit]),
+    envvar=ENV_STORAGE_LIMIT,
+    default=StorageLimit.AUTO.value,
+    show_default=True,
+    help="How storage_mb is held: the engine's quota, the runner's watchdog, auto (quota "
+    f"where the engine supports it) or off (env {ENV_STORAGE_LIMIT}).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Stream build output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
-@_errors_to_exit
 def verify_command(
     target: Path,
     repo: str | None,
@@ -262,54 +476,87 @@ def verify_command(
     sources: tuple[str, ...],
     mirrors: tuple[str, ...],
     allowed_hosts: tuple[str, ...],
-    logs_dir: Path | None,
+    build_network: str | None,
+    logs_root: Path,
+    run_dir: Path | None,
     report_path: Path | None,
     as_json: bool,
+    plan_only: bool,
     keep: bool,
     rm_images: bool,
     pids_limit: int,
-    build_network: str | None,
+    max_log_size: int,
+    storage_limit: str,
     verbose: bool,
     quiet: bool,
-) -> None:
+) -> int:
     """Compile (when TARGET is an authored task), audit, build, and run the smoke, nop, oracle
     and determinism gates. TARGET is an authored task directory or a compiled bundle."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING, format="%(message)s", stream=sys.stderr
-    )
-    if extra_ca_certs is not None and not extra_ca_certs.is_file():
-        raise UsageError("file not found", path=str(extra_ca_certs), field="--extra-ca-certs")
-    settings = VerifySettings(
-        repo=repo,
-        base_image=base_image,
-        extra_ca_certs=extra_ca_certs,
-        toolchains=_toolchain_settings(sources, mirrors),
-        logs_dir=logs_dir,
-        keep=keep,
-        remove_images=rm_images,
-        compile_options=_compile_options(allowed_hosts),
-        pids_limit=pids_limit,
-        build_network=build_network,
-    )
+    from runner.pipeline import verify
+
+    _stderr_logging(verbose)
     output = Output(quiet=quiet)
-    verifier = Verifier(target, settings, output.progress)
     try:
-        with _terminate_as_interrupt():
-            report = verifier.run()
-    except KeyboardInterrupt:
-        click.echo("selfbench-runner: interrupted; removed this run's containers", err=True)
-        sys.exit(130)
+        if report_path is not None:
+            check_writable_file(report_path, option="--report")
+        settings = VerifySettings(
+            repo=repo,
+            build=_build_environment(base_image, extra_ca_certs, sources, mirrors, build_network),
+            compile_options=_compile_options(allowed_hosts),
+            logs_root=logs_root,
+            run_dir=run_dir,
+            keep=keep,
+            remove_images=rm_images,
+            pids_limit=pids_limit,
+            max_log_bytes=max_log_size,
+            storage_limit=StorageLimit(storage_limit),
+        )
+        with interrupts():
+            outcome = verify(target, settings, progress=output.progress, plan_only=plan_only)
+    except RunnerError as exc:
+        if as_json:
+            click.echo(_usage_report(exc).to_json(), nl=False)
+        raise
+    report = outcome.report
+    if plan_only and outcome.plan is not None:
+        click.echo(outcome.plan.to_json(), nl=False)
+        return 0
     if report_path is not None:
-        write_atomic(report_path, report.to_json())
+        from runner.report import write_report
+
+        write_report(report_path, report)
     if as_json:
         click.echo(report.to_json(), nl=False)
     if not quiet or not as_json:
         output.summary(report)
-    for line in report.settings.get("kept") or []:
-        click.echo(f"kept {line}", err=True)
-    if report.settings.get("kept"):
-        click.echo("remove them with: selfbench-runner clean", err=True)
-    sys.exit(int(report.verdict.exit_code))
+    for kept in report.kept:
+        click.echo(f"kept {kept.label} ({kept.name}): {kept.enter}", err=True)
+    if report.kept:
+        click.echo(f"remove them with: {PROG} clean", err=True)
+    if report.interrupted:
+        click.echo(f"{PROG}: interrupted; removed this run's containers", err=True)
+    return int(report.exit_code)
+
+
+def _usage_report(error: RunnerError) -> Any:
+    """The report a program gets for a run refused before it started (bad options)."""
+    from runner.pipeline import new_run_id
+    from runner.report import InputProblem, Report, Verdict
+
+    return Report(
+        task_id=None,
+        verdict=Verdict.INVALID
+        if error.exit_code is ExitCode.INVALID
+        else Verdict.INFRASTRUCTURE_FAILED,
+        reason=error.one_line(),
+        errors=[InputProblem.of(p) for p in error.problems],
+        runner_version=__version__,
+        run_id=new_run_id(),
+        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+
+
+# ---- prepare, schema, clean --------------------------------------------------------------------
 
 
 @cli.command("prepare")
@@ -325,8 +572,8 @@ def verify_command(
 @TOOLCHAIN_SOURCE
 @TOOLCHAIN_MIRROR
 @BUILD_NETWORK
+@click.option("--plan", "plan_only", is_flag=True, help="Print the plan as JSON; run no Docker.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
-@_errors_to_exit
 def prepare_command(
     toolchain_list: str,
     base_image: str,
@@ -334,57 +581,127 @@ def prepare_command(
     sources: tuple[str, ...],
     mirrors: tuple[str, ...],
     build_network: str | None,
+    plan_only: bool,
     quiet: bool,
-) -> None:
+) -> int:
     """Prebuild the base and toolchain layers (e.g. once in CI before a matrix of verifies).
     Prints the image tag."""
+    from runner.engine import DockerEngine
+    from runner.executor import prepare
+    from runner.pipeline import default_env, host_facts
+    from runner.plan import plan_prepare
+
     names = [n.strip() for n in toolchain_list.split(",") if n.strip()]
     try:
         selected = [Toolchain(n) for n in names]
     except ValueError:
         known = ", ".join(t.value for t in Toolchain)
         raise UsageError(
-            f"--toolchains: expected some of {known}, got {toolchain_list!r}"
+            f"expected some of {known}, got {toolchain_list!r}", field="--toolchains"
         ) from None
     if not selected:
-        raise UsageError("--toolchains: name at least one toolchain")
-    environment = BuildEnvironment(
-        base_image=base_image,
-        extra_ca_certs=extra_ca_certs,
-        toolchains=_toolchain_settings(sources, mirrors),
-        build_network=build_network,
+        raise UsageError("name at least one toolchain", field="--toolchains")
+    settings = VerifySettings(
+        build=_build_environment(base_image, extra_ca_certs, sources, mirrors, build_network)
     )
-    layers = load_catalog().close(selected)
-    engine = Engine(new_run_id())
-    with tempfile.TemporaryDirectory(prefix="selfbench-prepare.") as tmp:
-        tag, cached = prepare_toolchains(
-            engine, environment, layers, Path(tmp), Output(quiet=quiet).progress
-        )
+    if plan_only:
+        click.echo(plan_prepare(selected, settings, host_facts()).to_json(), nl=False)
+        return 0
+    output = Output(quiet=quiet)
+    engine = DockerEngine()
+    try:
+        plan = plan_prepare(selected, settings, engine.facts())
+        with interrupts(), tempfile.TemporaryDirectory(prefix="selfbench-prepare.") as tmp:
+            cached = prepare(
+                plan, engine, env=default_env(settings), workdir=Path(tmp), progress=output.progress
+            )
+    finally:
+        engine.close()
     if not quiet:
-        click.echo(
-            f"{'cached' if cached else 'built'}: {', '.join(s.name for s in layers)}", err=True
-        )
-    click.echo(tag)
+        click.echo(f"{'cached' if cached else 'built'}: {', '.join(plan.toolchains)}", err=True)
+    click.echo(plan.tag)
+    return 0
 
 
 @cli.command("schema")
-def schema_command() -> None:
-    """Print the report's JSON Schema."""
+@click.option("--plan", "plan", is_flag=True, help="The verify plan's schema instead.")
+def schema_command(plan: bool) -> int:
+    """Print the report's JSON Schema (or the verify plan's)."""
+    if plan:
+        from runner.plan import VerifyPlan
+
+        click.echo(json.dumps(VerifyPlan.model_json_schema(), indent=2))
+        return 0
+    from runner.report import report_schema
+
     click.echo(json.dumps(report_schema(), indent=2))
+    return 0
 
 
 @cli.command("clean")
 @click.option("--images", is_flag=True, help="Also remove the images (the build cache).")
 @click.option("--run", "run_id", help="Only what this run created.")
-@_errors_to_exit
-def clean_command(images: bool, run_id: str | None) -> None:
+def clean_command(images: bool, run_id: str | None) -> int:
     """Remove containers, networks and volumes the runner left behind (by label)."""
+    from runner.engine import DockerEngine
+    from runner.plan import LABEL_RUN, LABEL_RUNNER
+
     labels = {LABEL_RUNNER: "1"}
     if run_id:
         labels[LABEL_RUN] = run_id
-    removed = cleanup(connect_for_cleanup(), labels, images=images)
+    engine = DockerEngine()
+    try:
+        removed = engine.cleanup(labels, images=images)
+    finally:
+        engine.close()
     click.echo(f"removed {removed} object(s)")
+    return 0
+
+
+# ---- main --------------------------------------------------------------------------------------
+
+
+def _crash_log(text: str) -> Path | None:
+    """Where an unexpected exception's traceback goes when no run directory exists."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    for directory in (cache_root() / "crashes", Path(tempfile.gettempdir())):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / f"selfbench-runner-crash-{stamp}-{os.getpid()}.log"
+            path.write_text(text)
+            return path
+        except OSError:
+            continue
+    return None
+
+
+def run_cli(args: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code: every outcome maps to one."""
+    try:
+        with interrupts():
+            result = cli.main(args=args, prog_name=PROG, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        return int(ExitCode.INTERRUPTED)
+    except click.ClickException as exc:
+        command = exc.ctx.command_path if getattr(exc, "ctx", None) else PROG  # type: ignore[attr-defined]
+        message = " ".join(exc.format_message().split())
+        click.echo(f"{PROG}: error: {message} (see `{command} --help`)", err=True)
+        return int(ExitCode.INVALID)
+    except RunnerError as error:
+        print_problems(error.problems)
+        return int(error.exit_code)
+    except (KeyboardInterrupt, Interrupted):
+        click.echo(f"{PROG}: interrupted", err=True)
+        return int(ExitCode.INTERRUPTED)
+    except Exception as exc:
+        path = _crash_log(traceback.format_exc())
+        where = f"; traceback in {path}" if path else ""
+        click.echo(f"{PROG}: internal error: {type(exc).__name__}: {exc}{where}", err=True)
+        return int(ExitCode.INFRASTRUCTURE)
+    return int(result or 0)
 
 
 def main() -> None:
-    cli(prog_name="selfbench-runner")
+    sys.exit(run_cli())

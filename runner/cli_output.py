@@ -5,13 +5,16 @@ Part of the CLI layer: the only other module that prints."""
 from __future__ import annotations
 
 import os
+import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from runner.errors import Problem
 from runner.report import Report, Status, Verdict
 
 STATUS_STYLE = {
@@ -31,6 +34,14 @@ SUMMARY_LIMIT = 1_000_000  # GitHub caps a step summary at 1 MiB
 
 def in_github_actions() -> bool:
     return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def print_problems(
+    problems: Iterable[Problem], *, prefix: str = "selfbench-runner: error: "
+) -> None:
+    """Every input problem on its own line, on stderr."""
+    for problem in problems:
+        print(f"{prefix}{problem.one_line()}", file=sys.stderr)
 
 
 class Output:
@@ -78,6 +89,8 @@ class Output:
                     escape(stage.detail),
                 )
             self.console.print(table)
+            for error in report.errors:
+                self.console.print(f"[red]error[/]: {escape(_problem_line(error))}")
             if report.run_dir:
                 self.console.print(f"logs and report: {report.run_dir}")
         else:
@@ -103,11 +116,18 @@ class Output:
         print(text, file=self.console.file)
 
 
+def _problem_line(error: object) -> str:
+    file, field, message = (getattr(error, k) for k in ("file", "field", "message"))
+    return Problem(file=file, field=field, message=message).one_line()
+
+
 def summary_lines(report: Report) -> list[str]:
     head = f"{report.task_id or '?'}: {report.verdict.value}"
     lines = [head + (f" ({report.reason})" if report.reason else "")]
     for name, stage in report.stages.items():
         lines.append(f"  {name:<12} {stage.status.value:<8} {stage.seconds:>8.1f}s  {stage.detail}")
+    for error in report.errors:
+        lines.append(f"  error: {_problem_line(error)}")
     if report.run_dir:
         lines.append(f"  logs and report: {report.run_dir}")
     return lines

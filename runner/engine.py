@@ -1,7 +1,11 @@
-"""The only module that talks to Docker: builds (streamed, limited, cancellable), containers
-(limited, labelled, timed), file copies, cleanup by label.
+"""The only module that talks to Docker.
 
-Everything the runner creates carries LABEL_RUNNER and, per run, LABEL_RUN.
+`Engine` and `Container` are the interface the executor receives (tests pass a fake);
+`DockerEngine` implements it with docker-py's low-level client. Every docker.errors.* and
+connection error is wrapped into EngineError. Deadlines are the runner's own: when one passes,
+the runner kills the container and says so (an exit code 137 alone proves nothing). Everything
+created carries the run's labels; `with engine.container(plan) as c:` removes its container on
+every path (unless kept on purpose).
 """
 
 from __future__ import annotations
@@ -9,43 +13,39 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import math
-import re
+import os
+import socket
 import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar, cast
 
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.models.containers import Container
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from runner.errors import InfrastructureError
+from runner.buildlog import BuildStream
+from runner.errors import EngineError, InfrastructureError
+from runner.logs import CappedLog, Truncation, extract_capped
+from runner.plan import (
+    LABEL_OWNER,
+    LABEL_RUNNER,
+    ContainerPlan,
+    EngineFacts,
+    ExecStep,
+)
+from runner.runtime import BuildOutcome, BuildRequest, ExecOutcome, ImageInfo, LimitStats
+from runner.settings import BUILD_GRACE_SECONDS, STORAGE_SAMPLE_SECONDS, StorageLimit
 from runner.toolchains import Arch
 
 log = logging.getLogger(__name__)
 
-LABEL_RUNNER = "org.selfbench.runner"
-LABEL_RUN = "org.selfbench.run"
-LABEL_TASK = "org.selfbench.task"
-LABEL_KIND = "org.selfbench.kind"
-LABEL_INPUTS = "org.selfbench.inputs"
-
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
-_SUCCESS = re.compile(r"^Successfully built ([0-9a-f]{12,64})\s*$")
-_NONZERO = re.compile(r"returned a non-zero code: (\d+)")
-_LAYER = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$")
-_RUNNING = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")
-
 TRANSIENT = (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError)
-
-
+PROBE_IMAGE = "selfbench/probe:empty"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -54,426 +54,492 @@ def _transient_retry() -> Callable[[F], F]:
     decorator = retry(
         retry=retry_if_exception_type(TRANSIENT),
         stop=stop_after_attempt(3),
-        wait=wait_exponential(multiplier=1, max=10),
+        wait=wait_exponential(multiplier=0.5, max=5),
         reraise=True,
     )
     return cast(Callable[[F], F], decorator)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Limits:
-    cpus: float
-    memory_mb: int
-    storage_mb: int
-    pids: int = 4096
+def _explain(exc: BaseException) -> str:
+    if isinstance(exc, APIError):
+        return str(exc.explanation or exc)
+    return str(exc) or type(exc).__name__
 
 
-@dataclass(kw_only=True)
-class BuildResult:
-    ok: bool
-    image_id: str | None = None
-    seconds: float = 0.0
-    failed_step: str | None = None
-    exit_code: int | None = None
-    error: str | None = None
-    tail: list[str] = field(default_factory=list)
-    timed_out: bool = False
-    # The task's own command failed (red) rather than the engine or a download (infrastructure).
-    task_at_fault: bool = False
-    cached_steps: int = 0
-    total_steps: int = 0
-    # The image id of the last step that completed: a shell there is where to debug.
-    last_layer: str | None = None
+@contextlib.contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """docker-py's and requests' errors, as EngineError naming what was being done."""
+    try:
+        yield
+    except EngineError:
+        raise
+    except (DockerException, *TRANSIENT, requests.exceptions.RequestException, OSError) as exc:
+        raise EngineError(f"{action}: {_explain(exc)}") from exc
 
 
-@dataclass(kw_only=True)
-class RunResult:
-    exit_code: int | None
-    seconds: float
-    timed_out: bool = False
-    oom_killed: bool = False
+# ---- Docker ----------------------------------------------------------------------------------
 
 
-class Engine:
-    """A connected Docker engine, with the labels of one run."""
+def owner_id() -> str:
+    """host:pid:start of this process: the stale-run reaper's key (pids are reused)."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat", encoding="ascii") as handle:
+            start = handle.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        start = "0"
+    return f"{socket.gethostname()}:{os.getpid()}:{start}"
 
-    def __init__(self, run_id: str, *, timeout: int = 120) -> None:
-        self.run_id = run_id
+
+def _owner_alive(owner: str) -> bool:
+    host, _, rest = owner.partition(":")
+    pid_text, _, start = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True  # another machine's run: not ours to judge
+    try:
+        with open(f"/proc/{pid_text}/stat", encoding="ascii") as handle:
+            current = handle.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return False
+    return current == start
+
+
+class DockerEngine:
+    """A connected Docker engine."""
+
+    def __init__(self, *, base_url: str | None = None, timeout: int = 120) -> None:
+        self.timeout = timeout
+        self.base_url = base_url
         try:
-            self.client = docker.from_env(timeout=timeout)
+            self.client = (
+                docker.DockerClient(base_url=base_url, timeout=timeout)
+                if base_url
+                else docker.from_env(timeout=timeout)
+            )
             self._ping()
-        except (DockerException, *TRANSIENT) as exc:
+            info = self.client.info()
+        except (DockerException, *TRANSIENT, requests.exceptions.RequestException) as exc:
             raise InfrastructureError(
-                f"no Docker engine answers ({exc}); start one (scripts/start-docker.sh does on "
-                "Debian) or set DOCKER_HOST"
+                f"no Docker engine answers ({_explain(exc)}); start one (scripts/start-docker.sh "
+                "does on Debian) or set DOCKER_HOST"
             ) from None
         self.api = self.client.api
-        info = self.client.info()
         self.ncpu = int(info.get("NCPU") or 1)
         self.arch: Arch = "arm64" if info.get("Architecture") in ("aarch64", "arm64") else "amd64"
         self.storage_driver = str(info.get("Driver", ""))
-        self._storage_supported: bool | None = None
+        self._quota: bool | None = None
+
+    def _new_api(self, timeout: float) -> docker.APIClient:
+        """A client of its own for a long call: its read timeout outlasts the call, and closing
+        it cancels the call on the engine."""
+        if self.base_url:
+            return docker.APIClient(base_url=self.base_url, timeout=int(timeout))
+        return docker.from_env(timeout=int(timeout)).api
 
     @_transient_retry()
     def _ping(self) -> None:
         self.client.ping()
 
-    def container_name(self, task_id: str, hint: str) -> str:
-        """`selfbench-<task>-<hint>-<run>`: findable in `docker ps`, unique per run."""
-        safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"{task_id}-{hint}")
-        return f"selfbench-{safe}-{self.run_id.rsplit('-', 1)[-1]}"
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.client.close()
 
-    def labels(self, kind: str, task_id: str | None = None, **extra: str) -> dict[str, str]:
-        labels = {LABEL_RUNNER: "1", LABEL_RUN: self.run_id, LABEL_KIND: kind}
-        if task_id:
-            labels[LABEL_TASK] = task_id
-        labels.update(extra)
-        return labels
+    # ---- facts ---------------------------------------------------------------------------
 
-    # ---- images -------------------------------------------------------------------------
+    def facts(self) -> EngineFacts:
+        return EngineFacts(
+            ncpu=self.ncpu, arch=self.arch, storage_quota=self.storage_quota(), source="engine"
+        )
 
-    def image_id(self, ref: str) -> str | None:
-        try:
-            image = self.client.images.get(ref)
-        except ImageNotFound:
-            return None
-        except APIError as exc:
-            raise InfrastructureError(f"cannot inspect image {ref}: {exc.explanation}") from None
-        return str(image.id)
+    def storage_quota(self) -> bool:
+        """Whether `--storage-opt size` works here (overlay2 on XFS with pquota): probed once
+        by creating, never starting, a container of an empty image."""
+        if self._quota is not None:
+            return self._quota
+        with engine_errors("probing the storage quota"):
+            if self.image(PROBE_IMAGE) is None:
+                empty = io.BytesIO()
+                with tarfile.open(fileobj=empty, mode="w"):
+                    pass
+                self.api.import_image_from_data(
+                    empty.getvalue(), repository=PROBE_IMAGE.split(":", maxsplit=1)[0], tag="empty"
+                )
+            try:
+                probe = self.api.create_container(
+                    PROBE_IMAGE,
+                    command=["true"],
+                    labels={LABEL_RUNNER: "1", "org.selfbench.kind": "probe"},
+                    host_config=self.api.create_host_config(storage_opt={"size": "64M"}),
+                )
+            except APIError as exc:
+                log.info("storage quota unavailable: %s", exc.explanation)
+                self._quota = False
+            else:
+                self._quota = True
+                with contextlib.suppress(APIError, NotFound):
+                    self.api.remove_container(probe["Id"], force=True)
+        return bool(self._quota)
 
-    def ensure_base_image(self, ref: str, *, hint: str) -> str:
-        found = self.image_id(ref)
-        if found:
-            return found
-        try:
+    # ---- images --------------------------------------------------------------------------
+
+    def image(self, ref: str) -> ImageInfo | None:
+        with engine_errors(f"inspecting image {ref}"):
+            try:
+                data = self.api.inspect_image(ref)  # type: ignore[no-untyped-call]
+            except (ImageNotFound, NotFound):
+                return None
+        labels = (data.get("Config") or {}).get("Labels") or {}
+        return ImageInfo(id=str(data["Id"]), labels=dict(labels))
+
+    def pull(self, ref: str) -> ImageInfo:
+        with engine_errors(f"pulling {ref}"):
             self._pull(ref)
-        except (APIError, *TRANSIENT) as exc:
-            detail = getattr(exc, "explanation", None) or str(exc)
-            raise InfrastructureError(
-                f"base image {ref} is not present and cannot be pulled ({detail}); {hint}"
-            ) from None
-        found = self.image_id(ref)
-        if not found:
-            raise InfrastructureError(f"base image {ref} was pulled but cannot be found; {hint}")
+        found = self.image(ref)
+        if found is None:
+            raise EngineError(f"{ref} was pulled but cannot be found")
         return found
 
     @_transient_retry()
     def _pull(self, ref: str) -> None:
-        repository, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
-        self.client.images.pull(repository, tag=tag or "latest")
+        name = ref.rsplit("/", 1)[-1]
+        repository, tag = ref.rsplit(":", 1) if ":" in name and "@" not in ref else (ref, None)
+        self.client.images.pull(repository, tag=tag or ("latest" if "@" not in ref else None))
+
+    def remove_image(self, ref: str) -> None:
+        with contextlib.suppress(NotFound, ImageNotFound), engine_errors(f"removing {ref}"):
+            self.api.remove_image(ref, force=True, noprune=False)
 
     def build(
-        self,
-        *,
-        context: Path,
-        tag: str,
-        buildargs: Mapping[str, str],
-        labels: Mapping[str, str],
-        limits: Limits,
-        timeout: float,
-        log_path: Path,
-        on_line: Callable[[str], None] | None = None,
-        task_steps: Sequence[str] = (),
-        network_mode: str | None = None,
-    ) -> BuildResult:
-        """Build `context/Dockerfile` streaming its output to `log_path`.
+        self, request: BuildRequest, log_path: Path, *, limit: int, on_line: Callable[[str], None]
+    ) -> BuildOutcome:
+        """Build `context/Dockerfile`, streaming its output to a capped log.
 
-        A chunk with `error`, or a stream that ends without an image id, is a failed build.
-        On timeout the connection is closed, which cancels the build on the engine.
-        `task_steps` are substrings of the instructions whose failure is the task's fault.
-        """
-        result = BuildResult(ok=False)
+        The stream is consumed in a worker thread; this thread waits for the deadline. On
+        expiry (or Ctrl-C) the running step's container is killed, which ends the build on the
+        engine at once, and the client is closed."""
         started = time.monotonic()
-        cpus = max(1, min(self.ncpu, math.ceil(limits.cpus)))
-        container_limits = {
-            "memory": limits.memory_mb * 1024 * 1024,
-            "memswap": limits.memory_mb * 1024 * 1024,  # no extra swap
-            "cpusetcpus": f"0-{cpus - 1}" if cpus > 1 else "0",
-        }
-        # A client of its own: closing it is how a timed-out build is cancelled.
-        api = docker.from_env(timeout=int(timeout) + 60).api
-        lines: list[str] = []
-        running: list[str] = []  # the classic builder's step containers, newest last
-        step: str | None = None
+        api = self._new_api(request.timeout_seconds + BUILD_GRACE_SECONDS)
+        stream_state = BuildStream()
         done = threading.Event()
         failure: list[BaseException] = []
+        capped = CappedLog(log_path, limit, append=True)
 
         def consume() -> None:
-            nonlocal step
             try:
-                stream = api.build(
-                    path=str(context),
-                    tag=tag,
-                    buildargs=dict(buildargs),
-                    labels=dict(labels),
+                chunks = api.build(
+                    path=str(request.context),
+                    tag=request.tag,
+                    buildargs=dict(request.buildargs),
+                    labels=dict(request.labels),
                     rm=True,
                     forcerm=True,
                     decode=True,
-                    container_limits=cast(Any, container_limits),
-                    timeout=int(timeout) + 60,
+                    container_limits=cast(
+                        Any,
+                        {
+                            "memory": request.memory_mb * 1024 * 1024,
+                            "memswap": request.memory_mb * 1024 * 1024,  # no extra swap
+                            "cpusetcpus": request.cpuset,
+                        },
+                    ),
+                    timeout=int(request.timeout_seconds) + BUILD_GRACE_SECONDS,
                     use_config_proxy=False,
-                    network_mode=network_mode,
+                    network_mode=request.network,
                 )
-                with log_path.open("a", encoding="utf-8", errors="replace") as out:
-                    for chunk in stream:
-                        if "stream" in chunk:
-                            for line in str(chunk["stream"]).splitlines():
-                                out.write(line + "\n")
-                                lines.append(line)
-                                del lines[:-200]
-                                if on_line:
-                                    on_line(line)
-                                if match := _STEP.match(line):
-                                    step = match.group(3)
-                                    result.total_steps = int(match.group(2))
-                                elif match := _RUNNING.match(line):
-                                    running.append(match.group(1))
-                                elif match := _LAYER.match(line):
-                                    result.last_layer = match.group(1)
-                                elif line.strip() == "---> Using cache":
-                                    result.cached_steps += 1
-                                elif match := _SUCCESS.match(line):
-                                    result.image_id = match.group(1)
-                        if "aux" in chunk and isinstance(chunk["aux"], dict):
-                            result.image_id = str(chunk["aux"].get("ID") or result.image_id)
-                        if "error" in chunk or "errorDetail" in chunk:
-                            detail = chunk.get("errorDetail") or {}
-                            message = str(chunk.get("error") or detail.get("message"))
-                            out.write(f"ERROR: {message}\n")
-                            result.error = message
-                            code = detail.get("code") if isinstance(detail, dict) else None
-                            if match := _NONZERO.search(message):
-                                code = int(match.group(1))
-                            result.exit_code = int(code) if code is not None else None
-                        out.flush()
-            except BaseException as exc:  # re-raised in the caller's thread
+                for chunk in chunks:
+                    for line in stream_state.feed(chunk):
+                        capped.write(line.encode("utf-8", "replace") + b"\n")
+                        on_line(line)
+                for line in stream_state.finish():
+                    capped.write(line.encode("utf-8", "replace") + b"\n")
+            except BaseException as exc:  # handed to the waiting thread
                 failure.append(exc)
             finally:
                 done.set()
 
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        worker = threading.Thread(target=consume, name=f"build-{tag}", daemon=True)
+        worker = threading.Thread(target=consume, name=f"build-{request.tag}", daemon=True)
         worker.start()
+        finished = False
         try:
-            finished = done.wait(timeout)
+            finished = done.wait(request.timeout_seconds)
         finally:
             if not done.is_set():
-                # Closing our client alone lets the engine notice only when its read times
-                # out; killing the step's container ends the build now, then we hang up.
-                self._kill_build_step(running)
+                # Closing the client alone lets the engine notice only when its read times
+                # out; killing the step's container ends the build now.
+                self._kill_build_step(stream_state.running)
                 done.wait(30)
-                api.close()
-        if not finished:
+            api.close()
             worker.join(5)
-            result.timed_out = True
-            result.failed_step = step
-            result.error = f"build timed out after {int(timeout)}s"
-            result.tail = lines[-20:]
-            # A slow setup is the task's fault; a slow download or engine is not.
-            result.task_at_fault = bool(step and any(s in step for s in task_steps))
-            result.seconds = time.monotonic() - started
-            return result
-        worker.join()
-        api.close()
-        result.seconds = time.monotonic() - started
-        result.failed_step = step
-        result.tail = lines[-20:]
+            outcome_truncation = capped.close()
+        outcome = BuildOutcome(
+            ok=False,
+            seconds=time.monotonic() - started,
+            failed_step=stream_state.step,
+            step_number=stream_state.step_number,
+            tail=stream_state.tail[-20:],
+            cached_steps=stream_state.cached_steps,
+            total_steps=stream_state.total_steps,
+            last_layer=stream_state.last_layer,
+            exit_code=stream_state.exit_code,
+            truncation=outcome_truncation,
+        )
+        if not finished:
+            outcome.timed_out = True
+            outcome.error = f"build timed out after {int(request.timeout_seconds)}s"
+            return outcome
         if failure:
             exc = failure[0]
             if isinstance(exc, APIError):
-                result.error = f"engine refused the build: {exc.explanation}"
-                return result
-            if isinstance(exc, (*TRANSIENT, DockerException)):
-                raise InfrastructureError(f"Docker engine failed during build: {exc}") from exc
+                outcome.error = f"engine refused the build: {_explain(exc)}"
+                return outcome
+            if isinstance(exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException)):
+                raise EngineError(f"Docker engine failed during the build: {_explain(exc)}")
             raise exc
-        if result.error is None and result.image_id:
-            # Classic builder prints a short id; resolve it to the full one via the tag.
-            result.image_id = self.image_id(tag) or result.image_id
-            result.ok = True
-            return result
-        if result.error is None:
-            result.error = "build stream ended without an image id"
-        result.task_at_fault = bool(
-            step and result.exit_code is not None and any(s in step for s in task_steps)
-        )
-        return result
+        if stream_state.succeeded:
+            info = self.image(request.tag)
+            outcome.image_id = info.id if info else stream_state.image_id
+            outcome.ok = True
+            outcome.failed_step = None
+            return outcome
+        outcome.error = stream_state.failure()
+        return outcome
 
     def _kill_build_step(self, running: Sequence[str]) -> None:
         if not running:
             return
-        with contextlib.suppress(NotFound, APIError, *TRANSIENT):
-            self.client.containers.get(running[-1]).kill()
+        with contextlib.suppress(DockerException, *TRANSIENT):
+            self.api.kill(running[-1])
 
-    def remove_image(self, ref: str) -> None:
-        with contextlib.suppress(NotFound, ImageNotFound):
-            self.client.images.remove(ref, force=True, noprune=False)
+    # ---- containers ----------------------------------------------------------------------
 
-    # ---- containers ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def container(
+        self, plan: ContainerPlan, *, env: Mapping[str, str], keep: bool
+    ) -> Iterator[DockerContainer]:
+        container = self._create(plan, env)
+        try:
+            with engine_errors(f"starting container {plan.name}"):
+                self.api.start(container.id)
+            container.start_watchdog()
+            yield container
+        finally:
+            container.stop_watchdog()
+            if not keep:
+                container.remove()
 
-    def storage_enforced(self) -> bool:
-        return bool(self._storage_supported)
-
-    def storage_probed(self) -> bool:
-        """Whether a container was created, so storage_enforced() is known."""
-        return self._storage_supported is not None
-
-    def _host_config_limits(self, limits: Limits) -> dict[str, Any]:
-        cpus = min(float(self.ncpu), limits.cpus)
-        return {
-            "nano_cpus": int(cpus * 1e9),
+    def _create(self, plan: ContainerPlan, env: Mapping[str, str]) -> DockerContainer:
+        limits = plan.limits
+        host: dict[str, Any] = {
+            "nano_cpus": int(limits.cpus * 1e9),
             "mem_limit": limits.memory_mb * 1024 * 1024,
             "memswap_limit": limits.memory_mb * 1024 * 1024,
             "pids_limit": limits.pids,
+            "network_mode": plan.network,
         }
-
-    def create(
-        self,
-        image: str,
-        command: Sequence[str],
-        *,
-        name_hint: str,
-        limits: Limits,
-        labels: Mapping[str, str],
-        user: str | None = None,
-        environment: Mapping[str, str] | None = None,
-        working_dir: str | None = None,
-    ) -> Container:
-        kwargs: dict[str, Any] = {
-            "name": self.container_name(labels.get(LABEL_TASK, "task"), name_hint),
-            "command": list(command),
-            "labels": dict(labels),
-            "user": user,
-            "environment": dict(environment or {}),
-            "working_dir": working_dir,
-            "detach": True,
-            "stdin_open": False,
-            "tty": False,
-            **self._host_config_limits(limits),
-        }
-        if self._storage_supported is not False:
-            try:
-                container = self._create(
-                    image, storage_opt={"size": f"{limits.storage_mb}M"}, **kwargs
-                )
-                self._storage_supported = True
-                return container
-            except APIError as exc:
-                if (
-                    "storage-opt" not in str(exc.explanation)
-                    and "storage opt" not in str(exc.explanation).lower()
-                ):
-                    raise InfrastructureError(
-                        f"cannot create container from {image}: {exc.explanation}"
-                    ) from None
-                log.info("storage limit not supported by this engine: %s", exc.explanation)
-                self._storage_supported = False
-        try:
-            container = self._create(image, **kwargs)
-        except APIError as exc:
-            raise InfrastructureError(
-                f"cannot create container from {image}: {exc.explanation}"
-            ) from None
-        return container
-
-    @_transient_retry()
-    def _create(self, image: str, **kwargs: Any) -> Container:
-        return self.client.containers.create(image, **kwargs)
-
-    def run_to_end(self, container: Container, *, timeout: float, log_path: Path) -> RunResult:
-        """Start, wait up to `timeout` (a deadline: kill on expiry), save the logs."""
-        started = time.monotonic()
-        container.start()
-        timed_out = False
-        exit_code: int | None
-        try:
-            status = container.wait(timeout=timeout)
-            exit_code = int(status.get("StatusCode", -1))
-        except TRANSIENT:
-            # `wait(timeout=)` is a read timeout, not a deadline: kill, then wait again.
-            timed_out = True
-            with contextlib.suppress(APIError, NotFound):
-                container.kill()
-            status = container.wait(timeout=60)
-            exit_code = int(status.get("StatusCode", -1))
-        seconds = time.monotonic() - started
-        self.save_logs(container, log_path)
-        container.reload()
-        oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
-        return RunResult(exit_code=exit_code, seconds=seconds, timed_out=timed_out, oom_killed=oom)
-
-    def save_logs(self, container: Container, log_path: Path) -> None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("wb") as out:
-            for chunk in container.logs(stream=True, follow=False, stdout=True, stderr=True):
-                out.write(chunk)
-
-    def exec(
-        self,
-        container: Container,
-        command: Sequence[str],
-        *,
-        user: str,
-        log_path: Path,
-        timeout: float,
-        environment: Mapping[str, str] | None = None,
-        workdir: str | None = None,
-    ) -> RunResult:
-        """Run a command in a running container under coreutils `timeout` (exit 124)."""
-        started = time.monotonic()
-        wrapped = ["timeout", "--kill-after=10", f"{max(1, int(timeout))}s", *command]
-        # A silent command must not trip the client's read timeout: give this call its own.
-        api = docker.from_env(timeout=int(timeout) + 60).api
-        try:
-            code = self._exec(
-                api,
-                container,
-                wrapped,
-                user=user,
-                log_path=log_path,
-                environment=environment,
-                workdir=workdir,
+        storage = plan.storage
+        if storage is StorageLimit.AUTO:
+            storage = StorageLimit.QUOTA if self.storage_quota() else StorageLimit.WATCHDOG
+        if storage is StorageLimit.QUOTA:
+            host["storage_opt"] = {"size": f"{limits.storage_mb}M"}
+        with engine_errors(f"creating container {plan.name} from {plan.image}"):
+            created = self.api.create_container(
+                plan.image,
+                command=list(plan.command),
+                name=plan.name,
+                labels=dict(plan.labels),
+                environment={**plan.env, **env},
+                working_dir=plan.workdir,
+                detach=True,
+                stdin_open=False,
+                tty=False,
+                host_config=self.api.create_host_config(**host),
             )
-        finally:
-            api.close()
-        container.reload()
-        oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
-        return RunResult(
-            exit_code=code,
-            seconds=time.monotonic() - started,
-            timed_out=code == 124,
-            oom_killed=oom or code == 137,
-        )
+        return DockerContainer(self, str(created["Id"]), plan, storage)
 
-    def _exec(
-        self,
-        api: docker.APIClient,
-        container: Container,
-        wrapped: Sequence[str],
-        *,
-        user: str,
-        log_path: Path,
-        environment: Mapping[str, str] | None,
-        workdir: str | None,
-    ) -> int | None:
-        exec_id = api.exec_create(
-            container.id,
-            list(wrapped),
-            user=user,
-            environment=dict(environment or {}),
-            workdir=workdir,
-            stdout=True,
-            stderr=True,
-        )["Id"]
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("ab") as out:
-            for chunk in api.exec_start(exec_id, stream=True):
-                out.write(chunk)
-        code = api.exec_inspect(exec_id).get("ExitCode")
-        return None if code is None else int(code)
+    def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
+        """Remove every container, network and volume (and image) carrying `labels`."""
+        filters: dict[str, Any] = {"label": [f"{key}={value}" for key, value in labels.items()]}
+        removed = 0
+        with engine_errors("cleaning up"):
+            for item in self.api.containers(all=True, filters=filters):
+                with contextlib.suppress(NotFound, APIError):
+                    self.api.remove_container(item["Id"], force=True, v=True)
+                    removed += 1
+            for network in self.api.networks(filters=filters):
+                with contextlib.suppress(NotFound, APIError):
+                    self.api.remove_network(network["Id"])
+                    removed += 1
+            for volume in (self.api.volumes(filters=filters) or {}).get("Volumes") or []:
+                with contextlib.suppress(NotFound, APIError):
+                    self.api.remove_volume(volume["Name"], force=True)
+                    removed += 1
+            if images:
+                for image in self.api.images(filters=filters):
+                    with contextlib.suppress(NotFound, APIError):
+                        self.api.remove_image(image["Id"], force=True)
+                        removed += 1
+        return removed
 
-    def put_file(
-        self, container: Container, directory: str, name: str, data: bytes, *, mode: int = 0o644
+    def reap_stale(self) -> int:
+        """Remove containers left by runner processes of this host that no longer exist (a
+        runner killed with SIGKILL cannot clean up after itself)."""
+        removed = 0
+        with engine_errors("looking for stale containers"):
+            for item in self.api.containers(all=True, filters={"label": f"{LABEL_RUNNER}=1"}):
+                owner = (item.get("Labels") or {}).get(LABEL_OWNER)
+                if owner and not _owner_alive(owner):
+                    with contextlib.suppress(NotFound, APIError):
+                        self.api.remove_container(item["Id"], force=True, v=True)
+                        removed += 1
+        return removed
+
+
+class DockerContainer:
+    def __init__(
+        self, engine: DockerEngine, container_id: str, plan: ContainerPlan, storage: StorageLimit
     ) -> None:
+        self.engine = engine
+        self.api = engine.api
+        self.id = container_id
+        self.name = plan.name
+        self.plan = plan
+        self.storage = storage
+        self.storage_mechanism = storage.value
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self.storage_exceeded_mb: int | None = None
+        self.timed_out = False
+
+    # ---- deadlines and the storage watchdog ----------------------------------------------
+
+    def kill(self) -> None:
+        with contextlib.suppress(DockerException, *TRANSIENT):
+            self.api.kill(self.id)
+
+    def start_watchdog(self) -> None:
+        if self.storage is not StorageLimit.WATCHDOG:
+            return
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"storage-{self.name}", daemon=True
+        )
+        self._watchdog.start()
+
+    def stop_watchdog(self) -> None:
+        self._stop.set()
+        if self._watchdog is not None:
+            self._watchdog.join(10)
+
+    def _watch(self) -> None:
+        limit = self.plan.limits.storage_mb
+        while not self._stop.wait(STORAGE_SAMPLE_SECONDS):
+            used = self.storage_used_mb()
+            if used is not None and used > limit:
+                self.storage_exceeded_mb = used
+                log.info("%s: writable layer %d MB > %d MB: killing it", self.name, used, limit)
+                self.kill()
+                return
+
+    def storage_used_mb(self) -> int | None:
+        try:
+            items = self.api.containers(all=True, size=True, filters={"id": self.id})
+        except (DockerException, *TRANSIENT):
+            return None
+        if not items:
+            return None
+        return int(items[0].get("SizeRw") or 0) // (1024 * 1024)
+
+    # ---- commands ------------------------------------------------------------------------
+
+    def exec(self, step: ExecStep, log_path: Path, *, limit: int) -> ExecOutcome:
+        """Run `step` in the running container, output to a capped log, within its deadline
+        (the runner kills the container when it passes)."""
+        started = time.monotonic()
+        api = self.engine._new_api(step.timeout_seconds + BUILD_GRACE_SECONDS)
+        capped = CappedLog(log_path, limit, append=True)
+        exit_code: list[int | None] = []
+        failure: list[BaseException] = []
+        done = threading.Event()
+        env = {**self.plan.env, **step.env}
+
+        def consume() -> None:
+            try:
+                exec_id = api.exec_create(
+                    self.id,
+                    list(step.argv),
+                    user=step.user,
+                    environment=env,
+                    workdir=step.workdir,
+                    stdout=True,
+                    stderr=True,
+                )["Id"]
+                for chunk in api.exec_start(exec_id, stream=True):
+                    capped.write(chunk)
+                code = api.exec_inspect(exec_id).get("ExitCode")
+                exit_code.append(None if code is None else int(code))
+            except BaseException as exc:  # handed to the waiting thread
+                failure.append(exc)
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=consume, name=f"exec-{self.name}", daemon=True)
+        worker.start()
+        try:
+            if not done.wait(step.timeout_seconds):
+                self.timed_out = True
+                self.kill()
+                done.wait(30)
+        finally:
+            if not done.is_set():
+                self.kill()
+            api.close()
+            worker.join(5)
+            truncation = capped.close()
+        timed_out = self.timed_out
+        if failure and not timed_out and self.storage_exceeded_mb is None:
+            exc = failure[0]
+            if isinstance(exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException)):
+                raise EngineError(f"running {step.name} in {self.name}: {_explain(exc)}")
+            raise exc
+        outcome = ExecOutcome(
+            exit_code=exit_code[0] if exit_code else None,
+            seconds=time.monotonic() - started,
+            timed_out=timed_out,
+            storage_exceeded_mb=self.storage_exceeded_mb,
+            truncation=truncation,
+        )
+        if not timed_out and self.storage_exceeded_mb is None:
+            outcome.limits = self.limit_stats()
+            outcome.oom_killed = outcome.limits.oom_kills > 0
+            if self.storage is StorageLimit.QUOTA:
+                used = self.storage_used_mb()
+                # A quota refuses writes instead of killing: at the limit, say so.
+                if used is not None and used >= self.plan.limits.storage_mb * 0.98:
+                    outcome.storage_exceeded_mb = used
+        return outcome
+
+    def limit_stats(self) -> LimitStats:
+        """How often the pids limit refused a fork and how many processes the OOM killer took,
+        from the container's cgroup (v1 and v2 spellings)."""
+        script = (
+            "for f in /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events; do "
+            '[ -r "$f" ] && { echo "pids $(sed -n "s/^max //p" "$f")"; break; }; done; '
+            "for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do "
+            '[ -r "$f" ] && { echo "oom $(sed -n "s/^oom_kill //p" "$f")"; break; }; done'
+        )
+        try:
+            exec_id = self.api.exec_create(self.id, ["sh", "-c", script], user="root")["Id"]
+            output = self.api.exec_start(exec_id).decode(errors="replace")
+        except (DockerException, *TRANSIENT):
+            return LimitStats()
+        values = dict(
+            (parts[0], int(parts[1]))
+            for parts in (line.split() for line in output.splitlines())
+            if len(parts) == 2 and parts[1].isdigit()
+        )
+        return LimitStats(pids_limit_hits=values.get("pids", -1), oom_kills=values.get("oom", -1))
+
+    # ---- files ---------------------------------------------------------------------------
+
+    def put_file(self, directory: str, name: str, data: bytes, *, mode: int = 0o644) -> None:
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
             info = tarfile.TarInfo(name)
@@ -481,73 +547,74 @@ class Engine:
             info.mode = mode
             info.mtime = int(time.time())
             archive.addfile(info, io.BytesIO(data))
-        if not container.put_archive(directory, buffer.getvalue()):
-            raise InfrastructureError(f"cannot copy {name} into {directory} of {container.id}")
+        with engine_errors(f"copying {name} into {self.name}"):
+            if not self.api.put_archive(self.id, directory, buffer.getvalue()):
+                raise EngineError(f"cannot copy {name} into {directory} of {self.name}")
 
-    def put_directory(self, container: Container, source: Path, destination: str) -> None:
+    def put_directory(self, source: Path, destination: str) -> None:
         with tempfile.TemporaryFile() as handle:
             with tarfile.open(fileobj=handle, mode="w") as archive:
                 archive.add(source, arcname=PurePosixPath(destination).name)
             handle.seek(0)
             parent = str(PurePosixPath(destination).parent)
-            if not container.put_archive(parent, handle):
-                raise InfrastructureError(f"cannot copy {source} into {destination}")
+            with engine_errors(f"copying {source} into {self.name}"):
+                if not self.api.put_archive(self.id, parent, handle):
+                    raise EngineError(f"cannot copy {source} into {destination}")
 
-    def get_path(self, container: Container, path: str, destination: Path) -> bool:
-        """Copy `path` out of the container into `destination` (a directory). False if absent."""
+    def _archive(self, path: str) -> Any:
         try:
-            stream, _ = container.get_archive(path)
+            stream, _ = self.api.get_archive(self.id, path)
         except NotFound:
-            return False
-        destination.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile() as handle:
+            return None
+        return stream
+
+    def get_file(self, path: str, *, limit: int) -> bytes | None:
+        """A regular file's bytes, or None when absent. More than `limit` bytes is an error."""
+        with engine_errors(f"copying {path} out of {self.name}"), tempfile.TemporaryFile() as tmp:
+            stream = self._archive(path)
+            if stream is None:
+                return None
+            size = 0
             for chunk in stream:
-                handle.write(chunk)
-            handle.seek(0)
-            with tarfile.open(fileobj=handle, mode="r") as archive:
-                archive.extractall(destination, filter="data")
-        return True
+                size += len(chunk)
+                if size > limit + 1024 * 1024:
+                    raise EngineError(f"{path} is larger than {limit} bytes")
+                tmp.write(chunk)
+            tmp.seek(0)
+            with tarfile.open(fileobj=tmp, mode="r|") as tar:
+                for member in tar:
+                    if member.isfile() and member.size <= limit:
+                        handle = tar.extractfile(member)
+                        return handle.read() if handle else None
+                    if member.isfile():
+                        raise EngineError(f"{path} is larger than {limit} bytes")
+        return None
 
-    def remove_container(self, container: Container) -> None:
-        with contextlib.suppress(NotFound, APIError):
-            container.remove(force=True, v=True)
+    def copy_out(self, path: str, destination: Path, *, limit: int) -> list[Truncation] | None:
+        """Copy a directory or file out into `destination`, each file capped at `limit` bytes.
+        None when `path` is absent."""
+        with engine_errors(f"copying {path} out of {self.name}"), tempfile.TemporaryFile() as tmp:
+            stream = self._archive(path)
+            if stream is None:
+                return None
+            for chunk in stream:
+                tmp.write(chunk)
+            tmp.seek(0)
+            return extract_capped(tmp, destination, limit=limit)
 
-    # ---- cleanup ------------------------------------------------------------------------
+    # ---- disposal ------------------------------------------------------------------------
 
-    def cleanup_run(self) -> int:
-        """Remove every container, network and volume of this run."""
-        return cleanup(self.client, {LABEL_RUN: self.run_id})
+    def remove(self) -> None:
+        with contextlib.suppress(NotFound, APIError, *TRANSIENT):
+            self.api.remove_container(self.id, force=True, v=True)
 
-
-def cleanup(client: docker.DockerClient, labels: Mapping[str, str], *, images: bool = False) -> int:
-    filters: dict[str, str | list[str] | bool] = {
-        "label": [f"{key}={value}" for key, value in labels.items()]
-    }
-    removed = 0
-    for container in client.containers.list(all=True, filters=filters):
-        with contextlib.suppress(NotFound, APIError):
-            container.remove(force=True, v=True)
-            removed += 1
-    for network in client.networks.list(filters=filters):
-        with contextlib.suppress(NotFound, APIError):
-            network.remove()
-            removed += 1
-    for volume in client.volumes.list(filters=filters):
-        with contextlib.suppress(NotFound, APIError):
-            volume.remove(force=True)
-            removed += 1
-    if images:
-        for image in client.images.list(filters=filters):
-            with contextlib.suppress(NotFound, APIError):
-                client.images.remove(str(image.id), force=True)
-                removed += 1
-    return removed
-
-
-def connect_for_cleanup() -> docker.DockerClient:
-    try:
-        client = docker.from_env(timeout=60)
-        client.ping()
-    except (DockerException, *TRANSIENT) as exc:
-        raise InfrastructureError(f"no Docker engine answers ({exc})") from None
-    return client
+    def enter_hint(self) -> str:
+        """How a person gets a shell in this container's state."""
+        try:
+            running = bool(self.api.inspect_container(self.id)["State"]["Running"])
+        except (DockerException, *TRANSIENT):
+            running = False
+        if running:
+            return f"docker exec -it {self.name} bash"
+        # Starting an exited gate container would rerun its command: open its state instead.
+        return f"docker run -it --rm --user root $(docker commit {self.name}) bash"

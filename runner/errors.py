@@ -5,6 +5,7 @@ Only the CLI turns these into output; everything below it raises.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 
 
@@ -13,6 +14,26 @@ class ExitCode(IntEnum):
     REJECTED = 1
     INVALID = 2
     INFRASTRUCTURE = 3
+    INTERRUPTED = 130
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One thing wrong with the input: which file, which field (when known), what."""
+
+    file: str | None
+    field: str | None
+    message: str
+
+    def one_line(self) -> str:
+        where = self.file or ""
+        if self.field:
+            where = f"{where}: field `{self.field}`" if where else f"field `{self.field}`"
+        text = " ".join(self.message.split())
+        return f"{where}: {text}" if where else text
+
+    def as_json(self) -> dict[str, str | None]:
+        return {"file": self.file, "field": self.field, "message": self.message}
 
 
 class RunnerError(Exception):
@@ -26,18 +47,38 @@ class RunnerError(Exception):
         self.path = path
         self.field = field
 
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        return (Problem(file=self.path, field=self.field, message=self.message),)
+
     def one_line(self) -> str:
-        where = self.path or ""
-        if self.field:
-            where = f"{where}: field `{self.field}`" if where else f"field `{self.field}`"
-        text = self.message.replace("\n", " ")
-        return f"{where}: {text}" if where else text
+        return self.problems[0].one_line()
 
 
 class InvalidTaskError(RunnerError):
     """The task (definition, patches, instruction) or the command line is unusable."""
 
     exit_code = ExitCode.INVALID
+
+
+class InvalidInputError(InvalidTaskError):
+    """Several problems at once (every schema error of a definition, say)."""
+
+    def __init__(self, problems: list[Problem] | tuple[Problem, ...]) -> None:
+        if not problems:
+            raise ValueError("InvalidInputError needs at least one problem")
+        first = problems[0]
+        super().__init__(first.message, path=first.file, field=first.field)
+        self._problems = tuple(problems)
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        return self._problems
+
+    def one_line(self) -> str:
+        more = len(self._problems) - 1
+        suffix = f" (and {more} more problem{'s' if more != 1 else ''})" if more else ""
+        return self._problems[0].one_line() + suffix
 
 
 class UsageError(RunnerError):
@@ -56,3 +97,16 @@ class InfrastructureError(RunnerError):
 
 class ArtifactError(InfrastructureError):
     """A toolchain artifact could not be fetched or did not match its pinned digest."""
+
+
+class EngineError(InfrastructureError):
+    """The Docker engine refused or failed a request (wrapped docker.errors.*)."""
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM reached the runner. A BaseException like KeyboardInterrupt, so no
+    `except Exception` on the way up swallows it."""
+
+    def __init__(self, signal_name: str = "SIGINT") -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name

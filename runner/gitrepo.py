@@ -10,24 +10,29 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.errors import InfrastructureError, RepositoryError
+from runner.safeio import file_kind
+from runner.settings import cache_root
 
 _REMOTE = re.compile(r"^(?:https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
-
-
-def cache_root() -> Path:
-    base = os.environ.get("SELFBENCH_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "selfbench-runner"
-    )
-    return Path(base)
+GIT_TIMEOUT_SECONDS = 600
 
 
 def _git(
-    args: Sequence[str], *, cwd: Path | None = None, check: bool = True, capture: bool = True
+    args: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    check: bool = True,
+    capture: bool = True,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     try:
         result = subprocess.run(
@@ -35,10 +40,16 @@ def _git(
             cwd=cwd,
             capture_output=capture,
             check=False,
-            env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+            input=stdin,
+            timeout=GIT_TIMEOUT_SECONDS,
+            env={**os.environ, "GIT_TERMINAL_PROMPT": "0", **(env or {})},
         )
     except FileNotFoundError:
         raise InfrastructureError("git is not installed on this machine") from None
+    except subprocess.TimeoutExpired:
+        raise InfrastructureError(
+            f"git {' '.join(args[:2])} took longer than {GIT_TIMEOUT_SECONDS}s"
+        ) from None
     if check and result.returncode != 0:
         message = (result.stderr or b"").decode(errors="replace").strip().splitlines()
         raise RepositoryError(
@@ -67,17 +78,24 @@ def resolve_repository(
             spec = str(beside)
     if is_remote(spec):
         path = _cached_clone(spec, commit)
-    elif Path(spec).is_file():
-        # A git bundle file: fetched into the cache like a remote.
-        path = _cached_clone(str(Path(spec).resolve()), commit)
     else:
         path = Path(spec).expanduser()
-        if not path.exists():
+        try:
+            info = os.stat(path)
+        except OSError:
             hint = "" if repo_option else "; pass --repo PATH|URL"
             raise RepositoryError(
                 f"repository {spec!r} ({source}) is neither a local path nor a git URL{hint}"
+            ) from None
+        if stat.S_ISREG(info.st_mode):
+            # A git bundle file: fetched into the cache like a remote.
+            path = _cached_clone(str(path.resolve()), commit)
+        elif not stat.S_ISDIR(info.st_mode):
+            raise RepositoryError(
+                f"repository {spec!r} ({source}) is {file_kind(info.st_mode)}, not a git "
+                "repository or bundle"
             )
-        if _git(["rev-parse", "--git-dir"], cwd=path, check=False).returncode != 0:
+        elif _git(["rev-parse", "--git-dir"], cwd=path, check=False).returncode != 0:
             raise RepositoryError(f"{path} ({source}) is not a git repository")
     check_commit(path, commit, label=spec)
     return path
@@ -93,7 +111,11 @@ def _cached_clone(url: str, commit: str) -> Path:
     key = url
     if Path(url).is_file():
         # A bundle's content, not its path, decides what it holds.
-        key = hashlib.sha256(Path(url).read_bytes()).hexdigest()
+        digest = hashlib.sha256()
+        with Path(url).open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        key = digest.hexdigest()
     path = cache_root() / "repos" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".git")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,3 +174,79 @@ def write_archive(repo: Path, commit: str, destination: Path) -> None:
     error = process.stderr.read().decode(errors="replace").strip()
     if process.wait() != 0:
         raise RepositoryError(f"git archive {commit} failed in {repo}: {error}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepositoryFacts:
+    """What compile learned from the repository at the base commit, for the audit."""
+
+    workdir_problem: str | None = None
+    apply_problems: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return [*([self.workdir_problem] if self.workdir_problem else []), *self.apply_problems]
+
+
+def object_type(repo: Path, commit: str, path: str) -> str | None:
+    """`tree`, `blob`, `commit` (a gitlink) or None for `commit:path`."""
+    if path in ("", "."):
+        return "tree"
+    result = _git(["cat-file", "-t", f"{commit}:{path}"], cwd=repo, check=False)
+    return result.stdout.decode().strip() or None if result.returncode == 0 else None
+
+
+def _first_error(result: subprocess.CompletedProcess[bytes]) -> str:
+    lines = [ln.strip() for ln in (result.stderr or b"").decode(errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    return "; ".join(lines[:2]) or f"exit {result.returncode}"
+
+
+def check_repository(
+    repo: Path, commit: str, *, workdir: str, test_patch: bytes, gold_patch: bytes
+) -> RepositoryFacts:
+    """The workdir is a directory at `commit`, and both patches apply there: each alone, and
+    the held-out tests on top of the gold patch (as the oracle applies them). `git apply
+    --check` runs against a temporary index, so no checkout is needed."""
+    kind = object_type(repo, commit, workdir)
+    workdir_problem = None
+    if kind is None:
+        workdir_problem = f"workdir {workdir!r} does not exist at baseCommit"
+    elif kind != "tree":
+        what = "a submodule" if kind == "commit" else "a file"
+        workdir_problem = f"workdir {workdir!r} is {what} at baseCommit, not a directory"
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="selfbench-apply.") as tmp:
+        index = Path(tmp) / "index"
+        env = {"GIT_INDEX_FILE": str(index)}
+
+        def reset() -> None:
+            _git(["read-tree", commit], cwd=repo, env=env)
+
+        def apply(patch: bytes, *, check: bool) -> subprocess.CompletedProcess[bytes]:
+            args = ["apply", "--cached", "--binary", "--whitespace=nowarn"]
+            return _git(
+                [*args, *(["--check"] if check else []), "-"],
+                cwd=repo,
+                env=env,
+                check=False,
+                stdin=patch,
+            )
+
+        reset()
+        gold = apply(gold_patch, check=False)
+        if gold.returncode != 0:
+            problems.append(f"gold.patch does not apply to baseCommit: {_first_error(gold)}")
+        reset()
+        tests = apply(test_patch, check=True)
+        if tests.returncode != 0:
+            problems.append(f"test.patch does not apply to baseCommit: {_first_error(tests)}")
+        if gold.returncode == 0 and tests.returncode == 0:
+            reset()
+            apply(gold_patch, check=False)
+            both = apply(test_patch, check=True)
+            if both.returncode != 0:
+                problems.append(
+                    "test.patch does not apply on top of gold.patch: " + _first_error(both)
+                )
+    return RepositoryFacts(workdir_problem=workdir_problem, apply_problems=problems)

@@ -1,21 +1,28 @@
-"""The schemaVersion 1 task definition, exactly as the seed's field table describes it."""
+"""The schemaVersion 1 task definition, exactly as the seed's field table describes it, with the
+input boundary's rules (runner/validation.py) applied to every field that reaches a Dockerfile,
+a script, a path or a container setting."""
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from functools import partial
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
     AnyUrl,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
+    field_validator,
 )
 from pydantic.alias_generators import to_camel
+
+from runner import validation as v
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SHA_PATTERN = r"^[0-9a-fA-F]{40}$"
@@ -54,62 +61,138 @@ def _contains_placeholder(value: str) -> str:
     return value
 
 
-NonEmpty = Annotated[str, Field(min_length=1)]
+def _exactly_one(value: Any) -> Any:
+    # JSON `true` and `1.0` compare equal to 1 in Python; the contract says the integer 1.
+    if type(value) is not int or value != 1:
+        raise ValueError("must be the integer 1 (the only schemaVersion)")
+    return value
+
+
+def _task_id(value: str) -> str:
+    message = v.check_task_id(value)
+    if message:
+        raise ValueError(message)
+    return value
+
+
+def _text(max_length: int, *, newlines: bool = False) -> AfterValidator:
+    return AfterValidator(partial(v.require_text, max_length=max_length, allow_newlines=newlines))
+
+
+def _single_path(value: str) -> str:
+    v.normalize_repo_path(value)
+    return value
+
+
+def _unique(values: list[str]) -> list[str]:
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            raise ValueError(f"{value!r} is listed twice")
+        seen.add(value)
+    return values
+
+
+ShortText = Annotated[str, _text(v.MAX_SHORT_TEXT)]
+Selector = Annotated[str, _text(v.MAX_SHORT_TEXT)]
+SelectorList = Annotated[list[Selector], Field(max_length=v.MAX_LIST), AfterValidator(_unique)]
+Seconds = Annotated[int, Field(ge=1, le=v.MAX_TIMEOUT_SECONDS)]
+
+
+def _finite_cpus(value: float) -> float:
+    return v.finite_number(value, low=0.0, high=v.MAX_CPUS)
+
+
+def check_prose(value: str) -> str:
+    """Markdown for the agent: any text but NUL and other control characters (CR allowed)."""
+    if not value.strip():
+        raise ValueError("must not be empty or blank")
+    if len(value) > v.MAX_PROMPT:
+        raise ValueError(f"is too long ({len(value)} characters; at most {v.MAX_PROMPT})")
+    message = v.control_character(value.replace("\r", ""), allow_newlines=True)
+    if message:
+        raise ValueError(message)
+    return value
 
 
 class _Strict(BaseModel):
+    # Only the camelCase names of the contract are accepted: `setup_command` is an unknown key.
     model_config = ConfigDict(
         extra="forbid",
         strict=True,
         frozen=True,
         alias_generator=to_camel,
-        populate_by_name=True,
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
     )
 
 
 class Timeouts(_Strict):
-    setup_seconds: int = Field(ge=1)
-    agent_seconds: int = Field(ge=1)
-    tests_seconds: int = Field(ge=1)
+    setup_seconds: Seconds
+    agent_seconds: Seconds
+    tests_seconds: Seconds
 
 
 class Resources(_Strict):
-    cpus: float = Field(gt=0)
-    memory_mb: int = Field(ge=1)
-    storage_mb: int = Field(ge=1)
+    cpus: Annotated[float, AfterValidator(_finite_cpus)]
+    memory_mb: int = Field(ge=1, le=v.MAX_MEMORY_MB)
+    storage_mb: int = Field(ge=1, le=v.MAX_STORAGE_MB)
 
 
 class EnvironmentContract(BaseModel):
-    """The optional 0.3.8 environment contract. Carried as given; the runner reads only the
-    fields it acts on (the smoke command and environment variables)."""
+    """The optional 0.3.8 environment contract. The runner acts on the smoke command and the
+    environment variables; other keys are carried as given."""
 
     model_config = ConfigDict(
-        extra="allow", frozen=True, alias_generator=to_camel, populate_by_name=True
+        extra="allow",
+        frozen=True,
+        strict=True,
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        serialize_by_alias=True,
     )
 
-    smoke_command: str | None = None
+    smoke_command: Annotated[str, _text(v.MAX_COMMAND, newlines=True)] | None = None
     environment_variables: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("environment_variables")
+    @classmethod
+    def _variables(cls, variables: dict[str, str]) -> dict[str, str]:
+        if len(variables) > v.MAX_ENV_VARS:
+            raise ValueError(f"at most {v.MAX_ENV_VARS} variables")
+        for key, value in variables.items():
+            message = v.check_env_key(key)
+            if message:
+                raise ValueError(message)
+            message = v.check_text(value, max_length=v.MAX_ENV_VALUE, allow_empty=True)
+            if message:
+                raise ValueError(f"value of {key} {message}")
+        return variables
+
     def as_json(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, exclude_defaults=True)
+        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
 
 class TaskDefinition(_Strict):
-    schema_version: Literal[1]
+    schema_version: Annotated[int, BeforeValidator(_exactly_one)]
     difficulty: Difficulty
-    task_id: Annotated[str, Field(pattern=TASK_ID_PATTERN)]
-    repo: NonEmpty
+    task_id: Annotated[str, AfterValidator(_task_id)]
+    repo: ShortText
     base_commit: Annotated[str, Field(pattern=SHA_PATTERN)]
-    workdir: NonEmpty
-    setup_command: NonEmpty
-    test_command: Annotated[str, AfterValidator(_contains_placeholder)]
-    fail_to_pass: Annotated[list[str], Field(min_length=1)]
-    pass_to_pass: list[str]
-    test_paths: Annotated[list[NonEmpty], Field(min_length=1)]
-    toolchains: Annotated[list[Toolchain], Field(min_length=1)]
-    source_pr: int = Field(ge=1)
-    source_url: Annotated[str, AfterValidator(_is_url)]
-    prompt: NonEmpty
+    workdir: Annotated[str, AfterValidator(_single_path)]
+    setup_command: Annotated[str, _text(v.MAX_COMMAND, newlines=True)]
+    test_command: Annotated[
+        str, _text(v.MAX_TEST_COMMAND, newlines=True), AfterValidator(_contains_placeholder)
+    ]
+    fail_to_pass: Annotated[SelectorList, Field(min_length=1)]
+    pass_to_pass: SelectorList
+    test_paths: Annotated[list[ShortText], Field(min_length=1, max_length=v.MAX_LIST)]
+    toolchains: Annotated[list[Toolchain], Field(min_length=1, max_length=16)]
+    source_pr: int = Field(ge=1, le=v.MAX_SOURCE_PR)
+    source_url: Annotated[str, _text(v.MAX_SHORT_TEXT), AfterValidator(_is_url)]
+    prompt: Annotated[str, AfterValidator(check_prose)]
     timeouts: Timeouts
     resources: Resources
     environment: EnvironmentContract | None = None
@@ -119,6 +202,31 @@ class TaskDefinition(_Strict):
         if self.environment is not None:
             data["environment"] = self.environment.as_json()
         return data
+
+    @property
+    def workdir_path(self) -> str:
+        """The workdir normalized ("." for the repository root)."""
+        return v.normalize_repo_path(self.workdir)
+
+
+def cross_field_problems(definition: TaskDefinition) -> list[tuple[str, str]]:
+    """(field, message) for the rules that need more than one field."""
+    problems: list[tuple[str, str]] = []
+    workdir = definition.workdir_path
+    for index, path in enumerate(definition.test_paths):
+        field = f"testPaths[{index}]"
+        try:
+            normalized = v.normalize_repo_path(path, base=definition.workdir)
+        except ValueError as exc:
+            problems.append((field, str(exc)))
+            continue
+        if v.covers(normalized, workdir):
+            problems.append((field, f"held-out path {path!r} covers the whole workdir ({workdir})"))
+    both = sorted(set(definition.fail_to_pass) & set(definition.pass_to_pass))
+    for selector in both:
+        index = definition.pass_to_pass.index(selector)
+        problems.append((f"passToPass[{index}]", f"selector {selector!r} is also in failToPass"))
+    return problems
 
 
 _FIELD_ORDER = re.compile(r"\.(\d+)")

@@ -2,43 +2,53 @@
 
 The repository archive is the one input that is not text; the compiler streams it in beside
 these files. Everything here is deterministic, so compiling twice is byte-identical.
+
+Values reach a Dockerfile only through `dockerfile_value` / `dockerfile_quote` and a shell
+script only through `quote`: each refuses control characters, so no input can add a line, and
+quotes so that neither Docker's nor the shell's own processing changes a value.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
 import jinja2
-import tomli_w
 
 from runner import __version__
+from runner import validation as v
+from runner.bundle import CONTEXT_DIRS
+from runner.harbor import (
+    COLLECT_COMMAND,
+    TASK_NAME_PREFIX,
+    Agent,
+    Collect,
+    Environment,
+    Metadata,
+    NetworkMode,
+    PackageInfo,
+    TaskToml,
+    Verifier,
+)
 from runner.models import TaskDefinition
 from runner.patches import PatchInfo, repository_path
 from runner.resources import dockerfiles_dir
+from runner.reward import DETAIL_KEYS, REWARD_KEYS
+from runner.settings import DEFAULT_MAX_LOG_BYTES, CompileOptions
 from runner.shell import expand_tests, quote
 from runner.toolchains import Catalog, ToolchainSpec
 
-HARBOR_SCHEMA_VERSION = "1.4"
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
-AGENT_PATCH = "/opt/selfbench/agent.patch"
-BASE_GIT = "/opt/selfbench/base.git"
 MANIFEST = ".selfbench-manifest.json"
-COLLECT_COMMAND = (
-    f"git --git-dir={BASE_GIT} --work-tree=/app add -A"
-    f" && git --git-dir={BASE_GIT} --work-tree=/app diff --cached --binary HEAD > {AGENT_PATCH}"
-)
-
-# Files that depend on the definition (what `refresh` rewrites), by bundle path.
-CONTEXT_DIRS = ("environment", "tests")
+SCRIPTS = ("setup.sh", "smoke.sh")
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompileOptions:
-    agent_allowed_hosts: tuple[str, ...] = ()
+class RenderError(ValueError):
+    """A value cannot be rendered safely (the validation layer should have refused it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +63,27 @@ class RenderInput:
     options: CompileOptions = field(default_factory=CompileOptions)
 
 
+def dockerfile_value(value: str) -> str:
+    """A value placed on a Dockerfile line: refuses anything that could end the line."""
+    problem = v.control_character(value)
+    if problem:
+        raise RenderError(f"cannot place a value that {problem} in a Dockerfile")
+    return value
+
+
+_DOCKER_ESCAPE = re.compile(r'([\\"$])')
+
+
+def dockerfile_quote(value: str) -> str:
+    """A double-quoted Dockerfile word (ENV/LABEL) that Docker reads back as `value`: its
+    lexer treats backslash, double quote and `$` specially inside double quotes."""
+    return '"' + _DOCKER_ESCAPE.sub(r"\\\1", dockerfile_value(value)) + '"'
+
+
+def _shell(value: str) -> str:
+    return quote(dockerfile_value(value))
+
+
 @cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -63,6 +94,9 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["shquote"] = quote
+    env.filters["docker_shquote"] = _shell
+    env.filters["docker_quote"] = dockerfile_quote
+    env.filters["docker_value"] = dockerfile_value
     env.globals.update(
         registry_case=_registry_case, upstream_case=_upstream_case, upstream_url=_upstream_url
     )
@@ -99,68 +133,69 @@ def _upstream_url(spec: ToolchainSpec) -> str:
 
 def held_out_paths(definition: TaskDefinition, tests: PatchInfo) -> list[str]:
     paths = {repository_path(definition.workdir, p) for p in definition.test_paths}
-    paths.update(tests.files)
-    return sorted(p.rstrip("/") for p in paths)
+    paths.update(v.normalize_repo_path(p) for p in tests.files)
+    return sorted(paths)
 
 
 def workdir_abs(definition: TaskDefinition) -> str:
-    return posixpath.normpath(posixpath.join("/app", definition.workdir))
+    return posixpath.normpath(posixpath.join("/app", definition.workdir_path))
+
+
+def _json_format(keys: Sequence[str]) -> str:
+    """A printf format writing a JSON object of integer values with these keys."""
+    return "{" + ", ".join(f'"{key}": %d' for key in keys) + "}"
+
+
+def task_config(definition: TaskDefinition, options: CompileOptions) -> TaskToml:
+    timeouts, resources = definition.timeouts, definition.resources
+    environment = Environment(
+        network_mode=NetworkMode.PUBLIC,
+        build_timeout_sec=float(timeouts.setup_seconds + 600),
+        cpus=resources.cpus,
+        memory_mb=resources.memory_mb,
+        storage_mb=resources.storage_mb,
+    )
+    hosts = list(options.agent_allowed_hosts)
+    return TaskToml(
+        task=PackageInfo(
+            name=f"{TASK_NAME_PREFIX}{definition.task_id}",
+            version="1.0.0",
+            description=f"Reproduce {definition.task_id} from its authentic engineer request.",
+            keywords=["software-engineering", "selfbench", definition.difficulty.value],
+        ),
+        metadata=Metadata(
+            selfbench_task_id=definition.task_id,
+            difficulty=definition.difficulty,
+            repo=definition.repo,
+            base_commit=definition.base_commit,
+            workdir=definition.workdir,
+            source_pr=definition.source_pr,
+            source_url=definition.source_url,
+            toolchains=list(definition.toolchains),
+            compiler_revision=COMPILER_REVISION,
+        ),
+        agent=Agent(
+            timeout_sec=float(timeouts.agent_seconds),
+            user="agent",
+            network_mode=NetworkMode.ALLOWLIST if hosts else NetworkMode.PUBLIC,
+            allowed_hosts=hosts or None,
+        ),
+        verifier=Verifier(
+            timeout_sec=float(timeouts.setup_seconds + timeouts.tests_seconds),
+            network_mode=NetworkMode.PUBLIC,
+            collect=[
+                Collect(
+                    timeout_sec=float(min(timeouts.tests_seconds, 300)), command=COLLECT_COMMAND
+                )
+            ],
+            environment=environment,
+        ),
+        environment=environment,
+    )
 
 
 def task_toml(definition: TaskDefinition, options: CompileOptions) -> str:
-    timeouts, resources = definition.timeouts, definition.resources
-    environment = {
-        "network_mode": "public",
-        "build_timeout_sec": float(timeouts.setup_seconds + 600),
-        "cpus": resources.cpus if not resources.cpus.is_integer() else int(resources.cpus),
-        "memory_mb": resources.memory_mb,
-        "storage_mb": resources.storage_mb,
-    }
-    agent: dict[str, object] = {"timeout_sec": float(timeouts.agent_seconds), "user": "agent"}
-    if options.agent_allowed_hosts:
-        agent["network_mode"] = "allowlist"
-        agent["allowed_hosts"] = list(options.agent_allowed_hosts)
-    else:
-        agent["network_mode"] = "public"
-    document = {
-        "schema_version": HARBOR_SCHEMA_VERSION,
-        "artifacts": [AGENT_PATCH],
-        "task": {
-            "name": f"selfbench/{definition.task_id}",
-            "version": "1.0.0",
-            "description": f"Reproduce {definition.task_id} from its authentic engineer request.",
-            "keywords": ["software-engineering", "selfbench", definition.difficulty.value],
-        },
-        "metadata": {
-            "selfbench_task_id": definition.task_id,
-            "difficulty": definition.difficulty.value,
-            "repo": definition.repo,
-            "base_commit": definition.base_commit,
-            "workdir": definition.workdir,
-            "source_pr": definition.source_pr,
-            "source_url": definition.source_url,
-            "toolchains": [t.value for t in definition.toolchains],
-            "compiler_revision": COMPILER_REVISION,
-        },
-        "agent": agent,
-        "verifier": {
-            "timeout_sec": float(timeouts.setup_seconds + timeouts.tests_seconds),
-            "user": "root",
-            "environment_mode": "separate",
-            "network_mode": "public",
-            "collect": [
-                {
-                    "service": "main",
-                    "user": "root",
-                    "timeout_sec": float(min(timeouts.tests_seconds, 300)),
-                    "command": COLLECT_COMMAND,
-                }
-            ],
-            "environment": dict(environment),
-        },
-        "environment": dict(environment),
-    }
-    return tomli_w.dumps(document)
+    return task_config(definition, options).to_toml()
 
 
 def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
@@ -171,8 +206,9 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
     contract = definition.environment
     manifest_changes = data.gold.manifest_changes()
     manifest_paths = sorted({p for c in manifest_changes for p in c.paths})
+    held_out = held_out_paths(definition, data.tests)
     context = {
-        "task_id": definition.task_id,
+        "task_id": dockerfile_value(definition.task_id),
         "compiler_revision": COMPILER_REVISION,
         "toolchain_layers": layers,
         "environment_variables": dict(
@@ -182,13 +218,19 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "setup_command": definition.setup_command.strip(),
         "smoke_command": (contract.smoke_command or "").strip() if contract else "",
         "manifest_paths": manifest_paths,
-        "held_out_paths": held_out_paths(definition, data.tests),
+        "held_out_paths": held_out,
+        "held_out_excludes": [v.glob_escape(p) for p in held_out],
         "fail_to_pass_command": expand_tests(definition.test_command, definition.fail_to_pass),
         "pass_to_pass_command": (
             expand_tests(definition.test_command, definition.pass_to_pass)
             if definition.pass_to_pass
             else "true"
         ),
+        "reward_keys": REWARD_KEYS,
+        "detail_keys": DETAIL_KEYS,
+        "reward_format": _json_format(REWARD_KEYS),
+        "details_format": _json_format(DETAIL_KEYS),
+        "max_log_bytes": DEFAULT_MAX_LOG_BYTES,
     }
 
     def text(template: str) -> bytes:
@@ -240,6 +282,11 @@ def render_toolchain_context(layers: Sequence[ToolchainSpec]) -> dict[str, bytes
     return {"Dockerfile": dockerfile, **toolchain_scripts(layers)}
 
 
+def render_derived_base(*, extra_ca: bool, artifacts: bool) -> bytes:
+    template = _environment().get_template("derived-base.Dockerfile.j2")
+    return template.render(extra_ca=extra_ca, artifacts=artifacts).encode()
+
+
 def manifest_json(data: RenderInput) -> str:
     document = {
         "taskId": data.definition.task_id,
@@ -251,7 +298,34 @@ def manifest_json(data: RenderInput) -> str:
     return json.dumps(document, indent=2, sort_keys=False) + "\n"
 
 
-EXECUTABLES = frozenset(
-    {"tests/test.sh", "solution/solve.sh"}
-    | {f"{d}/{n}" for d in CONTEXT_DIRS for n in ("setup.sh", "smoke.sh")}
-)
+def executable_files(files: Mapping[str, bytes]) -> frozenset[str]:
+    return frozenset(
+        name
+        for name in files
+        if name in ("tests/test.sh", "solution/solve.sh")
+        or any(name == f"{d}/{s}" for d in CONTEXT_DIRS for s in SCRIPTS)
+    )
+
+
+def shell_scripts(files: Mapping[str, bytes]) -> list[str]:
+    """Every rendered script the compiler checks with `bash -n`."""
+    return sorted(name for name in files if name.endswith(".sh"))
+
+
+_INSTRUCTION = re.compile(r"^([A-Za-z]+)(?:\s|$)")
+
+
+def dockerfile_instructions(text: str) -> list[str]:
+    """The instruction keywords of a Dockerfile, in order (comments and continuation lines
+    skipped): what an injected line would change."""
+    instructions: list[str] = []
+    continued = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not continued and stripped and not stripped.startswith("#"):
+            match = _INSTRUCTION.match(stripped)
+            instructions.append(match.group(1).upper() if match else "?")
+        if stripped.startswith("#") and not continued:
+            continue
+        continued = stripped.endswith("\\")
+    return instructions

@@ -1,10 +1,10 @@
-"""The structured report: one document per verify, versioned, with a JSON Schema."""
+"""The structured report: one document per verify, versioned, with a JSON Schema that describes
+every stage's data. Built once at the end of a run from the stages' results.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
@@ -12,9 +12,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from runner.errors import ExitCode
+from runner.errors import ExitCode, Problem
+from runner.reward import Reward, VerifierDetails
+from runner.safeio import write_atomic
 
+REPORT_SCHEMA_VERSION = 2
 STAGE_NAMES = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
+DOCKER_STAGES = STAGE_NAMES[2:]
 
 
 class Status(StrEnum):
@@ -41,40 +45,183 @@ class Verdict(StrEnum):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
 
 
-class Stage(_Model):
+class InputProblem(_Model):
+    file: str | None
+    field: str | None
+    message: str
+
+    @classmethod
+    def of(cls, problem: Problem) -> InputProblem:
+        return cls(file=problem.file, field=problem.field, message=problem.message)
+
+
+class TruncatedLog(_Model):
+    path: str
+    original_bytes: int
+    kept_bytes: int
+
+
+class LimitsData(_Model):
+    """What the container limits did during a gate."""
+
+    pids_limit_hits: int = -1  # -1: unknown
+    oom_kills: int = -1
+    storage_exceeded_mb: int | None = None
+    storage_mechanism: str | None = None
+
+
+# ---- stage data -------------------------------------------------------------------------------
+
+
+class CompileData(_Model):
+    bundle: str | None = None
+    errors: list[InputProblem] = Field(default_factory=list)
+    traceback_log: str | None = None
+
+
+class AuditMetrics(_Model):
+    implementation_files: int
+    implementation_changed_lines: int
+    test_files: int
+
+
+class AuditData(_Model):
+    blockers: list[str] = Field(default_factory=list)
+    metrics: AuditMetrics | None = None
+    repository_checked: bool = False
+
+
+class ImageData(_Model):
+    tag: str
+    id: str | None = None
+    cached: bool = False
+    seconds: float = 0.0
+    cached_steps: int = 0
+    total_steps: int = 0
+
+
+class BuildData(_Model):
+    base_image: str | None = None
+    base_image_id: str | None = None
+    from_image: str | None = None
+    images: dict[str, ImageData] = Field(default_factory=dict)
+    failed_image: str | None = None
+    failed_step: str | None = None
+    step_number: int | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    tail: list[str] = Field(default_factory=list)
+    last_good_layer: str | None = None
+    debug_command: str | None = None
+
+
+class SmokeData(_Model):
+    exit_code: int | None = None
+    timed_out: bool = False
+    answers: list[str] = Field(default_factory=list)
+    output: list[str] = Field(default_factory=list)
+    limits: LimitsData | None = None
+
+
+class GateData(_Model):
+    solve_exit_code: int | None = None
+    collect_exit_code: int | None = None
+    agent_patch_bytes: int | None = None
+    verifier_exit_code: int | None = None
+    timed_out: Literal["solve", "collect", "verifier"] | None = None
+    reward: Reward | None = None
+    details: VerifierDetails | None = None
+    limits: LimitsData | None = None
+
+
+class DeterminismData(_Model):
+    deterministic: int | None = None
+    repeat_exit_code: int | None = None
+
+
+class _Stage(_Model):
     status: Status = Status.SKIPPED
     seconds: float = 0.0
     detail: str = "not run"
     logs: list[str] = Field(default_factory=list)
-    data: dict[str, Any] = Field(default_factory=dict)
+    truncated_logs: list[TruncatedLog] = Field(default_factory=list)
+
+
+class CompileStage(_Stage):
+    data: CompileData = Field(default_factory=CompileData)
+
+
+class AuditStage(_Stage):
+    data: AuditData = Field(default_factory=AuditData)
+
+
+class BuildStage(_Stage):
+    data: BuildData = Field(default_factory=BuildData)
+
+
+class SmokeStage(_Stage):
+    data: SmokeData = Field(default_factory=SmokeData)
+
+
+class GateStage(_Stage):
+    data: GateData = Field(default_factory=GateData)
+
+
+class DeterminismStage(_Stage):
+    data: DeterminismData = Field(default_factory=DeterminismData)
+
+
+AnyStage = CompileStage | AuditStage | BuildStage | SmokeStage | GateStage | DeterminismStage
 
 
 class Stages(_Model):
-    compile: Stage = Field(default_factory=Stage)
-    audit: Stage = Field(default_factory=Stage)
-    build: Stage = Field(default_factory=Stage)
-    smoke: Stage = Field(default_factory=Stage)
-    nop: Stage = Field(default_factory=Stage)
-    oracle: Stage = Field(default_factory=Stage)
-    determinism: Stage = Field(default_factory=Stage)
+    compile: CompileStage = Field(default_factory=CompileStage)
+    audit: AuditStage = Field(default_factory=AuditStage)
+    build: BuildStage = Field(default_factory=BuildStage)
+    smoke: SmokeStage = Field(default_factory=SmokeStage)
+    nop: GateStage = Field(default_factory=GateStage)
+    oracle: GateStage = Field(default_factory=GateStage)
+    determinism: DeterminismStage = Field(default_factory=DeterminismStage)
 
-    def get(self, name: str) -> Stage:
+    def get(self, name: str) -> AnyStage:
         stage = getattr(self, name)
-        assert isinstance(stage, Stage)
-        return stage
+        assert isinstance(stage, _Stage)
+        return stage  # type: ignore[return-value]
 
-    def items(self) -> list[tuple[str, Stage]]:
+    def items(self) -> list[tuple[str, AnyStage]]:
         return [(name, self.get(name)) for name in STAGE_NAMES]
 
 
+class KeptContainer(_Model):
+    label: str
+    name: str
+    enter: str
+
+
+class ReportSettings(_Model):
+    base_image: str | None = None
+    extra_ca_certs: str | None = None
+    toolchain_sources: dict[str, str] = Field(default_factory=dict)
+    toolchain_mirrors: dict[str, str] = Field(default_factory=dict)
+    build_network: str | None = None
+    pids_limit: int | None = None
+    max_log_bytes: int | None = None
+    storage_limit: str | None = None  # what held storage_mb, said in words
+    keep: bool = False
+
+
 class Report(_Model):
-    schema_version: Literal[1] = 1
+    schema_version: Literal[2] = 2
     task_id: str | None
     verdict: Verdict
     reason: str = ""
+    interrupted: bool = False
+    errors: list[InputProblem] = Field(default_factory=list)
     stages: Stages = Field(default_factory=Stages)
     seconds: float = 0.0
     runner_version: str
@@ -82,27 +229,23 @@ class Report(_Model):
     started_at: str
     run_dir: str | None = None
     bundle: str | None = None
-    settings: dict[str, Any] = Field(default_factory=dict)
+    settings: ReportSettings = Field(default_factory=ReportSettings)
+    kept: list[KeptContainer] = Field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.INTERRUPTED if self.interrupted else self.verdict.exit_code
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+        return self.model_dump_json(indent=2) + "\n"
 
 
 def report_schema() -> dict[str, Any]:
     return Report.model_json_schema(by_alias=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_report(path: Path, report: Report) -> None:
+    write_atomic(path, report.to_json())
 
 
 def load_report(path: Path) -> Report:

@@ -1,6 +1,7 @@
 """Load an authored task directory: definition.json, test.patch, gold.patch, instruction.md.
 
-Every problem becomes an InvalidTaskError naming the file (and field), exit code 2.
+Every problem in every file is collected and raised together as one InvalidInputError (exit
+code 2), each naming its file and field, so an author fixes them all in one round.
 """
 
 from __future__ import annotations
@@ -9,24 +10,22 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
-from runner.errors import InvalidTaskError
-from runner.models import TaskDefinition, format_location
-from runner.patches import (
-    PatchInfo,
-    PatchParseError,
-    escapes_repository,
-    is_git_patch,
-    parse_patch,
-    touches_git_dir,
-)
+from runner import validation as v
+from runner.errors import InvalidInputError, InvalidTaskError, Problem
+from runner.models import TaskDefinition, check_prose, cross_field_problems, format_location
+from runner.patches import PatchInfo, PatchParseError, is_git_patch, parse_patch, patch_problems
+from runner.safeio import optional_regular, read_regular, require_directory
 
 DEFINITION = "definition.json"
 TEST_PATCH = "test.patch"
 GOLD_PATCH = "gold.patch"
 INSTRUCTION = "instruction.md"
+MAX_PROBLEMS = 200
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,18 +52,7 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise InvalidTaskError("file not found", path=str(path)) from None
-    except IsADirectoryError:
-        raise InvalidTaskError("is a directory, expected a file", path=str(path)) from None
-    except OSError as exc:
-        raise InvalidTaskError(f"cannot read: {exc.strerror}", path=str(path)) from None
-
-
-def decode_text(raw: bytes, path: Path) -> str:
+def decode_text(raw: bytes, path: Path | str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -73,71 +61,127 @@ def decode_text(raw: bytes, path: Path) -> str:
         ) from None
 
 
-def _describe(error: dict[str, object]) -> tuple[str, str]:
-    loc = error.get("loc", ())
-    assert isinstance(loc, tuple)
-    field = format_location(loc)
-    if error.get("type") == "extra_forbidden":
-        return field, "unknown field (not part of schemaVersion 1)"
-    if error.get("type") == "missing":
-        return field, "missing required field"
-    message = str(error.get("msg", "invalid"))
-    return field, message.removeprefix("Value error, ")
+class _DuplicateKeyError(ValueError):
+    pass
 
 
-def parse_definition(raw: bytes, path: Path) -> TaskDefinition:
+def _pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in items:
+        if key in result:
+            raise _DuplicateKeyError(f"key {key!r} appears twice in one object")
+        result[key] = value
+    return result
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _depth_exceeds(document: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node)
+    return False
+
+
+def parse_json_object(raw: bytes, path: Path | str) -> dict[str, Any]:
+    """A JSON object from untrusted bytes: strict JSON (no NaN/Infinity, no duplicate keys),
+    bounded nesting, every failure an InvalidTaskError naming the file."""
     text = decode_text(raw, path)
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_constant, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         raise InvalidTaskError(
             f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", path=str(path)
         ) from None
+    except RecursionError:
+        raise InvalidTaskError(
+            f"invalid JSON: nested more than {v.MAX_JSON_DEPTH} levels deep", path=str(path)
+        ) from None
+    except ValueError as exc:  # too many digits, NaN/Infinity, duplicate keys
+        raise InvalidTaskError(f"invalid JSON: {exc}", path=str(path)) from None
     if not isinstance(document, dict):
         raise InvalidTaskError("must be a JSON object", path=str(path))
+    if _depth_exceeds(document, v.MAX_JSON_DEPTH):
+        raise InvalidTaskError(
+            f"invalid JSON: nested more than {v.MAX_JSON_DEPTH} levels deep", path=str(path)
+        )
+    return document
+
+
+_KNOWN_FIELDS = {to_camel(name) for name in TaskDefinition.model_fields}
+
+
+def _describe(error: dict[str, Any]) -> tuple[str, str]:
+    loc = error.get("loc", ())
+    field = format_location(tuple(loc))
+    kind = error.get("type")
+    if kind == "extra_forbidden":
+        last = str(loc[-1]) if loc else ""
+        hint = to_camel(last)
+        if len(loc) == 1 and hint != last and hint in _KNOWN_FIELDS:
+            return field, f"unknown field (the contract spells it `{hint}`)"
+        return field, "unknown field (not part of schemaVersion 1)"
+    if kind == "missing":
+        return field, "missing required field"
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return field, message
+
+
+def definition_problems(
+    document: dict[str, Any], path: Path | str
+) -> tuple[TaskDefinition | None, list[Problem]]:
+    """Validate a definition object; every schema error becomes a Problem."""
     try:
-        definition = TaskDefinition.model_validate_json(text)
+        # JSON-mode validation: strict JSON types (a string is never an int), enums from
+        # strings. The document was already parsed safely; re-encoding it is cheap (<= 1 MiB).
+        definition = TaskDefinition.model_validate_json(json.dumps(document))
     except ValidationError as exc:
-        errors = exc.errors()
-        field, message = _describe(dict(errors[0]))
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise InvalidTaskError(f"{message}{more}", path=str(path), field=field) from None
-    check_task_paths(definition, path)
+        problems = []
+        for error in exc.errors(include_url=False, include_input=False):
+            field, message = _describe(dict(error))
+            problems.append(Problem(file=str(path), field=field, message=message))
+        return None, problems
+    return definition, [
+        Problem(file=str(path), field=field, message=message)
+        for field, message in cross_field_problems(definition)
+    ]
+
+
+def parse_definition(raw: bytes, path: Path | str) -> TaskDefinition:
+    definition, problems = definition_problems(parse_json_object(raw, path), path)
+    if problems or definition is None:
+        raise InvalidInputError(problems[:MAX_PROBLEMS])
     return definition
 
 
-def check_task_paths(definition: TaskDefinition, path: Path) -> None:
-    if escapes_repository(definition.workdir):
-        raise InvalidTaskError(
-            f"task path escapes repository: {definition.workdir}", path=str(path), field="workdir"
-        )
-    for index, test_path in enumerate(definition.test_paths):
-        if escapes_repository(test_path, base=definition.workdir) or touches_git_dir(test_path):
-            raise InvalidTaskError(
-                f"task path escapes repository: {test_path}",
-                path=str(path),
-                field=f"testPaths[{index}]",
-            )
-
-
-def load_patch(path: Path, *, label: str) -> tuple[bytes, PatchInfo]:
-    """label is "test" or "gold"; messages follow the seed word for word."""
-    raw = read_bytes(path)
+def check_patch(raw: bytes, path: Path | str, *, label: str) -> tuple[PatchInfo | None, list[str]]:
+    """label is "test" or "gold"; the seed's messages are kept word for word."""
     if not is_git_patch(raw):
-        raise InvalidTaskError(f"{label}.patch is not a Git patch", path=str(path))
+        return None, [f"{label}.patch is not a Git patch"]
     try:
         info = parse_patch(raw)
     except PatchParseError as exc:
         if label == "test":
-            raise InvalidTaskError("test.patch changes no files", path=str(path)) from None
-        raise InvalidTaskError(f"gold.patch cannot be parsed: {exc}", path=str(path)) from None
+            return None, ["test.patch changes no files"]
+        return None, [f"gold.patch cannot be parsed: {exc}"]
     if not info.changes and label == "test":
-        raise InvalidTaskError("test.patch changes no files", path=str(path))
-    for file_path in info.files:
-        if escapes_repository(file_path) or touches_git_dir(file_path):
-            raise InvalidTaskError(
-                f"{label} patch path escapes repository: {file_path}", path=str(path)
-            )
+        return None, ["test.patch changes no files"]
+    return info, patch_problems(info)
+
+
+def load_patch(path: Path, *, label: str) -> tuple[bytes, PatchInfo]:
+    raw = read_regular(path, limit=v.MAX_PATCH_BYTES)
+    info, messages = check_patch(raw, path, label=label)
+    if messages or info is None:
+        raise InvalidInputError([Problem(file=str(path), field=None, message=m) for m in messages])
     return raw, info
 
 
@@ -145,29 +189,66 @@ def normalize_instruction(text: str) -> str:
     return text.strip() + "\n"
 
 
+def _collect(problems: list[Problem], error: InvalidTaskError) -> None:
+    problems.extend(error.problems)
+
+
 def load_authored_task(directory: Path) -> AuthoredTask:
-    if not directory.exists():
-        raise InvalidTaskError("task directory not found", path=str(directory))
-    if not directory.is_dir():
-        raise InvalidTaskError("not a directory", path=str(directory))
+    require_directory(directory)
+    problems: list[Problem] = []
+    definition: TaskDefinition | None = None
+    definition_bytes = b""
     definition_path = directory / DEFINITION
-    definition_bytes = read_bytes(definition_path)
-    definition = parse_definition(definition_bytes, definition_path)
-    test_patch, tests = load_patch(directory / TEST_PATCH, label="test")
-    gold_patch, gold = load_patch(directory / GOLD_PATCH, label="gold")
+    try:
+        definition_bytes = read_regular(definition_path, limit=v.MAX_DEFINITION_BYTES)
+        document = parse_json_object(definition_bytes, definition_path)
+        definition, found = definition_problems(document, definition_path)
+        problems.extend(found)
+    except InvalidTaskError as exc:
+        _collect(problems, exc)
+
+    patches: dict[str, tuple[bytes, PatchInfo]] = {}
+    for name, label in ((TEST_PATCH, "test"), (GOLD_PATCH, "gold")):
+        try:
+            patches[label] = load_patch(directory / name, label=label)
+        except InvalidTaskError as exc:
+            _collect(problems, exc)
+
+    instruction: str | None = None
     instruction_path = directory / INSTRUCTION
-    if instruction_path.exists():
-        text = decode_text(read_bytes(instruction_path), instruction_path)
-        if not text.strip():
-            raise InvalidTaskError("instruction.md is empty", path=str(instruction_path))
-        instruction = normalize_instruction(text)
-    else:
-        instruction = normalize_instruction(definition.prompt)
+    try:
+        raw = optional_regular(instruction_path, limit=v.MAX_INSTRUCTION_BYTES)
+        if raw is not None:
+            text = decode_text(raw, instruction_path)
+            try:
+                check_prose(text)
+            except ValueError as exc:
+                raise InvalidTaskError(
+                    f"instruction.md {exc}", path=str(instruction_path)
+                ) from None
+            instruction = normalize_instruction(text)
+    except InvalidTaskError as exc:
+        _collect(problems, exc)
+
+    total = len(definition_bytes) + sum(len(raw) for raw, _ in patches.values())
+    if total > v.MAX_TASK_BYTES:
+        problems.append(
+            Problem(
+                file=str(directory),
+                field=None,
+                message=f"task files are too large together ({total} bytes; at most "
+                f"{v.MAX_TASK_BYTES})",
+            )
+        )
+    if problems or definition is None:
+        raise InvalidInputError(problems[:MAX_PROBLEMS])
+    test_patch, tests = patches["test"]
+    gold_patch, gold = patches["gold"]
     return AuthoredTask(
         directory=directory,
         definition=definition,
         definition_bytes=definition_bytes,
-        instruction=instruction,
+        instruction=instruction or normalize_instruction(definition.prompt),
         test_patch=test_patch,
         gold_patch=gold_patch,
         tests=tests,

@@ -1,0 +1,614 @@
+"""Carry out a VerifyPlan on an engine the caller provides; return the stages' results.
+
+Order: build -> smoke -> nop -> oracle -> determinism. A stage that does not pass skips what
+depends on it (build and smoke gate everything after them; the oracle gates determinism; nop
+and oracle run independently so an author sees both). A RunnerError becomes the stage's status
+(`error` for infrastructure), any other exception `error` with its traceback in the run log, and
+Ctrl-C/SIGTERM marks the running stage interrupted. The run's containers are removed on every
+path unless the plan keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from runner import gates
+from runner.buildlog import is_task_step
+from runner.errors import (
+    EngineError,
+    InfrastructureError,
+    Interrupted,
+    InvalidTaskError,
+    RunnerError,
+)
+from runner.logs import Truncation
+from runner.models import Toolchain
+from runner.plan import (
+    LABEL_FROM_ID,
+    LABEL_INPUTS,
+    LABEL_KIND,
+    LABEL_RUN,
+    LABEL_RUNNER,
+    BasePlan,
+    EngineFacts,
+    ImageBuild,
+    PreparePlan,
+    TrialPlan,
+    VerifyPlan,
+)
+from runner.render import render_derived_base, render_toolchain_context
+from runner.report import (
+    BuildData,
+    DeterminismData,
+    GateData,
+    ImageData,
+    KeptContainer,
+    SmokeData,
+    Status,
+)
+from runner.reward import (
+    DETAILS_FILE,
+    REWARD_FILE,
+    Reward,
+    RewardError,
+    VerifierDetails,
+    parse_details,
+    parse_reward,
+)
+from runner.runtime import BuildRequest, Container, Engine, ExecOutcome, ImageInfo
+from runner.settings import (
+    DEFAULT_MAX_LOG_BYTES,
+    HELPER_BUILD_TIMEOUT_SECONDS,
+    HELPER_MEMORY_MB,
+    LOCAL_BASE_HINT,
+    MAX_AGENT_PATCH_BYTES,
+)
+from runner.toolchains import Arch, load_catalog
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, str], None]
+FetchArtifact = Callable[[str, Arch], Path]
+GATES = ("build", "smoke", "nop", "oracle", "determinism")
+
+
+@dataclass(kw_only=True)
+class StageResult:
+    status: Status = Status.SKIPPED
+    detail: str = "not run"
+    seconds: float = 0.0
+    logs: list[str] = field(default_factory=list)
+    truncated: list[Truncation] = field(default_factory=list)
+    data: BaseModel | None = None
+
+    def set(self, status: Status, detail: str) -> None:
+        self.status, self.detail = status, detail
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionEnv:
+    """Runner-only values a plan names but does not hold (they may be secret or large)."""
+
+    proxies: Mapping[str, str]
+    extra_ca_pem: bytes | None
+    fetch_artifact: FetchArtifact
+
+
+@dataclass(kw_only=True)
+class Execution:
+    stages: dict[str, StageResult]
+    kept: list[KeptContainer] = field(default_factory=list)
+    interrupted: str | None = None  # the signal's name
+    storage_mechanism: str | None = None
+
+
+class Executor:
+    def __init__(
+        self,
+        plan: VerifyPlan,
+        engine: Engine,
+        *,
+        run_dir: Path,
+        env: ExecutionEnv,
+        progress: Progress,
+    ) -> None:
+        self.plan = plan
+        self.engine = engine
+        self.run_dir = run_dir
+        self.env = env
+        self.progress = progress
+        self.stages = {name: StageResult() for name in GATES}
+        self.kept: list[KeptContainer] = []
+        self.storage_mechanism: str | None = None
+
+    # ---- the run ---------------------------------------------------------------------------
+
+    def run(self) -> Execution:
+        interrupted: str | None = None
+        current: str | None = None
+        try:
+            for name, body, gate in (
+                ("build", self._build, None),
+                ("smoke", self._smoke, "build"),
+                ("nop", lambda s: self._trial(self.plan.trial("nop"), s), "smoke"),
+                ("oracle", lambda s: self._trial(self.plan.trial("oracle"), s), "smoke"),
+                ("determinism", self._determinism, "oracle"),
+            ):
+                blocker = self._blocked_by(gate)
+                if blocker:
+                    self.stages[name].detail = f"skipped: {blocker} did not pass"
+                    continue
+                current = name
+                self._stage(name, body)
+                current = None
+        except (KeyboardInterrupt, Interrupted) as exc:
+            interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+            if current is not None:
+                self.stages[current].set(
+                    Status.ERROR, f"interrupted ({interrupted}); the run's containers were removed"
+                )
+            for name, stage in self.stages.items():
+                if name != current and stage.detail == "not run":
+                    stage.detail = "skipped: interrupted"
+        finally:
+            self._cleanup()
+        return Execution(
+            stages=self.stages,
+            kept=self.kept,
+            interrupted=interrupted,
+            storage_mechanism=self.storage_mechanism,
+        )
+
+    def _blocked_by(self, gate: str | None) -> str | None:
+        if gate is None:
+            return None
+        if gate == "smoke" and self.stages["build"].status is not Status.PASSED:
+            return "build"
+        if self.stages[gate].status is not Status.PASSED:
+            return gate
+        return None
+
+    def _stage(self, name: str, body: Callable[[StageResult], None]) -> None:
+        stage = self.stages[name]
+        started = time.monotonic()
+        try:
+            body(stage)
+        except InvalidTaskError as exc:
+            stage.set(Status.FAILED, exc.one_line())
+        except RunnerError as exc:
+            stage.set(Status.ERROR, exc.one_line())
+        except Exception as exc:
+            log.exception("internal error in stage %s", name)
+            stage.set(
+                Status.ERROR,
+                f"internal error: {type(exc).__name__}: {exc}; the traceback is in "
+                f"{self.run_dir / 'runner.log'}",
+            )
+        finally:
+            stage.seconds = round(time.monotonic() - started, 3)
+        self.progress(name, f"{stage.status.value}: {stage.detail}")
+
+    def _cleanup(self) -> None:
+        if self.plan.keep:
+            return
+        try:
+            self.engine.cleanup({LABEL_RUN: self.plan.run_id})
+            if self.plan.remove_images:
+                for build in self.plan.builds:
+                    self.engine.remove_image(build.tag)
+        except Exception as exc:  # cleanup must not hide the verdict
+            log.warning("cleanup failed: %s", exc)
+
+    def _path(self, *parts: str) -> Path:
+        path = self.run_dir.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _keep(self, label: str, container: Container) -> None:
+        if self.plan.keep:
+            self.kept.append(
+                KeptContainer(label=label, name=container.name, enter=container.enter_hint())
+            )
+
+    # ---- build -----------------------------------------------------------------------------
+
+    def _build(self, stage: StageResult) -> None:
+        plan = self.plan
+        data = BuildData(base_image=plan.base.image, from_image=plan.base.from_image)
+        stage.data = data
+        self.progress("build", f"base image {plan.base.image}")
+        base = ensure_image(self.engine, plan.base.image)
+        data.base_image_id = base.id
+        from_id = base.id
+        if plan.base.derived is not None:
+            log_path = self._path("build", "base.log")
+            from_id = build_derived_base(
+                self.engine,
+                plan.base,
+                base.id,
+                env=self.env,
+                facts=self.plan.facts,
+                network=plan.builds[0].network,
+                log_path=log_path,
+                max_log_bytes=plan.max_log_bytes,
+                progress=self.progress,
+            )
+        for build in plan.builds:
+            if not self._image(build, from_id, stage, data):
+                return
+        cached = all(image.cached for image in data.images.values())
+        stage.set(
+            Status.PASSED, "agent and verifier images ready" + (" (cached)" if cached else "")
+        )
+
+    def _build_line(self, line: str) -> None:
+        if line.startswith("Step "):
+            self.progress("build", line)
+        else:
+            log.debug("%s", line)
+
+    def _image(self, build: ImageBuild, from_id: str, stage: StageResult, data: BuildData) -> bool:
+        existing = self.engine.image(build.tag)
+        if existing is not None and existing.labels.get(LABEL_FROM_ID) == from_id:
+            data.images[build.kind] = ImageData(tag=build.tag, id=existing.id, cached=True)
+            self.progress("build", f"{build.kind} image cached ({build.tag})")
+            return True
+        log_path = self._path("build", f"{build.kind}.log")
+        log_path.unlink(missing_ok=True)
+        stage.logs.append(str(log_path))
+        self.progress("build", f"building {build.kind} image {build.tag}")
+        proxies = {k: v for k, v in self.env.proxies.items() if k in build.proxy_build_args}
+        outcome = self.engine.build(
+            BuildRequest(
+                context=Path(build.context),
+                tag=build.tag,
+                buildargs={**build.build_args, **proxies},
+                labels={**build.labels, LABEL_FROM_ID: from_id},
+                memory_mb=build.limits.memory_mb,
+                cpuset=build.limits.cpuset,
+                timeout_seconds=build.timeout_seconds,
+                network=build.network,
+            ),
+            log_path,
+            limit=self.plan.max_log_bytes,
+            on_line=self._build_line,
+        )
+        if outcome.truncation:
+            stage.truncated.append(outcome.truncation)
+        data.images[build.kind] = ImageData(
+            tag=build.tag,
+            id=outcome.image_id,
+            cached=False,
+            seconds=round(outcome.seconds, 3),
+            cached_steps=outcome.cached_steps,
+            total_steps=outcome.total_steps,
+        )
+        if outcome.ok:
+            return True
+        data.failed_image = build.kind
+        data.failed_step = outcome.failed_step
+        data.step_number = outcome.step_number or None
+        data.exit_code = outcome.exit_code
+        data.timed_out = outcome.timed_out
+        data.tail = outcome.tail
+        if outcome.last_layer:
+            data.last_good_layer = outcome.last_layer
+            data.debug_command = f"docker run -it --rm {outcome.last_layer} bash"
+        judgement = gates.judge_build(
+            build.kind,
+            outcome,
+            task_fault=is_task_step(outcome.failed_step, build.task_steps),
+            memory_mb=build.limits.memory_mb,
+            log_path=str(log_path),
+        )
+        stage.set(judgement.status, judgement.detail)
+        return False
+
+    # ---- smoke -----------------------------------------------------------------------------
+
+    def _smoke(self, stage: StageResult) -> None:
+        smoke = self.plan.smoke
+        log_path = self._path("smoke", "smoke.log")
+        stage.logs.append(str(log_path))
+        with self.engine.container(smoke.container, env=self.env.proxies, keep=self.plan.keep) as c:
+            outcome = c.exec(smoke.run, log_path, limit=self.plan.max_log_bytes)
+            self.storage_mechanism = c.storage_mechanism
+            self._keep("smoke", c)
+        if outcome.truncation:
+            stage.truncated.append(outcome.truncation)
+        lines = _tail_lines(log_path)
+        limits = gates.limits_data(outcome, None, self.storage_mechanism)
+        stage.data = SmokeData(
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            answers=[ln for ln in lines if ln.strip() and not ln.startswith("+ ")][:40],
+            output=lines[-20:],
+            limits=limits,
+        )
+        judgement = gates.judge_smoke(
+            outcome,
+            lines,
+            limits,
+            storage_mb=smoke.container.limits.storage_mb,
+            memory_mb=smoke.container.limits.memory_mb,
+            pids=smoke.container.limits.pids,
+            log_path=str(log_path),
+        )
+        stage.set(judgement.status, judgement.detail)
+
+    # ---- nop and oracle --------------------------------------------------------------------
+
+    def _trial(self, trial: TrialPlan, stage: StageResult) -> None:
+        gate = trial.gate
+        limit = self.plan.max_log_bytes
+        data = GateData()
+        stage.data = data
+        agent_log = self._path(gate, "agent.log")
+        collect_log = self._path(gate, "collect.log")
+        verifier_log = self._path(gate, "verifier.log")
+        solve: ExecOutcome | None = None
+        collect: ExecOutcome | None = None
+        test: ExecOutcome | None = None
+        patch = b""
+        with self.engine.container(trial.agent, env=self.env.proxies, keep=self.plan.keep) as agent:
+            self.storage_mechanism = agent.storage_mechanism
+            if trial.solution_dir and trial.solve:
+                agent.put_directory(Path(trial.solution_dir), "/solution")
+                stage.logs.append(str(agent_log))
+                solve = agent.exec(trial.solve, agent_log, limit=limit)
+                data.solve_exit_code = solve.exit_code
+                if solve.timed_out:
+                    data.timed_out = "solve"
+            if solve is None or (solve.exit_code == 0 and not solve.timed_out):
+                stage.logs.append(str(collect_log))
+                collect = agent.exec(trial.collect, collect_log, limit=limit)
+                data.collect_exit_code = collect.exit_code
+                if collect.timed_out:
+                    data.timed_out = "collect"
+                if collect.exit_code == 0 and not collect.timed_out:
+                    found = agent.get_file(trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES)
+                    patch = found or b""
+            self._keep(f"{gate} agent", agent)
+        if solve is not None and solve.truncation:
+            stage.truncated.append(solve.truncation)
+        ran_collect = collect is not None and collect.exit_code == 0 and not collect.timed_out
+        reward = details = None
+        reward_problem = None
+        if ran_collect:
+            patch_path = self._path(gate, "agent.patch")
+            patch_path.write_bytes(patch)
+            stage.logs.append(str(patch_path))
+            data.agent_patch_bytes = len(patch)
+            with self.engine.container(
+                trial.verifier, env=self.env.proxies, keep=self.plan.keep
+            ) as verifier:
+                verifier.put_file("/opt/selfbench", "agent.patch", patch)
+                stage.logs.append(str(verifier_log))
+                test = verifier.exec(trial.test, verifier_log, limit=limit)
+                data.verifier_exit_code = test.exit_code
+                if test.timed_out:
+                    data.timed_out = "verifier"
+                truncated = verifier.copy_out(
+                    trial.verifier_logs, self._path(gate, "logs"), limit=limit
+                )
+                stage.truncated.extend(truncated or [])
+                self._keep(f"{gate} verifier", verifier)
+            if test.truncation:
+                stage.truncated.append(test.truncation)
+            reward, details, reward_problem = self._read_reward(gate, stage)
+        data.reward, data.details = reward, details
+        last = test or collect or solve
+        data.limits = gates.limits_data(last, details, self.storage_mechanism)
+        limits = trial.verifier.limits
+        judgement = gates.judge_trial(
+            gates.TrialEvidence(
+                gate=gate,
+                solve=solve,
+                collect=collect,
+                test=test,
+                reward=reward,
+                details=details,
+                reward_problem=reward_problem,
+                limits=data.limits,
+                agent_timeout=trial.solve.timeout_seconds if trial.solve else 0.0,
+                verifier_timeout=trial.test.timeout_seconds,
+                storage_mb=limits.storage_mb,
+                memory_mb=limits.memory_mb,
+                pids=limits.pids,
+                agent_log=str(agent_log),
+                collect_log=str(collect_log),
+                verifier_log=str(verifier_log),
+            )
+        )
+        stage.set(judgement.status, judgement.detail)
+
+    def _read_reward(
+        self, gate: str, stage: StageResult
+    ) -> tuple[Reward | None, VerifierDetails | None, str | None]:
+        directory = self.run_dir / gate / "logs" / "verifier"
+        reward_path = directory / REWARD_FILE
+        details_path = directory / DETAILS_FILE
+        if not reward_path.is_file():
+            return None, None, None
+        stage.logs.append(str(reward_path))
+        try:
+            reward = parse_reward(reward_path.read_bytes())
+        except RewardError as exc:
+            return None, None, str(exc)
+        details = None
+        if details_path.is_file():
+            stage.logs.append(str(details_path))
+            try:
+                details = parse_details(details_path.read_bytes())
+            except RewardError as exc:
+                log.warning("%s: %s", details_path, exc)
+        return reward, details, None
+
+    # ---- determinism -----------------------------------------------------------------------
+
+    def _determinism(self, stage: StageResult) -> None:
+        oracle = self.stages["oracle"].data
+        assert isinstance(oracle, GateData) and oracle.reward is not None
+        details = oracle.details
+        stage.data = DeterminismData(
+            deterministic=oracle.reward.deterministic,
+            repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
+        )
+        judgement = gates.judge_determinism(oracle.reward, details)
+        stage.set(judgement.status, judgement.detail)
+
+
+def ensure_image(engine: Engine, ref: str) -> ImageInfo:
+    """The user's base image: present, or pulled."""
+    found = engine.image(ref)
+    if found is not None:
+        return found
+    try:
+        return engine.pull(ref)
+    except EngineError as exc:
+        raise InfrastructureError(
+            f"base image {ref} is not present and cannot be pulled ({exc.message}); "
+            f"{LOCAL_BASE_HINT}"
+        ) from None
+
+
+def build_derived_base(
+    engine: Engine,
+    base: BasePlan,
+    base_id: str,
+    *,
+    env: ExecutionEnv,
+    facts: EngineFacts,
+    network: str | None,
+    log_path: Path,
+    max_log_bytes: int,
+    progress: Progress,
+) -> str:
+    """The runner-only base (extra CA, registry artifacts), reused while its inputs and the
+    image it builds FROM are unchanged. Returns its image id."""
+    derived = base.derived
+    assert derived is not None
+    existing = engine.image(derived.tag)
+    if existing is not None and existing.labels.get(LABEL_FROM_ID) == base_id:
+        return existing.id
+    with tempfile.TemporaryDirectory(prefix="selfbench-base.") as tmp:
+        context = Path(tmp)
+        if env.extra_ca_pem is not None:
+            (context / "selfbench-extra-ca.crt").write_bytes(env.extra_ca_pem)
+        for artifact in derived.artifacts:
+            progress("build", f"registry artifact {artifact.file}")
+            source = env.fetch_artifact(artifact.toolchain, facts.arch)
+            target = context / "artifacts" / artifact.toolchain / artifact.file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+        (context / "Dockerfile").write_bytes(
+            render_derived_base(
+                extra_ca=env.extra_ca_pem is not None, artifacts=bool(derived.artifacts)
+            )
+        )
+        progress("build", f"building base image {derived.tag}")
+        outcome = engine.build(
+            BuildRequest(
+                context=context,
+                tag=derived.tag,
+                buildargs={"BASE_IMAGE": base.image, **env.proxies},
+                labels={
+                    LABEL_RUNNER: "1",
+                    LABEL_KIND: "base",
+                    LABEL_INPUTS: derived.digest,
+                    LABEL_FROM_ID: base_id,
+                },
+                memory_mb=HELPER_MEMORY_MB,
+                cpuset="0-1" if facts.ncpu > 1 else "0",
+                timeout_seconds=HELPER_BUILD_TIMEOUT_SECONDS,
+                network=network,
+            ),
+            log_path,
+            limit=max_log_bytes,
+            on_line=lambda line: progress("build", line) if line.startswith("Step ") else None,
+        )
+    if not outcome.ok or outcome.image_id is None:
+        raise InfrastructureError(
+            f"the runner's base image failed to build at `{outcome.failed_step}`: "
+            f"{outcome.error}; see {log_path}"
+        )
+    return outcome.image_id
+
+
+def prepare(
+    plan: PreparePlan, engine: Engine, *, env: ExecutionEnv, workdir: Path, progress: Progress
+) -> bool:
+    """Build the base and toolchain layers of `plan`. Returns whether they were cached."""
+    base = ensure_image(engine, plan.base.image)
+    from_id = base.id
+    if plan.base.derived is not None:
+        from_id = build_derived_base(
+            engine,
+            plan.base,
+            base.id,
+            env=env,
+            facts=plan.facts,
+            network=plan.network,
+            log_path=workdir / "base.log",
+            max_log_bytes=DEFAULT_MAX_LOG_BYTES,
+            progress=progress,
+        )
+    existing = engine.image(plan.tag)
+    if existing is not None and existing.labels.get(LABEL_FROM_ID) == from_id:
+        return True
+    context = workdir / "toolchains"
+    layers = load_catalog().close(Toolchain(name) for name in plan.toolchains)
+    for name, content in render_toolchain_context(layers).items():
+        path = context / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content)
+    progress("build", f"building toolchain layers {plan.tag}")
+    outcome = engine.build(
+        BuildRequest(
+            context=context,
+            tag=plan.tag,
+            buildargs={
+                **plan.build_args,
+                **{k: v for k, v in env.proxies.items() if k in plan.proxy_build_args},
+            },
+            labels={
+                LABEL_RUNNER: "1",
+                LABEL_KIND: "toolchains",
+                LABEL_INPUTS: plan.tag,
+                LABEL_FROM_ID: from_id,
+            },
+            memory_mb=plan.limits.memory_mb,
+            cpuset=plan.limits.cpuset,
+            timeout_seconds=plan.timeout_seconds,
+            network=plan.network,
+        ),
+        workdir / "toolchains.log",
+        limit=DEFAULT_MAX_LOG_BYTES,
+        on_line=lambda line: progress("build", line) if line.startswith("Step ") else None,
+    )
+    if not outcome.ok:
+        raise InfrastructureError(
+            f"toolchain layers failed to build at `{outcome.failed_step}`: {outcome.error}; "
+            f"see {workdir / 'toolchains.log'}"
+        )
+    return False
+
+
+def _tail_lines(path: Path, size: int = 64 * 1024) -> list[str]:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            end = handle.tell()
+            handle.seek(max(0, end - size))
+            data = handle.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()

@@ -1,0 +1,280 @@
+"""Judgement (pure): the seeds' pass criteria per gate, the verdict, and reasons that say what
+happened. The runner knows when it stopped something itself (a deadline, the storage watchdog)
+and reads what the limits did from the container's cgroup, so a fork bomb held by the pids
+limit is never reported as an out-of-memory kill, nor the runner's own kill as one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from runner.report import DOCKER_STAGES, LimitsData, Status, Verdict
+from runner.reward import Reward, VerifierDetails
+from runner.runtime import BuildOutcome, ExecOutcome
+
+
+@dataclass(frozen=True)
+class Judgement:
+    status: Status
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+
+def _passed(detail: str) -> Judgement:
+    return Judgement(Status.PASSED, detail)
+
+
+def _failed(detail: str) -> Judgement:
+    return Judgement(Status.FAILED, detail)
+
+
+def _error(detail: str) -> Judgement:
+    return Judgement(Status.ERROR, detail)
+
+
+# ---- limits ------------------------------------------------------------------------------------
+
+
+def limits_data(
+    outcome: ExecOutcome | None, details: VerifierDetails | None, mechanism: str | None
+) -> LimitsData:
+    """What the limits did, merged from the runner's view and test.sh's cgroup readings."""
+    pids = max(
+        outcome.limits.pids_limit_hits if outcome else -1,
+        details.pids_limit_hits if details else -1,
+    )
+    ooms = max(outcome.limits.oom_kills if outcome else -1, details.oom_kills if details else -1)
+    return LimitsData(
+        pids_limit_hits=pids,
+        oom_kills=ooms,
+        storage_exceeded_mb=outcome.storage_exceeded_mb if outcome else None,
+        storage_mechanism=mechanism,
+    )
+
+
+def storage_reason(used_mb: int, limit_mb: int, mechanism: str | None) -> str:
+    if mechanism == "quota":
+        return (
+            f"storage limit exceeded ({used_mb} MB >= {limit_mb} MB): the engine's quota "
+            "refused further writes"
+        )
+    return (
+        f"storage limit exceeded ({used_mb} MB > {limit_mb} MB): the runner's storage "
+        "watchdog stopped the container"
+    )
+
+
+def limit_notes(limits: LimitsData, *, memory_mb: int, pids: int) -> str:
+    """A clause naming each limit that acted, or ''."""
+    notes = []
+    if limits.oom_kills > 0:
+        notes.append(
+            f"the OOM killer ended {limits.oom_kills} process(es) at the {memory_mb} MB "
+            "memory limit"
+        )
+    if limits.pids_limit_hits > 0:
+        notes.append(f"the pids limit ({pids}) refused {limits.pids_limit_hits} new process(es)")
+    return "; ".join(notes)
+
+
+def _with_notes(detail: str, limits: LimitsData, *, memory_mb: int, pids: int) -> str:
+    notes = limit_notes(limits, memory_mb=memory_mb, pids=pids)
+    return f"{detail} ({notes})" if notes else detail
+
+
+# ---- build --------------------------------------------------------------------------------------
+
+
+def judge_build(
+    kind: str, outcome: BuildOutcome, *, task_fault: bool, memory_mb: int, log_path: str
+) -> Judgement:
+    step = f"`{outcome.failed_step}`" if outcome.failed_step else "the build"
+    if outcome.timed_out:
+        # The runner stopped it: never blame memory for the runner's own kill.
+        detail = (
+            f"{kind} image: {outcome.error} while running {step}; the runner stopped it; "
+            f"see {log_path}"
+        )
+        return _failed(detail) if task_fault else _error(detail)
+    why = outcome.error or "failed"
+    if outcome.exit_code == 137:
+        why += f" (killed by SIGKILL; the build's memory limit is {memory_mb} MB)"
+    detail = f"{kind} image: {step} failed: {why}; see {log_path}"
+    return _failed(detail) if task_fault else _error(detail)
+
+
+# ---- smoke --------------------------------------------------------------------------------------
+
+
+def judge_smoke(
+    outcome: ExecOutcome,
+    lines: Sequence[str],
+    limits: LimitsData,
+    *,
+    storage_mb: int,
+    memory_mb: int,
+    pids: int,
+    log_path: str,
+) -> Judgement:
+    if outcome.timed_out:
+        return _failed(
+            f"smoke command timed out after {int(outcome.seconds)}s; the runner stopped it"
+        )
+    if limits.storage_exceeded_mb is not None:
+        return _failed(
+            storage_reason(limits.storage_exceeded_mb, storage_mb, limits.storage_mechanism)
+        )
+    if outcome.exit_code != 0:
+        failing = next(
+            (ln for ln in reversed(lines) if ln.startswith("smoke: failed")),
+            f"exit {outcome.exit_code}",
+        )
+        detail = f"smoke check failed: {failing}; see {log_path}"
+        return _failed(_with_notes(detail, limits, memory_mb=memory_mb, pids=pids))
+    return _passed("smoke checks passed in the verifier image")
+
+
+# ---- nop and oracle -----------------------------------------------------------------------------
+
+
+def evaluate_gate(
+    gate: str, reward: Reward, details: VerifierDetails | None = None
+) -> tuple[bool, str]:
+    """The seeds' pass criteria, with one sentence saying why."""
+    f2p_exit = details.fail_to_pass_exit_code if details else None
+    p2p_exit = details.pass_to_pass_exit_code if details else None
+
+    def exit_note(code: int | None) -> str:
+        return f" (exit {code})" if code is not None else ""
+
+    if reward.setup_completed != 1:
+        return False, "setup did not complete in the verifier image"
+    if gate == "nop":
+        if reward.patch_applied != 1:
+            return False, "the empty agent patch or test.patch did not apply on the base snapshot"
+        if reward.fail_to_pass != 0:
+            return False, "fail-to-pass tests already pass on the base snapshot"
+        if reward.pass_to_pass != 1:
+            return False, f"pass-to-pass tests fail on the base snapshot{exit_note(p2p_exit)}"
+        return True, (
+            f"fail-to-pass fails{exit_note(f2p_exit)} and pass-to-pass passes on the base"
+        )
+    if gate == "oracle":
+        if reward.patch_applied != 1:
+            return False, "the gold patch or test.patch does not apply"
+        if reward.fail_to_pass != 1:
+            return False, (
+                f"fail-to-pass tests still fail with the gold patch{exit_note(f2p_exit)}"
+            )
+        if reward.pass_to_pass != 1:
+            return False, f"pass-to-pass tests fail with the gold patch{exit_note(p2p_exit)}"
+        return True, "the gold patch applies and every selected test passes"
+    if reward.deterministic != 1:
+        repeat = details.fail_to_pass_repeat_exit_code if details else None
+        return False, (
+            "fail-to-pass passed once with the gold patch, then failed on the repeat"
+            f"{exit_note(repeat)}"
+        )
+    return True, "fail-to-pass passed a second time with the gold patch"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialEvidence:
+    gate: str
+    solve: ExecOutcome | None
+    collect: ExecOutcome | None
+    test: ExecOutcome | None
+    reward: Reward | None
+    details: VerifierDetails | None
+    reward_problem: str | None  # reward.json present but malformed
+    limits: LimitsData
+    agent_timeout: float
+    verifier_timeout: float
+    storage_mb: int
+    memory_mb: int
+    pids: int
+    agent_log: str
+    collect_log: str
+    verifier_log: str
+
+
+def judge_trial(evidence: TrialEvidence) -> Judgement:
+    e = evidence
+    notes = {"memory_mb": e.memory_mb, "pids": e.pids}
+    if e.solve is not None:
+        if e.solve.timed_out:
+            return _failed(
+                f"solution/solve.sh timed out after {int(e.agent_timeout)}s; the runner stopped it"
+            )
+        if e.solve.storage_exceeded_mb is not None:
+            return _failed(
+                storage_reason(
+                    e.solve.storage_exceeded_mb, e.storage_mb, e.limits.storage_mechanism
+                )
+            )
+        if e.solve.exit_code != 0:
+            detail = (
+                f"solution/solve.sh exited {e.solve.exit_code}: the gold patch does not apply "
+                f"to the post-setup tree; see {e.agent_log}"
+            )
+            return _failed(_with_notes(detail, e.limits, **notes))
+    if e.collect is not None and (e.collect.timed_out or e.collect.exit_code != 0):
+        what = "timed out" if e.collect.timed_out else f"failed (exit {e.collect.exit_code})"
+        return _error(f"collecting the agent patch {what}; see {e.collect_log}")
+    if e.test is None:
+        return _error("the verifier did not run")
+    if e.test.timed_out:
+        return _failed(
+            f"verifier timed out after {int(e.verifier_timeout)}s; the runner stopped it"
+        )
+    if e.limits.storage_exceeded_mb is not None:
+        return _failed(
+            storage_reason(e.limits.storage_exceeded_mb, e.storage_mb, e.limits.storage_mechanism)
+        )
+    if e.reward is None:
+        if e.reward_problem:
+            return _failed(f"the verifier's {e.reward_problem}; see {e.verifier_log}")
+        if e.limits.oom_kills > 0 or e.limits.pids_limit_hits > 0:
+            detail = f"the verifier wrote no reward.json (exit {e.test.exit_code})"
+            return _failed(_with_notes(detail, e.limits, **notes))
+        return _error(
+            f"the verifier wrote no reward.json (exit {e.test.exit_code}); see {e.verifier_log}"
+        )
+    ok, detail = evaluate_gate(e.gate, e.reward, e.details)
+    detail = _with_notes(detail, e.limits, **notes)
+    return _passed(detail) if ok else _failed(detail)
+
+
+def judge_determinism(reward: Reward, details: VerifierDetails | None) -> Judgement:
+    ok, detail = evaluate_gate("determinism", reward, details)
+    return _passed(detail) if ok else _failed(detail)
+
+
+# ---- verdict ------------------------------------------------------------------------------------
+
+
+def decide_verdict(statuses: Mapping[str, Status], *, invalid: bool = False) -> Verdict:
+    """invalid input → invalid; any red stage → rejected; any infrastructure error → that;
+    accepted only when every Docker stage passed."""
+    if invalid:
+        return Verdict.INVALID
+    values = list(statuses.values())
+    if Status.FAILED in values:
+        return Verdict.REJECTED
+    if Status.ERROR in values:
+        return Verdict.INFRASTRUCTURE_FAILED
+    if all(statuses.get(name) is Status.PASSED for name in DOCKER_STAGES):
+        return Verdict.ACCEPTED
+    return Verdict.INFRASTRUCTURE_FAILED
+
+
+def verdict_reason(stages: Sequence[tuple[str, Status, str]]) -> str:
+    """The first stage that did not pass, as `name: detail`."""
+    for name, status, detail in stages:
+        if status in (Status.FAILED, Status.ERROR):
+            return f"{name}: {detail}"
+    return ""

@@ -1,0 +1,471 @@
+"""The verify plan (pure): a bundle, the settings and a few engine facts in; a frozen VerifyPlan
+out, naming every image build (tag, context digest, build args, limits, timeout) and every gate
+container (image, user, command, environment, files, limits, timeout, network).
+
+Nothing here touches Docker, git or the network. The executor carries a plan out; `verify
+--plan` prints one. Secrets stay out: proxy variables appear by name, their values are added at
+execution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from functools import cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner import __version__
+from runner import validation as v
+from runner.bundle import AGENT_CONTEXT, VERIFIER_CONTEXT, Bundle
+from runner.harbor import AGENT_PATCH
+from runner.models import Toolchain
+from runner.resources import dockerfiles_dir
+from runner.settings import (
+    CONTAINER_MARGIN_SECONDS,
+    HELPER_BUILD_TIMEOUT_SECONDS,
+    HELPER_CPUS,
+    HELPER_MEMORY_MB,
+    SMOKE_TIMEOUT_SECONDS,
+    StorageLimit,
+    VerifySettings,
+)
+from runner.toolchains import Arch, Source, load_catalog
+
+PLAN_SCHEMA_VERSION = 1
+LABEL_RUNNER = "org.selfbench.runner"
+LABEL_RUN = "org.selfbench.run"
+LABEL_TASK = "org.selfbench.task"
+LABEL_KIND = "org.selfbench.kind"
+LABEL_INPUTS = "org.selfbench.inputs"
+LABEL_OWNER = "org.selfbench.owner"
+LABEL_FROM_ID = "org.selfbench.from-id"
+
+# Instructions (substrings) whose failure is the task's fault: its setup command and the
+# dependency-setup pass. Any other failing step is infrastructure (a download, the engine).
+TASK_BUILD_STEPS = ("/opt/selfbench-environment/setup.sh", "selfbench-dependency-setup.patch")
+SETUP_SCRIPT = "/opt/selfbench-environment/setup.sh"
+SMOKE_SCRIPT = "/opt/selfbench-environment/smoke.sh"
+VERIFIER_LOGS = "/logs/verifier"
+SOLUTION_DIR = "/solution"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EngineFacts(_Frozen):
+    """What the plan needs to know about the engine that will run it."""
+
+    ncpu: int = Field(ge=1)
+    arch: Arch
+    storage_quota: bool | None = None  # whether `--storage-opt size` works; None: unknown
+    source: Literal["engine", "host"] = "engine"
+
+
+class RunIdentity(_Frozen):
+    run_id: str
+    owner: str  # host:pid:start of the runner process, for the stale-run reaper
+
+
+class Limits(_Frozen):
+    cpus: float  # applied: the task's cpus, at most the engine's
+    requested_cpus: float
+    memory_mb: int
+    storage_mb: int
+    pids: int
+
+
+class BuildLimits(_Frozen):
+    memory_mb: int
+    cpuset: str
+
+
+class RegistryArtifact(_Frozen):
+    toolchain: str
+    file: str
+    sha256: str
+
+
+class DerivedBase(_Frozen):
+    """The runner-only base: the user's base plus an extra CA and registry artifacts."""
+
+    tag: str
+    digest: str
+    extra_ca_sha256: str | None
+    artifacts: list[RegistryArtifact]
+
+
+class BasePlan(_Frozen):
+    image: str  # the user's base image reference
+    derived: DerivedBase | None
+
+    @property
+    def from_image(self) -> str:
+        return self.derived.tag if self.derived else self.image
+
+
+class ImageBuild(_Frozen):
+    kind: Literal["agent", "verifier"]
+    tag: str
+    context: str
+    context_digest: str
+    from_image: str
+    build_args: dict[str, str]
+    proxy_build_args: list[str]
+    labels: dict[str, str]
+    limits: BuildLimits
+    timeout_seconds: float
+    network: str | None
+    task_steps: list[str]
+
+
+class ExecStep(_Frozen):
+    name: str  # also the log file's stem
+    argv: list[str]
+    user: str
+    env: dict[str, str]
+    workdir: str
+    timeout_seconds: float
+
+
+class ContainerPlan(_Frozen):
+    name: str
+    image: str
+    role: Literal["smoke", "agent", "verifier"]
+    command: list[str]
+    env: dict[str, str]
+    proxy_env: list[str]
+    workdir: str
+    network: str
+    limits: Limits
+    labels: dict[str, str]
+    storage: StorageLimit
+
+
+class SmokePlan(_Frozen):
+    container: ContainerPlan
+    run: ExecStep
+
+
+class TrialPlan(_Frozen):
+    gate: Literal["nop", "oracle"]
+    agent: ContainerPlan
+    solution_dir: str | None  # bundle directory copied to /solution (oracle)
+    solve: ExecStep | None
+    collect: ExecStep
+    agent_patch: str
+    verifier: ContainerPlan
+    test: ExecStep
+    verifier_logs: str
+
+
+class VerifyPlan(_Frozen):
+    schema_version: Literal[1] = 1
+    runner_version: str = __version__
+    task_id: str
+    run_id: str
+    bundle: str
+    facts: EngineFacts
+    base: BasePlan
+    builds: list[ImageBuild]
+    smoke: SmokePlan
+    trials: list[TrialPlan]
+    storage: StorageLimit
+    keep: bool
+    remove_images: bool
+    max_log_bytes: int
+
+    def build(self, kind: str) -> ImageBuild:
+        return next(b for b in self.builds if b.kind == kind)
+
+    def trial(self, gate: str) -> TrialPlan:
+        return next(t for t in self.trials if t.gate == gate)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+
+@cache
+def _template_digest(name: str) -> str:
+    return hashlib.sha256((dockerfiles_dir() / name).read_bytes()).hexdigest()
+
+
+def _digest(document: object) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def plan_base(settings: VerifySettings, toolchains: Iterable[Toolchain], arch: Arch) -> BasePlan:
+    """The image task builds start FROM. A derived base exists only when this machine needs
+    one (an extra CA, registry-sourced toolchains); its tag is a hash of its inputs."""
+    build = settings.build
+    catalog = load_catalog()
+    layers = catalog.close(toolchains)
+    artifacts = [
+        RegistryArtifact(
+            toolchain=layer.name.value,
+            file=layer.registry.arch[arch].file,
+            sha256=layer.registry.arch[arch].sha256,
+        )
+        for layer in layers
+        if build.toolchains.source(layer.name) is Source.REGISTRY and layer.registry is not None
+    ]
+    ca_sha = hashlib.sha256(build.extra_ca_pem).hexdigest() if build.extra_ca_pem else None
+    if ca_sha is None and not artifacts:
+        return BasePlan(image=build.base_image, derived=None)
+    digest = _digest(
+        {
+            "base": build.base_image,
+            "ca": ca_sha,
+            "artifacts": [a.model_dump() for a in artifacts],
+            "template": _template_digest("derived-base.Dockerfile.j2"),
+        }
+    )
+    return BasePlan(
+        image=build.base_image,
+        derived=DerivedBase(
+            tag=f"selfbench/base:{digest[:16]}",
+            digest=digest,
+            extra_ca_sha256=ca_sha,
+            artifacts=artifacts,
+        ),
+    )
+
+
+def container_limits(
+    bundle: Bundle, settings: VerifySettings, facts: EngineFacts
+) -> tuple[Limits, BuildLimits]:
+    environment = bundle.config.environment
+    applied = min(float(facts.ncpu), environment.cpus)
+    cores = max(1, min(facts.ncpu, math.ceil(environment.cpus)))
+    return (
+        Limits(
+            cpus=applied,
+            requested_cpus=environment.cpus,
+            memory_mb=environment.memory_mb,
+            storage_mb=environment.storage_mb,
+            pids=settings.pids_limit,
+        ),
+        BuildLimits(memory_mb=environment.memory_mb, cpuset=f"0-{cores - 1}" if cores > 1 else "0"),
+    )
+
+
+def resolve_storage(requested: StorageLimit, facts: EngineFacts) -> StorageLimit:
+    if requested is not StorageLimit.AUTO:
+        return requested
+    if facts.storage_quota is True:
+        return StorageLimit.QUOTA
+    if facts.storage_quota is False:
+        return StorageLimit.WATCHDOG
+    return StorageLimit.AUTO
+
+
+def plan_verify(
+    bundle: Bundle, settings: VerifySettings, facts: EngineFacts, run: RunIdentity
+) -> VerifyPlan:
+    config = bundle.config
+    task_id = config.task_id
+    slug = v.image_slug(task_id)
+    suffix = run.run_id.rsplit("-", 1)[-1]
+    base = plan_base(settings, config.metadata.toolchains, facts.arch)
+    limits, build_limits = container_limits(bundle, settings, facts)
+    storage = resolve_storage(settings.storage_limit, facts)
+    catalog = load_catalog()
+    layers = catalog.close(config.metadata.toolchains)
+    build_args = {"BASE_IMAGE": base.from_image, **settings.build.toolchains.build_args(layers)}
+    base_identity = base.derived.digest if base.derived else base.image
+    proxies = sorted(settings.build.proxies)
+
+    def labels(kind: str, **extra: str) -> dict[str, str]:
+        return {
+            LABEL_RUNNER: "1",
+            LABEL_RUN: run.run_id,
+            LABEL_TASK: task_id,
+            LABEL_KIND: kind,
+            LABEL_OWNER: run.owner,
+            **extra,
+        }
+
+    builds = []
+    for kind, context in (("agent", AGENT_CONTEXT), ("verifier", VERIFIER_CONTEXT)):
+        inputs = _digest(
+            {
+                "context": bundle.context_digests[context],
+                "args": build_args,
+                "base": base_identity,
+            }
+        )
+        builds.append(
+            ImageBuild(
+                kind=kind,  # type: ignore[arg-type]
+                tag=f"selfbench/{slug}:{kind}-{inputs[:16]}",
+                context=str(bundle.root / context),
+                context_digest=bundle.context_digests[context],
+                from_image=base.from_image,
+                build_args=build_args,
+                proxy_build_args=proxies,
+                labels={
+                    LABEL_RUNNER: "1",
+                    LABEL_TASK: task_id,
+                    LABEL_KIND: kind,
+                    LABEL_INPUTS: inputs,
+                },
+                limits=build_limits,
+                timeout_seconds=config.environment.build_timeout_sec,
+                network=settings.build.build_network,
+                task_steps=list(TASK_BUILD_STEPS),
+            )
+        )
+    agent_image, verifier_image = builds[0].tag, builds[1].tag
+
+    def container(role: str, gate: str, image: str, deadline: float, home: str) -> ContainerPlan:
+        side = "" if role == "smoke" else f"-{role}"
+        return ContainerPlan(
+            name=f"selfbench-{slug}-{gate}{side}-{suffix}",
+            image=image,
+            role=role,  # type: ignore[arg-type]
+            # The main process only keeps the container alive, and dies on its own a margin
+            # after the gate's deadline even if the runner was killed and never removed it.
+            command=["sleep", str(int(deadline + CONTAINER_MARGIN_SECONDS))],
+            env={"HOME": home},
+            proxy_env=proxies,
+            workdir="/app",
+            network="bridge",
+            limits=limits,
+            labels=labels(gate, **({"org.selfbench.side": role} if role != "smoke" else {})),
+            storage=storage,
+        )
+
+    verifier_timeout = config.verifier.timeout_sec
+    smoke_timeout = min(verifier_timeout, SMOKE_TIMEOUT_SECONDS)
+    smoke = SmokePlan(
+        container=container("smoke", "smoke", verifier_image, smoke_timeout, "/home/verifier"),
+        run=ExecStep(
+            name="smoke",
+            argv=["bash", SMOKE_SCRIPT],
+            user="verifier",
+            env={"HOME": "/home/verifier"},
+            workdir="/app",
+            timeout_seconds=smoke_timeout,
+        ),
+    )
+    collect_timeout = config.verifier.collect[0].timeout_sec
+    trials = []
+    for gate in ("nop", "oracle"):
+        agent_deadline = collect_timeout + (config.agent.timeout_sec if gate == "oracle" else 0)
+        solve = None
+        if gate == "oracle":
+            solve = ExecStep(
+                name="agent",
+                argv=["bash", f"{SOLUTION_DIR}/solve.sh"],
+                user="agent",
+                env={"HOME": "/home/agent"},
+                workdir="/app",
+                timeout_seconds=config.agent.timeout_sec,
+            )
+        trials.append(
+            TrialPlan(
+                gate=gate,
+                agent=container("agent", gate, agent_image, agent_deadline, "/home/agent"),
+                solution_dir=str(bundle.root / "solution") if gate == "oracle" else None,
+                solve=solve,
+                collect=ExecStep(
+                    name="collect",
+                    argv=["bash", "-c", config.verifier.collect[0].command],
+                    user="root",
+                    env={},
+                    workdir="/app",
+                    timeout_seconds=collect_timeout,
+                ),
+                agent_patch=AGENT_PATCH,
+                verifier=container(
+                    "verifier", gate, verifier_image, verifier_timeout, "/home/verifier"
+                ),
+                test=ExecStep(
+                    name="verifier",
+                    argv=["/tests/test.sh"],
+                    user="root",
+                    env={
+                        "HOME": "/home/verifier",
+                        "SELFBENCH_MAX_LOG_BYTES": str(settings.max_log_bytes),
+                    },
+                    workdir="/app",
+                    timeout_seconds=verifier_timeout,
+                ),
+                verifier_logs=VERIFIER_LOGS,
+            )
+        )
+    return VerifyPlan(
+        task_id=task_id,
+        run_id=run.run_id,
+        bundle=str(bundle.root),
+        facts=facts,
+        base=base,
+        builds=builds,
+        smoke=smoke,
+        trials=trials,
+        storage=storage,
+        keep=settings.keep,
+        remove_images=settings.remove_images,
+        max_log_bytes=settings.max_log_bytes,
+    )
+
+
+class PreparePlan(_Frozen):
+    """`prepare`: the base and toolchain layers exactly as bundles render them, built once so
+    later task builds find them in the layer cache."""
+
+    schema_version: Literal[1] = 1
+    toolchains: list[str]
+    facts: EngineFacts
+    base: BasePlan
+    tag: str
+    files: dict[str, str]  # the rendered context: name -> sha256
+    build_args: dict[str, str]
+    proxy_build_args: list[str]
+    limits: BuildLimits
+    timeout_seconds: float
+    network: str | None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+
+def plan_prepare(
+    toolchains: Iterable[Toolchain], settings: VerifySettings, facts: EngineFacts
+) -> PreparePlan:
+    from runner.render import render_toolchain_context
+
+    selected = list(toolchains)
+    base = plan_base(settings, selected, facts.arch)
+    layers = load_catalog().close(selected)
+    files = {
+        name: hashlib.sha256(content).hexdigest()
+        for name, content in render_toolchain_context(layers).items()
+    }
+    build_args = {"BASE_IMAGE": base.from_image, **settings.build.toolchains.build_args(layers)}
+    digest = _digest(
+        {
+            "files": files,
+            "args": build_args,
+            "base": base.derived.digest if base.derived else base.image,
+        }
+    )
+    cores = min(facts.ncpu, int(HELPER_CPUS))
+    return PreparePlan(
+        toolchains=[layer.name.value for layer in layers],
+        facts=facts,
+        base=base,
+        tag=f"selfbench/toolchains:{digest[:16]}",
+        files=files,
+        build_args=build_args,
+        proxy_build_args=sorted(settings.build.proxies),
+        limits=BuildLimits(
+            memory_mb=HELPER_MEMORY_MB, cpuset=f"0-{cores - 1}" if cores > 1 else "0"
+        ),
+        timeout_seconds=HELPER_BUILD_TIMEOUT_SECONDS,
+        network=settings.build.build_network,
+    )
