@@ -93,14 +93,17 @@ def _hardcodes_selector(command: str, selectors: list[str]) -> bool:
     return False
 
 
-def held_out_gold(definition: TaskDefinition, gold: PatchInfo) -> list[str]:
+def held_out_gold(definition: TaskDefinition, gold: PatchInfo, tests: PatchInfo) -> list[str]:
     """Gold files that a testPaths entry holds out: the verifier would restore them from the
-    base and discard the reference implementation."""
+    base and discard the reference implementation. (A file in both patches is the overlap
+    blocker already.)"""
+    in_tests = {v.normalize_repo_path(p) for p in tests.files}
     found = []
     for entry in definition.test_paths:
         held = v.normalize_repo_path(entry, base=definition.workdir)
         for path in gold.files:
-            if v.covers(held, v.normalize_repo_path(path)):
+            normalized = v.normalize_repo_path(path)
+            if normalized not in in_tests and v.covers(held, normalized):
                 found.append(f"held-out path {entry!r} covers gold patch file {path}")
     return found
 
@@ -122,7 +125,7 @@ def audit(
     overlap = [path for path in gold.files if v.normalize_repo_path(path) in test_files]
     if overlap:
         blockers.append(f"gold and held-out test patches overlap: {', '.join(overlap)}")
-    blockers.extend(held_out_gold(definition, gold))
+    blockers.extend(held_out_gold(definition, gold, tests))
 
     implementation_files = len(gold.changes)
     if implementation_files < profile.min_files:

@@ -686,7 +686,7 @@ def run_cli(args: list[str] | None = None) -> int:
         return int(ExitCode.INTERRUPTED)
     except click.ClickException as exc:
         command = exc.ctx.command_path if getattr(exc, "ctx", None) else PROG  # type: ignore[attr-defined]
-        message = " ".join(exc.format_message().split())
+        message = " ".join(exc.format_message().split()).rstrip(".")
         click.echo(f"{PROG}: error: {message} (see `{command} --help`)", err=True)
         return int(ExitCode.INVALID)
     except RunnerError as error:

@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar, cast
 
@@ -127,6 +128,8 @@ class DockerEngine:
         self.arch: Arch = "arm64" if info.get("Architecture") in ("aarch64", "arm64") else "amd64"
         self.storage_driver = str(info.get("Driver", ""))
         self._quota: bool | None = None
+        self._remover = ThreadPoolExecutor(max_workers=2, thread_name_prefix="remove")
+        self._removals: list[Future[None]] = []
 
     def _new_api(self, timeout: float) -> docker.APIClient:
         """A client of its own for a long call: its read timeout outlasts the call, and closing
@@ -139,7 +142,13 @@ class DockerEngine:
     def _ping(self) -> None:
         self.client.ping()
 
+    def _finish_removals(self) -> None:
+        pending, self._removals = self._removals, []
+        wait(pending, timeout=60)
+
     def close(self) -> None:
+        self._finish_removals()
+        self._remover.shutdown(wait=False)
         with contextlib.suppress(Exception):
             self.client.close()
 
@@ -324,7 +333,8 @@ class DockerEngine:
         finally:
             container.stop_watchdog()
             if not keep:
-                container.remove()
+                # Removal goes on in the background; cleanup() and close() wait for it.
+                self._removals.append(self._remover.submit(container.remove))
 
     def _create(self, plan: ContainerPlan, env: Mapping[str, str]) -> DockerContainer:
         limits = plan.limits
@@ -357,6 +367,7 @@ class DockerEngine:
 
     def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
         """Remove every container, network and volume (and image) carrying `labels`."""
+        self._finish_removals()
         filters: dict[str, Any] = {"label": [f"{key}={value}" for key, value in labels.items()]}
         removed = 0
         with engine_errors("cleaning up"):
@@ -507,8 +518,10 @@ class DockerContainer:
             truncation=truncation,
         )
         if not timed_out and self.storage_exceeded_mb is None:
-            outcome.limits = self.limit_stats()
-            outcome.oom_killed = outcome.limits.oom_kills > 0
+            if outcome.exit_code != 0:
+                # What the limits did matters only when the command failed.
+                outcome.limits = self.limit_stats()
+                outcome.oom_killed = outcome.limits.oom_kills > 0
             if self.storage is StorageLimit.QUOTA:
                 used = self.storage_used_mb()
                 # A quota refuses writes instead of killing: at the limit, say so.

@@ -10,12 +10,16 @@ path unless the plan keeps them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -93,6 +97,24 @@ class StageResult:
         self.status, self.detail = status, detail
 
 
+class _SkippedError(Exception):
+    """A stage that cannot run because another did not pass; the message says which."""
+
+
+@dataclass(kw_only=True)
+class _TrialRun:
+    agent_log: Path
+    collect_log: Path
+    verifier_log: Path
+    solve: ExecOutcome | None = None
+    collect: ExecOutcome | None = None
+    test: ExecOutcome | None = None
+    patch: bytes | None = None  # None until collected
+    reward: Reward | None = None
+    details: VerifierDetails | None = None
+    reward_problem: str | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecutionEnv:
     """Runner-only values a plan names but does not hold (they may be secret or large)."""
@@ -128,38 +150,67 @@ class Executor:
         self.stages = {name: StageResult() for name in GATES}
         self.kept: list[KeptContainer] = []
         self.storage_mechanism: str | None = None
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._interrupted = threading.Event()
+        self._smoke_done = threading.Event()
+        self._smoke_passed = False
+        self._opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
+        # Both verifiers run at once only when the task's declared CPUs fit the engine twice:
+        # a suite slowed by contention could otherwise time out, a false red.
+        limits = plan.trial("nop").verifier.limits
+        parallel = 2 * limits.requested_cpus <= plan.facts.ncpu
+        self._verifier_slots = threading.Semaphore(2 if parallel else 1)
 
     # ---- the run ---------------------------------------------------------------------------
 
     def run(self) -> Execution:
+        """build, then smoke and both agent sides at once (the verifier containers start
+        meanwhile), then the two verifiers once smoke passed, then determinism."""
         interrupted: str | None = None
-        current: str | None = None
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gate")
         try:
-            for name, body, gate in (
-                ("build", self._build, None),
-                ("smoke", self._smoke, "build"),
-                ("nop", lambda s: self._trial(self.plan.trial("nop"), s), "smoke"),
-                ("oracle", lambda s: self._trial(self.plan.trial("oracle"), s), "smoke"),
-                ("determinism", self._determinism, "oracle"),
-            ):
-                blocker = self._blocked_by(gate)
-                if blocker:
-                    self.stages[name].detail = f"skipped: {blocker} did not pass"
-                    continue
-                current = name
-                self._stage(name, body)
-                current = None
+            self._stage("build", self._build)
+            if self.stages["build"].status is Status.PASSED:
+                futures = [
+                    pool.submit(self._run_smoke),
+                    pool.submit(self._stage, "nop", partial(self._trial, self.plan.trial("nop"))),
+                    pool.submit(
+                        self._stage, "oracle", partial(self._trial, self.plan.trial("oracle"))
+                    ),
+                ]
+                for future in futures:
+                    future.result()
+            else:
+                for name in ("smoke", "nop", "oracle"):
+                    self.stages[name].detail = "skipped: build did not pass"
+            if self.stages["oracle"].status is Status.PASSED:
+                self._stage("determinism", self._determinism)
+            else:
+                self.stages["determinism"].detail = (
+                    "skipped: oracle did not pass"
+                    if self.stages["oracle"].detail != "skipped: smoke did not pass"
+                    else "skipped: smoke did not pass"
+                )
         except (KeyboardInterrupt, Interrupted) as exc:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
-            if current is not None:
-                self.stages[current].set(
-                    Status.ERROR, f"interrupted ({interrupted}); the run's containers were removed"
-                )
-            for name, stage in self.stages.items():
-                if name != current and stage.detail == "not run":
-                    stage.detail = "skipped: interrupted"
+            self._interrupted.set()
         finally:
+            self._smoke_done.set()
             self._cleanup()
+            pool.shutdown(wait=interrupted is None, cancel_futures=True)
+            self._opener.shutdown(wait=interrupted is None, cancel_futures=True)
+        if interrupted is not None:
+            with self._lock:
+                running = set(self._running)
+            for name, stage in self.stages.items():
+                if name in running:
+                    stage.set(
+                        Status.ERROR,
+                        f"interrupted ({interrupted}); the run's containers were removed",
+                    )
+                elif stage.detail == "not run":
+                    stage.detail = "skipped: interrupted"
         return Execution(
             stages=self.stages,
             kept=self.kept,
@@ -167,20 +218,15 @@ class Executor:
             storage_mechanism=self.storage_mechanism,
         )
 
-    def _blocked_by(self, gate: str | None) -> str | None:
-        if gate is None:
-            return None
-        if gate == "smoke" and self.stages["build"].status is not Status.PASSED:
-            return "build"
-        if self.stages[gate].status is not Status.PASSED:
-            return gate
-        return None
-
     def _stage(self, name: str, body: Callable[[StageResult], None]) -> None:
         stage = self.stages[name]
         started = time.monotonic()
+        with self._lock:
+            self._running.add(name)
         try:
             body(stage)
+        except _SkippedError as skip:
+            stage.detail = str(skip)
         except InvalidTaskError as exc:
             stage.set(Status.FAILED, exc.one_line())
         except RunnerError as exc:
@@ -194,7 +240,11 @@ class Executor:
             )
         finally:
             stage.seconds = round(time.monotonic() - started, 3)
-        self.progress(name, f"{stage.status.value}: {stage.detail}")
+        # Not reached on an interrupt: the stage stays `running` for the handler to mark.
+        with self._lock:
+            self._running.discard(name)
+        if not self._interrupted.is_set():
+            self.progress(name, f"{stage.status.value}: {stage.detail}")
 
     def _cleanup(self) -> None:
         if self.plan.keep:
@@ -214,9 +264,9 @@ class Executor:
 
     def _keep(self, label: str, container: Container) -> None:
         if self.plan.keep:
-            self.kept.append(
-                KeptContainer(label=label, name=container.name, enter=container.enter_hint())
-            )
+            kept = KeptContainer(label=label, name=container.name, enter=container.enter_hint())
+            with self._lock:
+                self.kept.append(kept)
 
     # ---- build -----------------------------------------------------------------------------
 
@@ -314,6 +364,13 @@ class Executor:
 
     # ---- smoke -----------------------------------------------------------------------------
 
+    def _run_smoke(self) -> None:
+        try:
+            self._stage("smoke", self._smoke)
+        finally:
+            self._smoke_passed = self.stages["smoke"].status is Status.PASSED
+            self._smoke_done.set()
+
     def _smoke(self, stage: StageResult) -> None:
         smoke = self.plan.smoke
         log_path = self._path("smoke", "smoke.log")
@@ -344,88 +401,125 @@ class Executor:
         )
         stage.set(judgement.status, judgement.detail)
 
+    def _after_smoke(self) -> None:
+        """Verifiers run only once smoke passed (the seed: smoke before the nop split)."""
+        self._smoke_done.wait()
+        if self._interrupted.is_set():
+            raise _SkippedError("skipped: interrupted")
+        if not self._smoke_passed:
+            raise _SkippedError("skipped: smoke did not pass")
+
     # ---- nop and oracle --------------------------------------------------------------------
 
     def _trial(self, trial: TrialPlan, stage: StageResult) -> None:
         gate = trial.gate
-        limit = self.plan.max_log_bytes
         data = GateData()
         stage.data = data
-        agent_log = self._path(gate, "agent.log")
-        collect_log = self._path(gate, "collect.log")
-        verifier_log = self._path(gate, "verifier.log")
-        solve: ExecOutcome | None = None
-        collect: ExecOutcome | None = None
-        test: ExecOutcome | None = None
-        patch = b""
+        evidence = _TrialRun(
+            agent_log=self._path(gate, "agent.log"),
+            collect_log=self._path(gate, "collect.log"),
+            verifier_log=self._path(gate, "verifier.log"),
+        )
+        with contextlib.ExitStack() as stack:
+            # The verifier container starts while the agent side works.
+            opening = self._opener.submit(
+                stack.enter_context,
+                self.engine.container(trial.verifier, env=self.env.proxies, keep=self.plan.keep),
+            )
+            try:
+                self._agent_side(trial, stage, data, evidence)
+                self._after_smoke()
+                if evidence.patch is not None:
+                    verifier = opening.result()
+                    self._verifier_side(trial, stage, data, evidence, verifier)
+            finally:
+                # Whatever happened, the container must be in the stack before it unwinds.
+                with contextlib.suppress(Exception):
+                    opening.result()
+        self._judge_trial(trial, stage, data, evidence)
+
+    def _agent_side(
+        self, trial: TrialPlan, stage: StageResult, data: GateData, run: _TrialRun
+    ) -> None:
+        limit = self.plan.max_log_bytes
         with self.engine.container(trial.agent, env=self.env.proxies, keep=self.plan.keep) as agent:
             self.storage_mechanism = agent.storage_mechanism
             if trial.solution_dir and trial.solve:
                 agent.put_directory(Path(trial.solution_dir), "/solution")
-                stage.logs.append(str(agent_log))
-                solve = agent.exec(trial.solve, agent_log, limit=limit)
-                data.solve_exit_code = solve.exit_code
-                if solve.timed_out:
+                stage.logs.append(str(run.agent_log))
+                run.solve = agent.exec(trial.solve, run.agent_log, limit=limit)
+                data.solve_exit_code = run.solve.exit_code
+                if run.solve.timed_out:
                     data.timed_out = "solve"
-            if solve is None or (solve.exit_code == 0 and not solve.timed_out):
-                stage.logs.append(str(collect_log))
-                collect = agent.exec(trial.collect, collect_log, limit=limit)
-                data.collect_exit_code = collect.exit_code
-                if collect.timed_out:
+                if run.solve.truncation:
+                    stage.truncated.append(run.solve.truncation)
+            if run.solve is None or (run.solve.exit_code == 0 and not run.solve.timed_out):
+                stage.logs.append(str(run.collect_log))
+                run.collect = agent.exec(trial.collect, run.collect_log, limit=limit)
+                data.collect_exit_code = run.collect.exit_code
+                if run.collect.timed_out:
                     data.timed_out = "collect"
-                if collect.exit_code == 0 and not collect.timed_out:
+                if run.collect.exit_code == 0 and not run.collect.timed_out:
                     found = agent.get_file(trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES)
-                    patch = found or b""
-            self._keep(f"{gate} agent", agent)
-        if solve is not None and solve.truncation:
-            stage.truncated.append(solve.truncation)
-        ran_collect = collect is not None and collect.exit_code == 0 and not collect.timed_out
-        reward = details = None
-        reward_problem = None
-        if ran_collect:
-            patch_path = self._path(gate, "agent.patch")
-            patch_path.write_bytes(patch)
+                    run.patch = found or b""
+            self._keep(f"{trial.gate} agent", agent)
+        if run.patch is not None:
+            patch_path = self._path(trial.gate, "agent.patch")
+            patch_path.write_bytes(run.patch)
             stage.logs.append(str(patch_path))
-            data.agent_patch_bytes = len(patch)
-            with self.engine.container(
-                trial.verifier, env=self.env.proxies, keep=self.plan.keep
-            ) as verifier:
-                verifier.put_file("/opt/selfbench", "agent.patch", patch)
-                stage.logs.append(str(verifier_log))
-                test = verifier.exec(trial.test, verifier_log, limit=limit)
-                data.verifier_exit_code = test.exit_code
-                if test.timed_out:
-                    data.timed_out = "verifier"
-                truncated = verifier.copy_out(
-                    trial.verifier_logs, self._path(gate, "logs"), limit=limit
-                )
-                stage.truncated.extend(truncated or [])
-                self._keep(f"{gate} verifier", verifier)
-            if test.truncation:
-                stage.truncated.append(test.truncation)
-            reward, details, reward_problem = self._read_reward(gate, stage)
-        data.reward, data.details = reward, details
-        last = test or collect or solve
-        data.limits = gates.limits_data(last, details, self.storage_mechanism)
+            data.agent_patch_bytes = len(run.patch)
+
+    def _verifier_side(
+        self,
+        trial: TrialPlan,
+        stage: StageResult,
+        data: GateData,
+        run: _TrialRun,
+        verifier: Container,
+    ) -> None:
+        assert run.patch is not None
+        limit = self.plan.max_log_bytes
+        verifier.put_file("/opt/selfbench", "agent.patch", run.patch)
+        stage.logs.append(str(run.verifier_log))
+        with self._verifier_slots:
+            run.test = verifier.exec(trial.test, run.verifier_log, limit=limit)
+        data.verifier_exit_code = run.test.exit_code
+        if run.test.timed_out:
+            data.timed_out = "verifier"
+        if run.test.truncation:
+            stage.truncated.append(run.test.truncation)
+        truncated = verifier.copy_out(
+            trial.verifier_logs, self._path(trial.gate, "logs"), limit=limit
+        )
+        stage.truncated.extend(truncated or [])
+        self._keep(f"{trial.gate} verifier", verifier)
+        run.reward, run.details, run.reward_problem = self._read_reward(trial.gate, stage)
+
+    def _judge_trial(
+        self, trial: TrialPlan, stage: StageResult, data: GateData, run: _TrialRun
+    ) -> None:
+        data.reward, data.details = run.reward, run.details
+        last = run.test or run.collect or run.solve
+        data.limits = gates.limits_data(last, run.details, self.storage_mechanism)
         limits = trial.verifier.limits
         judgement = gates.judge_trial(
             gates.TrialEvidence(
-                gate=gate,
-                solve=solve,
-                collect=collect,
-                test=test,
-                reward=reward,
-                details=details,
-                reward_problem=reward_problem,
+                gate=trial.gate,
+                solve=run.solve,
+                collect=run.collect,
+                test=run.test,
+                reward=run.reward,
+                details=run.details,
+                reward_problem=run.reward_problem,
                 limits=data.limits,
                 agent_timeout=trial.solve.timeout_seconds if trial.solve else 0.0,
                 verifier_timeout=trial.test.timeout_seconds,
                 storage_mb=limits.storage_mb,
                 memory_mb=limits.memory_mb,
                 pids=limits.pids,
-                agent_log=str(agent_log),
-                collect_log=str(collect_log),
-                verifier_log=str(verifier_log),
+                agent_log=str(run.agent_log),
+                collect_log=str(run.collect_log),
+                verifier_log=str(run.verifier_log),
             )
         )
         stage.set(judgement.status, judgement.detail)

@@ -113,21 +113,21 @@ class Metadata(_Table):
         return workdir
 
 
-class Agent(_Table):
+class AgentConfig(_Table):
     timeout_sec: Seconds
     user: Literal["agent"] = "agent"
     network_mode: NetworkMode = NetworkMode.PUBLIC
     allowed_hosts: list[Host] | None = Field(default=None, max_length=256)
 
 
-class Collect(_Table):
+class CollectConfig(_Table):
     service: Literal["main"] = "main"
     user: Literal["root"] = "root"
     timeout_sec: Seconds
     command: Command
 
 
-class Environment(_Table):
+class EnvironmentConfig(_Table):
     network_mode: NetworkMode = NetworkMode.PUBLIC
     build_timeout_sec: Seconds
     cpus: Annotated[float, AfterValidator(_cpus)]
@@ -140,13 +140,13 @@ class Environment(_Table):
         return int(self.cpus) if float(self.cpus).is_integer() else self.cpus
 
 
-class Verifier(_Table):
+class VerifierConfig(_Table):
     timeout_sec: Seconds
     user: Literal["root"] = "root"
     environment_mode: Literal["separate"] = "separate"
     network_mode: NetworkMode = NetworkMode.PUBLIC
-    collect: list[Collect] = Field(min_length=1, max_length=1)
-    environment: Environment
+    collect: list[CollectConfig] = Field(min_length=1, max_length=1)
+    environment: EnvironmentConfig
 
 
 _ARTIFACTS: tuple[Literal["/opt/selfbench/agent.patch"], ...] = ("/opt/selfbench/agent.patch",)
@@ -159,9 +159,9 @@ class TaskToml(_Table):
     )
     task: PackageInfo
     metadata: Metadata
-    agent: Agent
-    verifier: Verifier
-    environment: Environment
+    agent: AgentConfig
+    verifier: VerifierConfig
+    environment: EnvironmentConfig
 
     @property
     def task_id(self) -> str:

@@ -62,7 +62,7 @@ _SIMPLE_ESCAPES = {
     b"v": b"\v",
 }
 # Extended header lines that name a path or a mode (git-diff(1), "extended header lines").
-_HEADER_NAME = re.compile(r"^(rename from|rename to|copy from|copy to|--- |\+\+\+ )(.*)$")
+_HEADER_NAME = re.compile(r"^(rename from |rename to |copy from |copy to |--- |\+\+\+ )(.*)$")
 _HEADER_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\S+)$")
 _INDEX_MODE = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+ (\S+)$")
 

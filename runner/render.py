@@ -25,14 +25,14 @@ from runner.bundle import CONTEXT_DIRS
 from runner.harbor import (
     COLLECT_COMMAND,
     TASK_NAME_PREFIX,
-    Agent,
-    Collect,
-    Environment,
+    AgentConfig,
+    CollectConfig,
+    EnvironmentConfig,
     Metadata,
     NetworkMode,
     PackageInfo,
     TaskToml,
-    Verifier,
+    VerifierConfig,
 )
 from runner.models import TaskDefinition
 from runner.patches import PatchInfo, repository_path
@@ -148,7 +148,7 @@ def _json_format(keys: Sequence[str]) -> str:
 
 def task_config(definition: TaskDefinition, options: CompileOptions) -> TaskToml:
     timeouts, resources = definition.timeouts, definition.resources
-    environment = Environment(
+    environment = EnvironmentConfig(
         network_mode=NetworkMode.PUBLIC,
         build_timeout_sec=float(timeouts.setup_seconds + 600),
         cpus=resources.cpus,
@@ -174,17 +174,17 @@ def task_config(definition: TaskDefinition, options: CompileOptions) -> TaskToml
             toolchains=list(definition.toolchains),
             compiler_revision=COMPILER_REVISION,
         ),
-        agent=Agent(
+        agent=AgentConfig(
             timeout_sec=float(timeouts.agent_seconds),
             user="agent",
             network_mode=NetworkMode.ALLOWLIST if hosts else NetworkMode.PUBLIC,
             allowed_hosts=hosts or None,
         ),
-        verifier=Verifier(
+        verifier=VerifierConfig(
             timeout_sec=float(timeouts.setup_seconds + timeouts.tests_seconds),
             network_mode=NetworkMode.PUBLIC,
             collect=[
-                Collect(
+                CollectConfig(
                     timeout_sec=float(min(timeouts.tests_seconds, 300)), command=COLLECT_COMMAND
                 )
             ],

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.compiler import compile_task
+from runner.settings import CompileOptions
+from runner.taskdir import AuthoredTask
+
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "test",
     "GIT_AUTHOR_EMAIL": "test@localhost",
@@ -172,3 +176,10 @@ def bash_task(
     doc = definition(taskId=name, baseCommit=commit, repo=str(repo), **overrides)
     directory = write_task(tmp / name, doc, test_patch=test_patch, gold_patch=gold_patch)
     return BashTask(directory=directory, repo=repo, commit=commit)
+
+
+def compiled(
+    task: AuthoredTask, *, repo: str | None, out: Path, options: CompileOptions | None = None
+) -> Path:
+    """compile_task, returning the bundle directory."""
+    return compile_task(task, repo=repo, out=out, options=options or CompileOptions()).bundle

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import docker
 
-from runner.compiler import compile_task
-from runner.render import CompileOptions
+from runner.settings import CompileOptions
 from runner.taskdir import load_authored_task
-from tests.helpers import LIB_BASE, LIB_GOLD, bash_task
+from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, compiled
 from tests.integration.conftest import ROOT, leftovers, run_verify
 
 SETUP_STEP = re.compile(r"^Step \d+/\d+ : RUN chmod 0755 /opt/selfbench-environment/setup.sh")
@@ -66,7 +65,7 @@ def test_accepted_then_cached(
 
 def test_compiled_bundle_is_verified_as_it_is(tmp_path: Path, verify_options: list[str]) -> None:
     task = bash_task(tmp_path, name="bundle-task")
-    bundle = compile_task(
+    bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
     )
     run = run_verify(bundle, verify_options, tmp_path / "run")

@@ -105,6 +105,36 @@ def test_overlap_names_the_paths() -> None:
     assert result.blockers == ["gold and held-out test patches overlap: tests/test_new.sh"]
 
 
+def test_held_out_path_that_swallows_a_gold_file() -> None:
+    gold = patch({"src/lib.sh": 20, "tests/helper.sh": 1})
+    result = audit(model(testPaths=["tests"]), gold=gold, tests=TESTS)
+    assert result.blockers == ["held-out path 'tests' covers gold patch file tests/helper.sh"]
+
+
+def test_overlap_through_unnormalized_paths() -> None:
+    tests = parse_patch(
+        b"diff --git a/tests/test_new.sh b/tests/test_new.sh\nnew file mode 100644\n"
+        b"--- /dev/null\n+++ b/tests/test_new.sh\n@@ -0,0 +1 @@\n+x\n"
+    )
+    result = audit(
+        model(testPaths=["./tests//test_new.sh"]), gold=patch({"lib.sh": 20}), tests=tests
+    )
+    assert result.blockers == []
+
+
+def test_repository_problems_are_blockers() -> None:
+    result = audit(
+        model(),
+        gold=patch({"lib.sh": 20}),
+        tests=TESTS,
+        repository=["gold.patch does not apply to baseCommit: error: patch failed: lib.sh:1"],
+    )
+    assert result.blockers == [
+        "gold.patch does not apply to baseCommit: error: patch failed: lib.sh:1"
+    ]
+    assert result.repository_checked
+
+
 def test_rename_source_counts_for_overlap() -> None:
     gold = parse_patch(
         b"diff --git a/tests/test_new.sh b/moved.sh\nsimilarity index 100%\n"

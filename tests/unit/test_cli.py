@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from runner.cli import cli
-from tests.helpers import bash_task
+from runner.cli import run_cli
+from runner.taskdir import load_authored_task
+from tests.helpers import bash_task, compiled
 
 
 def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(cli, list(args))
-    return result.exit_code, result.stdout, result.stderr
+    """The real entry point (every outcome mapped to an exit code), streams captured."""
+    with CliRunner().isolation() as (out, err, _):
+        code = run_cli(list(args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return code, out.getvalue().decode(), err.getvalue().decode()
 
 
 def test_audit_accepted(tmp_path: Path) -> None:
@@ -58,7 +64,7 @@ def test_schema_error_names_file_and_field(tmp_path: Path) -> None:
     assert code == 2
     assert err.strip() == (
         f"selfbench-runner: error: {task.directory / 'definition.json'}: field "
-        "`resources.cpus`: Input should be greater than 0"
+        "`resources.cpus`: must be greater than 0"
     )
     assert not (tmp_path / "out").exists()
 
@@ -98,9 +104,17 @@ def test_verify_invalid_task_never_calls_docker(
     report = json.loads(out)
     assert report["verdict"] == "invalid"
     assert report["stages"]["compile"]["status"] == "failed"
-    assert "field `schemaVersion`: Input should be 1" in report["stages"]["compile"]["detail"]
+    assert "field `schemaVersion`: must be the integer 1" in report["stages"]["compile"]["detail"]
+    assert report["errors"] == [
+        {
+            "file": str(task.directory / "definition.json"),
+            "field": "schemaVersion",
+            "message": "must be the integer 1 (the only schemaVersion)",
+        }
+    ]
     assert report["stages"]["build"]["status"] == "skipped"
-    assert json.loads((tmp_path / "r" / "report.json").read_text())["verdict"] == "invalid"
+    (run_dir,) = (tmp_path / "r" / "demo-task").iterdir()
+    assert json.loads((run_dir / "report.json").read_text())["verdict"] == "invalid"
 
 
 def test_verify_without_an_engine_is_infrastructure(
@@ -154,3 +168,149 @@ def test_bad_toolchain_source_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = run("verify", str(task.directory), "--toolchain-source", "rust=registry")
     assert code == 2
     assert "rust has no registry source" in err
+
+
+def test_forged_bundle_with_a_bad_value_is_invalid_with_a_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen: `memory_mb = "lots"` crashed with a traceback, exit 1, no report.json."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path)
+    bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "bundle")
+    toml = (bundle / "task.toml").read_text()
+    (bundle / "task.toml").write_text(toml.replace("memory_mb = 512", 'memory_mb = "lots"'))
+    report_file = tmp_path / "out.json"
+    code, out, err = run(
+        "verify", str(bundle), "--json", "--logs", str(tmp_path / "r"), "--report", str(report_file)
+    )
+    assert code == 2
+    assert "Traceback" not in err
+    report = json.loads(out)
+    assert report["verdict"] == "invalid"
+    fields = {(e["field"], e["message"]) for e in report["errors"]}
+    assert ("environment.memory_mb", "Input should be a valid integer") in fields
+    assert ("verifier.environment.memory_mb", "Input should be a valid integer") in fields
+    assert json.loads(report_file.read_text()) == report
+    (run_dir,) = (tmp_path / "r").glob("*/*")
+    assert json.loads((run_dir / "report.json").read_text())["verdict"] == "invalid"
+
+
+def several_errors(tmp_path: Path) -> Path:
+    task = bash_task(tmp_path)
+    doc = json.loads((task.directory / "definition.json").read_text())
+    doc.update({"difficulty": "trivial", "sourcePr": 0, "workdir": "/abs"})
+    (task.directory / "definition.json").write_text(json.dumps(doc))
+    return task.directory
+
+
+def test_audit_shows_every_schema_error(tmp_path: Path) -> None:
+    """Seen: only the first error and "(and 1 more)"; --json printed nothing on stdout."""
+    directory = several_errors(tmp_path)
+    code, out, err = run("audit", str(directory))
+    assert code == 2 and out == ""
+    definition_json = directory / "definition.json"
+    assert err.splitlines() == [
+        f"selfbench-runner: error: {definition_json}: field `difficulty`: Input should be "
+        "'easy', 'medium' or 'hard'",
+        f"selfbench-runner: error: {definition_json}: field `workdir`: task path escapes "
+        "repository: /abs is absolute",
+        f"selfbench-runner: error: {definition_json}: field `sourcePr`: Input should be greater "
+        "than or equal to 1",
+    ]
+    code, out, _ = run("audit", str(directory), "--json")
+    assert code == 2
+    document = json.loads(out)
+    assert document["verdict"] == "invalid"
+    assert [e["field"] for e in document["errors"]] == ["difficulty", "workdir", "sourcePr"]
+    assert all(e["file"] == str(definition_json) for e in document["errors"])
+
+
+def test_verify_json_on_invalid_input_lists_every_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    directory = several_errors(tmp_path)
+    code, out, err = run("verify", str(directory), "--json", "--logs", str(tmp_path / "r"))
+    assert code == 2
+    report = json.loads(out)
+    assert [e["field"] for e in report["errors"]] == ["difficulty", "workdir", "sourcePr"]
+    assert err.count("error: ") >= 3  # the terminal shows all of them too
+
+
+def test_unexpected_exception_exits_3_with_the_traceback_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen: any exception that is not a RunnerError exited 1, which reads as "rejected"."""
+    import runner.taskdir
+
+    def broken(directory: Path) -> None:
+        raise ValueError("a bug in the runner")
+
+    monkeypatch.setattr(runner.taskdir, "load_authored_task", broken)
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    task = bash_task(tmp_path)
+    code, _, err = run("audit", str(task.directory))
+    assert code == 3
+    (line,) = err.splitlines()
+    assert line.startswith("selfbench-runner: internal error: ValueError: a bug in the runner")
+    (crash,) = (tmp_path / "cache" / "crashes").iterdir()
+    assert "Traceback" in crash.read_text() and str(crash) in line
+
+
+def test_unexpected_exception_inside_verify_is_a_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runner.pipeline
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("plan")
+
+    monkeypatch.setattr(runner.pipeline, "plan_verify", broken)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path)
+    code, out, _ = run("verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r"))
+    assert code == 3
+    (run_dir,) = (tmp_path / "r").glob("*/*")
+    assert "Traceback" in (run_dir / "runner.log").read_text()
+
+
+def test_click_usage_errors_are_one_line_in_the_runners_format(tmp_path: Path) -> None:
+    code, out, err = run("verify", str(tmp_path), "--no-such-option")
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line == (
+        "selfbench-runner: error: No such option '--no-such-option' "
+        "(see `selfbench-runner verify --help`)"
+    )
+    code, _, err = run("verify", str(tmp_path), "--pids-limit", "-5")
+    assert code == 2 and "--pids-limit" in err and len(err.splitlines()) == 1
+    code, _, err = run("verify", str(tmp_path), "--pids-limit", str(2**70))
+    assert code == 2
+    code, _, err = run("verify", str(tmp_path), "--agent-allowed-host", "a\nb")
+    assert code == 2 and "--agent-allowed-host" in err
+
+
+def test_verify_plan_prints_the_plan_without_docker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path)
+    code, out, _ = run("verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r"))
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["task_id"] == "demo-task"
+    assert plan["facts"]["source"] == "host"
+    assert [b["kind"] for b in plan["builds"]] == ["agent", "verifier"]
+    assert [t["gate"] for t in plan["trials"]] == ["nop", "oracle"]
+    assert plan["trials"][1]["solve"]["argv"] == ["bash", "/solution/solve.sh"]
+
+
+def test_logs_never_inside_the_task_directory(tmp_path: Path) -> None:
+    task = bash_task(tmp_path)
+    code, _, err = run("verify", str(task.directory), "--logs", str(task.directory / "runs"))
+    assert code == 2
+    assert "inside the task directory" in err
+    assert not (task.directory / "runs").exists()
+    # A logs root whose <taskId>/ would be the task directory itself.
+    code, _, err = run("verify", str(task.directory), "--logs", str(tmp_path))
+    assert code == 2 and "inside the task directory" in err

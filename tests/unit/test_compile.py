@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.compiler import compile_task, refresh_bundle
+from runner.compiler import refresh_bundle
 from runner.errors import InvalidTaskError, RepositoryError
-from runner.render import CompileOptions
+from runner.settings import CompileOptions
 from runner.taskdir import load_authored_task
-from tests.helpers import bash_task, git
+from tests.helpers import bash_task, compiled, git
 
 OPTIONS = CompileOptions()
 
@@ -24,11 +24,11 @@ def tree(root: Path) -> dict[str, bytes]:
 def test_compile_twice_is_byte_identical(tmp_path: Path) -> None:
     task = bash_task(tmp_path)
     loaded = load_authored_task(task.directory)
-    first = compile_task(loaded, repo=None, out=tmp_path / "b1", options=OPTIONS)
-    second = compile_task(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)
+    first = compiled(loaded, repo=None, out=tmp_path / "b1", options=OPTIONS)
+    second = compiled(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)
     assert tree(first) == tree(second)
     # Recompiling in place leaves it identical too.
-    compile_task(loaded, repo=None, out=first, options=OPTIONS)
+    compiled(loaded, repo=None, out=first, options=OPTIONS)
     assert tree(first) == tree(second)
 
 
@@ -37,7 +37,7 @@ def test_repo_archive_is_the_base_commit(tmp_path: Path) -> None:
     (task.repo / "later.txt").write_text("not in base\n")
     git(task.repo, "add", "-A")
     git(task.repo, "commit", "-qm", "later")
-    out = compile_task(
+    out = compiled(
         load_authored_task(task.directory), repo=str(task.repo), out=tmp_path / "b", options=OPTIONS
     )
     with tarfile.open(out / "environment" / "repo.tar.gz") as archive:
@@ -55,9 +55,7 @@ def test_missing_base_commit_is_named(tmp_path: Path) -> None:
     doc["baseCommit"] = "1" * 40
     (task.directory / "definition.json").write_text(json.dumps(doc))
     with pytest.raises(RepositoryError) as info:
-        compile_task(
-            load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=OPTIONS
-        )
+        compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=OPTIONS)
     assert info.value.message == f"base commit {'1' * 40} not found in repository {task.repo}"
     assert not (tmp_path / "b").exists()
 
@@ -69,8 +67,8 @@ def test_label_repo_needs_repo_option(tmp_path: Path) -> None:
     (task.directory / "definition.json").write_text(json.dumps(doc))
     loaded = load_authored_task(task.directory)
     with pytest.raises(RepositoryError, match="pass --repo PATH"):
-        compile_task(loaded, repo=None, out=tmp_path / "b", options=OPTIONS)
-    assert compile_task(loaded, repo=str(task.repo), out=tmp_path / "b", options=OPTIONS)
+        compiled(loaded, repo=None, out=tmp_path / "b", options=OPTIONS)
+    assert compiled(loaded, repo=str(task.repo), out=tmp_path / "b", options=OPTIONS)
 
 
 def test_remote_url_is_cloned_once_into_the_cache(
@@ -81,11 +79,11 @@ def test_remote_url_is_cloned_once_into_the_cache(
     git(task.repo, "config", "uploadpack.allowAnySHA1InWant", "true")
     url = f"file://{task.repo}"
     loaded = load_authored_task(task.directory)
-    out = compile_task(loaded, repo=url, out=tmp_path / "b", options=OPTIONS)
+    out = compiled(loaded, repo=url, out=tmp_path / "b", options=OPTIONS)
     assert (out / "environment/repo.tar.gz").is_file()
     clones = list((tmp_path / "cache" / "repos").iterdir())
     assert len(clones) == 1
-    compile_task(loaded, repo=url, out=tmp_path / "b2", options=OPTIONS)
+    compiled(loaded, repo=url, out=tmp_path / "b2", options=OPTIONS)
     assert list((tmp_path / "cache" / "repos").iterdir()) == clones
 
 
@@ -96,13 +94,13 @@ def test_refuses_to_overwrite_foreign_directories(tmp_path: Path) -> None:
     other.mkdir()
     (other / "precious.txt").write_text("keep me")
     with pytest.raises(InvalidTaskError, match="not a selfbench bundle"):
-        compile_task(loaded, repo=None, out=other, options=OPTIONS)
+        compiled(loaded, repo=None, out=other, options=OPTIONS)
     assert (other / "precious.txt").read_text() == "keep me"
 
 
 def test_refresh_rewrites_definition_derived_files(tmp_path: Path) -> None:
     task = bash_task(tmp_path)
-    bundle = compile_task(
+    bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=OPTIONS
     )
     before = tree(bundle)
@@ -118,7 +116,7 @@ def test_refresh_rewrites_definition_derived_files(tmp_path: Path) -> None:
     assert b"run.sh -v" in after["tests/test.sh"]
     assert after["environment/repo.tar.gz"] == before["environment/repo.tar.gz"]
     # Same as a fresh compile of the repaired definition.
-    fresh = compile_task(
+    fresh = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "c", options=OPTIONS
     )
     assert tree(fresh) == after
@@ -126,7 +124,7 @@ def test_refresh_rewrites_definition_derived_files(tmp_path: Path) -> None:
 
 def test_refresh_removes_files_of_dropped_toolchains(tmp_path: Path) -> None:
     task = bash_task(tmp_path, toolchains=["uv", "go"])
-    bundle = compile_task(
+    bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=OPTIONS
     )
     doc = json.loads((task.directory / "definition.json").read_text())
@@ -140,7 +138,7 @@ def test_refresh_removes_files_of_dropped_toolchains(tmp_path: Path) -> None:
 def test_refresh_refuses_another_task(tmp_path: Path) -> None:
     first = bash_task(tmp_path, name="first")
     second = bash_task(tmp_path, name="second")
-    bundle = compile_task(
+    bundle = compiled(
         load_authored_task(first.directory), repo=None, out=tmp_path / "b", options=OPTIONS
     )
     before = tree(bundle)
@@ -160,7 +158,7 @@ def test_refresh_refuses_another_task(tmp_path: Path) -> None:
 )
 def test_refresh_refuses_immutable_changes(tmp_path: Path, field: str, value: object) -> None:
     task = bash_task(tmp_path)
-    bundle = compile_task(
+    bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=OPTIONS
     )
     doc = json.loads((task.directory / "definition.json").read_text())
@@ -175,7 +173,7 @@ def test_refresh_refuses_immutable_changes(tmp_path: Path, field: str, value: ob
 
 def test_refresh_refuses_a_changed_prompt(tmp_path: Path) -> None:
     task = bash_task(tmp_path)
-    bundle = compile_task(
+    bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=OPTIONS
     )
     (task.directory / "instruction.md").write_text("Something else entirely.\n")
@@ -188,9 +186,9 @@ def test_refresh_refuses_a_changed_prompt(tmp_path: Path) -> None:
 def test_archive_is_made_once_per_commit(tmp_path: Path, isolated_cache: Path) -> None:
     task = bash_task(tmp_path)
     loaded = load_authored_task(task.directory)
-    out = compile_task(loaded, repo=None, out=tmp_path / "b1", options=OPTIONS)
+    out = compiled(loaded, repo=None, out=tmp_path / "b1", options=OPTIONS)
     cached = isolated_cache / "archives" / f"{task.commit}.tar.gz"
     assert cached.read_bytes() == (out / "environment" / "repo.tar.gz").read_bytes()
     made = cached.stat().st_mtime_ns
-    compile_task(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)
+    compiled(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)
     assert cached.stat().st_mtime_ns == made

@@ -47,33 +47,74 @@ def test_valid_definition_loads(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("overrides", "field", "fragment"),
     [
-        ({"schemaVersion": 2}, "schemaVersion", "Input should be 1"),
-        ({"schemaVersion": "1"}, "schemaVersion", "Input should be 1"),
+        ({"schemaVersion": 2}, "schemaVersion", "must be the integer 1"),
+        ({"schemaVersion": "1"}, "schemaVersion", "must be the integer 1"),
+        ({"schemaVersion": True}, "schemaVersion", "must be the integer 1"),
+        ({"schemaVersion": 1.0}, "schemaVersion", "must be the integer 1"),
         ({"difficulty": "trivial"}, "difficulty", "easy"),
-        ({"taskId": "-bad"}, "taskId", "pattern"),
-        ({"taskId": "a b"}, "taskId", "pattern"),
-        ({"repo": ""}, "repo", "at least 1 character"),
+        ({"taskId": "-bad"}, "taskId", "must match"),
+        ({"taskId": "a" * 300}, "taskId", "too long"),
+        ({"taskId": "a..b"}, "taskId", "Harbor"),
+        ({"taskId": "a b"}, "taskId", "must match"),
+        ({"repo": ""}, "repo", "must not be empty"),
+        ({"repo": "a\nb"}, "repo", "newline"),
         ({"baseCommit": "abc"}, "baseCommit", "pattern"),
         ({"baseCommit": "g" * 40}, "baseCommit", "pattern"),
-        ({"workdir": ""}, "workdir", "at least 1 character"),
-        ({"setupCommand": ""}, "setupCommand", "at least 1 character"),
+        ({"workdir": ""}, "workdir", "must not be empty"),
+        ({"workdir": "a\nRUN x"}, "workdir", "newline"),
+        ({"workdir": "a\u0000"}, "workdir", "NUL"),
+        ({"setupCommand": ""}, "setupCommand", "must not be empty"),
+        ({"setupCommand": "make\u0000"}, "setupCommand", "NUL"),
         ({"testCommand": "pytest"}, "testCommand", '"{tests}"'),
         ({"failToPass": []}, "failToPass", "at least 1 item"),
         ({"testPaths": []}, "testPaths", "at least 1 item"),
-        ({"testPaths": [""]}, "testPaths[0]", "at least 1 character"),
+        ({"testPaths": [""]}, "testPaths[0]", "must not be empty"),
+        ({"failToPass": [" "]}, "failToPass[0]", "must not be empty"),
+        ({"failToPass": ["a\u0000"]}, "failToPass[0]", "NUL"),
+        ({"failToPass": ["a", "a"]}, "failToPass", "listed twice"),
         ({"toolchains": []}, "toolchains", "at least 1 item"),
         ({"toolchains": ["java"]}, "toolchains[0]", "uv"),
         ({"sourcePr": 0}, "sourcePr", "greater than or equal to 1"),
         ({"sourcePr": 1.5}, "sourcePr", "integer"),
         ({"sourceUrl": "not a url"}, "sourceUrl", "must be a URL"),
-        ({"prompt": ""}, "prompt", "at least 1 character"),
+        ({"prompt": ""}, "prompt", "must not be empty"),
         ({"timeouts": {"setupSeconds": 0}}, "timeouts.setupSeconds", "greater than or equal"),
+        ({"timeouts": {"setupSeconds": 10**400}}, "timeouts.setupSeconds", "less than or equal"),
+        ({"timeouts": {"setupSeconds": 10**20}}, "timeouts.setupSeconds", "less than or equal"),
         ({"timeouts": {"agentSeconds": 1.5}}, "timeouts.agentSeconds", "integer"),
         ({"timeouts": {"testsSeconds": -1}}, "timeouts.testsSeconds", "greater than or equal"),
         ({"resources": {"cpus": 0}}, "resources.cpus", "greater than 0"),
+        ({"resources": {"cpus": 1e300}}, "resources.cpus", "at most 1024"),
+        ({"resources": {"memoryMb": 10**20}}, "resources.memoryMb", "less than or equal"),
         ({"resources": {"memoryMb": 0}}, "resources.memoryMb", "greater than or equal"),
         ({"resources": {"storageMb": 0}}, "resources.storageMb", "greater than or equal"),
         ({"extra": True}, "extra", "unknown field"),
+        ({"setup_command": "x"}, "setup_command", "the contract spells it `setupCommand`"),
+        (
+            {"environment": {"environmentVariables": {"A\nRUN x": "1"}}},
+            "environment.environmentVariables",
+            "not a valid name",
+        ),
+        (
+            {"environment": {"environmentVariables": {"": "1"}}},
+            "environment.environmentVariables",
+            "not a valid name",
+        ),
+        (
+            {"environment": {"environmentVariables": {"A B": "1"}}},
+            "environment.environmentVariables",
+            "not a valid name",
+        ),
+        (
+            {"environment": {"environmentVariables": {"A=B": "1"}}},
+            "environment.environmentVariables",
+            "not a valid name",
+        ),
+        (
+            {"environment": {"environmentVariables": {"A": "x\ny"}}},
+            "environment.environmentVariables",
+            "newline",
+        ),
         (
             {"timeouts": {"setupSeconds": 1, "agentSeconds": 1, "testsSeconds": 1, "x": 1}},
             "timeouts.x",
@@ -85,8 +126,9 @@ def test_schema_errors_name_the_field(
     tmp_path: Path, overrides: dict[str, Any], field: str, fragment: str
 ) -> None:
     error = error_of(tmp_path, definition(**overrides))
-    assert error.field == field
-    assert fragment in error.message
+    assert field in [p.field for p in error.problems], error.problems
+    problem = next(p for p in error.problems if p.field == field)
+    assert fragment in problem.message, problem.message
     assert error.path is not None and error.path.endswith("definition.json")
     assert "\n" not in error.one_line()
 
@@ -115,7 +157,8 @@ def test_environment_contract_is_carried(tmp_path: Path) -> None:
     ("overrides", "message", "field"),
     [
         ({"workdir": "../up"}, "task path escapes repository: ../up", "workdir"),
-        ({"workdir": "/app"}, "task path escapes repository: /app", "workdir"),
+        ({"workdir": "/app"}, "task path escapes repository: /app is absolute", "workdir"),
+        ({"workdir": ".git"}, "path '.git' is inside the repository's .git directory", "workdir"),
         (
             {"testPaths": ["../../etc/passwd"]},
             "task path escapes repository: ../../etc/passwd",
@@ -128,8 +171,25 @@ def test_environment_contract_is_carried(tmp_path: Path) -> None:
         ),
         (
             {"testPaths": [".git/config"]},
-            "task path escapes repository: .git/config",
+            "path '.git/config' is inside the repository's .git directory",
             "testPaths[0]",
+        ),
+        ({"testPaths": ["."]}, "held-out path '.' covers the whole workdir (.)", "testPaths[0]"),
+        ({"testPaths": ["./"]}, "held-out path './' covers the whole workdir (.)", "testPaths[0]"),
+        (
+            {"testPaths": ["tests/.."]},
+            "held-out path 'tests/..' covers the whole workdir (.)",
+            "testPaths[0]",
+        ),
+        (
+            {"workdir": "pkg", "testPaths": [".."]},
+            "held-out path '..' covers the whole workdir (pkg)",
+            "testPaths[0]",
+        ),
+        (
+            {"failToPass": ["t1"], "passToPass": ["t2", "t1"]},
+            "selector 't1' is also in failToPass",
+            "passToPass[1]",
         ),
     ],
 )
@@ -137,8 +197,7 @@ def test_task_paths_must_stay_inside(
     tmp_path: Path, overrides: dict[str, Any], message: str, field: str
 ) -> None:
     error = error_of(tmp_path, definition(**overrides))
-    assert error.message == message
-    assert error.field == field
+    assert (field, message) in [(p.field, p.message) for p in error.problems], error.problems
 
 
 def test_subdirectory_workdir_and_relative_test_path_are_fine(tmp_path: Path) -> None:
@@ -176,7 +235,9 @@ def test_patch_paths_must_stay_inside(tmp_path: Path, path: str, label: str) -> 
     ).encode()
     kwargs = {"test_patch": patch} if label == "test" else {"gold_patch": patch}
     error = error_of(tmp_path, definition(), **kwargs)
-    assert error.message == f"{label} patch path escapes repository: {path}"
+    assert error.path is not None and error.path.endswith(f"{label}.patch")
+    assert error.message.startswith(f"section 1 ({path}): ")
+    assert "escapes repository" in error.message or ".git directory" in error.message
 
 
 def test_malformed_json_is_one_line(tmp_path: Path) -> None:
@@ -231,7 +292,7 @@ def test_empty_instruction_md_is_an_error(tmp_path: Path) -> None:
     directory = write_task(
         tmp_path / "t", definition(), test_patch=PATCH, gold_patch=GOLD, instruction="  \n"
     )
-    with pytest.raises(InvalidTaskError, match=r"instruction\.md is empty"):
+    with pytest.raises(InvalidTaskError, match=r"instruction\.md must not be empty"):
         load_authored_task(directory)
 
 

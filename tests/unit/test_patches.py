@@ -6,13 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.patches import (
-    escapes_repository,
-    is_manifest,
-    parse_patch,
-    repository_path,
-    touches_git_dir,
-)
+from runner.patches import is_manifest, parse_patch, patch_problems, repository_path
+from runner.validation import glob_escape, is_git_dir_name, normalize_repo_path, path_problem
 from tests.helpers import diff_of, git, make_repo
 
 
@@ -130,7 +125,8 @@ def test_not_manifests(name: str) -> None:
     ],
 )
 def test_escapes_repository(path: str, base: str, escapes: bool) -> None:
-    assert escapes_repository(path, base=base) is escapes
+    problem = path_problem(path, base=base)
+    assert (problem is not None and "escapes repository" in problem) is escapes
 
 
 @pytest.mark.parametrize(
@@ -139,15 +135,122 @@ def test_escapes_repository(path: str, base: str, escapes: bool) -> None:
         (".git", True),
         (".git/config", True),
         ("a/.git/x", True),
+        (".GIT/config", True),
+        ("a/.Git/x", True),
+        ("git~1/config", True),
+        ("GIT~1", True),
+        (".git./x", True),
+        (".git /x", True),
+        (".g\u200cit/config", True),
+        (".git::$INDEX_ALLOCATION/x", True),
         (".github/x", False),
         ("a/.gitignore", False),
+        ("git/x", False),
     ],
 )
-def test_git_dir(path: str, inside: bool) -> None:
-    assert touches_git_dir(path) is inside
+def test_git_dir_in_every_spelling(path: str, inside: bool) -> None:
+    assert any(is_git_dir_name(c) for c in path.split("/")) is inside
+    problem = path_problem(path)
+    assert (problem is not None and ".git directory" in problem) is inside
+
+
+@pytest.mark.parametrize(
+    ("path", "normal"),
+    [("./tests/x", "tests/x"), ("tests//x", "tests/x"), ("tests/x/", "tests/x"), ("a/./b", "a/b")],
+)
+def test_paths_normalize(path: str, normal: str) -> None:
+    assert normalize_repo_path(path) == normal
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("a\nb", "control character (newline)"),
+        ("a\x00b", "control character (NUL)"),
+        ("a\\b", "backslash"),
+        ("", "empty"),
+        ("x" * 5000, "too long"),
+        ("caf\udce9", "not valid UTF-8"),
+    ],
+)
+def test_path_character_rules(path: str, message: str) -> None:
+    problem = path_problem(path)
+    assert problem is not None and message in problem
+
+
+def test_glob_escape_makes_literal_patterns() -> None:
+    assert glob_escape("app/[id]/page.ts") == "app/\\[id\\]/page.ts"
+    assert glob_escape("a*b?c") == "a\\*b\\?c"
+    assert glob_escape("plain/path.py") == "plain/path.py"
 
 
 def test_repository_path() -> None:
     assert repository_path(".", "tests/a.py") == "tests/a.py"
     assert repository_path("pkg", "tests/a.py") == "pkg/tests/a.py"
     assert repository_path("pkg", "../other/t.py") == "other/t.py"
+
+
+def section(body: str) -> bytes:
+    return body.encode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (
+            "diff --git a/x b/x\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n"
+            "+++ b/x\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n",
+            "symlink target '/etc/passwd' leaves the repository",
+        ),
+        (
+            "diff --git a/d/x b/d/x\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n"
+            "+++ b/d/x\n@@ -0,0 +1 @@\n+../../..\n\\ No newline at end of file\n",
+            "symlink target '../../..' leaves the repository",
+        ),
+        (
+            "diff --git a/sub b/sub\nnew file mode 160000\nindex 0000000..1111111\n--- /dev/null\n"
+            "+++ b/sub\n@@ -0,0 +1 @@\n+Subproject commit 1111111111111111111111111111111111111111\n",
+            "submodules (gitlinks, mode 160000) are not supported",
+        ),
+        (
+            "diff --git a/a b/a\nsimilarity index 100%\nrename from a\nrename to ../../etc/x\n",
+            "task path escapes repository: ../../etc/x",
+        ),
+        (
+            "diff --git a/a b/a\nsimilarity index 100%\ncopy from /etc/passwd\ncopy to a2\n",
+            "task path escapes repository: /etc/passwd is absolute",
+        ),
+        ("diff --git a/.GIT/config b/.GIT/config\n--- a/.GIT/config\n+++ b/.GIT/config\n", ".git"),
+        ("diff --git a/f b/f\n", "changes nothing"),
+        ("diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ garbage @@\n+x\n", "changes nothing"),
+        ("diff --git a/f b/f\n\x89PNG\x00\x01random", "changes nothing"),
+        ("diff --git a/f b/f\nBinary files a/f and b/f differ\n", "binary change without data"),
+        (
+            "diff --git a/tests//x b/tests//x\n--- a/tests//x\n+++ b/tests//x\n@@ -1 +1 @@\n-a\n+b\n",
+            "not in normal form (tests/x)",
+        ),
+        (
+            "diff --git a/f b/f\nold mode 100644\nnew mode 100777\n",
+            "unsupported file mode 100777",
+        ),
+    ],
+)
+def test_unsafe_or_empty_sections_are_refused(raw: str, problem: str) -> None:
+    problems = patch_problems(parse_patch(raw.encode("utf-8", "surrogateescape")))
+    assert any(problem in p for p in problems), problems
+
+
+def test_real_changes_pass_the_rules(repo: Path) -> None:
+    git(repo, "mv", "a.txt", "c.txt")
+    (repo / "b.sh").chmod(0o755)
+    (repo / "bin.dat").write_bytes(b"x\x00z")
+    (repo / "link").symlink_to("keep.txt")
+    (repo / "empty.txt").write_text("")
+    raw = diff_of(repo, {})
+    assert patch_problems(parse_patch(raw)) == []
+
+
+def test_truncated_hunk_is_refused() -> None:
+    raw = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n-a\n+b\n"
+    with pytest.raises(ValueError, match="Hunk is shorter"):
+        parse_patch(raw)

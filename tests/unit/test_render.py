@@ -14,16 +14,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner.compiler import render_input
+from runner.harbor import COLLECT_COMMAND
 from runner.models import TaskDefinition
 from runner.patches import parse_patch
 from runner.render import (
-    COLLECT_COMMAND,
-    CompileOptions,
     RenderInput,
     held_out_paths,
     render_bundle,
     task_toml,
 )
+from runner.settings import CompileOptions
 from runner.shell import expand_tests, quote
 from runner.taskdir import load_authored_task
 from runner.toolchains import load_catalog

@@ -1,0 +1,280 @@
+"""The executor and the pipeline on a fake engine (no Docker): stage order, skips after a
+failure, error -> status mapping, unexpected exceptions, interrupts, --keep, one report."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.cli import interrupts
+from runner.errors import EngineError, ExitCode, Interrupted
+from runner.executor import ExecutionEnv
+from runner.pipeline import VerifyOutcome, verify
+from runner.plan import ExecStep
+from runner.report import Status, Verdict
+from runner.runtime import ExecOutcome
+from runner.settings import BuildEnvironment, VerifySettings
+from tests.fakes import (
+    NOP_REWARD,
+    FakeContainer,
+    FakeEngine,
+    Script,
+    exits,
+    raises,
+    writes_reward,
+)
+from tests.helpers import bash_task
+
+ENV = ExecutionEnv(proxies={}, extra_ca_pem=None, fetch_artifact=lambda name, arch: Path("/x"))
+
+
+def settings(tmp_path: Path, **changes: object) -> VerifySettings:
+    base: dict[str, object] = {
+        "build": BuildEnvironment(base_image="base:1"),
+        "logs_root": tmp_path / "runs",
+    }
+    base.update(changes)
+    return VerifySettings(**base)  # type: ignore[arg-type]
+
+
+def run(
+    tmp_path: Path,
+    engine: FakeEngine,
+    *,
+    name: str = "demo-task",
+    cpus: float = 1,
+    **changes: object,
+) -> VerifyOutcome:
+    task = bash_task(tmp_path, name=name, resources={"cpus": cpus})
+    return verify(
+        task.directory,
+        settings(tmp_path, **changes),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: engine,
+        env=ENV,
+    )
+
+
+def statuses(outcome: VerifyOutcome) -> dict[str, str]:
+    return {name: stage.status.value for name, stage in outcome.report.stages.items()}
+
+
+def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    outcome = run(tmp_path, engine)
+    report = outcome.report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert set(statuses(outcome).values()) == {"passed"}
+    events = engine.events
+    assert events[:2] == ["build agent", "build verifier"]
+    # Every verifier ran after the smoke check; the oracle's solve before its collect.
+    smoke_done = events.index("exec smoke/smoke as verifier")
+    for gate in ("nop", "oracle"):
+        assert events.index(f"exec {gate}/verifier as root") > smoke_done
+        assert events.index(f"exec {gate}/collect as root") < events.index(
+            f"exec {gate}/verifier as root"
+        )
+    assert events.index("exec oracle/agent as agent") < events.index("exec oracle/collect as root")
+    assert "exec nop/agent as agent" not in events
+    assert engine.live == set()
+    assert engine.cleanups == [{"org.selfbench.run": report.run_id}]
+    assert outcome.run_dir is not None
+    written = json.loads((outcome.run_dir / "report.json").read_text())
+    assert written["verdict"] == "accepted"
+    assert (outcome.run_dir / "plan.json").is_file()
+
+
+def test_build_failure_skips_every_gate(tmp_path: Path) -> None:
+    outcome = run(tmp_path, FakeEngine(Script(build_fails="agent")))
+    report = outcome.report
+    assert report.verdict is Verdict.REJECTED
+    assert report.stages.build.status is Status.FAILED
+    assert report.stages.build.data.debug_command == "docker run -it --rm abc123abc123 bash"
+    for name in ("smoke", "nop", "oracle"):
+        assert report.stages.get(name).detail == "skipped: build did not pass"
+    assert report.stages.determinism.status is Status.SKIPPED
+
+
+def test_smoke_failure_skips_the_verifiers(tmp_path: Path) -> None:
+    engine = FakeEngine(Script(actions={"smoke/smoke": exits(1)}))
+    outcome = run(tmp_path, engine)
+    assert statuses(outcome) == {
+        "compile": "passed",
+        "audit": "passed",
+        "build": "passed",
+        "smoke": "failed",
+        "nop": "skipped",
+        "oracle": "skipped",
+        "determinism": "skipped",
+    }
+    assert outcome.report.stages.nop.detail == "skipped: smoke did not pass"
+    assert outcome.report.stages.determinism.detail == "skipped: smoke did not pass"
+    assert not any("verifier as root" in e for e in engine.events)
+    assert engine.live == set()
+
+
+def test_red_nop_does_not_stop_the_oracle(tmp_path: Path) -> None:
+    red = {**NOP_REWARD, "fail_to_pass": 1}
+    engine = FakeEngine(Script(actions={"nop/verifier": writes_reward(red)}))
+    outcome = run(tmp_path, engine)
+    report = outcome.report
+    assert report.verdict is Verdict.REJECTED
+    assert report.stages.nop.detail == "fail-to-pass tests already pass on the base snapshot"
+    assert report.stages.oracle.status is Status.PASSED
+    assert report.stages.determinism.status is Status.PASSED
+    assert report.reason == "nop: fail-to-pass tests already pass on the base snapshot"
+
+
+def test_gold_that_does_not_apply_skips_determinism(tmp_path: Path) -> None:
+    outcome = run(tmp_path, FakeEngine(Script(actions={"oracle/agent": exits(1)})))
+    report = outcome.report
+    assert report.stages.oracle.status is Status.FAILED
+    assert report.stages.oracle.detail.startswith("solution/solve.sh exited 1")
+    assert report.stages.determinism.detail == "skipped: oracle did not pass"
+
+
+def test_engine_error_at_container_start_is_infrastructure_with_a_reason(tmp_path: Path) -> None:
+    error = EngineError("creating container x from y: unable to find user agent")
+    outcome = run(tmp_path, FakeEngine(Script(create_raises={"oracle/agent": error})))
+    report = outcome.report
+    assert report.verdict is Verdict.INFRASTRUCTURE_FAILED
+    assert report.stages.oracle.status is Status.ERROR
+    assert report.stages.oracle.detail == error.one_line()
+    assert report.reason == f"oracle: {error.one_line()}"
+    assert report.exit_code is ExitCode.INFRASTRUCTURE
+
+
+def test_unexpected_exception_is_infrastructure_with_the_traceback_logged(tmp_path: Path) -> None:
+    engine = FakeEngine(Script(actions={"nop/verifier": raises(RuntimeError("boom"))}))
+    outcome = run(tmp_path, engine)
+    report = outcome.report
+    assert report.verdict is Verdict.INFRASTRUCTURE_FAILED
+    assert report.exit_code is ExitCode.INFRASTRUCTURE
+    assert report.stages.nop.status is Status.ERROR
+    assert report.stages.nop.detail.startswith("internal error: RuntimeError: boom; the traceback")
+    assert outcome.run_dir is not None
+    log = (outcome.run_dir / "runner.log").read_text()
+    assert "Traceback (most recent call last)" in log and "RuntimeError: boom" in log
+    assert engine.live == set()
+
+
+def test_malformed_or_missing_reward(tmp_path: Path) -> None:
+    def garbage(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        container.files["/logs/verifier/reward.json"] = b'{"reward": "yes"}'
+        return ExecOutcome(exit_code=0, seconds=0.1)
+
+    engine = FakeEngine(Script(actions={"oracle/verifier": garbage, "nop/verifier": exits(0)}))
+    report = run(tmp_path, engine).report
+    assert report.stages.oracle.status is Status.FAILED
+    assert report.stages.oracle.detail.startswith("the verifier's reward.json: reward:")
+    assert report.stages.nop.status is Status.ERROR
+    assert report.stages.nop.detail.startswith("the verifier wrote no reward.json (exit 0)")
+
+
+def test_interrupt_during_the_build(tmp_path: Path) -> None:
+    class Interrupting(FakeEngine):
+        def build(self, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+            raise Interrupted("SIGTERM")
+
+    engine = Interrupting()
+    outcome = run(tmp_path, engine)
+    report = outcome.report
+    assert report.interrupted and report.exit_code is ExitCode.INTERRUPTED
+    assert report.verdict is Verdict.INFRASTRUCTURE_FAILED
+    assert report.reason == "interrupted (SIGTERM); the run's containers were removed"
+    assert report.stages.build.status is Status.ERROR
+    assert report.stages.nop.detail == "skipped: interrupted"
+    assert engine.cleanups, "the run's containers were not cleaned up"
+    assert outcome.run_dir is not None and (outcome.run_dir / "report.json").is_file()
+
+
+def test_signal_while_gates_run(tmp_path: Path) -> None:
+    """A real SIGTERM to this process while the verifiers run: the main thread is interrupted,
+    running stages say so, and the run is cleaned up."""
+    started = threading.Event()
+
+    def slow(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        started.set()
+        time.sleep(1.0)
+        return ExecOutcome(exit_code=0, seconds=1.0)
+
+    def kill_soon() -> None:
+        started.wait(10)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    engine = FakeEngine(Script(actions={"nop/verifier": slow, "oracle/verifier": slow}))
+    threading.Thread(target=kill_soon, daemon=True).start()
+    with interrupts():
+        outcome = run(tmp_path, engine)
+    report = outcome.report
+    assert report.interrupted
+    assert report.reason.startswith("interrupted (SIGTERM)")
+    interrupted = [n for n, s in report.stages.items() if s.detail.startswith("interrupted")]
+    assert interrupted and set(interrupted) <= {"nop", "oracle"}
+    assert report.stages.determinism.detail == "skipped: interrupted"
+    assert engine.cleanups
+
+
+def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    report = run(tmp_path, engine, keep=True).report
+    assert report.verdict is Verdict.ACCEPTED
+    assert sorted(k.label for k in report.kept) == [
+        "nop agent",
+        "nop verifier",
+        "oracle agent",
+        "oracle verifier",
+        "smoke",
+    ]
+    assert all(k.enter.startswith("docker exec -it selfbench-demo-task-") for k in report.kept)
+    assert len(engine.live) == 5
+    assert engine.cleanups == []
+
+
+def _concurrent_verifiers(tmp_path: Path, cpus: float) -> int:
+    lock = threading.Lock()
+    running = [0, 0]  # now, most
+
+    def counting(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        with lock:
+            running[0] += 1
+            running[1] = max(running)
+        time.sleep(0.3)
+        with lock:
+            running[0] -= 1
+        return writes_reward(NOP_REWARD)(container, step)
+
+    engine = FakeEngine(Script(actions={"nop/verifier": counting, "oracle/verifier": counting}))
+    run(tmp_path, engine, cpus=cpus)
+    return running[1]
+
+
+def test_verifiers_share_the_engine_only_when_the_task_fits_twice(tmp_path: Path) -> None:
+    assert _concurrent_verifiers(tmp_path / "small", cpus=1) == 2
+    assert _concurrent_verifiers(tmp_path / "large", cpus=2) == 1
+
+
+def test_logs_root_keeps_runs_of_different_tasks_apart(tmp_path: Path) -> None:
+    first = run(tmp_path / "a", FakeEngine(), name="task-a", logs_root=tmp_path / "runs")
+    second = run(tmp_path / "b", FakeEngine(), name="task-b", logs_root=tmp_path / "runs")
+    again = run(tmp_path / "c", FakeEngine(), name="task-a", logs_root=tmp_path / "runs")
+    for outcome in (first, second, again):
+        assert outcome.report.verdict is Verdict.ACCEPTED, outcome.report.reason
+    dirs = {o.run_dir for o in (first, second, again)}
+    assert len(dirs) == 3
+    assert {d.parent.name for d in dirs if d} == {"task-a", "task-b"}
+
+
+def test_exact_run_dir_must_be_new(tmp_path: Path) -> None:
+    from runner.errors import UsageError
+
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "report.json").write_text("{}")
+    with pytest.raises(UsageError, match="is not empty"):
+        run(tmp_path, FakeEngine(), run_dir=tmp_path / "used")

@@ -1,0 +1,331 @@
+"""Pure judgement: gate criteria, reasons that say what happened, the verdict (no Docker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runner.gates import (
+    TrialEvidence,
+    decide_verdict,
+    evaluate_gate,
+    judge_build,
+    judge_smoke,
+    judge_trial,
+    limits_data,
+    verdict_reason,
+)
+from runner.report import LimitsData, Status, Verdict
+from runner.reward import Reward, VerifierDetails
+from runner.runtime import BuildOutcome, ExecOutcome, LimitStats
+
+NOP_OK = Reward(
+    reward=0, patch_applied=1, fail_to_pass=0, pass_to_pass=1, deterministic=0, setup_completed=1
+)
+ORACLE_OK = Reward(
+    reward=1, patch_applied=1, fail_to_pass=1, pass_to_pass=1, deterministic=1, setup_completed=1
+)
+DETAILS = VerifierDetails(
+    fail_to_pass_exit_code=1,
+    fail_to_pass_repeat_exit_code=-1,
+    pass_to_pass_exit_code=0,
+    fail_to_pass_ms=10,
+    fail_to_pass_repeat_ms=0,
+    pass_to_pass_ms=10,
+    pids_limit_hits=0,
+    oom_kills=0,
+    truncated_logs=0,
+)
+
+
+def reward(base: Reward, **changes: int) -> Reward:
+    return base.model_copy(update=changes)
+
+
+def details(**changes: int) -> VerifierDetails:
+    return DETAILS.model_copy(update=changes)
+
+
+@pytest.mark.parametrize(
+    ("gate", "got", "extra", "ok", "detail"),
+    [
+        (
+            "nop",
+            NOP_OK,
+            {},
+            True,
+            "fail-to-pass fails (exit 1) and pass-to-pass passes on the base",
+        ),
+        (
+            "nop",
+            reward(NOP_OK, fail_to_pass=1),
+            {},
+            False,
+            "fail-to-pass tests already pass on the base snapshot",
+        ),
+        (
+            "nop",
+            reward(NOP_OK, pass_to_pass=0),
+            {"pass_to_pass_exit_code": 2},
+            False,
+            "pass-to-pass tests fail on the base snapshot (exit 2)",
+        ),
+        (
+            "nop",
+            reward(NOP_OK, setup_completed=0),
+            {},
+            False,
+            "setup did not complete in the verifier image",
+        ),
+        ("oracle", ORACLE_OK, {}, True, "the gold patch applies and every selected test passes"),
+        (
+            "oracle",
+            reward(ORACLE_OK, patch_applied=0),
+            {},
+            False,
+            "the gold patch or test.patch does not apply",
+        ),
+        (
+            "oracle",
+            reward(ORACLE_OK, fail_to_pass=0),
+            {"fail_to_pass_exit_code": 1},
+            False,
+            "fail-to-pass tests still fail with the gold patch (exit 1)",
+        ),
+        (
+            "oracle",
+            reward(ORACLE_OK, pass_to_pass=0),
+            {"pass_to_pass_exit_code": 1},
+            False,
+            "pass-to-pass tests fail with the gold patch (exit 1)",
+        ),
+        (
+            "oracle",
+            reward(ORACLE_OK, deterministic=0),
+            {},
+            True,
+            "the gold patch applies and every selected test passes",
+        ),
+        (
+            "determinism",
+            ORACLE_OK,
+            {},
+            True,
+            "fail-to-pass passed a second time with the gold patch",
+        ),
+        (
+            "determinism",
+            reward(ORACLE_OK, deterministic=0),
+            {"fail_to_pass_repeat_exit_code": 1},
+            False,
+            "fail-to-pass passed once with the gold patch, then failed on the repeat (exit 1)",
+        ),
+    ],
+)
+def test_gate_criteria(
+    gate: str, got: Reward, extra: dict[str, int], ok: bool, detail: str
+) -> None:
+    assert evaluate_gate(gate, got, details(**extra)) == (ok, detail)
+
+
+def test_gate_without_details_says_no_exit_code() -> None:
+    assert evaluate_gate("oracle", reward(ORACLE_OK, fail_to_pass=0)) == (
+        False,
+        "fail-to-pass tests still fail with the gold patch",
+    )
+
+
+def evidence(**changes: Any) -> TrialEvidence:
+    base: dict[str, Any] = {
+        "gate": "oracle",
+        "solve": ExecOutcome(exit_code=0, seconds=1.0),
+        "collect": ExecOutcome(exit_code=0, seconds=0.1),
+        "test": ExecOutcome(exit_code=0, seconds=2.0),
+        "reward": ORACLE_OK,
+        "details": details(fail_to_pass_exit_code=0, fail_to_pass_repeat_exit_code=0),
+        "reward_problem": None,
+        "limits": LimitsData(pids_limit_hits=0, oom_kills=0),
+        "agent_timeout": 600.0,
+        "verifier_timeout": 420.0,
+        "storage_mb": 2048,
+        "memory_mb": 1024,
+        "pids": 4096,
+        "agent_log": "oracle/agent.log",
+        "collect_log": "oracle/collect.log",
+        "verifier_log": "oracle/verifier.log",
+    }
+    base.update(changes)
+    return TrialEvidence(**base)
+
+
+def test_trial_passes() -> None:
+    judgement = judge_trial(evidence())
+    assert (judgement.status, judgement.detail) == (
+        Status.PASSED,
+        "the gold patch applies and every selected test passes",
+    )
+
+
+def test_runner_timeout_is_named_as_the_runners_kill() -> None:
+    judgement = judge_trial(
+        evidence(test=ExecOutcome(exit_code=137, seconds=420.0, timed_out=True), reward=None)
+    )
+    assert judgement.status is Status.FAILED
+    assert judgement.detail == "verifier timed out after 420s; the runner stopped it"
+    assert "memory" not in judgement.detail
+
+
+def test_fork_bomb_held_by_pids_is_not_called_out_of_memory() -> None:
+    limits = LimitsData(pids_limit_hits=312, oom_kills=0)
+    judgement = judge_trial(
+        evidence(reward=reward(ORACLE_OK, fail_to_pass=0), limits=limits, details=DETAILS)
+    )
+    assert judgement.status is Status.FAILED
+    assert judgement.detail == (
+        "fail-to-pass tests still fail with the gold patch (exit 1) "
+        "(the pids limit (4096) refused 312 new process(es))"
+    )
+    assert "memory" not in judgement.detail
+
+
+def test_oom_is_named_with_the_limit() -> None:
+    limits = LimitsData(pids_limit_hits=0, oom_kills=1)
+    judgement = judge_trial(
+        evidence(reward=reward(ORACLE_OK, fail_to_pass=0), limits=limits, details=DETAILS)
+    )
+    assert judgement.detail.endswith(
+        "(the OOM killer ended 1 process(es) at the 1024 MB memory limit)"
+    )
+
+
+def test_storage_watchdog_and_quota_reasons() -> None:
+    watched = judge_trial(
+        evidence(
+            limits=LimitsData(storage_exceeded_mb=3012, storage_mechanism="watchdog"),
+            reward=None,
+        )
+    )
+    assert watched.status is Status.FAILED
+    assert watched.detail == (
+        "storage limit exceeded (3012 MB > 2048 MB): the runner's storage watchdog stopped "
+        "the container"
+    )
+    quota = judge_trial(
+        evidence(limits=LimitsData(storage_exceeded_mb=2047, storage_mechanism="quota"))
+    )
+    assert quota.detail.startswith("storage limit exceeded (2047 MB >= 2048 MB)")
+    assert "quota" in quota.detail
+
+
+def test_missing_reward_is_infrastructure_unless_a_limit_acted() -> None:
+    plain = judge_trial(evidence(reward=None, details=None))
+    assert plain.status is Status.ERROR
+    assert plain.detail.startswith("the verifier wrote no reward.json (exit 0)")
+    limited = judge_trial(
+        evidence(reward=None, details=None, limits=LimitsData(oom_kills=2, pids_limit_hits=0))
+    )
+    assert limited.status is Status.FAILED
+
+
+def test_malformed_reward_is_the_tasks_fault() -> None:
+    judgement = judge_trial(evidence(reward=None, reward_problem="reward.json is not JSON"))
+    assert judgement.status is Status.FAILED
+    assert judgement.detail.startswith("the verifier's reward.json is not JSON")
+
+
+def test_solve_failures() -> None:
+    timed_out = judge_trial(
+        evidence(solve=ExecOutcome(exit_code=None, seconds=600, timed_out=True))
+    )
+    assert timed_out.detail == "solution/solve.sh timed out after 600s; the runner stopped it"
+    refused = judge_trial(evidence(solve=ExecOutcome(exit_code=1, seconds=0.1), collect=None))
+    assert refused.status is Status.FAILED
+    assert refused.detail.startswith("solution/solve.sh exited 1: the gold patch does not apply")
+
+
+def test_collect_failure_is_infrastructure() -> None:
+    judgement = judge_trial(evidence(collect=ExecOutcome(exit_code=128, seconds=0.1), test=None))
+    assert judgement.status is Status.ERROR
+
+
+def test_build_timeout_never_blames_memory() -> None:
+    outcome = BuildOutcome(
+        ok=False,
+        failed_step="RUN chmod 0755 /opt/selfbench-environment/setup.sh && setup",
+        error="build timed out after 601s",
+        exit_code=137,
+        timed_out=True,
+    )
+    judgement = judge_build("agent", outcome, task_fault=True, memory_mb=1024, log_path="x.log")
+    assert judgement.status is Status.FAILED
+    assert "out of memory" not in judgement.detail and "memory" not in judgement.detail
+    assert "the runner stopped it" in judgement.detail
+
+
+def test_build_sigkill_names_the_memory_limit_without_guessing() -> None:
+    outcome = BuildOutcome(ok=False, failed_step="RUN x", error="non-zero code: 137", exit_code=137)
+    judgement = judge_build("verifier", outcome, task_fault=False, memory_mb=512, log_path="v.log")
+    assert judgement.status is Status.ERROR
+    assert "killed by SIGKILL; the build's memory limit is 512 MB" in judgement.detail
+
+
+def test_smoke_judgement() -> None:
+    ok = judge_smoke(
+        ExecOutcome(exit_code=0, seconds=0.2),
+        ["+ uv --version", "uv 0.13.9"],
+        LimitsData(),
+        storage_mb=1,
+        memory_mb=1,
+        pids=1,
+        log_path="s.log",
+    )
+    assert ok.passed
+    failed = judge_smoke(
+        ExecOutcome(exit_code=1, seconds=0.2, limits=LimitStats(pids_limit_hits=0, oom_kills=0)),
+        ["+ go version", "smoke: failed: go version"],
+        limits_data(ExecOutcome(exit_code=1, seconds=0.2), None, "watchdog"),
+        storage_mb=1,
+        memory_mb=1,
+        pids=1,
+        log_path="s.log",
+    )
+    assert failed.detail == "smoke check failed: smoke: failed: go version; see s.log"
+
+
+ALL_PASSED = {
+    name: Status.PASSED
+    for name in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "verdict"),
+    [
+        ({}, Verdict.ACCEPTED),
+        ({"audit": Status.SKIPPED}, Verdict.ACCEPTED),
+        ({"nop": Status.FAILED}, Verdict.REJECTED),
+        ({"nop": Status.FAILED, "oracle": Status.ERROR}, Verdict.REJECTED),
+        ({"build": Status.ERROR, "smoke": Status.SKIPPED}, Verdict.INFRASTRUCTURE_FAILED),
+        ({"determinism": Status.SKIPPED}, Verdict.INFRASTRUCTURE_FAILED),
+        ({"audit": Status.FAILED, "build": Status.SKIPPED}, Verdict.REJECTED),
+    ],
+)
+def test_verdicts(changes: dict[str, Status], verdict: Verdict) -> None:
+    assert decide_verdict({**ALL_PASSED, **changes}) is verdict
+
+
+def test_invalid_stays_invalid() -> None:
+    assert decide_verdict({**ALL_PASSED, "compile": Status.FAILED}, invalid=True) is (
+        Verdict.INVALID
+    )
+
+
+def test_reason_names_the_first_stage_that_did_not_pass() -> None:
+    stages = [
+        ("compile", Status.PASSED, "ok"),
+        ("nop", Status.FAILED, "nop failed"),
+        ("oracle", Status.ERROR, "oracle error"),
+    ]
+    assert verdict_reason(stages) == "nop: nop failed"
+    assert verdict_reason([("a", Status.PASSED, "x")]) == ""
