@@ -160,8 +160,9 @@ class DockerEngine:
         )
 
     def storage_quota(self) -> bool:
-        """Whether `--storage-opt size` works here (overlay2 on XFS with pquota): probed once
-        by creating, never starting, a container of an empty image."""
+        """Whether `--storage-opt size` works here (the btrfs driver with quotas, or overlay2
+        on XFS with pquota): probed once by creating, never starting, a container of an empty
+        image."""
         if self._quota is not None:
             return self._quota
         with engine_errors("probing the storage quota"):
@@ -450,13 +451,15 @@ class DockerContainer:
                 return
 
     def storage_used_mb(self) -> int | None:
+        """The container's whole filesystem (image layers and writes), in MB: storage_mb
+        bounds what a sandbox's disk would hold, and a btrfs quota counts the same way."""
         try:
             items = self.api.containers(all=True, size=True, filters={"id": self.id})
         except (DockerException, *TRANSIENT):
             return None
         if not items:
             return None
-        return int(items[0].get("SizeRw") or 0) // (1024 * 1024)
+        return int(items[0].get("SizeRootFs") or 0) // (1024 * 1024)
 
     # ---- commands ------------------------------------------------------------------------
 
@@ -467,6 +470,7 @@ class DockerContainer:
         api = self.engine._new_api(step.timeout_seconds + BUILD_GRACE_SECONDS)
         capped = CappedLog(log_path, limit, append=True)
         exit_code: list[int | None] = []
+        never_started: list[str] = []
         failure: list[BaseException] = []
         done = threading.Event()
         env = {**self.plan.env, **step.env}
@@ -482,10 +486,18 @@ class DockerContainer:
                     stdout=True,
                     stderr=True,
                 )["Id"]
+                first = b""
                 for chunk in api.exec_start(exec_id, stream=True):
                     capped.write(chunk)
-                code = api.exec_inspect(exec_id).get("ExitCode")
+                    if len(first) < 1024:
+                        first += chunk[: 1024 - len(first)]
+                state = api.exec_inspect(exec_id)
+                code = state.get("ExitCode")
                 exit_code.append(None if code is None else int(code))
+                if not state.get("Pid") and code in (126, 127):
+                    # The runtime could not start the command (no such user or file): the
+                    # engine's failure, never the command's exit status.
+                    never_started.append(first.decode(errors="replace").strip() or f"exit {code}")
             except BaseException as exc:  # handed to the waiting thread
                 failure.append(exc)
             finally:
@@ -505,6 +517,8 @@ class DockerContainer:
             worker.join(5)
             truncation = capped.close()
         timed_out = self.timed_out
+        if never_started and not timed_out:
+            raise EngineError(f"cannot start {step.name} in {self.name}: {never_started[0]}")
         if failure and not timed_out and self.storage_exceeded_mb is None:
             exc = failure[0]
             if isinstance(exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException)):

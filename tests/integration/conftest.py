@@ -91,7 +91,7 @@ def run_verify(
             "verify",
             str(target),
             "--json",
-            "--logs",
+            "--run-dir",
             str(run_dir),
             *options,
             *extra,

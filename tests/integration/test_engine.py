@@ -1,16 +1,23 @@
-"""The Docker layer on a real engine: build failures, build timeouts that cancel the build,
-container limits, deadlines, file copies and label cleanup."""
+"""The Docker layer on a real engine: build failures and timeouts that cancel the build,
+container limits and the runner's own deadlines, capped output, what the cgroup says about the
+limits, the storage watchdog, error wrapping, label cleanup and the stale-run reaper."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import docker
+import pytest
 
-from runner.engine import Engine, Limits
+from runner.engine import DockerEngine
+from runner.errors import EngineError
+from runner.plan import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits
+from runner.runtime import BuildRequest
+from runner.settings import StorageLimit
 
-LIMITS = Limits(cpus=0.5, memory_mb=128, storage_mb=512, pids=64)
+LIMITS = Limits(cpus=0.5, requested_cpus=0.5, memory_mb=128, storage_mb=512, pids=64)
 
 
 def dockerfile(tmp_path: Path, body: str, base_image: str) -> Path:
@@ -20,49 +27,83 @@ def dockerfile(tmp_path: Path, body: str, base_image: str) -> Path:
     return context
 
 
-def test_failing_run_is_a_failed_build(
-    tmp_path: Path, base_image: str, docker_client: docker.DockerClient
-) -> None:
-    engine = Engine("test-engine-fail")
+def request(context: Path, tag: str, timeout: float = 120) -> BuildRequest:
+    return BuildRequest(
+        context=context,
+        tag=tag,
+        buildargs={},
+        labels={"org.selfbench.runner": "1", "org.selfbench.kind": "test"},
+        memory_mb=256,
+        cpuset="0",
+        timeout_seconds=timeout,
+    )
+
+
+def plan(
+    image: str,
+    run_id: str,
+    *,
+    limits: Limits = LIMITS,
+    storage: StorageLimit = StorageLimit.OFF,
+    owner: str = "test",
+) -> ContainerPlan:
+    return ContainerPlan(
+        name=f"selfbench-test-{run_id}-{uuid.uuid4().hex[:6]}",
+        image=image,
+        role="verifier",
+        command=["sleep", "600"],
+        env={"HOME": "/root"},
+        proxy_env=[],
+        workdir="/",
+        network="bridge",
+        limits=limits,
+        labels={
+            "org.selfbench.runner": "1",
+            LABEL_RUN: run_id,
+            "org.selfbench.kind": "test",
+            LABEL_OWNER: owner,
+        },
+        storage=storage,
+    )
+
+
+def step(argv: list[str], timeout: float = 60, user: str = "root") -> ExecStep:
+    return ExecStep(name="t", argv=argv, user=user, env={}, workdir="/", timeout_seconds=timeout)
+
+
+def test_failing_run_is_a_failed_build(tmp_path: Path, base_image: str) -> None:
+    engine = DockerEngine()
     context = dockerfile(tmp_path, "RUN echo about to fail && exit 7", base_image)
     result = engine.build(
-        context=context,
-        tag="selfbench-test/fail:1",
-        buildargs={},
-        labels=engine.labels("test"),
-        limits=LIMITS,
-        timeout=120,
-        log_path=tmp_path / "build.log",
-        task_steps=("exit 7",),
+        request(context, "selfbench-test/fail:1"),
+        tmp_path / "build.log",
+        limit=1 << 20,
+        on_line=lambda line: None,
     )
     assert not result.ok
     assert result.exit_code == 7
     assert result.failed_step == "RUN echo about to fail && exit 7"
-    assert result.task_at_fault
     assert "about to fail" in result.tail
     assert "ERROR: " in (tmp_path / "build.log").read_text()
-    assert engine.image_id("selfbench-test/fail:1") is None
+    assert engine.image("selfbench-test/fail:1") is None
 
 
 def test_build_timeout_cancels_the_build(
     tmp_path: Path, base_image: str, docker_client: docker.DockerClient
 ) -> None:
-    engine = Engine("test-engine-timeout")
+    engine = DockerEngine()
     marker = f"sleep 97{int(time.time()) % 1000}"
     context = dockerfile(tmp_path, f"RUN {marker}", base_image)
     started = time.monotonic()
     result = engine.build(
-        context=context,
-        tag="selfbench-test/slow:1",
-        buildargs={},
-        labels=engine.labels("test"),
-        limits=LIMITS,
-        timeout=5,
-        log_path=tmp_path / "build.log",
+        request(context, "selfbench-test/slow:1", timeout=5),
+        tmp_path / "build.log",
+        limit=1 << 20,
+        on_line=lambda line: None,
     )
     assert result.timed_out and not result.ok
     assert result.error == "build timed out after 5s"
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 30
     # The step's container is gone with it: the engine is not left building.
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -78,52 +119,156 @@ def test_build_timeout_cancels_the_build(
         raise AssertionError("the timed-out build is still running")
 
 
-def test_container_limits_and_deadline(
+def test_container_limits_deadline_and_removal(
     tmp_path: Path, base_image: str, docker_client: docker.DockerClient
 ) -> None:
-    engine = Engine("test-engine-limits")
-    container = engine.create(
-        base_image, ["sleep", "300"], name_hint="x", limits=LIMITS, labels=engine.labels("test")
-    )
-    try:
-        host = container.attrs["HostConfig"]
+    engine = DockerEngine()
+    spec = plan(base_image, "test-engine-limits")
+    with engine.container(spec, env={}, keep=False) as container:
+        host = docker_client.api.inspect_container(spec.name)["HostConfig"]
         assert host["NanoCpus"] == 500_000_000
         assert host["Memory"] == host["MemorySwap"] == 128 * 1024 * 1024
         assert host["PidsLimit"] == 64
         started = time.monotonic()
-        result = engine.run_to_end(container, timeout=3, log_path=tmp_path / "run.log")
-        assert result.timed_out
+        outcome = container.exec(step(["sleep", "300"], timeout=3), tmp_path / "x.log", limit=1024)
+        assert outcome.timed_out
         assert time.monotonic() - started < 30
-        assert result.exit_code == 137
-    finally:
-        assert engine.cleanup_run() >= 1
-    assert (
-        docker_client.containers.list(
-            all=True, filters={"label": "org.selfbench.run=test-engine-limits"}
+    engine.close()
+    assert docker_client.containers.list(all=True, filters={"name": spec.name}) == []
+
+
+def test_output_is_capped_head_and_tail(tmp_path: Path, base_image: str) -> None:
+    engine = DockerEngine()
+    with engine.container(plan(base_image, "test-engine-cap"), env={}, keep=False) as container:
+        outcome = container.exec(
+            step(
+                [
+                    "bash",
+                    "-c",
+                    "echo FIRST; head -c 5000000 /dev/zero | tr '\\0' x; echo; echo LAST",
+                ]
+            ),
+            tmp_path / "out.log",
+            limit=100_000,
         )
-        == []
-    )
+    engine.close()
+    text = (tmp_path / "out.log").read_text()
+    assert text.startswith("FIRST")
+    assert text.rstrip().endswith("LAST")
+    assert "bytes cut from the middle of this log (limit 100000 bytes)" in text
+    assert len(text) < 101_000
+    assert outcome.truncation is not None and outcome.truncation.original_bytes > 5_000_000
+
+
+def test_pids_and_memory_limits_are_read_from_the_cgroup(tmp_path: Path, base_image: str) -> None:
+    engine = DockerEngine()
+    limits = Limits(cpus=1, requested_cpus=1, memory_mb=64, storage_mb=512, pids=32)
+    with engine.container(
+        plan(base_image, "test-engine-cgroup", limits=limits), env={}, keep=False
+    ) as container:
+        bomb = container.exec(
+            step(["bash", "-c", "(for i in $(seq 100); do sleep 5 & done) 2>/dev/null; exit 1"]),
+            tmp_path / "bomb.log",
+            limit=1 << 20,
+        )
+        assert bomb.limits.pids_limit_hits > 0
+        assert bomb.limits.oom_kills == 0
+        hog = container.exec(
+            step(["bash", "-c", "head -c 300m /dev/zero | tail > /dev/null"]),
+            tmp_path / "hog.log",
+            limit=1 << 20,
+        )
+        assert hog.exit_code != 0
+        assert hog.limits.oom_kills >= 1 and hog.oom_killed
+    engine.close()
+
+
+def test_storage_watchdog_stops_a_container_past_the_limit(tmp_path: Path, base_image: str) -> None:
+    engine = DockerEngine()
+    limits = Limits(cpus=1, requested_cpus=1, memory_mb=256, storage_mb=100, pids=64)
+    spec = plan(base_image, "test-engine-storage", limits=limits, storage=StorageLimit.WATCHDOG)
+    with engine.container(spec, env={}, keep=False) as container:
+        assert container.storage_mechanism == "watchdog"
+        outcome = container.exec(
+            step(
+                [
+                    "bash",
+                    "-c",
+                    "for i in $(seq 40); do head -c 10m /dev/zero > /f$i; sleep 0.2; done",
+                ],
+                timeout=120,
+            ),
+            tmp_path / "fill.log",
+            limit=1 << 20,
+        )
+    engine.close()
+    assert outcome.storage_exceeded_mb is not None and outcome.storage_exceeded_mb > 100
+    assert not outcome.timed_out
 
 
 def test_files_in_and_out(tmp_path: Path, base_image: str) -> None:
-    engine = Engine("test-engine-files")
-    container = engine.create(
-        base_image,
-        ["sh", "-c", "cat /in/data.bin > /out.bin"],
-        name_hint="x",
-        limits=LIMITS,
-        labels=engine.labels("test"),
-    )
-    try:
+    engine = DockerEngine()
+    with engine.container(plan(base_image, "test-engine-files"), env={}, keep=False) as c:
         payload = bytes(range(256)) * 4096
-        engine.put_file(container, "/", "placeholder", b"")
         source = tmp_path / "in"
         source.mkdir()
         (source / "data.bin").write_bytes(payload)
-        engine.put_directory(container, source, "/in")
-        assert engine.run_to_end(container, timeout=60, log_path=tmp_path / "l").exit_code == 0
-        assert engine.get_path(container, "/out.bin", tmp_path / "got")
-        assert (tmp_path / "got" / "out.bin").read_bytes() == payload
-        assert not engine.get_path(container, "/missing", tmp_path / "none")
-    finally:
-        engine.cleanup_run()
+        c.put_directory(source, "/in")
+        c.put_file("/tmp", "note.txt", b"hello")
+        assert (
+            c.exec(
+                step(
+                    [
+                        "sh",
+                        "-c",
+                        "mkdir -p /out && cat /in/data.bin > /out/out.bin && "
+                        "head -c 3000 /dev/zero > /out/big.log",
+                    ]
+                ),
+                tmp_path / "l",
+                limit=1024,
+            ).exit_code
+            == 0
+        )
+        assert c.get_file("/tmp/note.txt", limit=100) == b"hello"
+        assert c.get_file("/missing", limit=100) is None
+        with pytest.raises(EngineError, match="larger than"):
+            c.get_file("/in/data.bin", limit=100)
+        truncated = c.copy_out("/out", tmp_path / "got", limit=2000)
+        assert (tmp_path / "got" / "out" / "out.bin").read_bytes()[:1000] == payload[:1000]
+        assert truncated and {Path(t.path).name for t in truncated} == {"out.bin", "big.log"}
+        assert c.copy_out("/nope", tmp_path / "none", limit=10) is None
+    engine.close()
+
+
+def test_docker_errors_are_wrapped(tmp_path: Path, base_image: str) -> None:
+    engine = DockerEngine()
+    with pytest.raises(EngineError, match="creating container"):
+        with engine.container(
+            plan("selfbench/never-built:none", "test-engine-err"), env={}, keep=False
+        ):
+            pass
+    with engine.container(plan(base_image, "test-engine-err"), env={}, keep=False) as c:
+        with pytest.raises(EngineError, match="unable to find user|no matching entries"):
+            c.exec(step(["true"], user="agent"), tmp_path / "e.log", limit=1024)
+    engine.close()
+
+
+def test_stale_containers_of_dead_runners_are_reaped(
+    base_image: str, docker_client: docker.DockerClient
+) -> None:
+    import socket
+
+    engine = DockerEngine()
+    dead = f"{socket.gethostname()}:999999:1"
+    elsewhere = f"another-host-{uuid.uuid4().hex[:6]}:1:1"
+    stale = plan(base_image, "test-engine-reap", owner=dead)
+    foreign = plan(base_image, "test-engine-reap", owner=elsewhere)
+    with engine.container(stale, env={}, keep=True), engine.container(foreign, env={}, keep=True):
+        pass
+    assert engine.reap_stale() >= 1
+    names = [c.name for c in docker_client.containers.list(all=True)]
+    assert stale.name not in names
+    assert foreign.name in names
+    engine.cleanup({LABEL_RUN: "test-engine-reap"})
+    engine.close()

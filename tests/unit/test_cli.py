@@ -268,7 +268,7 @@ def test_unexpected_exception_inside_verify_is_a_report(
     monkeypatch.setattr(runner.pipeline, "plan_verify", broken)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     task = bash_task(tmp_path)
-    code, out, _ = run("verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r"))
+    code, _, _ = run("verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r"))
     assert code == 3
     (run_dir,) = (tmp_path / "r").glob("*/*")
     assert "Traceback" in (run_dir / "runner.log").read_text()

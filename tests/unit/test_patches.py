@@ -209,7 +209,7 @@ def section(body: str) -> bytes:
         ),
         (
             "diff --git a/sub b/sub\nnew file mode 160000\nindex 0000000..1111111\n--- /dev/null\n"
-            "+++ b/sub\n@@ -0,0 +1 @@\n+Subproject commit 1111111111111111111111111111111111111111\n",
+            "+++ b/sub\n@@ -0,0 +1 @@\n+Subproject commit " + "1" * 40 + "\n",
             "submodules (gitlinks, mode 160000) are not supported",
         ),
         (
@@ -226,7 +226,8 @@ def section(body: str) -> bytes:
         ("diff --git a/f b/f\n\x89PNG\x00\x01random", "changes nothing"),
         ("diff --git a/f b/f\nBinary files a/f and b/f differ\n", "binary change without data"),
         (
-            "diff --git a/tests//x b/tests//x\n--- a/tests//x\n+++ b/tests//x\n@@ -1 +1 @@\n-a\n+b\n",
+            "diff --git a/tests//x b/tests//x\n--- a/tests//x\n+++ b/tests//x\n"
+            "@@ -1 +1 @@\n-a\n+b\n",
             "not in normal form (tests/x)",
         ),
         (

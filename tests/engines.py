@@ -1,0 +1,143 @@
+"""A private Docker engine for tests that need one beside the main engine: its own socket,
+data root, exec root, pid file and bridge device, optionally on a btrfs loop file with quotas.
+It is stopped by pid and everything it made is removed; the main engine's objects are never
+touched.
+
+Measured here: a second dockerd started with `--bridge=none` deletes the host's `docker0`
+(moby removes the default bridge when the bridge is disabled), which breaks the main engine's
+networking. So the private engine gets a bridge device of its own, and `--iptables=false` keeps
+it out of the main engine's iptables chains; its builds use the host network
+(`--build-network host`) to reach package registries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+
+@dataclass(frozen=True)
+class PrivateEngine:
+    root: Path
+    socket: Path
+    pid: int
+    storage: str
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket}"
+
+    def environ(self) -> dict[str, str]:
+        """The environment that points docker clients (and the runner) at this engine."""
+        env = dict(os.environ)
+        env["DOCKER_HOST"] = self.url
+        return env
+
+    def client(self) -> docker.DockerClient:
+        return docker.DockerClient(base_url=self.url, timeout=120)
+
+
+def _run(*args: str) -> None:
+    subprocess.run(list(args), check=True, capture_output=True)
+
+
+def _bridge_name() -> str:
+    return f"sbt{os.getpid() % 100000}"  # interface names are at most 15 characters
+
+
+@contextlib.contextmanager
+def private_engine(
+    root: Path, *, storage: str = "overlay2", images: tuple[str, ...] = (), size: str = "16G"
+) -> Iterator[PrivateEngine]:
+    """Start a dockerd of our own under `root` (storage `overlay2` or `btrfs`), load `images`
+    from the main engine into it, and stop and remove it all afterwards."""
+    root.mkdir(parents=True, exist_ok=True)
+    # Unix socket paths are limited to 108 bytes: containerd's lives under the exec root, so
+    # the exec root and the engine's socket sit in a short directory of their own.
+    short = Path(tempfile.mkdtemp(prefix="sbe-", dir="/tmp"))
+    data = root / "data"
+    mount = None
+    bridge = _bridge_name()
+    process: subprocess.Popen[bytes] | None = None
+    if storage == "btrfs":
+        if shutil.which("mkfs.btrfs") is None:
+            _run("apt-get", "install", "-y", "-qq", "--no-install-recommends", "btrfs-progs")
+        image = root / "fs.img"
+        subprocess.run(["truncate", "-s", size, str(image)], check=True)
+        _run("mkfs.btrfs", "-q", "-f", str(image))
+        data.mkdir()
+        _run("mount", "-o", "loop", str(image), str(data))
+        mount = data
+        _run("btrfs", "quota", "enable", str(data))
+    subnet_octet = 200 + os.getpid() % 50
+    try:
+        _run("ip", "link", "add", "name", bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"10.{subnet_octet}.77.1/24", "dev", bridge)
+        _run("ip", "link", "set", bridge, "up")
+        socket = short / "docker.sock"
+        log = (root / "dockerd.log").open("wb")
+        process = subprocess.Popen(
+            [
+                "dockerd",
+                f"--data-root={data}",
+                f"--exec-root={short / 'exec'}",
+                f"--pidfile={root / 'dockerd.pid'}",
+                f"--host=unix://{socket}",
+                f"--storage-driver={storage}",
+                f"--bridge={bridge}",
+                "--iptables=false",
+                "--ip-masq=false",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        engine = PrivateEngine(root=root, socket=socket, pid=process.pid, storage=storage)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                engine.client().ping()
+                break
+            except Exception:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "the private dockerd did not start: "
+                        + (root / "dockerd.log").read_text()[-2000:]
+                    ) from None
+                time.sleep(0.5)
+        for image_ref in images:
+            saved = subprocess.Popen(["docker", "save", image_ref], stdout=subprocess.PIPE)
+            subprocess.run(
+                ["docker", "-H", engine.url, "load", "-q"],
+                stdin=saved.stdout,
+                check=True,
+                capture_output=True,
+            )
+            saved.wait()
+        yield engine
+    finally:
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(Exception):
+                client = docker.DockerClient(base_url=f"unix://{short / 'docker.sock'}", timeout=30)
+                for container in client.containers.list(all=True):
+                    container.remove(force=True)
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        if mount is not None:
+            subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
+        subprocess.run(["ip", "link", "delete", bridge], check=False, capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(short, ignore_errors=True)

@@ -1,0 +1,126 @@
+"""The task's limits on a real engine, and reasons that say which one acted: storage past
+storage_mb (the engine's quota on a private btrfs engine, the runner's watchdog on the main one),
+a fork bomb held by the pids limit, and logs capped to their head and tail."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import docker
+
+from tests.engines import private_engine
+from tests.helpers import bash_task
+from tests.integration.conftest import ROOT, leftovers, run_verify
+
+# Writes 20 MB at a time, up to 3 GB, then passes: only a storage limit stops it.
+FILL_DISK = (
+    '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
+    "for i in $(seq 150); do head -c 20m /dev/zero > /tmp/fill-$i || exit 1; sleep 0.05; done\n"
+)
+
+
+def test_storage_watchdog_stops_a_test_that_writes_past_the_limit(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    task = bash_task(tmp_path, name="disk-hog", new_test=FILL_DISK, resources={"storageMb": 1024})
+    run = run_verify(
+        task.directory, verify_options, tmp_path / "run", "--storage-limit", "watchdog"
+    )
+    assert run.code == 1, run.stderr
+    oracle = run.stage("oracle")
+    assert oracle["status"] == "failed"
+    assert oracle["detail"].startswith("storage limit exceeded (")
+    assert oracle["detail"].endswith(
+        "> 1024 MB): the runner's storage watchdog stopped the container"
+    )
+    assert oracle["data"]["limits"]["storageMechanism"] == "watchdog"
+    assert oracle["data"]["limits"]["storageExceededMb"] > 1024
+    assert run.report["settings"]["storageLimit"].startswith("enforced by the runner's watchdog")
+    assert leftovers(docker_client, run.report["runId"]) == []
+
+
+def test_storage_quota_on_a_btrfs_engine(tmp_path: Path, base_image: str) -> None:
+    """The engine's own quota (`--storage-opt size` on the btrfs driver): writes past the limit
+    are refused, and the gate says the quota held."""
+    with private_engine(tmp_path / "engine", storage="btrfs", images=(base_image,)) as engine:
+        task = bash_task(
+            tmp_path, name="disk-hog-quota", new_test=FILL_DISK, resources={"storageMb": 1024}
+        )
+        options = [
+            "--base-image",
+            base_image,
+            "--toolchain-source",
+            "uv=registry",
+            "--build-network",
+            "host",
+        ]
+        if Path("/etc/ssl/certs/ca-certificates.crt").is_file():
+            options += ["--extra-ca-certs", "/etc/ssl/certs/ca-certificates.crt"]
+        result = subprocess.run(
+            [
+                str(ROOT / ".venv" / "bin" / "python"),
+                "-m",
+                "runner",
+                "verify",
+                str(task.directory),
+                "--json",
+                "--run-dir",
+                str(tmp_path / "run"),
+                *options,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=ROOT,
+            env=engine.environ(),
+            check=False,
+        )
+        import json
+
+        report = json.loads(result.stdout)
+        oracle = report["stages"]["oracle"]
+        assert result.returncode == 1, (report["reason"], result.stderr[-2000:])
+        assert oracle["status"] == "failed"
+        assert oracle["data"]["limits"]["storageMechanism"] == "quota"
+        assert oracle["detail"].startswith("storage limit exceeded (")
+        assert "the engine's quota refused further writes" in oracle["detail"]
+        assert report["settings"]["storageLimit"].startswith("enforced by the engine's quota")
+        assert engine.client().containers.list(all=True) == []
+
+
+def test_fork_bomb_is_reported_as_the_pids_limit(tmp_path: Path, verify_options: list[str]) -> None:
+    bomb = (
+        '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
+        "(for i in $(seq 200); do sleep 30 & done) 2>/dev/null\n"
+        "[ $(pgrep -c sleep) -ge 200 ]\n"
+    )
+    task = bash_task(tmp_path, name="fork-bomb", new_test=bomb)
+    run = run_verify(task.directory, verify_options, tmp_path / "run", "--pids-limit", "64")
+    assert run.code == 1
+    oracle = run.stage("oracle")
+    assert oracle["status"] == "failed"
+    assert "the pids limit (64) refused" in oracle["detail"]
+    assert "memory" not in oracle["detail"]
+    assert oracle["data"]["details"]["pids_limit_hits"] > 0
+
+
+def test_huge_test_output_is_capped(tmp_path: Path, verify_options: list[str]) -> None:
+    """Seen: a test printing 200 MB made a 1.2 GB run directory (three copies)."""
+    loud = (
+        '. ./lib.sh\nhead -c 60000000 /dev/zero | tr "\\0" "y"\necho\necho THE-END\n'
+        '[ "$(shout x)" = "HELLO X" ]\n'
+    )
+    task = bash_task(tmp_path, name="loud", new_test=loud)
+    run = run_verify(task.directory, verify_options, tmp_path / "run", "--max-log-size", "1MiB")
+    assert run.code == 0, run.report["reason"]
+    total = sum(p.stat().st_size for p in (tmp_path / "run").rglob("*") if p.is_file())
+    bundle = sum(p.stat().st_size for p in (tmp_path / "run" / "bundle").rglob("*"))
+    assert total - bundle < 12 * 1024 * 1024, total
+    oracle = run.stage("oracle")
+    cut = {Path(t["path"]).name for t in oracle["truncatedLogs"]}
+    assert {"verifier.log", "fail_to_pass.log"} <= cut
+    log = (tmp_path / "run" / "oracle" / "logs" / "verifier" / "fail_to_pass.log").read_text()
+    assert "bytes cut from the middle of this log" in log
+    assert log.rstrip().endswith("PASS tests/test_new.sh") or "THE-END" in log
+    assert oracle["data"]["details"]["truncated_logs"] >= 1
