@@ -30,7 +30,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from runner.buildlog import BuildStream
-from runner.errors import EngineError, InfrastructureError
+from runner.errors import EngineError, InfrastructureError, InvalidTaskError
 from runner.logs import CappedLog, Truncation, extract_capped
 from runner.plan import (
     LABEL_OWNER,
@@ -327,8 +327,17 @@ class DockerEngine:
     ) -> Iterator[DockerContainer]:
         container = self._create(plan, env)
         try:
-            with engine_errors(f"starting container {plan.name}"):
-                self.api.start(container.id)
+            try:
+                with engine_errors(f"starting container {plan.name}"):
+                    self.api.start(container.id)
+            except EngineError as exc:
+                if container.storage is StorageLimit.QUOTA and "quota exceeded" in exc.message:
+                    # The image alone is larger than the task's storage_mb: the task's fault.
+                    raise InvalidTaskError(
+                        f"storage limit exceeded ({plan.limits.storage_mb} MB is less than the "
+                        "image itself): the engine's quota refused the container"
+                    ) from None
+                raise
             container.start_watchdog()
             yield container
         finally:

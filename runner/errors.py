@@ -17,6 +17,20 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
+def printable(text: str) -> str:
+    """`text` with control characters (and undecodable bytes) escaped, so an error about a
+    hostile name stays one line and cannot drive a terminal."""
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable() or char == " ":
+            out.append(char)
+        else:
+            out.append(char.encode("unicode_escape", "backslashreplace").decode("ascii"))
+    return "".join(out)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Problem:
     """One thing wrong with the input: which file, which field (when known), what."""
@@ -26,10 +40,11 @@ class Problem:
     message: str
 
     def one_line(self) -> str:
-        where = self.file or ""
+        where = printable(self.file or "")
         if self.field:
-            where = f"{where}: field `{self.field}`" if where else f"field `{self.field}`"
-        text = " ".join(self.message.split())
+            field = printable(self.field)
+            where = f"{where}: field `{field}`" if where else f"field `{field}`"
+        text = printable(" ".join(self.message.split()))
         return f"{where}: {text}" if where else text
 
     def as_json(self) -> dict[str, str | None]:

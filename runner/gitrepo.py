@@ -74,8 +74,11 @@ def resolve_repository(
     source = "--repo" if repo_option else "definition.repo"
     if not repo_option and task_dir is not None and not is_remote(spec):
         beside = task_dir / spec
-        if beside.exists():
-            spec = str(beside)
+        try:
+            if os.path.lexists(beside):
+                spec = str(beside)
+        except (OSError, ValueError):  # a name too long for the filesystem is no repository
+            pass
     if is_remote(spec):
         path = _cached_clone(spec, commit)
     else:
@@ -89,6 +92,12 @@ def resolve_repository(
             ) from None
         if stat.S_ISREG(info.st_mode):
             # A git bundle file: fetched into the cache like a remote.
+            with path.open("rb") as handle:
+                header = handle.read(16)
+            if not header.startswith((b"# v2 git bundle", b"# v3 git bundle")):
+                raise RepositoryError(
+                    f"repository {spec!r} ({source}) is a file but not a git bundle"
+                )
             path = _cached_clone(str(path.resolve()), commit)
         elif not stat.S_ISDIR(info.st_mode):
             raise RepositoryError(

@@ -46,7 +46,10 @@ def _seconds(value: float) -> float:
 
 
 def _cpus(value: float) -> float:
-    return v.finite_number(value, low=0.0, high=v.MAX_CPUS)
+    v.finite_number(value, low=0.0, high=v.MAX_CPUS)
+    if value < v.MIN_CPUS:
+        raise ValueError(f"must be at least {v.MIN_CPUS} (Docker's smallest CPU quota)")
+    return value
 
 
 def _single_line(value: str) -> str:
@@ -131,7 +134,7 @@ class EnvironmentConfig(_Table):
     network_mode: NetworkMode = NetworkMode.PUBLIC
     build_timeout_sec: Seconds
     cpus: Annotated[float, AfterValidator(_cpus)]
-    memory_mb: int = Field(ge=1, le=v.MAX_MEMORY_MB)
+    memory_mb: int = Field(ge=v.MIN_MEMORY_MB, le=v.MAX_MEMORY_MB)
     storage_mb: int = Field(ge=1, le=v.MAX_STORAGE_MB)
 
     @property

@@ -100,7 +100,10 @@ Seconds = Annotated[int, Field(ge=1, le=v.MAX_TIMEOUT_SECONDS)]
 
 
 def _finite_cpus(value: float) -> float:
-    return v.finite_number(value, low=0.0, high=v.MAX_CPUS)
+    v.finite_number(value, low=0.0, high=v.MAX_CPUS)
+    if value < v.MIN_CPUS:
+        raise ValueError(f"must be at least {v.MIN_CPUS} (Docker's smallest CPU quota)")
+    return value
 
 
 def check_prose(value: str) -> str:
@@ -136,7 +139,7 @@ class Timeouts(_Strict):
 
 class Resources(_Strict):
     cpus: Annotated[float, AfterValidator(_finite_cpus)]
-    memory_mb: int = Field(ge=1, le=v.MAX_MEMORY_MB)
+    memory_mb: int = Field(ge=v.MIN_MEMORY_MB, le=v.MAX_MEMORY_MB)
     storage_mb: int = Field(ge=1, le=v.MAX_STORAGE_MB)
 
 

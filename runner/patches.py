@@ -176,6 +176,8 @@ def _strip_prefix(path: str, prefix: str) -> str | None:
 def _split_sections(raw: bytes) -> list[bytes]:
     """Split the raw patch at each `diff --git ` line, keeping bytes exactly."""
     starts = [m.start() for m in re.finditer(rb"(?m)^diff --git ", raw)]
+    if not starts:
+        return []
     return [raw[start:end] for start, end in zip(starts, [*starts[1:], len(raw)], strict=True)]
 
 

@@ -7,6 +7,7 @@ cannot exhaust memory). Outputs are written atomically (temp file + os.replace).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -53,6 +54,13 @@ def read_regular(path: Path, *, limit: int) -> bytes:
     try:
         fd = os.open(path, flags)
     except OSError as exc:
+        # Opening a socket fails (ENXIO); name what is there rather than the errno.
+        with contextlib.suppress(OSError):
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
+                raise InvalidTaskError(
+                    f"is {file_kind(mode)}; expected a regular file", path=str(path)
+                ) from None
         raise InvalidTaskError(_os_error(exc), path=str(path)) from None
     try:
         info = os.fstat(fd)

@@ -28,6 +28,8 @@ MAX_JSON_DEPTH = 64
 
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600  # a week: more is a mistake, not a task
 MAX_CPUS = 1024.0
+MIN_CPUS = 0.01  # Docker's smallest CPU quota; a NanoCpus of 0 would mean "unlimited"
+MIN_MEMORY_MB = 6  # Docker refuses a memory limit below 6 MB
 MAX_MEMORY_MB = 4 * 1024 * 1024  # 4 TiB
 MAX_STORAGE_MB = 64 * 1024 * 1024  # 64 TiB
 MAX_SOURCE_PR = 2**31 - 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -314,3 +315,67 @@ def test_logs_never_inside_the_task_directory(tmp_path: Path) -> None:
     # A logs root whose <taskId>/ would be the task directory itself.
     code, _, err = run("verify", str(task.directory), "--logs", str(tmp_path))
     assert code == 2 and "inside the task directory" in err
+
+
+def test_output_directory_is_never_destroyed(tmp_path: Path) -> None:
+    task = bash_task(tmp_path)
+    # Someone's directory.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    code, _, err = run("compile", str(task.directory), "-o", str(mine))
+    assert code == 2 and "not a selfbench bundle" in err
+    assert (mine / "notes.txt").read_text() == "keep me"
+    # A forged manifest with this task's id, beside other files.
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    (forged / ".selfbench-manifest.json").write_text('{"taskId": "demo-task"}')
+    (forged / "thesis.tex").write_text("years of work")
+    code, _, err = run("compile", str(task.directory), "-o", str(forged))
+    assert code == 2 and "holds files that are not part of a bundle (thesis.tex)" in err
+    assert (forged / "thesis.tex").read_text() == "years of work"
+    # A manifest that is not JSON.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / ".selfbench-manifest.json").write_bytes(b"\xff{")
+    code, _, err = run("compile", str(task.directory), "-o", str(broken))
+    assert code == 2 and "unreadable bundle manifest" in err
+    # Its own bundle is replaced, atomically.
+    out = tmp_path / "out"
+    assert run("compile", str(task.directory), "-o", str(out))[0] == 0
+    assert run("compile", str(task.directory), "-o", str(out))[0] == 0
+
+
+def test_unwritable_places_are_usage_errors(tmp_path: Path) -> None:
+    task = bash_task(tmp_path)
+    code, _, err = run("compile", str(task.directory), "-o", "/proc/selfbench-out")
+    assert code == 2 and "cannot write the bundle here" in err
+    code, _, err = run(
+        "verify", str(task.directory), "--report", "/proc/version", "--logs", str(tmp_path / "r")
+    )
+    assert code == 2 and "--report" in err and "kernel or device filesystem" in err
+    code, _, err = run("verify", str(task.directory), "--logs", "/proc/selfbench-runs")
+    assert code == 2 and "cannot create the run directory" in err
+    code, _, err = run("verify", str(task.directory), "--report", str(tmp_path))
+    assert code == 2 and "a directory" in err
+
+
+def test_unreadable_task_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root reads any file, so a permission error is simulated at the one place files open."""
+    import errno
+    import os
+
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any) -> int:
+        if str(path).endswith("gold.patch"):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing)
+    task = bash_task(tmp_path)
+    code, _, err = run("audit", str(task.directory))
+    assert code == 2
+    assert err.strip() == (
+        f"selfbench-runner: error: {task.directory / 'gold.patch'}: cannot read: permission denied"
+    )

@@ -120,7 +120,7 @@ if [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
     pass_to_pass_exit_code=$?
     if [ "$pass_to_pass_exit_code" -eq 0 ]; then pass_to_pass=1; fi
   else
-    echo "selfbench: the workdir /app is gone"
+    echo "selfbench: the workdir is gone:" '/app'
   fi
 fi
 
