@@ -156,11 +156,7 @@ class Executor:
         self._smoke_done = threading.Event()
         self._smoke_passed = False
         self._opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
-        # Both verifiers run at once only when the task's declared CPUs fit the engine twice:
-        # a suite slowed by contention could otherwise time out, a false red.
-        limits = plan.trial("nop").verifier.limits
-        parallel = 2 * limits.requested_cpus <= plan.facts.ncpu
-        self._verifier_slots = threading.Semaphore(2 if parallel else 1)
+        self._verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
 
     # ---- the run ---------------------------------------------------------------------------
 

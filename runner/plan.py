@@ -174,6 +174,9 @@ class VerifyPlan(_Frozen):
     builds: list[ImageBuild]
     smoke: SmokePlan
     trials: list[TrialPlan]
+    # Both verifiers run at once only when twice the task's cpus fit the engine: a suite slowed
+    # by contention could otherwise time out, a false red.
+    parallel_verifiers: bool
     storage: StorageLimit
     keep: bool
     remove_images: bool
@@ -407,6 +410,7 @@ def plan_verify(
         builds=builds,
         smoke=smoke,
         trials=trials,
+        parallel_verifiers=2 * limits.requested_cpus <= facts.ncpu,
         storage=storage,
         keep=settings.keep,
         remove_images=settings.remove_images,

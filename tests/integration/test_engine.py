@@ -275,3 +275,53 @@ def test_stale_containers_of_dead_runners_are_reaped(
     assert foreign.name in names
     engine.cleanup({LABEL_RUN: "test-engine-reap"})
     engine.close()
+
+
+def test_env_values_survive_dockerfile_quoting(tmp_path: Path, base_image: str) -> None:
+    """Every value rendered with dockerfile_quote reads back from the built image exactly:
+    Docker's own lexer (quotes, backslashes, `$` expansion) changes none of them."""
+    import random
+
+    from runner.render import dockerfile_quote
+    from runner.validation import control_character
+
+    values = [
+        "plain",
+        "",
+        "with space",
+        'double " quote',
+        "single ' quote",
+        "back\\slash",
+        "trailing\\",
+        "$HOME",
+        "${PATH}",
+        "$(id)",
+        "`id`",
+        "tab-free \\n escape",
+        "caf\u00e9 \u4e2d",
+        "a=b=c",
+        "#not a comment",
+    ]
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in range(0x20, 0x7F)] + ["\u00e9", "\u4e2d", "\U0001f600", "\u00a0"]
+    for _ in range(40):
+        value = "".join(rng.choice(alphabet) for _ in range(rng.randrange(40)))
+        assert control_character(value) is None
+        values.append(value)
+    lines = "\n".join(f"ENV V{i}={dockerfile_quote(value)}" for i, value in enumerate(values))
+    context = dockerfile(tmp_path, lines, base_image)
+    engine = DockerEngine()
+    result = engine.build(
+        request(context, f"selfbench-test/env:{uuid.uuid4().hex[:8]}"),
+        tmp_path / "build.log",
+        limit=1 << 20,
+        on_line=lambda line: None,
+    )
+    assert result.ok, result.error
+    assert result.image_id is not None
+    env = docker.from_env().images.get(result.image_id).attrs["Config"]["Env"]
+    found = dict(item.split("=", 1) for item in env)
+    for i, value in enumerate(values):
+        assert found[f"V{i}"] == value, (i, value)
+    engine.remove_image(result.image_id or "")
+    engine.close()
