@@ -450,14 +450,24 @@ class DockerContainer:
             self._watchdog.join(10)
 
     def _watch(self) -> None:
-        limit = self.plan.limits.storage_mb
-        while not self._stop.wait(STORAGE_SAMPLE_SECONDS):
-            used = self.storage_used_mb()
-            if used is not None and used > limit:
-                self.storage_exceeded_mb = used
-                log.info("%s: writable layer %d MB > %d MB: killing it", self.name, used, limit)
+        # The first sample is at once: an image larger than the limit is caught before any
+        # command runs; exec() samples once more after each command, so a short gate cannot
+        # slip between two samples.
+        while True:
+            if self._over_limit():
                 self.kill()
                 return
+            if self._stop.wait(STORAGE_SAMPLE_SECONDS):
+                return
+
+    def _over_limit(self) -> bool:
+        limit = self.plan.limits.storage_mb
+        used = self.storage_used_mb()
+        if used is not None and used > limit:
+            self.storage_exceeded_mb = used
+            log.info("%s: filesystem %d MB > %d MB", self.name, used, limit)
+            return True
+        return False
 
     def storage_used_mb(self) -> int | None:
         """The container's whole filesystem (image layers and writes), in MB: storage_mb
@@ -526,9 +536,12 @@ class DockerContainer:
             worker.join(5)
             truncation = capped.close()
         timed_out = self.timed_out
-        if never_started and not timed_out:
+        # When the runner itself killed the container (a deadline, the storage watchdog), that
+        # is what happened, whatever the exec call then reported.
+        killed_by_runner = timed_out or self.storage_exceeded_mb is not None
+        if never_started and not killed_by_runner:
             raise EngineError(f"cannot start {step.name} in {self.name}: {never_started[0]}")
-        if failure and not timed_out and self.storage_exceeded_mb is None:
+        if failure and not killed_by_runner:
             exc = failure[0]
             if isinstance(exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException)):
                 raise EngineError(f"running {step.name} in {self.name}: {_explain(exc)}")
@@ -545,6 +558,8 @@ class DockerContainer:
                 # What the limits did matters only when the command failed.
                 outcome.limits = self.limit_stats()
                 outcome.oom_killed = outcome.limits.oom_kills > 0
+            if self.storage is StorageLimit.WATCHDOG and self._over_limit():
+                outcome.storage_exceeded_mb = self.storage_exceeded_mb
             if self.storage is StorageLimit.QUOTA:
                 used = self.storage_used_mb()
                 # A quota refuses writes instead of killing: at the limit, say so.

@@ -95,7 +95,9 @@ def definition(**overrides: Any) -> dict[str, Any]:
         "sourceUrl": "https://example.invalid/demo/pull/7",
         "prompt": "Add the feature.",
         "timeouts": {"setupSeconds": 120, "agentSeconds": 120, "testsSeconds": 60},
-        "resources": {"cpus": 1, "memoryMb": 512, "storageMb": 1024},
+        # Room for the largest toolchain image the tests build (go + bun + uv: 1.25 GB):
+        # storage_mb bounds the whole filesystem, image included.
+        "resources": {"cpus": 1, "memoryMb": 512, "storageMb": 4096},
     }
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):

@@ -636,7 +636,7 @@ def bundle_cases() -> Iterator[Case]:
         ("timeout-string", "timeout_sec = 120.0", 'timeout_sec = "soon"', None),
         ("timeout-huge", "timeout_sec = 120.0", "timeout_sec = 1e300", None),
         ("build-timeout-negative", "build_timeout_sec = 720.0", "build_timeout_sec = -1.0", None),
-        ("storage-zero", "storage_mb = 1024", "storage_mb = 0", None),
+        ("storage-zero", "storage_mb = 4096", "storage_mb = 0", None),
         (
             "task-id-absolute",
             'selfbench_task_id = "hostile-task"',

@@ -325,3 +325,16 @@ def test_env_values_survive_dockerfile_quoting(tmp_path: Path, base_image: str) 
         assert found[f"V{i}"] == value, (i, value)
     engine.remove_image(result.image_id or "")
     engine.close()
+
+
+def test_watchdog_catches_an_image_larger_than_the_limit_at_once(
+    tmp_path: Path, base_image: str
+) -> None:
+    """A gate shorter than the sampling period cannot slip under the watchdog."""
+    engine = DockerEngine()
+    limits = Limits(cpus=1, requested_cpus=1, memory_mb=256, storage_mb=20, pids=64)
+    spec = plan(base_image, "test-engine-small", limits=limits, storage=StorageLimit.WATCHDOG)
+    with engine.container(spec, env={}, keep=False) as container:
+        outcome = container.exec(step(["true"]), tmp_path / "t.log", limit=1024)
+    engine.close()
+    assert outcome.storage_exceeded_mb is not None and outcome.storage_exceeded_mb > 20

@@ -101,13 +101,23 @@ def test_oracle_red_when_gold_does_not_fix(tmp_path: Path, verify_options: list[
     assert "FAIL tests/test_new.sh" in log
 
 
-def test_oracle_red_when_gold_does_not_apply(tmp_path: Path, verify_options: list[str]) -> None:
+def test_gold_that_does_not_apply_is_caught_at_audit_and_at_oracle(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
     task = bash_task(tmp_path, name="gold-conflict")
+    bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "bundle")
     gold = (task.directory / "gold.patch").read_text()
-    (task.directory / "gold.patch").write_text(
-        gold.replace(' greet() { echo "hello $1"; }', ' greet() { echo "hi $1"; }')
-    )
-    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    broken = gold.replace(' greet() { echo "hello $1"; }', ' greet() { echo "hi $1"; }')
+    (task.directory / "gold.patch").write_text(broken)
+    # Authored: `git apply --check` at compile time finds it before any Docker work.
+    early = run_verify(task.directory, verify_options, tmp_path / "early")
+    assert early.code == 1
+    assert early.stage("audit")["status"] == "failed"
+    assert "gold.patch does not apply to baseCommit" in early.stage("audit")["detail"]
+    assert early.stage("build")["status"] == "skipped"
+    # A compiled bundle is verified as it is: the oracle's solve.sh says the same.
+    (bundle / "solution" / "gold.patch").write_text(broken)
+    run = run_verify(bundle, verify_options, tmp_path / "run")
     assert run.code == 1
     oracle = run.stage("oracle")
     assert oracle["status"] == "failed"
