@@ -1,10 +1,7 @@
 """selfbench-runner: compile, build and verify SelfBench tasks as native Harbor bundles."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("selfbench-runner")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0+unknown"
+# The one place the version is written (pyproject.toml reads it from here): importlib.metadata
+# would cost every command ~50 ms of start-up.
+__version__ = "0.1.0"
 
 __all__ = ["__version__"]

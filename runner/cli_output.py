@@ -6,28 +6,24 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable
+from functools import cached_property
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from runner.errors import Problem
-from runner.report import Report, Status, Verdict
 
-STATUS_STYLE = {
-    Status.PASSED: "green",
-    Status.FAILED: "red",
-    Status.ERROR: "yellow",
-    Status.SKIPPED: "dim",
-}
+if TYPE_CHECKING:  # the report's models and rich load only when a run has something to show
+    from runner.report import Report
+
+STATUS_STYLE = {"passed": "green", "failed": "red", "error": "yellow", "skipped": "dim"}
 VERDICT_STYLE = {
-    Verdict.ACCEPTED: "bold green",
-    Verdict.REJECTED: "bold red",
-    Verdict.INFRASTRUCTURE_FAILED: "bold yellow",
-    Verdict.INVALID: "bold red",
+    "accepted": "bold green",
+    "rejected": "bold red",
+    "infrastructure_failed": "bold yellow",
+    "invalid": "bold red",
 }
 SUMMARY_LIMIT = 1_000_000  # GitHub caps a step summary at 1 MiB
 
@@ -45,66 +41,89 @@ def print_problems(
 
 
 class Output:
+    """Progress and summaries on stderr. Called from several threads while gates run
+    concurrently, so each line is written whole."""
+
     def __init__(self, *, quiet: bool = False) -> None:
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.quiet = quiet
         self.github = in_github_actions()
+        self.terminal = sys.stderr.isatty()
         self._group: str | None = None
+        self._lock = threading.Lock()
+
+    @cached_property
+    def console(self) -> Any:
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @property
+    def file(self) -> Any:
+        return sys.stderr
 
     def progress(self, stage: str, message: str) -> None:
         if self.quiet:
             return
-        if self.github and stage != self._group:
-            self._end_group()
-            print(f"::group::selfbench {stage}", file=self.console.file, flush=True)
-            self._group = stage
-        stamp = time.strftime("%H:%M:%S")
-        if self.console.is_terminal:
-            self.console.print(f"[dim]{stamp}[/] [bold]{stage}[/]: {escape(message)}")
-        else:
-            print(f"[{stamp}] {stage}: {message}", file=self.console.file, flush=True)
+        with self._lock:
+            if self.github and stage != self._group:
+                self._end_group()
+                print(f"::group::selfbench {stage}", file=self.file, flush=True)
+                self._group = stage
+            stamp = time.strftime("%H:%M:%S")
+            if self.terminal:
+                from rich.markup import escape
+
+                self.console.print(f"[dim]{stamp}[/] [bold]{stage}[/]: {escape(message)}")
+            else:
+                print(f"[{stamp}] {stage}: {message}", file=self.file, flush=True)
 
     def _end_group(self) -> None:
         if self._group is not None:
-            print("::endgroup::", file=self.console.file, flush=True)
+            print("::endgroup::", file=self.file, flush=True)
             self._group = None
 
     def summary(self, report: Report) -> None:
-        self._end_group()
-        title = f"{report.task_id or '?'}: {report.verdict.value}"
-        if self.console.is_terminal:
-            table = Table(
-                title=title,
-                title_style=VERDICT_STYLE[report.verdict],
-                show_edge=False,
-                pad_edge=False,
-            )
-            for column in ("stage", "status", "seconds", "detail"):
-                table.add_column(column, justify="right" if column == "seconds" else "left")
-            for name, stage in report.stages.items():
-                table.add_row(
-                    name,
-                    f"[{STATUS_STYLE[stage.status]}]{stage.status.value}[/]",
-                    f"{stage.seconds:.1f}",
-                    escape(stage.detail),
-                )
-            self.console.print(table)
-            for error in report.errors:
-                self.console.print(f"[red]error[/]: {escape(_problem_line(error))}")
-            if report.run_dir:
-                self.console.print(f"logs and report: {report.run_dir}")
+        with self._lock:
+            self._end_group()
+        if self.terminal:
+            self._rich_summary(report)
         else:
             for line in summary_lines(report):
-                print(line, file=self.console.file)
+                print(line, file=self.file)
         if self.github:
             self._github(report)
 
+    def _rich_summary(self, report: Report) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table(
+            title=f"{report.task_id or '?'}: {report.verdict.value}",
+            title_style=VERDICT_STYLE[report.verdict.value],
+            show_edge=False,
+            pad_edge=False,
+        )
+        for column in ("stage", "status", "seconds", "detail"):
+            table.add_column(column, justify="right" if column == "seconds" else "left")
+        for name, stage in report.stages.items():
+            table.add_row(
+                name,
+                f"[{STATUS_STYLE[stage.status.value]}]{stage.status.value}[/]",
+                f"{stage.seconds:.1f}",
+                escape(stage.detail),
+            )
+        self.console.print(table)
+        for error in report.errors:
+            self.console.print(f"[red]error[/]: {escape(_problem_line(error))}")
+        if report.run_dir:
+            self.console.print(f"logs and report: {report.run_dir}")
+
     def _github(self, report: Report) -> None:
-        if report.verdict is not Verdict.ACCEPTED:
+        if report.verdict.value != "accepted":
             message = report.reason.replace("%", "%25").replace("\n", "%0A")
             print(
                 f"::error title=selfbench {report.task_id} {report.verdict.value}::{message}",
-                file=self.console.file,
+                file=self.file,
             )
         path = os.environ.get("GITHUB_STEP_SUMMARY")
         if path:
@@ -113,7 +132,7 @@ class Output:
                 handle.write(text[:SUMMARY_LIMIT])
 
     def line(self, text: str) -> None:
-        print(text, file=self.console.file)
+        print(text, file=self.file)
 
 
 def _problem_line(error: object) -> str:

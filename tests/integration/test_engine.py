@@ -308,7 +308,9 @@ def test_env_values_survive_dockerfile_quoting(tmp_path: Path, base_image: str) 
         value = "".join(rng.choice(alphabet) for _ in range(rng.randrange(40)))
         assert control_character(value) is None
         values.append(value)
-    lines = "\n".join(f"ENV V{i}={dockerfile_quote(value)}" for i, value in enumerate(values))
+    # One ENV instruction (one layer) with every pair, continued over lines.
+    pairs = " \\\n    ".join(f"V{i}={dockerfile_quote(value)}" for i, value in enumerate(values))
+    lines = f"ENV {pairs}"
     context = dockerfile(tmp_path, lines, base_image)
     engine = DockerEngine()
     result = engine.build(

@@ -227,3 +227,38 @@ def test_dependency_setup_patch_when_gold_changes_manifests(manifest: str) -> No
     assert "COPY dependency-setup.patch" in verifier
     assert f"'{manifest}'" in verifier
     assert "dependency-setup" not in files["environment/Dockerfile"].decode()
+
+
+def test_bundle_suits_harbor_under_buildkit_and_stops_at_once() -> None:
+    """Harbor passes no build args and BuildKit lets an ARG default beat an inherited ENV, so
+    toolchain ARGs have no default; Harbor's `sleep infinity` ignores SIGTERM, so both images
+    stop with SIGKILL."""
+    files = rendered_example()
+    for name in ("environment/Dockerfile", "tests/Dockerfile"):
+        text = files[name].decode()
+        args = [ln for ln in text.splitlines() if ln.startswith("ARG SELFBENCH_")]
+        assert args and all("=" not in ln for ln in args), args
+        assert "STOPSIGNAL SIGKILL" in text.splitlines()
+
+
+def test_reward_json_holds_only_the_verdicts_metrics() -> None:
+    """Harbor averages every numeric key of reward.json: exit codes and timings go to
+    details.json instead, and the keys are the Reward model's."""
+    from runner.reward import DETAIL_KEYS, REWARD_KEYS
+
+    script = rendered_example()["tests/test.sh"].decode()
+    reward_line = next(ln for ln in script.splitlines() if "> /logs/verifier/reward.json" in ln)
+    details_line = next(ln for ln in script.splitlines() if "> /logs/verifier/details.json" in ln)
+    for key in REWARD_KEYS:
+        assert f'"{key}": %d' in reward_line and f'"${key}"' in reward_line
+    assert "exit_code" not in reward_line and "_ms" not in reward_line
+    for key in DETAIL_KEYS:
+        assert f'"{key}": %d' in details_line
+    assert REWARD_KEYS == (
+        "reward",
+        "patch_applied",
+        "fail_to_pass",
+        "pass_to_pass",
+        "deterministic",
+        "setup_completed",
+    )
