@@ -18,11 +18,11 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
-    field_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from runner import validation as v
+from runner.contract import EnvironmentContract
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 SHA_PATTERN = r"^[0-9a-fA-F]{40}$"
@@ -141,41 +141,6 @@ class Resources(_Strict):
     cpus: Annotated[float, AfterValidator(_finite_cpus)]
     memory_mb: int = Field(ge=v.MIN_MEMORY_MB, le=v.MAX_MEMORY_MB)
     storage_mb: int = Field(ge=1, le=v.MAX_STORAGE_MB)
-
-
-class EnvironmentContract(BaseModel):
-    """The optional 0.3.8 environment contract. The runner acts on the smoke command and the
-    environment variables; other keys are carried as given."""
-
-    model_config = ConfigDict(
-        extra="allow",
-        frozen=True,
-        strict=True,
-        alias_generator=to_camel,
-        validate_by_alias=True,
-        validate_by_name=False,
-        serialize_by_alias=True,
-    )
-
-    smoke_command: Annotated[str, _text(v.MAX_COMMAND, newlines=True)] | None = None
-    environment_variables: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("environment_variables")
-    @classmethod
-    def _variables(cls, variables: dict[str, str]) -> dict[str, str]:
-        if len(variables) > v.MAX_ENV_VARS:
-            raise ValueError(f"at most {v.MAX_ENV_VARS} variables")
-        for key, value in variables.items():
-            message = v.check_env_key(key)
-            if message:
-                raise ValueError(message)
-            message = v.check_text(value, max_length=v.MAX_ENV_VALUE, allow_empty=True)
-            if message:
-                raise ValueError(f"value of {key} {message}")
-        return variables
-
-    def as_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True, exclude_defaults=True)
 
 
 class TaskDefinition(_Strict):

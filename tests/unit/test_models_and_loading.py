@@ -146,7 +146,7 @@ def test_fractional_cpus_are_valid(tmp_path: Path) -> None:
 
 
 def test_environment_contract_is_carried(tmp_path: Path) -> None:
-    contract = {"smokeCommand": "make check", "environmentVariables": {"A": "1"}, "services": []}
+    contract = {"smokeCommand": "make check", "environmentVariables": {"A": "1"}}
     task = load(tmp_path, definition(environment=contract))
     assert task.definition.environment is not None
     assert task.definition.environment.smoke_command == "make check"
