@@ -9,14 +9,18 @@ device.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.errors import InvalidTaskError
+from pydantic import ValidationError
+
+from runner.contract import EnvironmentContract
+from runner.errors import InvalidInputError, InvalidTaskError, Problem
 from runner.harbor import TaskToml, read_task_toml
-from runner.safeio import file_kind, require_directory
+from runner.safeio import file_kind, optional_regular, require_directory
 
 AGENT_CONTEXT = "environment"
 VERIFIER_CONTEXT = "tests"
@@ -30,6 +34,9 @@ REQUIRED_FILES = (
     "solution/solve.sh",
 )
 MAX_CONTEXT_FILES = 100_000
+MANIFEST = ".selfbench-manifest.json"
+COMPOSE_FILE = "tests/docker-compose.yaml"
+MAX_MANIFEST_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +45,8 @@ class Bundle:
     config: TaskToml
     # sha256 over each build context's file names, modes and bytes.
     context_digests: dict[str, str]
+    # The environment contract the bundle was compiled with (from its manifest), if any.
+    contract: EnvironmentContract | None = None
 
     @property
     def task_id(self) -> str:
@@ -105,10 +114,49 @@ def load_bundle(root: Path) -> Bundle:
     for required in REQUIRED_FILES:
         _require_regular(root / required)
     config = read_task_toml(root)
+    contract = read_contract(root)
     digests = {}
     for name in CONTEXT_DIRS:
         context = root / name
         if context.is_symlink() or not context.is_dir():
             raise InvalidTaskError("must be a directory", path=str(context))
         digests[name] = context_digest(context)
-    return Bundle(root=root, config=config, context_digests=digests)
+    return Bundle(root=root, config=config, context_digests=digests, contract=contract)
+
+
+def read_contract(root: Path) -> EnvironmentContract | None:
+    """The contract recorded in the bundle's manifest (strictly validated). A compose file of
+    services must be exactly what that contract renders: one source of truth, so a forged
+    compose file cannot add what the runner would not run."""
+    from runner.render import compose_file
+    from runner.taskdir import parse_json_object
+
+    path = root / MANIFEST
+    raw = optional_regular(path, limit=MAX_MANIFEST_BYTES)
+    contract = None
+    if raw is not None:
+        document = parse_json_object(raw, path).get("environment")
+        if document is not None:
+            try:
+                contract = EnvironmentContract.model_validate_json(json.dumps(document))
+            except ValidationError as exc:
+                raise InvalidInputError(
+                    [
+                        Problem(
+                            file=str(path),
+                            field="environment." + ".".join(str(p) for p in e["loc"]),
+                            message=str(e["msg"]).removeprefix("Value error, "),
+                        )
+                        for e in exc.errors(include_url=False, include_input=False)
+                    ]
+                ) from None
+    compose = optional_regular(root / COMPOSE_FILE, limit=MAX_MANIFEST_BYTES)
+    expected = compose_file(contract).encode() if contract and contract.services else None
+    if compose != expected:
+        raise InvalidTaskError(
+            "does not match the services of the bundle's manifest (recompile the task)"
+            if compose is not None
+            else "is missing: the manifest declares services",
+            path=str(root / COMPOSE_FILE),
+        )
+    return contract

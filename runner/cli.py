@@ -258,6 +258,7 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
     Exit 0 when accepted, 1 with blockers, 2 when the task cannot be loaded.
     """
     from runner.audit import audit
+    from runner.compiler import evidence_paths
     from runner.errors import RepositoryError
     from runner.gitrepo import check_repository, resolve_repository
     from runner.taskdir import load_authored_task
@@ -283,6 +284,7 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
             workdir=definition.workdir_path,
             test_patch=task.test_patch,
             gold_patch=task.gold_patch,
+            evidence=evidence_paths(definition),
         ).problems
     except RepositoryError as exc:
         if repo is not None:

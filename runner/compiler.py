@@ -17,10 +17,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner import validation as v
 from runner.bundle import CONTEXT_DIRS
 from runner.errors import InvalidInputError, InvalidTaskError, Problem
 from runner.gitrepo import RepositoryFacts, cached_archive, check_repository, resolve_repository
 from runner.harbor import read_task_toml
+from runner.models import TaskDefinition
 from runner.render import (
     MANIFEST,
     RenderInput,
@@ -58,6 +60,8 @@ BUNDLE_PATTERNS = (
     "*/" + REPO_ARCHIVE,
     "*/setup.sh",
     "*/smoke.sh",
+    "*/root-setup.sh",
+    "tests/docker-compose.yaml",
     "*/toolchains",
     "*/toolchains/*.sh",
     "tests/test.sh",
@@ -175,7 +179,11 @@ def check_output_dir(out: Path, task_id: str) -> None:
 
 
 # Which definition field a rendered script's syntax comes from.
-_SCRIPT_FIELDS = {"setup.sh": "setupCommand", "smoke.sh": "environment.smokeCommand"}
+_SCRIPT_FIELDS = {
+    "setup.sh": "setupCommand",
+    "smoke.sh": "environment.smokeCommand",
+    "root-setup.sh": "environment.rootSetupCommand",
+}
 
 
 def _bash_syntax(source: bytes, *, command: bool = False) -> str | None:
@@ -241,6 +249,11 @@ def check_scripts(task: AuthoredTask, files: Mapping[str, bytes]) -> None:
         raise InvalidInputError(problems)
 
 
+def evidence_paths(definition: TaskDefinition) -> list[str]:
+    contract = definition.environment
+    return [v.normalize_repo_path(e.path) for e in contract.evidence] if contract else []
+
+
 def render_checked(task: AuthoredTask, options: CompileOptions) -> dict[str, bytes]:
     files = render_bundle(render_input(task, options), load_catalog())
     check_scripts(task, files)
@@ -262,6 +275,7 @@ def compile_task(
         workdir=definition.workdir_path,
         test_patch=task.test_patch,
         gold_patch=task.gold_patch,
+        evidence=evidence_paths(definition),
     )
     archive = cached_archive(repository, definition.base_commit)
     with _staged(out) as staging:

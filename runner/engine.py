@@ -30,7 +30,7 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from runner.buildlog import BuildStream
-from runner.errors import EngineError, InfrastructureError, InvalidTaskError
+from runner.errors import EngineError, InfrastructureError, TaskFailedError
 from runner.logs import CappedLog, Truncation, extract_capped
 from runner.plan import (
     LABEL_OWNER,
@@ -38,6 +38,7 @@ from runner.plan import (
     ContainerPlan,
     EngineFacts,
     ExecStep,
+    ServicePlan,
 )
 from runner.runtime import BuildOutcome, BuildRequest, ExecOutcome, ImageInfo, LimitStats
 from runner.settings import BUILD_GRACE_SECONDS, STORAGE_SAMPLE_SECONDS, StorageLimit
@@ -198,7 +199,12 @@ class DockerEngine:
             except (ImageNotFound, NotFound):
                 return None
         labels = (data.get("Config") or {}).get("Labels") or {}
-        return ImageInfo(id=str(data["Id"]), labels=dict(labels))
+        return ImageInfo(
+            id=str(data["Id"]),
+            labels=dict(labels),
+            repo_digests=tuple(data.get("RepoDigests") or ()),
+            repo_tags=tuple(data.get("RepoTags") or ()),
+        )
 
     def pull(self, ref: str) -> ImageInfo:
         with engine_errors(f"pulling {ref}"):
@@ -333,7 +339,7 @@ class DockerEngine:
             except EngineError as exc:
                 if container.storage is StorageLimit.QUOTA and "quota exceeded" in exc.message:
                     # The image alone is larger than the task's storage_mb: the task's fault.
-                    raise InvalidTaskError(
+                    raise TaskFailedError(
                         f"storage limit exceeded ({plan.limits.storage_mb} MB is less than the "
                         "image itself): the engine's quota refused the container"
                     ) from None
@@ -375,6 +381,63 @@ class DockerEngine:
             )
         return DockerContainer(self, str(created["Id"]), plan, storage)
 
+    # ---- services --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def network(self, name: str, *, labels: Mapping[str, str]) -> Iterator[str]:
+        """A gate's own network. Internal: its services reach nothing beyond it."""
+        with engine_errors(f"creating network {name}"):
+            created = self.api.create_network(
+                name, driver="bridge", internal=True, labels=dict(labels), check_duplicate=True
+            )
+        try:
+            yield str(created["Id"])
+        finally:
+            with contextlib.suppress(DockerException, *TRANSIENT):
+                for item in self.api.inspect_network(created["Id"]).get("Containers") or {}:
+                    with contextlib.suppress(DockerException, *TRANSIENT):
+                        self.api.disconnect_container_from_network(item, created["Id"], force=True)
+                self.api.remove_network(created["Id"])
+
+    @contextlib.contextmanager
+    def service(self, plan: ServicePlan, *, network: str) -> Iterator[DockerService]:
+        check = plan.healthcheck
+        seconds = 1_000_000_000
+        with engine_errors(f"starting service {plan.name} ({plan.image})"):
+            created = self.api.create_container(
+                plan.image,
+                command=list(plan.command) if plan.command else None,
+                name=plan.container,
+                labels=dict(plan.labels),
+                environment=dict(plan.env),
+                detach=True,
+                healthcheck={
+                    "test": list(check.test),
+                    "interval": int(check.interval_seconds * seconds),
+                    "timeout": int(check.timeout_seconds * seconds),
+                    "retries": check.retries,
+                    "start_period": int(check.start_period_seconds * seconds),
+                },
+                host_config=self.api.create_host_config(
+                    nano_cpus=int(plan.limits.cpus * 1e9),
+                    mem_limit=plan.limits.memory_mb * 1024 * 1024,
+                    pids_limit=plan.limits.pids,
+                    network_mode=network,
+                ),
+                # docker-py takes {network: endpoint}; types-docker says otherwise.
+                networking_config=self.api.create_networking_config(
+                    {network: self.api.create_endpoint_config(aliases=[plan.name])}  # type: ignore[arg-type]
+                ),
+            )
+        service = DockerService(self, str(created["Id"]), plan.name)
+        try:
+            with engine_errors(f"starting service {plan.name} ({plan.image})"):
+                self.api.start(service.id)
+            yield service
+        finally:
+            with contextlib.suppress(DockerException, *TRANSIENT):
+                self.api.remove_container(service.id, force=True, v=True)
+
     def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
         """Remove every container, network and volume (and image) carrying `labels`."""
         self._finish_removals()
@@ -414,6 +477,37 @@ class DockerEngine:
         return removed
 
 
+class DockerService:
+    def __init__(self, engine: DockerEngine, container_id: str, name: str) -> None:
+        self.engine = engine
+        self.id = container_id
+        self.name = name
+
+    def health(self) -> str:
+        try:
+            state = self.engine.api.inspect_container(self.id)["State"]
+        except (DockerException, *TRANSIENT):
+            return "exited"
+        if not state.get("Running"):
+            return "exited"
+        return str((state.get("Health") or {}).get("Status") or "starting")
+
+    def save_logs(self, path: Path, *, limit: int) -> list[str]:
+        capped = CappedLog(path, limit)
+        try:
+            for chunk in self.engine.api.logs(self.id, stream=True, follow=False, timestamps=False):
+                capped.write(chunk)
+        except (DockerException, *TRANSIENT):
+            pass
+        finally:
+            capped.close()
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return lines[-10:]
+
+
 class DockerContainer:
     def __init__(
         self, engine: DockerEngine, container_id: str, plan: ContainerPlan, storage: StorageLimit
@@ -429,6 +523,10 @@ class DockerContainer:
         self._watchdog: threading.Thread | None = None
         self.storage_exceeded_mb: int | None = None
         self.timed_out = False
+
+    def connect(self, network: str) -> None:
+        with engine_errors(f"connecting {self.name} to its services' network"):
+            self.api.connect_container_to_network(self.id, network)
 
     # ---- deadlines and the storage watchdog ----------------------------------------------
 

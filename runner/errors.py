@@ -96,6 +96,13 @@ class InvalidInputError(InvalidTaskError):
         return self._problems[0].one_line() + suffix
 
 
+class TaskFailedError(RunnerError):
+    """Found while running: the task is at fault (a red stage), e.g. a service of its contract
+    that never gets healthy, or an image larger than its storage limit."""
+
+    exit_code = ExitCode.REJECTED
+
+
 class UsageError(RunnerError):
     exit_code = ExitCode.INVALID
 

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,6 +32,7 @@ from runner.errors import (
     Interrupted,
     InvalidTaskError,
     RunnerError,
+    TaskFailedError,
 )
 from runner.logs import Truncation
 from runner.models import Toolchain
@@ -43,8 +44,10 @@ from runner.plan import (
     LABEL_RUNNER,
     BasePlan,
     EngineFacts,
+    GateServices,
     ImageBuild,
     PreparePlan,
+    ServicePlan,
     TrialPlan,
     VerifyPlan,
 )
@@ -67,7 +70,7 @@ from runner.reward import (
     parse_details,
     parse_reward,
 )
-from runner.runtime import BuildRequest, Container, Engine, ExecOutcome, ImageInfo
+from runner.runtime import BuildRequest, Container, Engine, ExecOutcome, ImageInfo, Service
 from runner.settings import (
     DEFAULT_MAX_LOG_BYTES,
     HELPER_BUILD_TIMEOUT_SECONDS,
@@ -223,7 +226,7 @@ class Executor:
             body(stage)
         except _SkippedError as skip:
             stage.detail = str(skip)
-        except InvalidTaskError as exc:
+        except (InvalidTaskError, TaskFailedError) as exc:
             stage.set(Status.FAILED, exc.one_line())
         except RunnerError as exc:
             stage.set(Status.ERROR, exc.one_line())
@@ -273,6 +276,7 @@ class Executor:
         self.progress("build", f"base image {plan.base.image}")
         base = ensure_image(self.engine, plan.base.image)
         data.base_image_id = base.id
+        data.base_image_digests = list(base.repo_digests)
         from_id = base.id
         if plan.base.derived is not None:
             log_path = self._path("build", "base.log")
@@ -371,7 +375,12 @@ class Executor:
         smoke = self.plan.smoke
         log_path = self._path("smoke", "smoke.log")
         stage.logs.append(str(log_path))
-        with self.engine.container(smoke.container, env=self.env.proxies, keep=self.plan.keep) as c:
+        with (
+            self._services(smoke.services, "smoke", stage) as network,
+            self.engine.container(smoke.container, env=self.env.proxies, keep=self.plan.keep) as c,
+        ):
+            if network is not None:
+                c.connect(network)
             outcome = c.exec(smoke.run, log_path, limit=self.plan.max_log_bytes)
             self.storage_mechanism = c.storage_mechanism
             self._keep("smoke", c)
@@ -417,11 +426,8 @@ class Executor:
             verifier_log=self._path(gate, "verifier.log"),
         )
         with contextlib.ExitStack() as stack:
-            # The verifier container starts while the agent side works.
-            opening = self._opener.submit(
-                stack.enter_context,
-                self.engine.container(trial.verifier, env=self.env.proxies, keep=self.plan.keep),
-            )
+            # The verifier container (and its services) start while the agent side works.
+            opening = self._opener.submit(self._open_verifier, trial, stage, stack)
             try:
                 self._agent_side(trial, stage, data, evidence)
                 self._after_smoke()
@@ -433,6 +439,79 @@ class Executor:
                 with contextlib.suppress(Exception):
                     opening.result()
         self._judge_trial(trial, stage, data, evidence)
+
+    def _open_verifier(
+        self, trial: TrialPlan, stage: StageResult, stack: contextlib.ExitStack
+    ) -> Container:
+        network = stack.enter_context(self._services(trial.services, trial.gate, stage))
+        verifier = stack.enter_context(
+            self.engine.container(trial.verifier, env=self.env.proxies, keep=self.plan.keep)
+        )
+        if network is not None:
+            verifier.connect(network)
+        return verifier
+
+    @contextlib.contextmanager
+    def _services(
+        self, services: GateServices | None, gate: str, stage: StageResult
+    ) -> Iterator[str | None]:
+        """The gate's services on their own network, healthy, logs saved afterwards. The
+        agent container never joins it: only the verifier (and smoke) do."""
+        if services is None:
+            yield None
+            return
+        with contextlib.ExitStack() as stack:
+            network = stack.enter_context(
+                self.engine.network(services.network, labels=services.network_labels)
+            )
+            running: list[tuple[ServicePlan, Service]] = []
+            try:
+                for plan in services.services:
+                    ensure_image(self.engine, plan.image, what=f"service {plan.name}'s image")
+                    running.append(
+                        (plan, stack.enter_context(self.engine.service(plan, network=network)))
+                    )
+                self.progress(gate, f"waiting for {', '.join(p.name for p, _ in running)}")
+                self._wait_healthy(running, services.ready_timeout_seconds, gate)
+                yield network
+            finally:
+                for plan, service in running:
+                    path = self._path(gate, "services", f"{plan.name}.log")
+                    service.save_logs(path, limit=self.plan.max_log_bytes)
+                    stage.logs.append(str(path))
+
+    def _wait_healthy(
+        self, running: list[tuple[ServicePlan, Service]], timeout: float, gate: str
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(running)
+        while pending:
+            for plan, service in list(pending):
+                state = service.health()
+                if state == "healthy":
+                    pending.remove((plan, service))
+                elif state in ("unhealthy", "exited"):
+                    raise TaskFailedError(self._service_reason(plan, service, gate, f"is {state}"))
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                plan, service = pending[0]
+                raise TaskFailedError(
+                    self._service_reason(
+                        plan, service, gate, f"did not become healthy within {int(timeout)}s"
+                    )
+                )
+            time.sleep(0.2)
+
+    def _service_reason(self, plan: ServicePlan, service: Service, gate: str, what: str) -> str:
+        path = self._path(gate, "services", f"{plan.name}.log")
+        lines = service.save_logs(path, limit=self.plan.max_log_bytes)
+        tail = " / ".join(line.strip() for line in lines[-3:] if line.strip())
+        return (
+            f"service {plan.name} {what}"
+            + (f"; its last lines: {tail}" if tail else "")
+            + (f"; see {path}")
+        )
 
     def _agent_side(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: _TrialRun
@@ -556,17 +635,34 @@ class Executor:
         stage.set(judgement.status, judgement.detail)
 
 
-def ensure_image(engine: Engine, ref: str) -> ImageInfo:
-    """The user's base image: present, or pulled."""
+def ensure_image(engine: Engine, ref: str, *, what: str = "base image") -> ImageInfo:
+    """An image present, or pulled. A reference pinned by digest must resolve to exactly that
+    digest: a local image under the same name and tag with another digest is an error, never a
+    silent substitute."""
     found = engine.image(ref)
     if found is not None:
         return found
+    if "@" in ref:
+        name_tag = ref.split("@", 1)[0]
+        local = engine.image(name_tag) if ":" in name_tag.rsplit("/", 1)[-1] else None
+        try:
+            return engine.pull(ref)
+        except EngineError as exc:
+            if local is not None:
+                digests = ", ".join(local.repo_digests) or "no registry digest"
+                raise InfrastructureError(
+                    f"{what} {ref}: the local {name_tag} is {local.id} ({digests}), not the pinned "
+                    f"digest, and the pinned image cannot be pulled ({exc.message})"
+                ) from None
+            raise InfrastructureError(
+                f"{what} {ref} is not present and cannot be pulled ({exc.message})"
+            ) from None
     try:
         return engine.pull(ref)
     except EngineError as exc:
+        hint = f"; {LOCAL_BASE_HINT}" if what == "base image" else ""
         raise InfrastructureError(
-            f"base image {ref} is not present and cannot be pulled ({exc.message}); "
-            f"{LOCAL_BASE_HINT}"
+            f"{what} {ref} is not present and cannot be pulled ({exc.message}){hint}"
         ) from None
 
 

@@ -191,10 +191,15 @@ class RepositoryFacts:
 
     workdir_problem: str | None = None
     apply_problems: list[str] = field(default_factory=list)
+    evidence_problems: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
-        return [*([self.workdir_problem] if self.workdir_problem else []), *self.apply_problems]
+        return [
+            *([self.workdir_problem] if self.workdir_problem else []),
+            *self.apply_problems,
+            *self.evidence_problems,
+        ]
 
 
 def object_type(repo: Path, commit: str, path: str) -> str | None:
@@ -212,7 +217,13 @@ def _first_error(result: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def check_repository(
-    repo: Path, commit: str, *, workdir: str, test_patch: bytes, gold_patch: bytes
+    repo: Path,
+    commit: str,
+    *,
+    workdir: str,
+    test_patch: bytes,
+    gold_patch: bytes,
+    evidence: Sequence[str] = (),
 ) -> RepositoryFacts:
     """The workdir is a directory at `commit`, and both patches apply there: each alone, and
     the held-out tests on top of the gold patch (as the oracle applies them). `git apply
@@ -258,4 +269,13 @@ def check_repository(
                 problems.append(
                     "test.patch does not apply on top of gold.patch: " + _first_error(both)
                 )
-    return RepositoryFacts(workdir_problem=workdir_problem, apply_problems=problems)
+    evidence_problems = [
+        f"evidence path {path!r} does not exist at baseCommit"
+        for path in dict.fromkeys(evidence)
+        if object_type(repo, commit, path) is None
+    ]
+    return RepositoryFacts(
+        workdir_problem=workdir_problem,
+        apply_problems=problems,
+        evidence_problems=evidence_problems,
+    )

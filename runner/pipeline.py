@@ -405,8 +405,8 @@ def _storage_words(mechanism: str | None) -> str | None:
     return {
         "quota": "enforced by the engine's quota (--storage-opt size)",
         "watchdog": (
-            "enforced by the runner's watchdog (each container's writable layer measured "
-            f"every {STORAGE_SAMPLE_SECONDS:g} s)"
+            "enforced by the runner's watchdog (each container's filesystem measured at start, "
+            f"every {STORAGE_SAMPLE_SECONDS:g} s and after each command)"
         ),
         "off": "not enforced (--storage-limit off)",
     }.get(mechanism or "")

@@ -23,6 +23,7 @@ from runner import validation as v
 from runner.bundle import AGENT_CONTEXT, VERIFIER_CONTEXT, Bundle
 from runner.harbor import AGENT_PATCH
 from runner.models import Toolchain
+from runner.render import healthcheck_test
 from runner.resources import dockerfiles_dir
 from runner.settings import (
     CONTAINER_MARGIN_SECONDS,
@@ -46,7 +47,11 @@ LABEL_FROM_ID = "org.selfbench.from-id"
 
 # Instructions (substrings) whose failure is the task's fault: its setup command and the
 # dependency-setup pass. Any other failing step is infrastructure (a download, the engine).
-TASK_BUILD_STEPS = ("/opt/selfbench-environment/setup.sh", "selfbench-dependency-setup.patch")
+TASK_BUILD_STEPS = (
+    "/opt/selfbench-environment/setup.sh",
+    "/opt/selfbench-environment/root-setup.sh",
+    "selfbench-dependency-setup.patch",
+)
 SETUP_SCRIPT = "/opt/selfbench-environment/setup.sh"
 SMOKE_SCRIPT = "/opt/selfbench-environment/smoke.sh"
 VERIFIER_LOGS = "/logs/verifier"
@@ -146,9 +151,41 @@ class ContainerPlan(_Frozen):
     storage: StorageLimit
 
 
+class HealthcheckPlan(_Frozen):
+    test: list[str]  # Docker's form: ["CMD", argv...] or ["CMD-SHELL", "command"]
+    interval_seconds: float
+    timeout_seconds: float
+    retries: int
+    start_period_seconds: float
+
+
+class ServicePlan(_Frozen):
+    """A verifier-only service of the environment contract, for one gate."""
+
+    name: str  # its DNS name on the gate's network
+    container: str
+    image: str  # pinned by digest
+    env: dict[str, str]
+    command: list[str] | None
+    healthcheck: HealthcheckPlan
+    labels: dict[str, str]
+    limits: Limits
+
+
+class GateServices(_Frozen):
+    """The services a gate's verifier talks to, on a network of their own that the agent
+    container never joins. The gate waits for every service to report healthy."""
+
+    network: str
+    network_labels: dict[str, str]
+    services: list[ServicePlan]
+    ready_timeout_seconds: float
+
+
 class SmokePlan(_Frozen):
     container: ContainerPlan
     run: ExecStep
+    services: GateServices | None = None
 
 
 class TrialPlan(_Frozen):
@@ -161,6 +198,7 @@ class TrialPlan(_Frozen):
     verifier: ContainerPlan
     test: ExecStep
     verifier_logs: str
+    services: GateServices | None = None
 
 
 class VerifyPlan(_Frozen):
@@ -201,10 +239,17 @@ def _digest(document: object) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
 
 
-def plan_base(settings: VerifySettings, toolchains: Iterable[Toolchain], arch: Arch) -> BasePlan:
-    """The image task builds start FROM. A derived base exists only when this machine needs
-    one (an extra CA, registry-sourced toolchains); its tag is a hash of its inputs."""
+def plan_base(
+    settings: VerifySettings,
+    toolchains: Iterable[Toolchain],
+    arch: Arch,
+    pinned: str | None = None,
+) -> BasePlan:
+    """The image task builds start FROM: the contract's pinned base when the task has one, else
+    the runner's --base-image. A derived base exists only when this machine needs one (an extra
+    CA, registry-sourced toolchains); its tag is a hash of its inputs."""
     build = settings.build
+    image = pinned or build.base_image
     catalog = load_catalog()
     layers = catalog.close(toolchains)
     artifacts = [
@@ -218,17 +263,17 @@ def plan_base(settings: VerifySettings, toolchains: Iterable[Toolchain], arch: A
     ]
     ca_sha = hashlib.sha256(build.extra_ca_pem).hexdigest() if build.extra_ca_pem else None
     if ca_sha is None and not artifacts:
-        return BasePlan(image=build.base_image, derived=None)
+        return BasePlan(image=image, derived=None)
     digest = _digest(
         {
-            "base": build.base_image,
+            "base": image,
             "ca": ca_sha,
             "artifacts": [a.model_dump() for a in artifacts],
             "template": _template_digest("derived-base.Dockerfile.j2"),
         }
     )
     return BasePlan(
-        image=build.base_image,
+        image=image,
         derived=DerivedBase(
             tag=f"selfbench/base:{digest[:16]}",
             digest=digest,
@@ -273,7 +318,13 @@ def plan_verify(
     task_id = config.task_id
     slug = v.image_slug(task_id)
     suffix = run.run_id.rsplit("-", 1)[-1]
-    base = plan_base(settings, config.metadata.toolchains, facts.arch)
+    contract = bundle.contract
+    base = plan_base(
+        settings,
+        config.metadata.toolchains,
+        facts.arch,
+        pinned=contract.base_image if contract else None,
+    )
     limits, build_limits = container_limits(bundle, settings, facts)
     storage = resolve_storage(settings.storage_limit, facts)
     catalog = load_catalog()
@@ -344,6 +395,35 @@ def plan_verify(
 
     verifier_timeout = config.verifier.timeout_sec
     smoke_timeout = min(verifier_timeout, SMOKE_TIMEOUT_SECONDS)
+
+    def services(gate: str, ready_timeout: float) -> GateServices | None:
+        if contract is None or not contract.services:
+            return None
+        return GateServices(
+            network=f"selfbench-{slug}-{gate}-{suffix}",
+            network_labels=labels(gate),
+            services=[
+                ServicePlan(
+                    name=service.name,
+                    container=f"selfbench-{slug}-{gate}-svc-{service.name}-{suffix}",
+                    image=service.image,
+                    env=dict(sorted(service.env.items())),
+                    command=list(service.command) if service.command else None,
+                    healthcheck=HealthcheckPlan(
+                        test=healthcheck_test(service.healthcheck.command),
+                        interval_seconds=service.healthcheck.interval_seconds,
+                        timeout_seconds=service.healthcheck.timeout_seconds,
+                        retries=service.healthcheck.retries,
+                        start_period_seconds=service.healthcheck.start_period_seconds,
+                    ),
+                    labels=labels(gate, **{"org.selfbench.side": f"service-{service.name}"}),
+                    limits=limits,
+                )
+                for service in contract.services
+            ],
+            ready_timeout_seconds=ready_timeout,
+        )
+
     smoke = SmokePlan(
         container=container("smoke", "smoke", verifier_image, smoke_timeout, "/home/verifier"),
         run=ExecStep(
@@ -354,6 +434,7 @@ def plan_verify(
             workdir="/app",
             timeout_seconds=smoke_timeout,
         ),
+        services=services("smoke", smoke_timeout),
     )
     collect_timeout = config.verifier.collect[0].timeout_sec
     trials = []
@@ -399,6 +480,7 @@ def plan_verify(
                     timeout_seconds=verifier_timeout,
                 ),
                 verifier_logs=VERIFIER_LOGS,
+                services=services(gate, verifier_timeout),
             )
         )
     return VerifyPlan(

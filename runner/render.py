@@ -22,6 +22,7 @@ import jinja2
 from runner import __version__
 from runner import validation as v
 from runner.bundle import CONTEXT_DIRS
+from runner.contract import EnvironmentContract
 from runner.harbor import (
     COLLECT_COMMAND,
     TASK_NAME_PREFIX,
@@ -44,7 +45,9 @@ from runner.toolchains import Catalog, ToolchainSpec
 
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
 MANIFEST = ".selfbench-manifest.json"
-SCRIPTS = ("setup.sh", "smoke.sh")
+SCRIPTS = ("setup.sh", "smoke.sh", "root-setup.sh")
+DEFAULT_BASE_IMAGE = "ubuntu:24.04"  # the seed's base for tasks that pin none
+COMPOSE_FILE = "tests/docker-compose.yaml"
 
 
 class RenderError(ValueError):
@@ -231,6 +234,8 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "reward_format": _json_format(REWARD_KEYS),
         "details_format": _json_format(DETAIL_KEYS),
         "max_log_bytes": DEFAULT_MAX_LOG_BYTES,
+        "base_image": base_image(definition),
+        "root_setup_command": (contract.root_setup_command or "").strip() if contract else "",
     }
 
     def text(template: str) -> bytes:
@@ -251,6 +256,10 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "smoke.sh": text("smoke.sh.j2"),
         **toolchain_scripts(layers),
     }
+    if context["root_setup_command"]:
+        shared["root-setup.sh"] = text("root-setup.sh.j2")
+    if contract is not None and contract.services:
+        files[COMPOSE_FILE] = compose_file(contract).encode()
     for directory in CONTEXT_DIRS:
         for name, content in shared.items():
             files[f"{directory}/{name}"] = content
@@ -258,6 +267,48 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         files["tests/dependency-setup.patch"] = data.gold.subpatch(manifest_changes)
     files[MANIFEST] = manifest_json(data).encode()
     return files
+
+
+def base_image(definition: TaskDefinition) -> str:
+    contract = definition.environment
+    return contract.base_image if contract and contract.base_image else DEFAULT_BASE_IMAGE
+
+
+def healthcheck_test(command: list[str] | str) -> list[str]:
+    """Docker's HEALTHCHECK test: an argv runs as is, a string through the shell."""
+    return ["CMD", *command] if isinstance(command, list) else ["CMD-SHELL", command]
+
+
+def compose_file(contract: EnvironmentContract) -> str:
+    """The verifier's services for `harbor run`: Harbor merges tests/docker-compose.yaml into
+    the verifier's compose project only (the agent's environment/ has none), and `main` waits
+    for every service to be healthy. Written as JSON, which YAML parsers read unchanged."""
+    services: dict[str, object] = {
+        "main": {
+            "depends_on": {
+                service.name: {"condition": "service_healthy"} for service in contract.services
+            }
+        }
+    }
+    for service in contract.services:
+        check = service.healthcheck
+        entry: dict[str, object] = {
+            "image": service.image,
+            "environment": dict(sorted(service.env.items())),
+            "healthcheck": {
+                "test": healthcheck_test(check.command),
+                "interval": f"{check.interval_seconds:g}s",
+                "timeout": f"{check.timeout_seconds:g}s",
+                "retries": check.retries,
+                "start_period": f"{check.start_period_seconds:g}s",
+            },
+        }
+        if service.command:
+            entry["command"] = list(service.command)
+        if service.ports:
+            entry["expose"] = [str(port) for port in service.ports]
+        services[service.name] = entry
+    return json.dumps({"services": services}, indent=2) + "\n"
 
 
 def toolchain_scripts(layers: Sequence[ToolchainSpec]) -> dict[str, bytes]:
@@ -276,7 +327,7 @@ def render_toolchain_context(layers: Sequence[ToolchainSpec]) -> dict[str, bytes
     dockerfile = (
         _environment()
         .get_template("toolchains.Dockerfile.j2")
-        .render(toolchain_layers=list(layers))
+        .render(toolchain_layers=list(layers), base_image=DEFAULT_BASE_IMAGE)
         .encode()
     )
     return {"Dockerfile": dockerfile, **toolchain_scripts(layers)}
@@ -295,6 +346,9 @@ def manifest_json(data: RenderInput) -> str:
         "toolchains": [t.value for t in data.definition.toolchains],
         "agentAllowedHosts": list(data.options.agent_allowed_hosts),
     }
+    contract = data.definition.environment
+    if contract is not None:
+        document["environment"] = contract.as_json()
     return json.dumps(document, indent=2, sort_keys=False) + "\n"
 
 

@@ -108,6 +108,9 @@ class ImageData(_Model):
 class BuildData(_Model):
     base_image: str | None = None
     base_image_id: str | None = None
+    # The registry digests the engine knows for the base image: empty for an image that was
+    # made locally (a stand-in under a well-known tag is visible here).
+    base_image_digests: list[str] = Field(default_factory=list)
     from_image: str | None = None
     images: dict[str, ImageData] = Field(default_factory=dict)
     failed_image: str | None = None

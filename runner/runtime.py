@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Protocol
 
 from runner.logs import Truncation
-from runner.plan import ContainerPlan, EngineFacts, ExecStep
+from runner.plan import ContainerPlan, EngineFacts, ExecStep, ServicePlan
 
 
 @dataclass(frozen=True, kw_only=True)
 class ImageInfo:
     id: str
     labels: Mapping[str, str]
+    repo_digests: tuple[str, ...] = ()
+    repo_tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,9 +69,18 @@ class ExecOutcome:
     truncation: Truncation | None = None
 
 
+class Service(Protocol):
+    name: str
+
+    def health(self) -> str: ...  # starting | healthy | unhealthy | exited
+    def save_logs(self, path: Path, *, limit: int) -> list[str]: ...  # returns the last lines
+
+
 class Container(Protocol):
     name: str
     storage_mechanism: str  # how storage_mb is held: quota, watchdog or off
+
+    def connect(self, network: str) -> None: ...
 
     def exec(self, step: ExecStep, log_path: Path, *, limit: int) -> ExecOutcome: ...
     def put_file(self, directory: str, name: str, data: bytes, *, mode: int = 0o644) -> None: ...
@@ -90,6 +101,12 @@ class Engine(Protocol):
     def container(
         self, plan: ContainerPlan, *, env: Mapping[str, str], keep: bool
     ) -> contextlib.AbstractContextManager[Container]: ...
+    def network(
+        self, name: str, *, labels: Mapping[str, str]
+    ) -> contextlib.AbstractContextManager[str]: ...
+    def service(
+        self, plan: ServicePlan, *, network: str
+    ) -> contextlib.AbstractContextManager[Service]: ...
     def remove_image(self, ref: str) -> None: ...
     def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int: ...
     def close(self) -> None: ...

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.logs import Truncation
-from runner.plan import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep
+from runner.plan import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
 from runner.runtime import BuildOutcome, BuildRequest, ExecOutcome, ImageInfo
 
 NOP_REWARD = {
@@ -73,6 +73,7 @@ class Script:
 
     actions: dict[str, Action] = field(default_factory=dict)
     build_fails: str | None = None  # the kind whose build fails (task at fault)
+    service_states: dict[str, list[str]] = field(default_factory=dict)  # health, in turn
     create_raises: dict[str, BaseException] = field(default_factory=dict)  # by container role/gate
 
     def action(self, gate: str, step: str) -> Action:
@@ -110,6 +111,9 @@ class FakeContainer:
             handle.write(f"ran {' '.join(step.argv)}\n")
         return outcome
 
+    def connect(self, network: str) -> None:
+        self.engine.record(f"connect {self.gate}/{self.plan.role} {network}")
+
     def put_file(self, directory: str, name: str, data: bytes, *, mode: int = 0o644) -> None:
         self.files[f"{directory}/{name}"] = data
 
@@ -137,6 +141,20 @@ class FakeContainer:
 
     def enter_hint(self) -> str:
         return f"docker exec -it {self.name} bash"
+
+
+class FakeService:
+    def __init__(self, name: str, states: list[str]) -> None:
+        self.name = name
+        self.states = states
+
+    def health(self) -> str:
+        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+    def save_logs(self, path: Path, *, limit: int) -> list[str]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{self.name} log line\n")
+        return [f"{self.name} log line"]
 
 
 class FakeEngine:
@@ -206,6 +224,18 @@ class FakeEngine:
                 with self._lock:
                     self.live.discard(plan.name)
                     self.removed.append(plan.name)
+
+    @contextlib.contextmanager
+    def network(self, name: str, *, labels: Mapping[str, str]) -> Iterator[str]:
+        self.record(f"network {name}")
+        yield name
+        self.record(f"network removed {name}")
+
+    @contextlib.contextmanager
+    def service(self, plan: ServicePlan, *, network: str) -> Iterator[FakeService]:
+        self.record(f"service {plan.name} on {network}")
+        yield FakeService(plan.name, self.script.service_states.get(plan.name, ["healthy"]))
+        self.record(f"service removed {plan.name}")
 
     def remove_image(self, ref: str) -> None:
         self.images.pop(ref, None)

@@ -52,9 +52,11 @@ def test_go_bun_uv_from_registries(tmp_path: Path, verify_options: list[str]) ->
         "node": "registry",
         "go": "registry",
     }
-    # The bundle still renders the upstream path by default.
+    # The bundle still renders the upstream path by default: the source is a build arg without
+    # a default (the script falls back to upstream), set only by the runner.
     dockerfile = (tmp_path / "run" / "bundle" / "environment" / "Dockerfile").read_text()
-    assert "ARG SELFBENCH_GO_SOURCE=upstream" in dockerfile
+    assert "ARG SELFBENCH_GO_SOURCE\n" in dockerfile
+    assert "SELFBENCH_GO_SOURCE=" not in dockerfile
 
 
 SUM_TS = "export function sum(values: number[]): number {\n  return 0;\n}\n"

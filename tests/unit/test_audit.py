@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,3 +196,22 @@ def test_placeholder_rules(command: str, expected: list[str]) -> None:
 def test_escaped_quote_does_not_open_a_string() -> None:
     assert placeholder_blockers("echo \\' && pytest {tests}", ["a"]) == []
     assert placeholder_blockers('echo "a\\"b" && pytest {tests}', ["a"]) == []
+
+
+def test_evidence_paths_must_exist_at_the_base_commit(tmp_path: Path) -> None:
+    from runner.compiler import compile_task
+    from runner.settings import CompileOptions
+    from runner.taskdir import load_authored_task
+    from tests.helpers import bash_task
+
+    evidence = [
+        {"field": "setupCommand", "path": "tests/run.sh", "note": "the runner script"},
+        {"field": "services", "path": ".github/workflows/ci.yml", "lines": "3-9", "note": "CI"},
+    ]
+    task = bash_task(tmp_path, environment={"evidence": evidence})
+    result = compile_task(
+        load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
+    )
+    assert result.repository.problems == [
+        "evidence path '.github/workflows/ci.yml' does not exist at baseCommit"
+    ]

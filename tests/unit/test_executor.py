@@ -278,3 +278,78 @@ def test_exact_run_dir_must_be_new(tmp_path: Path) -> None:
     (tmp_path / "used" / "report.json").write_text("{}")
     with pytest.raises(UsageError, match="is not empty"):
         run(tmp_path, FakeEngine(), run_dir=tmp_path / "used")
+
+
+DIGEST = "sha256:" + "b" * 64
+DB_IMAGE = f"postgres:16@{DIGEST}"
+CONTRACT = {
+    "environmentVariables": {"PGHOST": "db", "PGPASSWORD": "postgres"},
+    "services": [
+        {
+            "name": "db",
+            "image": DB_IMAGE,
+            "env": {"POSTGRES_PASSWORD": "postgres"},
+            "healthcheck": {"command": ["pg_isready"]},
+        }
+    ],
+}
+
+
+def run_with_services(tmp_path: Path, engine: FakeEngine) -> VerifyOutcome:
+    from runner.runtime import ImageInfo
+
+    engine.images[DB_IMAGE] = ImageInfo(id="sha256:db", labels={})
+    task = bash_task(tmp_path, name="with-db", environment=CONTRACT)
+    return verify(
+        task.directory,
+        settings(tmp_path),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: engine,
+        env=ENV,
+    )
+
+
+def test_services_run_for_the_verifier_only(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    outcome = run_with_services(tmp_path, engine)
+    assert outcome.report.verdict is Verdict.ACCEPTED, outcome.report.reason
+    events = engine.events
+    for gate in ("smoke", "nop", "oracle"):
+        network = next(e for e in events if e.startswith(f"network selfbench-with-db-{gate}-"))
+        name = network.split()[1]
+        assert f"service db on {name}" in events
+        assert f"network removed {name}" in events
+    connects = [e for e in events if e.startswith("connect ")]
+    assert sorted(c.split()[1] for c in connects) == [
+        "nop/verifier",
+        "oracle/verifier",
+        "smoke/smoke",
+    ]
+    assert not any("agent" in c for c in connects)
+    assert outcome.run_dir is not None
+    assert (outcome.run_dir / "oracle" / "services" / "db.log").is_file()
+
+
+def test_an_unhealthy_service_fails_the_gate_with_its_last_lines(tmp_path: Path) -> None:
+    engine = FakeEngine(Script(service_states={"db": ["starting", "unhealthy"]}))
+    report = run_with_services(tmp_path, engine).report
+    assert report.verdict is Verdict.REJECTED
+    assert report.stages.smoke.status is Status.FAILED
+    assert report.stages.smoke.detail.startswith(
+        "service db is unhealthy; its last lines: db log line; see "
+    )
+    assert report.stages.nop.detail == "skipped: smoke did not pass"
+
+
+def test_a_missing_service_image_is_infrastructure(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    task = bash_task(tmp_path, name="with-db", environment=CONTRACT)
+    report = verify(
+        task.directory,
+        settings(tmp_path),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: engine,
+        env=ENV,
+    ).report
+    assert report.verdict is Verdict.INFRASTRUCTURE_FAILED
+    assert report.stages.smoke.detail.startswith(f"service db's image {DB_IMAGE} is not present")
