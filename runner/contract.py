@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -180,6 +180,7 @@ def check_variables(variables: Mapping[str, str]) -> Mapping[str, str]:
 
 CONTRACT_FIELDS = (
     "baseImage",
+    "testsNetwork",
     "rootSetupCommand",
     "setupCommand",
     "smokeCommand",
@@ -284,6 +285,9 @@ class Evidence(_Strict):
 
 class EnvironmentContract(_Strict):
     base_image: Annotated[str, AfterValidator(pinned_image)] | None = None
+    # Whether the held-out tests may reach the internet. Default: they may not (services of the
+    # contract stay reachable); a task that needs the network declares `public`.
+    tests_network: Literal["no-network", "public"] = "no-network"
     root_setup_command: Command | None = None
     smoke_command: Command | None = None
     environment_variables: dict[str, str] = Field(default_factory=dict)

@@ -384,7 +384,7 @@ class DockerEngine:
     # ---- services --------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def network(self, name: str, *, labels: Mapping[str, str]) -> Iterator[str]:
+    def network(self, name: str, *, labels: Mapping[str, str], keep: bool) -> Iterator[str]:
         """A gate's own network. Internal: its services reach nothing beyond it."""
         with engine_errors(f"creating network {name}"):
             created = self.api.create_network(
@@ -393,14 +393,18 @@ class DockerEngine:
         try:
             yield str(created["Id"])
         finally:
-            with contextlib.suppress(DockerException, *TRANSIENT):
-                for item in self.api.inspect_network(created["Id"]).get("Containers") or {}:
-                    with contextlib.suppress(DockerException, *TRANSIENT):
-                        self.api.disconnect_container_from_network(item, created["Id"], force=True)
-                self.api.remove_network(created["Id"])
+            if not keep:
+                self._remove_network(str(created["Id"]))
+
+    def _remove_network(self, network: str) -> None:
+        with contextlib.suppress(DockerException, *TRANSIENT):
+            for item in self.api.inspect_network(network).get("Containers") or {}:
+                with contextlib.suppress(DockerException, *TRANSIENT):
+                    self.api.disconnect_container_from_network(item, network, force=True)
+            self.api.remove_network(network)
 
     @contextlib.contextmanager
-    def service(self, plan: ServicePlan, *, network: str) -> Iterator[DockerService]:
+    def service(self, plan: ServicePlan, *, network: str, keep: bool) -> Iterator[DockerService]:
         check = plan.healthcheck
         seconds = 1_000_000_000
         with engine_errors(f"starting service {plan.name} ({plan.image})"):
@@ -435,8 +439,9 @@ class DockerEngine:
                 self.api.start(service.id)
             yield service
         finally:
-            with contextlib.suppress(DockerException, *TRANSIENT):
-                self.api.remove_container(service.id, force=True, v=True)
+            if not keep:
+                with contextlib.suppress(DockerException, *TRANSIENT):
+                    self.api.remove_container(service.id, force=True, v=True)
 
     def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
         """Remove every container, network and volume (and image) carrying `labels`."""
@@ -614,7 +619,11 @@ class DockerContainer:
                 if not state.get("Pid") and code in (126, 127):
                     # The runtime could not start the command (no such user or file): the
                     # engine's failure, never the command's exit status.
-                    never_started.append(first.decode(errors="replace").strip() or f"exit {code}")
+                    never_started.append(
+                        first.decode(errors="replace").strip()
+                        or f"exit {code}: the runtime could not start it (a missing user or "
+                        "executable?)"
+                    )
             except BaseException as exc:  # handed to the waiting thread
                 failure.append(exc)
             finally:
@@ -638,7 +647,10 @@ class DockerContainer:
         # is what happened, whatever the exec call then reported.
         killed_by_runner = timed_out or self.storage_exceeded_mb is not None
         if never_started and not killed_by_runner:
-            raise EngineError(f"cannot start {step.name} in {self.name}: {never_started[0]}")
+            raise EngineError(
+                f"cannot start {step.name} ({step.argv[0]} as {step.user}) in {self.name}: "
+                f"{never_started[0]}"
+            )
         if failure and not killed_by_runner:
             exc = failure[0]
             if isinstance(exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException)):

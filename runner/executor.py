@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import tempfile
 import threading
@@ -379,7 +380,7 @@ class Executor:
             self._services(smoke.services, "smoke", stage) as network,
             self.engine.container(smoke.container, env=self.env.proxies, keep=self.plan.keep) as c,
         ):
-            if network is not None:
+            if network is not None and smoke.container.network != network:
                 c.connect(network)
             outcome = c.exec(smoke.run, log_path, limit=self.plan.max_log_bytes)
             self.storage_mechanism = c.storage_mechanism
@@ -447,30 +448,49 @@ class Executor:
         verifier = stack.enter_context(
             self.engine.container(trial.verifier, env=self.env.proxies, keep=self.plan.keep)
         )
-        if network is not None:
-            verifier.connect(network)
+        if network is not None and trial.verifier.network != network:
+            verifier.connect(network)  # a public verifier also joins its services' network
         return verifier
 
     @contextlib.contextmanager
     def _services(
         self, services: GateServices | None, gate: str, stage: StageResult
     ) -> Iterator[str | None]:
+        """Yields the network's name (what containers are created on or connected to)."""
         """The gate's services on their own network, healthy, logs saved afterwards. The
         agent container never joins it: only the verifier (and smoke) do."""
         if services is None:
             yield None
             return
         with contextlib.ExitStack() as stack:
-            network = stack.enter_context(
-                self.engine.network(services.network, labels=services.network_labels)
+            stack.enter_context(
+                self.engine.network(
+                    services.network, labels=services.network_labels, keep=self.plan.keep
+                )
             )
+            network = services.network
             running: list[tuple[ServicePlan, Service]] = []
             try:
                 for plan in services.services:
                     ensure_image(self.engine, plan.image, what=f"service {plan.name}'s image")
                     running.append(
-                        (plan, stack.enter_context(self.engine.service(plan, network=network)))
+                        (
+                            plan,
+                            stack.enter_context(
+                                self.engine.service(plan, network=network, keep=self.plan.keep)
+                            ),
+                        )
                     )
+                if self.plan.keep:
+                    with self._lock:
+                        self.kept.extend(
+                            KeptContainer(
+                                label=f"{gate} service {plan.name}",
+                                name=plan.container,
+                                enter=f"docker exec -it {plan.container} sh",
+                            )
+                            for plan, _ in running
+                        )
                 self.progress(gate, f"waiting for {', '.join(p.name for p, _ in running)}")
                 self._wait_healthy(running, services.ready_timeout_seconds, gate)
                 yield network
@@ -595,6 +615,12 @@ class Executor:
                 agent_log=str(run.agent_log),
                 collect_log=str(run.collect_log),
                 verifier_log=str(run.verifier_log),
+                last_lines={
+                    name: _last_line(
+                        self.run_dir / trial.gate / "logs" / "verifier" / f"{name}.log"
+                    )
+                    for name in ("fail_to_pass", "pass_to_pass")
+                },
             )
         )
         stage.set(judgement.status, judgement.detail)
@@ -786,6 +812,27 @@ def prepare(
             f"see {workdir / 'toolchains.log'}"
         )
     return False
+
+
+_ERRORISH = re.compile(
+    r"error|exception|traceback|refused|could not|cannot|not found|no such|denied|timed? ?out",
+    re.IGNORECASE,
+)
+
+
+def _last_line(path: Path) -> str:
+    """The line worth quoting from a failed test command's log: the last error-looking line of
+    its last 20 lines (a runner's summary such as "FAIL tests/x" often comes after the cause),
+    else the last line; never the runner's own markers."""
+    lines = [
+        " ".join(line.split())
+        for line in _tail_lines(path, size=16 * 1024)
+        if line.strip() and not line.startswith("[selfbench:")
+    ][-20:]
+    for line in reversed(lines):
+        if _ERRORISH.search(line):
+            return line
+    return lines[-1] if lines else ""
 
 
 def _tail_lines(path: Path, size: int = 64 * 1024) -> list[str]:

@@ -7,7 +7,7 @@ limit is never reported as an out-of-memory kill, nor the runner's own kill as o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.report import DOCKER_STAGES, LimitsData, Status, Verdict
 from runner.reward import Reward, VerifierDetails
@@ -200,6 +200,24 @@ class TrialEvidence:
     agent_log: str
     collect_log: str
     verifier_log: str
+    # The last meaningful line each test command printed (`fail_to_pass`, `pass_to_pass`):
+    # a red gate quotes the failing one.
+    last_lines: Mapping[str, str] = field(default_factory=dict)
+
+
+def _quote(reward: Reward, gate: str, lines: Mapping[str, str]) -> str:
+    """`: <the failing command's last line>` for a red gate, or ''."""
+    if gate == "nop" and reward.pass_to_pass != 1:
+        line = lines.get("pass_to_pass")
+    elif gate == "oracle" and reward.fail_to_pass != 1:
+        line = lines.get("fail_to_pass")
+    elif gate == "oracle" and reward.pass_to_pass != 1:
+        line = lines.get("pass_to_pass")
+    else:
+        line = None
+    if not line:
+        return ""
+    return f": {line[:300]}"
 
 
 def judge_trial(evidence: TrialEvidence) -> Judgement:
@@ -245,6 +263,8 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
             f"the verifier wrote no reward.json (exit {e.test.exit_code}); see {e.verifier_log}"
         )
     ok, detail = evaluate_gate(e.gate, e.reward, e.details)
+    if not ok:
+        detail += _quote(e.reward, e.gate, e.last_lines)
     detail = _with_notes(detail, e.limits, **notes)
     return _passed(detail) if ok else _failed(detail)
 

@@ -401,6 +401,13 @@ def _stage_model(stages: Stages, name: str, result: StageResult) -> None:
         stage.data = result.data  # type: ignore[assignment]
 
 
+def _tests_network(run: _Run) -> str | None:
+    if run.bundle is None:
+        return None
+    contract = run.bundle.contract
+    return contract.tests_network if contract else "no-network"
+
+
 def _storage_words(mechanism: str | None) -> str | None:
     return {
         "quota": "enforced by the engine's quota (--storage-opt size)",
@@ -464,6 +471,7 @@ def _report(run: _Run) -> Report:
             pids_limit=settings.pids_limit,
             max_log_bytes=settings.max_log_bytes,
             storage_limit=_storage_words(execution.storage_mechanism if execution else None),
+            tests_network=_tests_network(run),
             keep=settings.keep,
         ),
         kept=execution.kept if execution else [],

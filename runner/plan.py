@@ -215,6 +215,7 @@ class VerifyPlan(_Frozen):
     # Both verifiers run at once only when twice the task's cpus fit the engine: a suite slowed
     # by contention could otherwise time out, a false red.
     parallel_verifiers: bool
+    tests_network: Literal["no-network", "public"]
     storage: StorageLimit
     keep: bool
     remove_images: bool
@@ -375,6 +376,20 @@ def plan_verify(
         )
     agent_image, verifier_image = builds[0].tag, builds[1].tag
 
+    tests_network = contract.tests_network if contract else "no-network"
+
+    def network_for(role: str, gate: str) -> str:
+        """Agent sides need no network (solve.sh applies a patch, collect diffs). The verifier's
+        tests have none unless the task declares `testsNetwork: public`; its services' network
+        is internal, so joining it reaches the services and nothing else."""
+        if role == "agent":
+            return "none"
+        if tests_network == "public":
+            return "bridge"
+        if contract is not None and contract.services:
+            return f"selfbench-{slug}-{gate}-{suffix}"
+        return "none"
+
     def container(role: str, gate: str, image: str, deadline: float, home: str) -> ContainerPlan:
         side = "" if role == "smoke" else f"-{role}"
         return ContainerPlan(
@@ -387,7 +402,7 @@ def plan_verify(
             env={"HOME": home},
             proxy_env=proxies,
             workdir="/app",
-            network="bridge",
+            network=network_for(role, gate),
             limits=limits,
             labels=labels(gate, **({"org.selfbench.side": role} if role != "smoke" else {})),
             storage=storage,
@@ -493,6 +508,7 @@ def plan_verify(
         smoke=smoke,
         trials=trials,
         parallel_verifiers=2 * limits.requested_cpus <= facts.ncpu,
+        tests_network=tests_network,
         storage=storage,
         keep=settings.keep,
         remove_images=settings.remove_images,

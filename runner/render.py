@@ -313,7 +313,10 @@ def compose_file(contract: EnvironmentContract) -> str:
 
 def toolchain_scripts(layers: Sequence[ToolchainSpec]) -> dict[str, bytes]:
     env = _environment()
-    scripts = {"toolchains/lib.sh": (dockerfiles_dir() / "toolchains" / "lib.sh").read_bytes()}
+    scripts = {
+        f"toolchains/{name}": (dockerfiles_dir() / "toolchains" / name).read_bytes()
+        for name in ("lib.sh", "share-caches.sh")
+    }
     for spec in layers:
         scripts[f"toolchains/{spec.name.value}.sh"] = (
             env.get_template(spec.script).render(tc=spec).encode()

@@ -215,6 +215,7 @@ class ReportSettings(_Model):
     pids_limit: int | None = None
     max_log_bytes: int | None = None
     storage_limit: str | None = None  # what held storage_mb, said in words
+    tests_network: str | None = None  # no-network (the default) or public, as the task declares
     keep: bool = False
 
 

@@ -212,6 +212,7 @@ class FakeEngine:
         role = plan.labels.get("org.selfbench.side", "smoke")
         key = f"{plan.labels['org.selfbench.kind']}/{role}"
         self.record(f"create {key}")
+        self.record(f"network of {key}: {plan.network}")
         if key in self.script.create_raises:
             raise self.script.create_raises[key]
         container = FakeContainer(self, plan)
@@ -226,13 +227,13 @@ class FakeEngine:
                     self.removed.append(plan.name)
 
     @contextlib.contextmanager
-    def network(self, name: str, *, labels: Mapping[str, str]) -> Iterator[str]:
+    def network(self, name: str, *, labels: Mapping[str, str], keep: bool) -> Iterator[str]:
         self.record(f"network {name}")
         yield name
         self.record(f"network removed {name}")
 
     @contextlib.contextmanager
-    def service(self, plan: ServicePlan, *, network: str) -> Iterator[FakeService]:
+    def service(self, plan: ServicePlan, *, network: str, keep: bool) -> Iterator[FakeService]:
         self.record(f"service {plan.name} on {network}")
         yield FakeService(plan.name, self.script.service_states.get(plan.name, ["healthy"]))
         self.record(f"service removed {plan.name}")

@@ -319,15 +319,38 @@ def test_services_run_for_the_verifier_only(tmp_path: Path) -> None:
         name = network.split()[1]
         assert f"service db on {name}" in events
         assert f"network removed {name}" in events
-    connects = [e for e in events if e.startswith("connect ")]
-    assert sorted(c.split()[1] for c in connects) == [
-        "nop/verifier",
-        "oracle/verifier",
-        "smoke/smoke",
-    ]
-    assert not any("agent" in c for c in connects)
+    # No network for the tests by default: verifier and smoke sit on their gate's (internal)
+    # services network only; agent sides have none at all.
+    for key in ("smoke/smoke", "nop/verifier", "oracle/verifier"):
+        gate = key.split("/")[0]
+        network = next(
+            e.split()[1] for e in events if e.startswith(f"network selfbench-with-db-{gate}-")
+        )
+        assert f"network of {key}: {network}" in events
+    for gate in ("nop", "oracle"):
+        assert f"network of {gate}/agent: none" in events
+    assert not any(e.startswith("connect ") for e in events)
     assert outcome.run_dir is not None
     assert (outcome.run_dir / "oracle" / "services" / "db.log").is_file()
+
+
+def test_a_public_verifier_joins_its_services_network(tmp_path: Path) -> None:
+    from runner.runtime import ImageInfo
+
+    engine = FakeEngine()
+    engine.images[DB_IMAGE] = ImageInfo(id="sha256:db", labels={})
+    task = bash_task(tmp_path, name="with-db", environment={**CONTRACT, "testsNetwork": "public"})
+    report = verify(
+        task.directory,
+        settings(tmp_path),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: engine,
+        env=ENV,
+    ).report
+    assert report.verdict is Verdict.ACCEPTED
+    assert report.settings.tests_network == "public"
+    assert "network of nop/verifier: bridge" in engine.events
+    assert any(e.startswith("connect nop/verifier selfbench-with-db-nop-") for e in engine.events)
 
 
 def test_an_unhealthy_service_fails_the_gate_with_its_last_lines(tmp_path: Path) -> None:

@@ -329,3 +329,29 @@ def test_reason_names_the_first_stage_that_did_not_pass() -> None:
     ]
     assert verdict_reason(stages) == "nop: nop failed"
     assert verdict_reason([("a", Status.PASSED, "x")]) == ""
+
+
+def test_a_red_gate_quotes_the_failing_commands_last_line() -> None:
+    lines = {
+        "fail_to_pass": "FAIL tests/test_new.sh",
+        "pass_to_pass": 'psql: error: could not translate host name "db" to address',
+    }
+    nop = judge_trial(
+        evidence(
+            gate="nop",
+            reward=reward(NOP_OK, pass_to_pass=0),
+            details=details(pass_to_pass_exit_code=2),
+            last_lines=lines,
+        )
+    )
+    assert nop.detail == (
+        "pass-to-pass tests fail on the base snapshot (exit 2): "
+        'psql: error: could not translate host name "db" to address'
+    )
+    oracle = judge_trial(
+        evidence(reward=reward(ORACLE_OK, fail_to_pass=0), details=DETAILS, last_lines=lines)
+    )
+    assert oracle.detail.endswith("(exit 1): FAIL tests/test_new.sh")
+    assert judge_trial(evidence(last_lines=lines)).detail == (
+        "the gold patch applies and every selected test passes"
+    )
