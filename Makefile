@@ -6,7 +6,7 @@ TASK   ?=
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test unit lint verify engine base-image bench clean
+.PHONY: help setup test test-harbor unit lint verify engine base-image bench clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -15,8 +15,11 @@ setup: ## Make .venv and install the project with its dev tools
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 
-test: engine ## All tests: unit, then integration on a real Docker engine (started if needed)
-	$(BIN)/python -m pytest $(ARGS)
+test: engine ## All tests but real Harbor's: unit, then integration on a real Docker engine
+	$(BIN)/python -m pytest -m "not harbor" $(ARGS)
+
+test-harbor: engine ## The bundle under real Harbor 0.26 (builds its image once, a few minutes)
+	$(BIN)/python -m pytest -m harbor $(ARGS)
 
 unit: ## Unit tests only (no Docker)
 	$(BIN)/python -m pytest -m "not docker" $(ARGS)

@@ -3,6 +3,11 @@ data root, exec root, pid file and bridge device, optionally on a btrfs loop fil
 It is stopped by pid and everything it made is removed; the main engine's objects are never
 touched.
 
+With `nat=True` its containers reach the outside world (builds that install packages need to):
+a masquerade rule for its subnet alone and forwarding rules for its bridge alone, inserted in
+`DOCKER-USER` (the chain Docker leaves to users) and removed afterwards. Docker-in-Docker is not
+an option here: privileged containers cannot get their capabilities in this sandbox.
+
 Measured here: a second dockerd started with `--bridge=none` deletes the host's `docker0`
 (moby removes the default bridge when the bridge is disabled), which breaks the main engine's
 networking. So the private engine gets a bridge device of its own, and `--iptables=false` keeps
@@ -55,9 +60,41 @@ def _bridge_name() -> str:
     return f"sbt{os.getpid() % 100000}"  # interface names are at most 15 characters
 
 
+def _nat_rules(bridge: str, subnet: str) -> list[list[str]]:
+    return [
+        ["-t", "nat", "POSTROUTING", "-s", subnet, "!", "-o", bridge, "-j", "MASQUERADE"],
+        ["-t", "filter", "DOCKER-USER", "-i", bridge, "-j", "ACCEPT"],
+        [
+            "-t",
+            "filter",
+            "DOCKER-USER",
+            "-o",
+            bridge,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "RELATED,ESTABLISHED",
+            "-j",
+            "ACCEPT",
+        ],
+    ]
+
+
+def _iptables(action: str, rule: list[str]) -> None:
+    table, chain, *spec = rule[1], rule[2], *rule[3:]
+    subprocess.run(
+        ["iptables", "-t", table, action, chain, *spec], check=action == "-I", capture_output=True
+    )
+
+
 @contextlib.contextmanager
 def private_engine(
-    root: Path, *, storage: str = "overlay2", images: tuple[str, ...] = (), size: str = "16G"
+    root: Path,
+    *,
+    storage: str = "overlay2",
+    images: tuple[str, ...] = (),
+    size: str = "16G",
+    nat: bool = False,
 ) -> Iterator[PrivateEngine]:
     """Start a dockerd of our own under `root` (storage `overlay2` or `btrfs`), load `images`
     from the main engine into it, and stop and remove it all afterwards."""
@@ -80,10 +117,14 @@ def private_engine(
         mount = data
         _run("btrfs", "quota", "enable", str(data))
     subnet_octet = 200 + os.getpid() % 50
+    subnet = f"10.{subnet_octet}.77.0/24"
+    rules = _nat_rules(bridge, subnet) if nat else []
     try:
         _run("ip", "link", "add", "name", bridge, "type", "bridge")
         _run("ip", "addr", "add", f"10.{subnet_octet}.77.1/24", "dev", bridge)
         _run("ip", "link", "set", bridge, "up")
+        for rule in rules:
+            _iptables("-I", rule)
         socket = short / "docker.sock"
         log = (root / "dockerd.log").open("wb")
         process = subprocess.Popen(
@@ -136,6 +177,8 @@ def private_engine(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(10)
+        for rule in rules:
+            _iptables("-D", rule)
         if mount is not None:
             subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
         subprocess.run(["ip", "link", "delete", bridge], check=False, capture_output=True)

@@ -1,0 +1,267 @@
+"""The compiled bundle under real Harbor 0.26.0 (its built-in `oracle` and `nop` agents, its
+Docker environment), unchanged, under BuildKit and the classic builder; and a bundle with
+services checked against Harbor's own TaskConfig and compose merge.
+
+How it runs here (no registry): Harbor in its image (scripts/make-harbor-image.sh) on the main
+engine, driving a private engine through its socket (the work directory mounted at the same path,
+since Harbor bind-mounts trial directories by path). The bundle's default `FROM ubuntu:24.04`
+cannot be pulled, so the private engine holds a stand-in under that tag: the runner's own base
+(the host CA and the uv wheel) with `ENV SELFBENCH_UV_SOURCE=registry`, which the bundle's
+toolchain ARGs (declared without defaults) let through under BuildKit, the way a user switches
+sources when Harbor passes no build args. The stand-in never exists on the main engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from runner.compiler import compile_task
+from runner.settings import CompileOptions
+from runner.taskdir import load_authored_task
+from tests.engines import PrivateEngine, private_engine
+from tests.helpers import bash_task
+from tests.integration.conftest import HOST_CA, ROOT
+
+pytestmark = pytest.mark.harbor
+STANDIN = "selfbench-test/harbor-standin:ubuntu-24.04"
+
+
+def runner(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def harbor_image() -> str:
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "make-harbor-image.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def workdir() -> Iterator[Path]:
+    # Mounted at the same path in Harbor's container: keep it short and outside pytest's tree.
+    path = Path(f"/tmp/selfbench-harbor-{os.getpid()}")
+    path.mkdir(exist_ok=True)
+    yield path
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+@pytest.fixture(scope="module")
+def standin(base_image: str, docker_client: docker.DockerClient, workdir: Path) -> Path:
+    options = [
+        "--toolchains",
+        "uv",
+        "--toolchain-source",
+        "uv=registry",
+        "--base-image",
+        base_image,
+    ]
+    if HOST_CA.is_file():
+        options += ["--extra-ca-certs", str(HOST_CA)]
+    derived = json.loads(runner("prepare", *options, "--plan"))["base"]["derived"]["tag"]
+    runner("prepare", *options, "-q")
+    context = workdir / "standin"
+    context.mkdir(exist_ok=True)
+    (context / "Dockerfile").write_text(f"FROM {derived}\nENV SELFBENCH_UV_SOURCE=registry\n")
+    for chunk in docker_client.api.build(path=str(context), tag=STANDIN, decode=True, rm=True):
+        assert "error" not in chunk, chunk
+    tar = workdir / "standin.tar"
+    with tar.open("wb") as handle:
+        for block in docker_client.images.get(STANDIN).save(named=True):
+            handle.write(block)
+    docker_client.images.remove(STANDIN)
+    return tar
+
+
+@pytest.fixture(scope="module")
+def harbor_engine(
+    tmp_path_factory: pytest.TempPathFactory, standin: Path
+) -> Iterator[PrivateEngine]:
+    with private_engine(tmp_path_factory.mktemp("harbor-engine"), nat=True) as engine:
+        docker_at = ["docker", "-H", engine.url]
+        subprocess.run([*docker_at, "load", "-q", "-i", str(standin)], check=True)
+        subprocess.run([*docker_at, "tag", STANDIN, "ubuntu:24.04"], check=True)
+        yield engine
+
+
+def harbor(
+    image: str, engine: PrivateEngine, workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = [arg for key, value in (env or {}).items() for arg in ("-e", f"{key}={value}")]
+    return subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            *environment,
+            "-v",
+            f"{engine.socket}:/var/run/docker.sock",
+            "-v",
+            f"{workdir}:{workdir}",
+            "-w",
+            str(workdir),
+            image,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1500,
+    )
+
+
+def digest(tree: Path) -> str:
+    sha = hashlib.sha256()
+    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+        sha.update(str(path.relative_to(tree)).encode() + b"\0" + path.read_bytes())
+    return sha.hexdigest()
+
+
+def trial(jobs: Path, job: str) -> dict[str, Any]:
+    (result,) = [p for p in (jobs / job).glob("*/result.json")]
+    document = json.loads(result.read_text())
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.mark.parametrize("buildkit", ["1", "0"], ids=["buildkit", "classic"])
+def test_bundle_runs_unchanged_under_real_harbor(
+    buildkit: str, harbor_image: str, harbor_engine: PrivateEngine, workdir: Path
+) -> None:
+    bundle = workdir / f"bundle-{buildkit}"
+    task = load_authored_task(ROOT / "examples" / "bash-calc")
+    compile_task(task, repo=None, out=bundle, options=CompileOptions())
+    before = digest(bundle)
+    lint = harbor(harbor_image, harbor_engine, workdir, "harbor", "lint", str(bundle))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    jobs = workdir / f"jobs-{buildkit}"
+    rewards = {}
+    for agent in ("oracle", "nop"):
+        run = harbor(
+            harbor_image,
+            harbor_engine,
+            workdir,
+            "harbor",
+            "run",
+            "-p",
+            str(bundle),
+            "-a",
+            agent,
+            "-e",
+            "docker",
+            "-n",
+            "1",
+            "-o",
+            str(jobs),
+            "--job-name",
+            agent,
+            "-q",
+            "--no-delete",
+            env={"DOCKER_BUILDKIT": buildkit},
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        result = trial(jobs, agent)
+        assert result["exception_info"] is None, result["exception_info"]
+        assert result["verifier_environment_mode"] == "separate"
+        rewards[agent] = result["verifier_result"]["rewards"]
+        # The builder asked for is the one that ran: BuildKit marks every step it builds.
+        image = f"{result['trial_name']}__env-main:latest".lower()
+        history = subprocess.run(
+            [
+                "docker",
+                "-H",
+                harbor_engine.url,
+                "history",
+                "--no-trunc",
+                "--format",
+                "{{.CreatedBy}}",
+                image,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert ("# buildkit" in history) is (buildkit == "1"), history[-500:]
+    assert rewards["oracle"]["reward"] == 1
+    assert rewards["nop"]["reward"] == 0
+    # reward.json holds only the verdict's 0/1 metrics: Harbor averages every numeric key.
+    assert set(rewards["oracle"]) == {
+        "reward",
+        "patch_applied",
+        "fail_to_pass",
+        "pass_to_pass",
+        "deterministic",
+        "setup_completed",
+    }
+    assert digest(bundle) == before
+
+
+def test_a_services_bundle_passes_harbors_task_config_and_compose_merge(
+    tmp_path: Path, harbor_image: str, harbor_engine: PrivateEngine, workdir: Path
+) -> None:
+    pinned = "127.0.0.1:5000/selfbench-test/pg:15@sha256:" + "c" * 64
+    task = bash_task(
+        tmp_path,
+        name="harbor-services",
+        environment={
+            "services": [
+                {
+                    "name": "db",
+                    "image": pinned,
+                    "env": {"POSTGRES_PASSWORD": "postgres"},
+                    "healthcheck": {"command": "pg_isready -h 127.0.0.1"},
+                    "ports": [5432],
+                }
+            ]
+        },
+    )
+    bundle = workdir / "services-bundle"
+    compile_task(
+        load_authored_task(task.directory), repo=None, out=bundle, options=CompileOptions()
+    )
+    script = f"""
+import json, subprocess, tomllib
+from pathlib import Path
+import harbor.environments.docker as docker_env
+from harbor.models.task.config import TaskConfig
+config = TaskConfig.model_validate(tomllib.loads(Path("{bundle}/task.toml").read_text()))
+assert config.verifier.environment_mode.value == "separate", config.verifier
+build = Path(docker_env.__file__).parent / "docker-compose-build.yaml"
+merged = subprocess.run(
+    ["docker", "compose", "-f", str(build), "-f", "{bundle}/tests/docker-compose.yaml",
+     "config", "--format", "json"],
+    capture_output=True, text=True, check=True,
+    env={{"CONTEXT_DIR": "{bundle}/tests", "PATH": "/usr/bin:/bin"}},
+)
+print(json.dumps(json.loads(merged.stdout)["services"]))
+"""
+    result = harbor(harbor_image, harbor_engine, workdir, "python3", "-c", script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    services = json.loads(result.stdout.strip().splitlines()[-1])
+    assert services["main"]["depends_on"]["db"]["condition"] == "service_healthy"
+    assert services["main"]["command"] == ["sh", "-c", "sleep infinity"]
+    assert services["db"]["image"] == pinned
+    assert services["db"]["healthcheck"]["test"] == ["CMD-SHELL", "pg_isready -h 127.0.0.1"]
