@@ -14,6 +14,9 @@ help: ## Show the targets
 setup: ## Make .venv and install the project with its dev tools
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# Bytecode for the editable package too (pip compiles only what it copies): start-up
+	@# reads it even where PYTHONDONTWRITEBYTECODE keeps Python from writing its own.
+	$(BIN)/python -m compileall -q runner
 
 test: engine ## All tests but real Harbor's: unit, then integration on a real Docker engine
 	$(BIN)/python -m pytest -m "not harbor" $(ARGS)

@@ -47,6 +47,8 @@ class Bundle:
     context_digests: dict[str, str]
     # The environment contract the bundle was compiled with (from its manifest), if any.
     contract: EnvironmentContract | None = None
+    # Whether tests/smoke.sh is the default, read-only check the runner renders itself.
+    default_smoke: bool = False
 
     @property
     def task_id(self) -> str:
@@ -121,7 +123,18 @@ def load_bundle(root: Path) -> Bundle:
         if context.is_symlink() or not context.is_dir():
             raise InvalidTaskError("must be a directory", path=str(context))
         digests[name] = context_digest(context)
-    return Bundle(root=root, config=config, context_digests=digests, contract=contract)
+    from runner.render import default_smoke_script
+    from runner.toolchains import load_catalog
+
+    smoke = optional_regular(root / "tests" / "smoke.sh", limit=MAX_MANIFEST_BYTES)
+    default = default_smoke_script(config.metadata.toolchains, load_catalog())
+    return Bundle(
+        root=root,
+        config=config,
+        context_digests=digests,
+        contract=contract,
+        default_smoke=smoke == default,
+    )
 
 
 def read_contract(root: Path) -> EnvironmentContract | None:

@@ -105,18 +105,29 @@ def _owner_alive(owner: str) -> bool:
     return current == start
 
 
+def _connection_from_env() -> dict[str, Any]:
+    from docker.context import ContextAPI
+    from docker.utils import kwargs_from_env
+
+    params: dict[str, Any] = dict(kwargs_from_env())
+    if "base_url" not in params:
+        for key, value in ContextAPI.kwargs_from_context().items():
+            params.setdefault(key, value)
+    return params
+
+
 class DockerEngine:
     """A connected Docker engine."""
 
     def __init__(self, *, base_url: str | None = None, timeout: int = 120) -> None:
         self.timeout = timeout
-        self.base_url = base_url
         try:
-            self.client = (
-                docker.DockerClient(base_url=base_url, timeout=timeout)
-                if base_url
-                else docker.from_env(timeout=timeout)
+            # What docker.from_env() would connect to (DOCKER_HOST, TLS files, the current
+            # context), resolved once: every client this engine makes reuses it.
+            self._connection: dict[str, Any] = (
+                {"base_url": base_url} if base_url else _connection_from_env()
             )
+            self.client = docker.DockerClient(**self._connection, timeout=timeout)
             self._ping()
             info = self.client.info()
         except (DockerException, *TRANSIENT, requests.exceptions.RequestException) as exc:
@@ -134,10 +145,11 @@ class DockerEngine:
 
     def _new_api(self, timeout: float) -> docker.APIClient:
         """A client of its own for a long call: its read timeout outlasts the call, and closing
-        it cancels the call on the engine."""
-        if self.base_url:
-            return docker.APIClient(base_url=self.base_url, timeout=int(timeout))
-        return docker.from_env(timeout=int(timeout)).api
+        it cancels the call on the engine. It reuses the negotiated API version (no /version
+        round trip on every exec)."""
+        return docker.APIClient(
+            **self._connection, version=self.api.api_version, timeout=int(timeout)
+        )
 
     @_transient_retry()
     def _ping(self) -> None:

@@ -164,7 +164,9 @@ def run_log(run_dir: Path) -> Iterator[None]:
     """Everything the runner logs during the run, tracebacks included, in runner.log."""
     handler = logging.FileHandler(run_dir / RUN_LOG, encoding="utf-8")
     handler.setLevel(logging.DEBUG)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s")
+    )
     root = logging.getLogger()
     previous = root.level
     root.addHandler(handler)

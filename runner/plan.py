@@ -183,17 +183,21 @@ class GateServices(_Frozen):
 
 
 class SmokePlan(_Frozen):
-    container: ContainerPlan
+    # None: the default, read-only smoke check runs in the nop verifier's container, before
+    # its tests (one container fewer); a contract's smoke command gets a container of its own.
+    container: ContainerPlan | None
     run: ExecStep
     services: GateServices | None = None
 
 
 class TrialPlan(_Frozen):
     gate: Literal["nop", "oracle"]
-    agent: ContainerPlan
+    # None for nop: its agent does nothing, and the agent image commits the post-setup tree, so
+    # the collected patch is empty by construction; the verifier gets an empty agent.patch.
+    agent: ContainerPlan | None
     solution_dir: str | None  # bundle directory copied to /solution (oracle)
     solve: ExecStep | None
-    collect: ExecStep
+    collect: ExecStep | None  # None with no agent container
     agent_patch: str
     verifier: ContainerPlan
     test: ExecStep
@@ -439,8 +443,11 @@ def plan_verify(
             ready_timeout_seconds=ready_timeout,
         )
 
+    shared_smoke = bundle.default_smoke
     smoke = SmokePlan(
-        container=container("smoke", "smoke", verifier_image, smoke_timeout, "/home/verifier"),
+        container=None
+        if shared_smoke
+        else container("smoke", "smoke", verifier_image, smoke_timeout, "/home/verifier"),
         run=ExecStep(
             name="smoke",
             argv=["bash", SMOKE_SCRIPT],
@@ -449,7 +456,7 @@ def plan_verify(
             workdir="/app",
             timeout_seconds=smoke_timeout,
         ),
-        services=services("smoke", smoke_timeout),
+        services=None if shared_smoke else services("smoke", smoke_timeout),
     )
     collect_timeout = config.verifier.collect[0].timeout_sec
     trials = []
@@ -468,10 +475,14 @@ def plan_verify(
         trials.append(
             TrialPlan(
                 gate=gate,
-                agent=container("agent", gate, agent_image, agent_deadline, "/home/agent"),
+                agent=None
+                if gate == "nop"
+                else container("agent", gate, agent_image, agent_deadline, "/home/agent"),
                 solution_dir=str(bundle.root / "solution") if gate == "oracle" else None,
                 solve=solve,
-                collect=ExecStep(
+                collect=None
+                if gate == "nop"
+                else ExecStep(
                     name="collect",
                     argv=["bash", "-c", config.verifier.collect[0].command],
                     user="root",

@@ -35,7 +35,7 @@ from runner.harbor import (
     TaskToml,
     VerifierConfig,
 )
-from runner.models import TaskDefinition
+from runner.models import TaskDefinition, Toolchain
 from runner.patches import PatchInfo, repository_path
 from runner.resources import dockerfiles_dir
 from runner.reward import DETAIL_KEYS, REWARD_KEYS
@@ -334,6 +334,18 @@ def render_toolchain_context(layers: Sequence[ToolchainSpec]) -> dict[str, bytes
         .encode()
     )
     return {"Dockerfile": dockerfile, **toolchain_scripts(layers)}
+
+
+def default_smoke_script(toolchains: Sequence[Toolchain], catalog: Catalog) -> bytes:
+    """smoke.sh as rendered for a task without a smoke command: version answers and a git work
+    tree, nothing written. A bundle whose smoke.sh is exactly this may run it in the nop
+    verifier's container before its tests."""
+    context = {
+        "smoke_command": "",
+        "toolchain_layers": catalog.close(toolchains),
+        "workdir_abs": "/app",
+    }
+    return _environment().get_template("smoke.sh.j2").render(context).encode()
 
 
 def render_derived_base(*, extra_ca: bool, artifacts: bool) -> bytes:

@@ -304,6 +304,34 @@ def test_verify_plan_prints_the_plan_without_docker(
     assert [b["kind"] for b in plan["builds"]] == ["agent", "verifier"]
     assert [t["gate"] for t in plan["trials"]] == ["nop", "oracle"]
     assert plan["trials"][1]["solve"]["argv"] == ["bash", "/solution/solve.sh"]
+    # Three containers: nop has no agent side (its patch is empty by construction), and the
+    # default smoke check, which only reads, runs in the nop verifier.
+    nop, oracle = plan["trials"]
+    assert nop["agent"] is None and nop["collect"] is None
+    assert oracle["agent"]["image"] == plan["builds"][0]["tag"]
+    assert plan["smoke"]["container"] is None
+
+
+def test_a_smoke_command_or_an_edited_smoke_script_gets_its_own_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the smoke script the runner renders itself is known to be read-only."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path, environment={"smokeCommand": "make check"})
+    code, out, _ = run("verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r"))
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["smoke"]["container"]["role"] == "smoke"
+    assert plan["smoke"]["container"]["image"] == plan["builds"][1]["tag"]  # the verifier image
+
+    plain = bash_task(tmp_path / "plain")
+    bundle = tmp_path / "bundle"
+    assert run("compile", str(plain.directory), "-o", str(bundle))[0] == 0
+    smoke_sh = bundle / "tests" / "smoke.sh"
+    smoke_sh.write_bytes(smoke_sh.read_bytes() + b"touch /app/written-by-smoke\n")
+    code, out, _ = run("verify", str(bundle), "--plan", "--logs", str(tmp_path / "r2"))
+    assert code == 0
+    assert json.loads(out)["smoke"]["container"]["role"] == "smoke"
 
 
 def test_logs_never_inside_the_task_directory(tmp_path: Path) -> None:

@@ -73,15 +73,25 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
     assert set(statuses(outcome).values()) == {"passed"}
     events = engine.events
     assert events[:2] == ["build agent", "build verifier"]
-    # Every verifier ran after the smoke check; the oracle's solve before its collect.
-    smoke_done = events.index("exec smoke/smoke as verifier")
+
+    def at(prefix: str) -> int:
+        return next(i for i, event in enumerate(events) if event.startswith(prefix))
+
+    # Three containers: the oracle's agent side and the two verifiers. The default smoke check
+    # runs in the nop verifier, before any test; nop's patch is empty without an agent container.
+    created = sorted(e for e in events if e.startswith("create "))
+    assert created == ["create nop/verifier", "create oracle/agent", "create oracle/verifier"]
+    # The oracle's agent side (the longest path) gets its container before its verifier.
+    assert at("create oracle/agent") < at("create oracle/verifier")
+    smoke = at("exec smoke/smoke as verifier")
+    assert events[smoke].endswith("-nop-verifier-" + report.run_id.rsplit("-", 1)[1])
     for gate in ("nop", "oracle"):
-        assert events.index(f"exec {gate}/verifier as root") > smoke_done
-        assert events.index(f"exec {gate}/collect as root") < events.index(
-            f"exec {gate}/verifier as root"
-        )
-    assert events.index("exec oracle/agent as agent") < events.index("exec oracle/collect as root")
-    assert "exec nop/agent as agent" not in events
+        assert at(f"exec {gate}/verifier as root") > smoke
+    assert at("exec oracle/agent as agent") < at("exec oracle/collect as root")
+    assert at("exec oracle/collect as root") < at("exec oracle/verifier as root")
+    assert not any(e.startswith(("exec nop/agent", "exec nop/collect")) for e in events)
+    assert outcome.run_dir is not None
+    assert (outcome.run_dir / "nop" / "agent.patch").read_bytes() == b""
     assert engine.live == set()
     assert engine.cleanups == [{"org.selfbench.run": report.run_id}]
     assert outcome.run_dir is not None
@@ -226,14 +236,12 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
     report = run(tmp_path, engine, keep=True).report
     assert report.verdict is Verdict.ACCEPTED
     assert sorted(k.label for k in report.kept) == [
-        "nop agent",
         "nop verifier",
         "oracle agent",
         "oracle verifier",
-        "smoke",
     ]
     assert all(k.enter.startswith("docker exec -it selfbench-demo-task-") for k in report.kept)
-    assert len(engine.live) == 5
+    assert len(engine.live) == 3
     assert engine.cleanups == []
 
 
@@ -314,24 +322,58 @@ def test_services_run_for_the_verifier_only(tmp_path: Path) -> None:
     outcome = run_with_services(tmp_path, engine)
     assert outcome.report.verdict is Verdict.ACCEPTED, outcome.report.reason
     events = engine.events
-    for gate in ("smoke", "nop", "oracle"):
+    for gate in ("nop", "oracle"):
         network = next(e for e in events if e.startswith(f"network selfbench-with-db-{gate}-"))
         name = network.split()[1]
         assert f"service db on {name}" in events
         assert f"network removed {name}" in events
-    # No network for the tests by default: verifier and smoke sit on their gate's (internal)
-    # services network only; agent sides have none at all.
-    for key in ("smoke/smoke", "nop/verifier", "oracle/verifier"):
+    # The default smoke check ran in the nop verifier, with its services up.
+    assert not any(e.startswith("network selfbench-with-db-smoke-") for e in events)
+    smoke = next(e for e in events if e.startswith("exec smoke/smoke"))
+    assert "-nop-verifier-" in smoke
+    assert events.index(smoke) > events.index(next(e for e in events if "service db on" in e))
+    # No network for the tests by default: verifiers sit on their gate's (internal) services
+    # network only; the oracle's agent side has none at all.
+    for key in ("nop/verifier", "oracle/verifier"):
         gate = key.split("/")[0]
         network = next(
             e.split()[1] for e in events if e.startswith(f"network selfbench-with-db-{gate}-")
         )
         assert f"network of {key}: {network}" in events
-    for gate in ("nop", "oracle"):
-        assert f"network of {gate}/agent: none" in events
+    assert "network of oracle/agent: none" in events
     assert not any(e.startswith("connect ") for e in events)
     assert outcome.run_dir is not None
     assert (outcome.run_dir / "oracle" / "services" / "db.log").is_file()
+
+
+def test_a_smoke_command_runs_in_its_own_container_with_its_own_services(
+    tmp_path: Path,
+) -> None:
+    """A contract's smoke command may write: it gets a container (and services) of its own,
+    and the verifiers still wait for it."""
+    from runner.runtime import ImageInfo
+
+    engine = FakeEngine()
+    engine.images[DB_IMAGE] = ImageInfo(id="sha256:db", labels={})
+    contract = {**CONTRACT, "smokeCommand": "psql -c 'select 1'"}
+    task = bash_task(tmp_path, name="with-db", environment=contract)
+    report = verify(
+        task.directory,
+        settings(tmp_path),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: engine,
+        env=ENV,
+    ).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    events = engine.events
+    smoke = next(e for e in events if e.startswith("exec smoke/smoke"))
+    assert "-smoke-" in smoke and "-verifier-" not in smoke
+    network = next(e for e in events if e.startswith("network selfbench-with-db-smoke-"))
+    assert f"network of smoke/smoke: {network.split()[1]}" in events
+    for gate in ("nop", "oracle"):
+        assert next(i for i, e in enumerate(events) if e.startswith(f"exec {gate}/verifier")) > (
+            events.index(smoke)
+        )
 
 
 def test_a_public_verifier_joins_its_services_network(tmp_path: Path) -> None:
