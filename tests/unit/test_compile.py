@@ -192,3 +192,31 @@ def test_archive_is_made_once_per_commit(tmp_path: Path, isolated_cache: Path) -
     made = cached.stat().st_mtime_ns
     compiled(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)
     assert cached.stat().st_mtime_ns == made
+
+
+def test_refresh_takes_a_changed_environment_contract(tmp_path: Path) -> None:
+    """The seed: a verification-round fix may change the environment contract (only the
+    immutable fields above may not change)."""
+    task = bash_task(tmp_path)
+    bundle = compiled(
+        load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=OPTIONS
+    )
+    doc = json.loads((task.directory / "definition.json").read_text())
+    doc["environment"] = {
+        "rootSetupCommand": "apt-get install -y jq",
+        "smokeCommand": "jq --version",
+        "environmentVariables": {"CALC_MODE": "strict"},
+    }
+    (task.directory / "definition.json").write_text(json.dumps(doc))
+    changed = refresh_bundle(load_authored_task(task.directory), bundle, OPTIONS)
+    after = tree(bundle)
+    assert {"environment/Dockerfile", "tests/Dockerfile", "tests/smoke.sh"} <= set(changed)
+    assert b"jq --version" in after["tests/smoke.sh"]
+    assert b"apt-get install -y jq" in after["environment/root-setup.sh"]
+    assert b'ENV CALC_MODE="strict"' in after["environment/Dockerfile"]
+    manifest = json.loads(after[".selfbench-manifest.json"])
+    assert manifest["environment"]["smokeCommand"] == "jq --version"
+    fresh = compiled(
+        load_authored_task(task.directory), repo=None, out=tmp_path / "c", options=OPTIONS
+    )
+    assert tree(fresh) == after
