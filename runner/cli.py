@@ -61,6 +61,7 @@ PROG = "selfbench-runner"
 MAX_CA_BYTES = 16 * 1024 * 1024
 _IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}")
 _NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
 
 
@@ -237,6 +238,30 @@ EXTRA_CA = click.option(
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
     help=f"PEM file every build and container trusts (env {ENV_EXTRA_CA}).",
+)
+
+PIDS_LIMIT = click.option(
+    "--pids-limit",
+    type=click.IntRange(v.MIN_PIDS_LIMIT, v.MAX_PIDS_LIMIT),
+    default=DEFAULT_PIDS_LIMIT,
+    show_default=True,
+    help="Per-container pids limit.",
+)
+MAX_LOG_SIZE = click.option(
+    "--max-log-size",
+    type=ByteSize(),
+    default=DEFAULT_MAX_LOG_BYTES,
+    show_default="20MiB",
+    help="Cap per log file; the head and the tail are kept, the report says what was cut.",
+)
+STORAGE_LIMIT = click.option(
+    "--storage-limit",
+    type=click.Choice([s.value for s in StorageLimit]),
+    envvar=ENV_STORAGE_LIMIT,
+    default=StorageLimit.AUTO.value,
+    show_default=True,
+    help="How storage_mb is held: the engine's quota, the runner's watchdog, auto (quota "
+    f"where the engine supports it) or off (env {ENV_STORAGE_LIMIT}).",
 )
 
 
@@ -445,28 +470,18 @@ def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]
     help="Remove this task's agent and verifier images afterwards (default: kept as the build "
     "cache; shared base and toolchain layers stay).",
 )
+@PIDS_LIMIT
+@MAX_LOG_SIZE
+@STORAGE_LIMIT
 @click.option(
-    "--pids-limit",
-    type=click.IntRange(v.MIN_PIDS_LIMIT, v.MAX_PIDS_LIMIT),
-    default=DEFAULT_PIDS_LIMIT,
-    show_default=True,
-    help="Per-container pids limit.",
+    "--events",
+    "events_path",
+    type=click.Path(path_type=Path),
+    help="Append one JSON line per stage start and end to this file (for a supervisor).",
 )
 @click.option(
-    "--max-log-size",
-    type=ByteSize(),
-    default=DEFAULT_MAX_LOG_BYTES,
-    show_default="20MiB",
-    help="Cap per log file; the head and the tail are kept, the report says what was cut.",
-)
-@click.option(
-    "--storage-limit",
-    type=click.Choice([s.value for s in StorageLimit]),
-    envvar=ENV_STORAGE_LIMIT,
-    default=StorageLimit.AUTO.value,
-    show_default=True,
-    help="How storage_mb is held: the engine's quota, the runner's watchdog, auto (quota "
-    f"where the engine supports it) or off (env {ENV_STORAGE_LIMIT}).",
+    "--run-id",
+    help="Name the run (directory, container labels) instead of a new id; must be unique.",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Stream build output.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
@@ -489,11 +504,14 @@ def verify_command(
     pids_limit: int,
     max_log_size: int,
     storage_limit: str,
+    events_path: Path | None,
+    run_id: str | None,
     verbose: bool,
     quiet: bool,
 ) -> int:
     """Compile (when TARGET is an authored task), audit, build, and run the smoke, nop, oracle
     and determinism gates. TARGET is an authored task directory or a compiled bundle."""
+    from runner.events import EventLog
     from runner.pipeline import verify
 
     _stderr_logging(verbose)
@@ -501,6 +519,9 @@ def verify_command(
     try:
         if report_path is not None:
             check_writable_file(report_path, option="--report")
+        if events_path is not None:
+            check_writable_file(events_path, option="--events")
+        _check_text_option(run_id, "--run-id", RUN_ID, "a run id ([A-Za-z0-9._-], at most 64)")
         settings = VerifySettings(
             repo=repo,
             build=_build_environment(base_image, extra_ca_certs, sources, mirrors, build_network),
@@ -513,8 +534,15 @@ def verify_command(
             max_log_bytes=max_log_size,
             storage_limit=StorageLimit(storage_limit),
         )
-        with interrupts():
-            outcome = verify(target, settings, progress=output.progress, plan_only=plan_only)
+        with interrupts(), EventLog.open(events_path) as events:
+            outcome = verify(
+                target,
+                settings,
+                progress=output.progress,
+                plan_only=plan_only,
+                on_stage=events.write if events else None,
+                run_id=run_id,
+            )
     except RunnerError as exc:
         if as_json:
             click.echo(_usage_report(exc).to_json(), nl=False)
@@ -627,8 +655,19 @@ def prepare_command(
 
 @cli.command("schema")
 @click.option("--plan", "plan", is_flag=True, help="The verify plan's schema instead.")
-def schema_command(plan: bool) -> int:
-    """Print the report's JSON Schema (or the verify plan's)."""
+@click.option("--request", "request", is_flag=True, help="The sidecar request's schema instead.")
+@click.option("--response", "response", is_flag=True, help="The sidecar response's schema.")
+def schema_command(plan: bool, request: bool, response: bool) -> int:
+    """Print the report's JSON Schema (or the verify plan's, a sidecar request's or
+    response's)."""
+    if sum((plan, request, response)) > 1:
+        raise UsageError("choose one of --plan, --request, --response", field="--plan")
+    if request or response:
+        from runner.sidecar.request import request_schema, response_schema
+
+        schema = request_schema() if request else response_schema()
+        click.echo(json.dumps(schema, indent=2))
+        return 0
     if plan:
         from runner.plan import VerifyPlan
 
@@ -658,6 +697,239 @@ def clean_command(images: bool, run_id: str | None) -> int:
         engine.close()
     click.echo(f"removed {removed} object(s)")
     return 0
+
+
+# ---- serve -------------------------------------------------------------------------------------
+
+ENV_SIDECAR_TOKEN = "SELFBENCH_SIDECAR_TOKEN"
+ENV_SIDECAR_STATE = "SELFBENCH_SIDECAR_STATE"
+MIN_TOKEN_CHARS = 16
+_LISTEN = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})$")
+
+
+def _listen_address(value: str) -> tuple[str, int]:
+    match = _LISTEN.fullmatch(value)
+    port = int(match.group("port")) if match else -1
+    if match is None or not 0 <= port <= 65535:
+        raise UsageError(f"{value[:80]!r} is not HOST:PORT (e.g. 127.0.0.1:8765)", field="--http")
+    return match.group("v6") or match.group("host"), port
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_token(token_file: Path | None) -> str | None:
+    if token_file is not None:
+        try:
+            raw = read_regular(token_file, limit=4096)
+        except InvalidTaskError as exc:
+            raise UsageError(exc.message, path=str(token_file), field="--token-file") from None
+        token = raw.decode(errors="replace").strip()
+        where, field = str(token_file), "--token-file"
+    else:
+        token = (os.environ.get(ENV_SIDECAR_TOKEN) or "").strip()
+        where, field = None, ENV_SIDECAR_TOKEN
+        if not token:
+            return None
+    if len(token) < MIN_TOKEN_CHARS or not token.isprintable() or " " in token:
+        raise UsageError(
+            f"a token is at least {MIN_TOKEN_CHARS} printable characters without spaces",
+            path=where,
+            field=field,
+        )
+    return token
+
+
+def _bind(host: str, port: int) -> Any:
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="--http"
+        ) from None
+    sock.listen(128)
+    sock.set_inheritable(False)
+    return sock
+
+
+@cli.command("serve")
+@click.option(
+    "--mailbox",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Serve the mailbox protocol in DIR (requests/, responses/, runs/).",
+)
+@click.option(
+    "--http",
+    "listen",
+    metavar="HOST:PORT",
+    help="Serve the HTTP API (e.g. 127.0.0.1:8765; port 0 picks a free one).",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    envvar=ENV_SIDECAR_STATE,
+    help=f"Job store and HTTP archives (default: <cache>/sidecar; env {ENV_SIDECAR_STATE}).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Verifications at once.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help=f"Bearer token every HTTP request must carry (or env {ENV_SIDECAR_TOKEN}); required "
+    "for a non-loopback --http.",
+)
+@click.option(
+    "--allow-repo-root",
+    "repo_roots",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A directory local repositories may come from (repeatable). Without it only git URLs "
+    "are taken.",
+)
+@click.option(
+    "--max-body",
+    type=ByteSize(),
+    default=64 * 1024 * 1024,
+    show_default="64MiB",
+    help="Largest request (HTTP body or mailbox file); larger is refused (413).",
+)
+@click.option(
+    "--grace-period",
+    type=click.FloatRange(1, 3600),
+    default=30.0,
+    show_default=True,
+    help="Seconds SIGTERM waits for running verifications before it interrupts and requeues them.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(0.05, 60),
+    default=0.2,
+    show_default=True,
+    help="Seconds between two looks at the mailbox.",
+)
+@BASE_IMAGE
+@EXTRA_CA
+@TOOLCHAIN_SOURCE
+@TOOLCHAIN_MIRROR
+@AGENT_ALLOWED_HOST
+@BUILD_NETWORK
+@PIDS_LIMIT
+@MAX_LOG_SIZE
+@STORAGE_LIMIT
+@click.option("-v", "--verbose", is_flag=True, help="Log each request and stage.")
+def serve_command(
+    mailbox: Path | None,
+    listen: str | None,
+    state_dir: Path | None,
+    jobs: int,
+    token_file: Path | None,
+    repo_roots: tuple[Path, ...],
+    max_body: int,
+    grace_period: float,
+    poll_interval: float,
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
+    build_network: str | None,
+    pids_limit: int,
+    max_log_size: int,
+    storage_limit: str,
+    verbose: bool,
+) -> int:
+    """Run as the orchestrator's sidecar: take verification requests from a mailbox
+    directory and/or over HTTP, run them (at most --jobs at once), answer each exactly once,
+    and answer an identical payload from its last accepted report."""
+    import hashlib
+
+    if mailbox is None and listen is None:
+        raise UsageError("name --mailbox DIR, --http HOST:PORT or both", field="--mailbox")
+    address = _listen_address(listen) if listen is not None else None
+    token = _read_token(token_file)
+    if address is not None and not _is_loopback(address[0]) and token is None:
+        raise UsageError(
+            f"{address[0]} is not a loopback address: a sidecar reachable from other hosts "
+            f"needs a token (--token-file FILE or env {ENV_SIDECAR_TOKEN})",
+            field="--http",
+        )
+    for root in repo_roots:
+        if not root.is_dir():
+            raise UsageError("is not a directory", path=str(root), field="--allow-repo-root")
+    build = _build_environment(base_image, extra_ca_certs, sources, mirrors, build_network)
+    compile_options = _compile_options(allowed_hosts)
+    toolchains = build.toolchains
+    forwarded = [
+        "--base-image",
+        base_image,
+        "--pids-limit",
+        str(pids_limit),
+        "--max-log-size",
+        str(max_log_size),
+        "--storage-limit",
+        storage_limit,
+    ]
+    if extra_ca_certs is not None:
+        forwarded += ["--extra-ca-certs", str(extra_ca_certs.resolve())]
+    for name, source in toolchains.sources.items():
+        forwarded += ["--toolchain-source", f"{name.value}={source.value}"]
+    for name, url in toolchains.mirrors.items():
+        forwarded += ["--toolchain-mirror", f"{name.value}={url}"]
+    for host in compile_options.agent_allowed_hosts:
+        forwarded += ["--agent-allowed-host", host]
+    if build_network:
+        forwarded += ["--build-network", build_network]
+    digest_settings = {
+        "baseImage": base_image,
+        "extraCa": hashlib.sha256(build.extra_ca_pem).hexdigest() if build.extra_ca_pem else None,
+        "toolchainSources": {k.value: v.value for k, v in toolchains.sources.items()},
+        "toolchainMirrors": {k.value: v for k, v in toolchains.mirrors.items()},
+        "agentAllowedHosts": list(compile_options.agent_allowed_hosts),
+        "buildNetwork": build_network,
+        "pidsLimit": pids_limit,
+        "maxLogBytes": max_log_size,
+        "storageLimit": storage_limit,
+    }
+    from runner.sidecar.run import SidecarOptions, run_sidecar
+
+    options = SidecarOptions(
+        mailbox=mailbox,
+        address=address,
+        state_dir=state_dir or cache_root() / "sidecar",
+        jobs=jobs,
+        token=token,
+        allow_repo_roots=tuple(r.resolve() for r in repo_roots),
+        max_body=max_body,
+        grace_seconds=grace_period,
+        poll_seconds=poll_interval,
+        verify_args=tuple(forwarded),
+        digest_settings=digest_settings,
+        base_image=base_image,
+    )
+    _stderr_logging(verbose)
+    if not verbose:
+        logging.getLogger("runner.sidecar").setLevel(logging.INFO)
+    sock = _bind(*address) if address is not None else None
+    return run_sidecar(options, sock, announce=lambda line: click.echo(line, err=True))
 
 
 # ---- main --------------------------------------------------------------------------------------

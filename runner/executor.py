@@ -85,6 +85,19 @@ from runner.toolchains import Arch, load_catalog
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageEvent:
+    """A stage changed state: `running` when it starts, its status when it ends."""
+
+    stage: str
+    status: str
+    detail: str = ""
+    seconds: float | None = None
+
+
+StageListener = Callable[[StageEvent], None]
 FetchArtifact = Callable[[str, Arch], Path]
 GATES = ("build", "smoke", "nop", "oracle", "determinism")
 
@@ -146,8 +159,10 @@ class Executor:
         run_dir: Path,
         env: ExecutionEnv,
         progress: Progress,
+        on_stage: StageListener | None = None,
     ) -> None:
         self.plan = plan
+        self.on_stage = on_stage
         self.engine = engine
         self.run_dir = run_dir
         self.env = env
@@ -226,6 +241,8 @@ class Executor:
         started = time.monotonic()
         with self._lock:
             self._running.add(name)
+        if self.on_stage is not None:
+            self.on_stage(StageEvent(stage=name, status="running"))
         try:
             body(stage)
         except _SkippedError as skip:
@@ -248,6 +265,15 @@ class Executor:
             self._running.discard(name)
         if not self._interrupted.is_set():
             self.progress(name, f"{stage.status.value}: {stage.detail}")
+            if self.on_stage is not None:
+                self.on_stage(
+                    StageEvent(
+                        stage=name,
+                        status=stage.status.value,
+                        detail=stage.detail,
+                        seconds=stage.seconds,
+                    )
+                )
 
     def _cleanup(self) -> None:
         if self.plan.keep:

@@ -110,6 +110,12 @@ def resolve_repository(
     return path
 
 
+def tree_of(repo: Path, commit: str) -> str:
+    """The id of the commit's tree: what the commit holds, whatever repository it came from."""
+    result = _git(["rev-parse", "--verify", "-q", f"{commit}^{{tree}}"], cwd=repo)
+    return result.stdout.decode().strip()
+
+
 def check_commit(repo: Path, commit: str, *, label: str) -> None:
     result = _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo, check=False)
     if result.returncode != 0:

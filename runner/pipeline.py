@@ -32,7 +32,14 @@ from runner.errors import (
     RunnerError,
     UsageError,
 )
-from runner.executor import Execution, ExecutionEnv, Executor, StageResult
+from runner.executor import (
+    Execution,
+    ExecutionEnv,
+    Executor,
+    StageEvent,
+    StageListener,
+    StageResult,
+)
 from runner.gates import decide_verdict, verdict_reason
 from runner.models import Toolchain
 from runner.plan import EngineFacts, RunIdentity, VerifyPlan, plan_verify
@@ -101,6 +108,7 @@ class _Run:
     target: Path
     settings: VerifySettings
     progress: Progress
+    on_stage: StageListener | None = None
     run_dir: Path | None = None
     task_id: str | None = None
     bundle: Bundle | None = None
@@ -186,6 +194,19 @@ def _timed(stage: StageResult, started: float) -> None:
     stage.seconds = round(time.monotonic() - started, 3)
 
 
+def _event(run: _Run, name: str, stage: StageResult | None = None) -> None:
+    if run.on_stage is None:
+        return
+    if stage is None:
+        run.on_stage(StageEvent(stage=name, status="running"))
+    else:
+        run.on_stage(
+            StageEvent(
+                stage=name, status=stage.status.value, detail=stage.detail, seconds=stage.seconds
+            )
+        )
+
+
 def _load(run: _Run) -> AuthoredTask | None:
     """Read the target without writing anything: an authored task or a compiled bundle."""
     started = time.monotonic()
@@ -210,6 +231,7 @@ def _compile_and_audit(run: _Run, task: AuthoredTask | None) -> None:
         run.compile.set(Status.PASSED, "compiled bundle given; verified as it is")
         run.compile.data = CompileData(bundle=str(run.target))
         run.audit.detail = "skipped: compiled bundle (no definition.json to audit)"
+        _event(run, "compile", run.compile)
         return
     out = run.run_dir / "bundle"
     result = compile_task(
@@ -220,6 +242,8 @@ def _compile_and_audit(run: _Run, task: AuthoredTask | None) -> None:
     run.compile.data = CompileData(bundle=str(out))
     _timed(run.compile, started)
     run.progress("compile", f"passed: {run.compile.detail}")
+    _event(run, "compile", run.compile)
+    _event(run, "audit")
     started = time.monotonic()
     result_audit: AuditResult = audit(
         task.definition, gold=task.gold, tests=task.tests, repository=result.repository.problems
@@ -245,6 +269,7 @@ def _compile_and_audit(run: _Run, task: AuthoredTask | None) -> None:
         run.audit.set(Status.FAILED, result_audit.reason())
     _timed(run.audit, started)
     run.progress("audit", f"{run.audit.status.value}: {run.audit.detail}")
+    _event(run, "audit", run.audit)
 
 
 # ---- the job ---------------------------------------------------------------------------------
@@ -258,25 +283,31 @@ def verify(
     engine_factory: EngineFactory | None = None,
     plan_only: bool = False,
     env: ExecutionEnv | None = None,
+    on_stage: StageListener | None = None,
+    run_id: str | None = None,
 ) -> VerifyOutcome:
     """Verify one task. Raises only UsageError (before any work); every other outcome is a
-    report."""
+    report. `on_stage` hears each stage start and end; `run_id` names the run (labels, run
+    directory) instead of a new one."""
     check_run_location(target, settings)
     run = _Run(
-        run_id=new_run_id(),
+        run_id=run_id or new_run_id(),
         started=time.monotonic(),
         started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         target=target,
         settings=settings,
         progress=progress,
+        on_stage=on_stage,
     )
     plan: VerifyPlan | None = None
     task: AuthoredTask | None = None
     try:
+        _event(run, "compile")
         try:
             task = _load(run)
         except InvalidTaskError as exc:
             _invalid(run, exc)
+            _event(run, "compile", run.compile)
         run.run_dir = make_run_dir(
             settings, run.task_id or target.resolve().name, run.run_id, target
         )
@@ -328,9 +359,11 @@ def _run_stages(
         _compile_and_audit(run, task)
     except InvalidTaskError as exc:
         _invalid(run, exc)
+        _event(run, "compile", run.compile)
         return None
     except RunnerError as exc:
         run.compile.set(Status.ERROR, exc.one_line())
+        _event(run, "compile", run.compile)
         return None
     if run.audit.status is Status.FAILED or run.bundle is None:
         return None
@@ -361,6 +394,7 @@ def _run_stages(
             run_dir=run.run_dir,
             env=env or default_env(run.settings),
             progress=run.progress,
+            on_stage=run.on_stage,
         )
         run.execution = executor.run()
         run.interrupted = run.execution.interrupted

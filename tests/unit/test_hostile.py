@@ -106,15 +106,18 @@ def template_instructions(fx: Fixture, task_dir: Path) -> dict[str, list[str]]:
         toolchains=[t.value for t in definition.toolchains],
         environment={"environmentVariables": {f"V{i}": "x" for i in range(variables)}},
     )
-    clean = Path(tempfile.mkdtemp(prefix="clean-shape."))
     gold = fx.gold_patch
     if task.gold.manifest_changes():
         gold += (
             b"diff --git a/package.json b/package.json\n--- a/package.json\n"
             b'+++ b/package.json\n@@ -1 +1 @@\n-{"name": "x"}\n+{"name": "y"}\n'
         )
-    write(clean, doc, fx.test_patch, gold)
-    files = render_bundle(render_input(load_authored_task(clean), CompileOptions()), load_catalog())
+    with tempfile.TemporaryDirectory(prefix="clean-shape.") as tmp:
+        clean = Path(tmp)
+        write(clean, doc, fx.test_patch, gold)
+        files = render_bundle(
+            render_input(load_authored_task(clean), CompileOptions()), load_catalog()
+        )
     return {
         name: instructions(files[name].decode())
         for name in ("environment/Dockerfile", "tests/Dockerfile")

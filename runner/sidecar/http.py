@@ -1,0 +1,339 @@
+"""The sidecar's HTTP API (FastAPI on uvicorn): the same requests as the mailbox, their status
+and server-sent stage events, cancellation, health and Prometheus metrics.
+
+Every bad request is a 4xx with a JSON error body (`{"error": {code, message, problems}}`);
+bodies are limited before they are read (413), and with a token every request needs
+`Authorization: Bearer <token>` (401).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Path as PathParam
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runner import __version__
+from runner.sidecar.metrics import Metrics
+from runner.sidecar.request import (
+    NAME_PATTERN,
+    Accepted,
+    ErrorBody,
+    ErrorDetail,
+    ErrorEnvelope,
+    Health,
+    VerificationRequest,
+    VerificationStatus,
+)
+from runner.sidecar.service import SOURCE_HTTP, RequestRefusedError, Service
+from runner.sidecar.store import Job
+
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
+EVENT_POLL_SECONDS = 0.25
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _error_json(
+    status: int,
+    code: str,
+    message: str,
+    problems: list[ErrorDetail] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorBody(code=code, message=message, problems=problems or [])
+    return JSONResponse(
+        {"error": body.model_dump(mode="json", by_alias=True, exclude_none=True)},
+        status_code=status,
+        headers=headers,
+    )
+
+
+class _BodyTooLargeError(Exception):
+    pass
+
+
+class Guard:
+    """Pure ASGI middleware in front of everything: the bearer token, then the body limit
+    (from Content-Length at once, and counted while a chunked body streams in)."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None, max_body: int) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers") or []}
+        if self.token is not None:
+            given = headers.get(b"authorization", b"")
+            scheme, _, credential = given.partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(
+                credential.strip(), self.token
+            ):
+                response = _error_json(
+                    401,
+                    "unauthorized",
+                    "this sidecar needs Authorization: Bearer <token>",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+        length = headers.get(b"content-length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                declared = -1
+            if declared < 0:
+                await _error_json(400, "bad-request", "Content-Length is not a number")(
+                    scope, receive, send
+                )
+                return
+            if declared > self.max_body:
+                await self._too_large(scope, receive, send)
+                return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body:
+                    raise _BodyTooLargeError
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLargeError:
+            if not started:
+                await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _error_json(
+            413,
+            "too-large",
+            f"the request body is larger than {self.max_body} bytes",
+            headers={"Connection": "close"},
+        )(scope, receive, send)
+
+
+def create_app(
+    service: Service,
+    metrics: Metrics,
+    *,
+    archive_root: Path,
+    token: str | None = None,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> Any:
+    app = FastAPI(
+        title="selfbench-runner sidecar",
+        version=__version__,
+        description="Verify SelfBench tasks: compile, audit, build, and the smoke, nop, oracle "
+        "and determinism gates. The same requests as the mailbox protocol.",
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for error in exc.errors():
+            loc = [str(p) for p in error.get("loc", ())]
+            if loc and loc[0] in ("body", "path", "query", "header"):
+                loc = loc[1:]
+            problems.append(
+                ErrorDetail(field=".".join(loc) or None, message=str(error.get("msg", "")))
+            )
+        return _error_json(422, "invalid-request", "the request is not valid", problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail
+        if isinstance(detail, ErrorBody):
+            return JSONResponse(
+                {"error": detail.model_dump(mode="json", by_alias=True, exclude_none=True)},
+                status_code=exc.status_code,
+                headers=exc.headers,
+            )
+        code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        return _error_json(exc.status_code, code, str(detail), headers=exc.headers)
+
+    def job_or_404(
+        verification_id: Annotated[str, PathParam(pattern=NAME_PATTERN, max_length=128)],
+    ) -> Job:
+        job = service.store.get(verification_id)
+        if job is None:
+            raise HTTPException(
+                404,
+                detail=ErrorBody(code="not-found", message=f"no verification {verification_id!r}"),
+            )
+        return job
+
+    errors: dict[int | str, dict[str, Any]] = {
+        422: {"model": ErrorEnvelope, "description": "The request is not valid"},
+    }
+
+    @app.post(
+        "/v1/verifications",
+        status_code=202,
+        response_model=Accepted,
+        responses={
+            200: {"model": Accepted, "description": "This id was already submitted"},
+            401: {"model": ErrorEnvelope, "description": "Token missing or wrong"},
+            403: {"model": ErrorEnvelope, "description": "A repository outside the allowed roots"},
+            409: {"model": ErrorEnvelope, "description": "The id or archive path is taken"},
+            413: {"model": ErrorEnvelope, "description": "The body is too large"},
+            503: {"model": ErrorEnvelope, "description": "The sidecar is stopping"},
+            **errors,
+        },
+        response_model_by_alias=True,
+        response_model_exclude_none=True,
+    )
+    def submit(body: VerificationRequest) -> Any:
+        """Queue a verification (recorded before this answers). A repeated id with the same
+        body answers 200 with that job; with another body, 409."""
+        try:
+            before = service.store.get(body.id)
+            job = service.submit(body, source=SOURCE_HTTP, archive_root=archive_root)
+        except RequestRefusedError as exc:
+            status = {"stopping": 503, "conflict": 409, "repository-refused": 403}.get(
+                exc.code, 400
+            )
+            return JSONResponse(
+                {"error": exc.body().model_dump(mode="json", by_alias=True, exclude_none=True)},
+                status_code=status,
+                headers={"Retry-After": "5"} if status == 503 else None,
+            )
+        accepted = Accepted(id=job.id, status=job.state, location=f"/v1/verifications/{job.id}")
+        return JSONResponse(
+            accepted.model_dump(mode="json", by_alias=True),
+            status_code=200 if before is not None else 202,
+            headers={"Location": accepted.location},
+        )
+
+    @app.get(
+        "/v1/verifications/{verification_id}",
+        response_model=VerificationStatus,
+        response_model_by_alias=True,
+        response_model_exclude_none=True,
+        responses={404: {"model": ErrorEnvelope, "description": "Unknown id"}, **errors},
+    )
+    def status(job: Annotated[Job, Depends(job_or_404)]) -> Any:
+        """The job's state, each stage's progress, and the response (report) once done."""
+        return service.store.status(job)
+
+    @app.get(
+        "/v1/verifications/{verification_id}/events",
+        response_class=EventSourceResponse,
+        responses={404: {"model": ErrorEnvelope, "description": "Unknown id"}, **errors},
+    )
+    async def events(
+        request: Request, job: Annotated[Job, Depends(job_or_404)]
+    ) -> AsyncIterator[ServerSentEvent]:
+        """Server-sent events, one per stage change (`event: stage`, data: {stage, status,
+        detail, seconds}) and of the job itself (`event: job`); the stream ends with the
+        job. Reconnect with Last-Event-ID to resume."""
+        after = 0
+        last = request.headers.get("last-event-id", "")
+        if last.isdigit() and len(last) < 19:
+            after = int(last)
+        while True:
+            batch = await asyncio.to_thread(service.store.events, job.id, after=after)
+            for event in batch:
+                after = event.seq
+                yield ServerSentEvent(
+                    event="job" if event.stage == "job" else "stage",
+                    id=str(event.seq),
+                    data={
+                        "stage": event.stage,
+                        "status": event.status,
+                        "detail": event.detail,
+                        "seconds": event.seconds,
+                        "at": event.at,
+                    },
+                )
+            current = await asyncio.to_thread(service.store.get, job.id)
+            if current is None or (current.state.finished and not batch):
+                return
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(EVENT_POLL_SECONDS)
+
+    @app.delete(
+        "/v1/verifications/{verification_id}",
+        response_model=VerificationStatus,
+        response_model_by_alias=True,
+        response_model_exclude_none=True,
+        responses={
+            404: {"model": ErrorEnvelope, "description": "Unknown id"},
+            409: {"model": ErrorEnvelope, "description": "Already finished"},
+            **errors,
+        },
+    )
+    def cancel(job: Annotated[Job, Depends(job_or_404)]) -> Any:
+        """Cancel: a queued job never runs; a running one is interrupted and its containers
+        are removed. The response is `error` with code `cancelled`."""
+        if job.state.finished:
+            return _error_json(
+                409, "finished", f"verification {job.id!r} already ended ({job.state.value})"
+            )
+        current = service.cancel(job.id) or job
+        return service.store.status(current)
+
+    @app.get(
+        "/healthz",
+        response_model=Health,
+        response_model_by_alias=True,
+        responses={503: {"model": Health, "description": "Engine unreachable or stopping"}},
+    )
+    def health() -> Any:
+        """Is the Docker engine reachable; how deep is the queue."""
+        queued, running = service.depth()
+        engine = service.engine.reachable()
+        state: Literal["ok", "degraded", "stopping"] = (
+            "stopping" if service.stopping else ("ok" if engine else "degraded")
+        )
+        body = Health(status=state, engine=engine, queue_depth=queued, running=running)
+        return JSONResponse(
+            jsonable_encoder(body.model_dump(by_alias=True)),
+            status_code=200 if state == "ok" else 503,
+        )
+
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+    )
+    def prometheus() -> Response:
+        """Prometheus text: verifications by verdict, stage durations, queue depth, reuse."""
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    del invalid, http_error, submit, status, events, cancel, health, prometheus
+    return Guard(app, token=token, max_body=max_body)
+
+
+def openapi_document(app: Guard) -> dict[str, Any]:
+    inner: FastAPI = app.app  # type: ignore[assignment]
+    return dict(inner.openapi())

@@ -1,0 +1,146 @@
+"""`serve`, wired: the store, the service, the mailbox and the HTTP server in one process,
+until SIGTERM or SIGINT (then a graceful stop within the grace period)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.errors import UsageError
+from runner.sidecar.mailbox import Mailbox
+from runner.sidecar.metrics import Metrics
+from runner.sidecar.service import Service, ServiceConfig
+from runner.sidecar.store import Store
+
+log = logging.getLogger(__name__)
+STORE_FILE = "jobs.sqlite3"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SidecarOptions:
+    mailbox: Path | None
+    address: tuple[str, int] | None
+    state_dir: Path
+    jobs: int
+    token: str | None
+    allow_repo_roots: tuple[Path, ...]
+    max_body: int
+    grace_seconds: float
+    poll_seconds: float
+    verify_args: tuple[str, ...]
+    digest_settings: dict[str, Any] = field(default_factory=dict)
+    base_image: str | None = None
+
+
+def run_sidecar(
+    options: SidecarOptions, sock: socket.socket | None, *, announce: Callable[[str], None]
+) -> int:
+    state = options.state_dir
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        store = Store(state / STORE_FILE)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot use the state directory: {exc.strerror or exc}",
+            path=str(state),
+            field="--state-dir",
+        ) from None
+    service = Service(
+        ServiceConfig(
+            state_dir=state.resolve(),
+            jobs=options.jobs,
+            verify_args=options.verify_args,
+            digest_settings=options.digest_settings,
+            base_image=options.base_image,
+            allow_repo_roots=options.allow_repo_roots,
+            grace_seconds=options.grace_seconds,
+        ),
+        store,
+    )
+    metrics = Metrics(service.depth)
+    service.metrics = metrics
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        del frame
+        if not received:
+            received.append(signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    server: Any = None
+    server_thread: threading.Thread | None = None
+    mailbox: Mailbox | None = None
+    try:
+        requeued = service.recover()
+        if requeued:
+            announce(f"requeued {requeued} verification(s) interrupted by the last stop")
+        if options.mailbox is not None:
+            mailbox = Mailbox(options.mailbox.resolve(), service, poll_seconds=options.poll_seconds)
+        service.start()
+        if mailbox is not None:
+            mailbox.start()
+            announce(f"mailbox: {options.mailbox}")
+        if sock is not None:
+            server, server_thread = _start_http(options, service, metrics, sock)
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            announce(f"http: listening on http://{shown}:{port}")
+        announce(f"state: {state}; {options.jobs} job(s) at once")
+        while not stop.wait(0.5):
+            if server_thread is not None and not server_thread.is_alive():
+                log.error("the HTTP server stopped on its own")
+                break
+    finally:
+        announce(
+            f"stopping ({received[0] if received else 'exit'}): up to "
+            f"{options.grace_seconds:g} s for running verifications"
+        )
+        if mailbox is not None:
+            mailbox.stop()
+        service.stop()
+        if server is not None:
+            server.should_exit = True
+        if server_thread is not None:
+            server_thread.join(10)
+        store.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    announce("stopped")
+    return 0
+
+
+def _start_http(
+    options: SidecarOptions, service: Service, metrics: Metrics, sock: socket.socket
+) -> tuple[Any, threading.Thread]:
+    import uvicorn
+
+    from runner.sidecar.http import create_app
+
+    app = create_app(
+        service,
+        metrics,
+        archive_root=options.state_dir.resolve(),
+        token=options.token,
+        max_body=options.max_body,
+    )
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http")
+    thread.daemon = True
+    thread.start()
+    return server, thread

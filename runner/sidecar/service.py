@@ -1,0 +1,711 @@
+"""The sidecar's engine room: admission (repository policy, payload digest, reuse), a scheduler
+bounded by `--jobs`, workers that run each verification as a `selfbench-runner verify` child
+process, cancellation, restart recovery and graceful stop.
+
+Why a child process per verification: a verification installs signal handlers, logs to its
+run directory through the root logger and may be interrupted; in a process of its own it
+cannot disturb another one, SIGTERM is its cancel button (its own handler removes its
+containers), and the kernel stops it if the sidecar dies (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner import __version__
+from runner.errors import RunnerError
+from runner.events import LoggedEvent, read_events
+from runner.safeio import is_within, write_atomic
+from runner.sidecar.request import (
+    ErrorBody,
+    ErrorDetail,
+    JobState,
+    VerificationRequest,
+    VerificationResponse,
+    payload_digest,
+)
+from runner.sidecar.store import ConflictError, Job, Store
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.25
+KILL_WAIT_SECONDS = 20.0  # how long a verification may take to remove its containers
+PR_SET_PDEATHSIG = 1
+SOURCE_HTTP = "http"
+SOURCE_MAILBOX = "mailbox"
+
+
+class RequestRefusedError(Exception):
+    """The request is well formed but not allowed here (a repository outside the allowed
+    roots, a taken id or archive, a stopping sidecar)."""
+
+    def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+    def body(self) -> ErrorBody:
+        return ErrorBody(
+            code=self.code,
+            message=self.message,
+            problems=[ErrorDetail(field=self.field, message=self.message)] if self.field else [],
+        )
+
+
+class EngineOps:
+    """The few Docker calls the sidecar makes itself (through runner.engine)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Any = None
+        self._ping_at = 0.0
+        self._ping_ok = False
+
+    def _get(self) -> Any:
+        from runner.engine import DockerEngine
+
+        if self._engine is None:
+            self._engine = DockerEngine(timeout=30)
+        return self._engine
+
+    def reachable(self) -> bool:
+        with self._lock:
+            if time.monotonic() - self._ping_at < 2.0:
+                return self._ping_ok
+            try:
+                self._get()._ping()
+                self._ping_ok = True
+            except Exception:
+                self._ping_ok = False
+                self._engine = None
+            self._ping_at = time.monotonic()
+            return self._ping_ok
+
+    def remove_run(self, run_id: str) -> int:
+        from runner.plan import LABEL_RUN, LABEL_RUNNER
+
+        with self._lock:
+            try:
+                return int(self._get().cleanup({LABEL_RUNNER: "1", LABEL_RUN: run_id}))
+            except (RunnerError, Exception) as exc:
+                log.warning("could not remove the containers of run %s: %s", run_id, exc)
+                self._engine = None
+                return 0
+
+    def image_id(self, ref: str) -> str | None:
+        with self._lock:
+            try:
+                info = self._get().image(ref)
+            except Exception:
+                self._engine = None
+                return None
+            return str(info.id) if info is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._engine is not None:
+                with contextlib.suppress(Exception):
+                    self._engine.close()
+            self._engine = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceConfig:
+    state_dir: Path
+    jobs: int = 1
+    verify_args: tuple[str, ...] = ()  # the sidecar's own verify options, passed to each run
+    digest_settings: dict[str, Any] = field(default_factory=dict)
+    base_image: str | None = None  # its image id joins the digest
+    allow_repo_roots: tuple[Path, ...] = ()
+    grace_seconds: float = 30.0
+    python: str = sys.executable
+
+
+Listener = Callable[[Job], None]
+
+
+@dataclass(kw_only=True)
+class _Running:
+    job_id: str
+    run_id: str
+    thread: threading.Thread
+    process: subprocess.Popen[bytes] | None = None
+    digest: str | None = None
+    task_id: str | None = None
+
+
+SETPRIV = shutil.which("setpriv")
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl: Callable[..., int] = libc.prctl
+        return prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = None if SETPRIV else _libc_prctl()  # resolved before any fork
+
+
+def _die_with_parent() -> None:
+    """Between fork and exec, where util-linux's setpriv is missing: SIGTERM the child when
+    the thread that forked it dies. Only a resolved C function is called here, so the usual
+    hazard of preexec_fn in a threaded parent (a lock held at fork) does not apply."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def with_parent_death_signal(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """The command (and preexec function) that makes the kernel send SIGTERM to the child
+    when the sidecar dies, even by SIGKILL: a verification never runs on unsupervised."""
+    if SETPRIV:
+        return [SETPRIV, "--pdeathsig", "TERM", "--", *command], None
+    return command, _die_with_parent
+
+
+def _process_is(pid: int, run_id: str) -> bool:
+    """Is `pid` still the verification of `run_id` (pids are reused)?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return run_id.encode() in handle.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _wait_gone(pid: int, run_id: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _process_is(pid, run_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+class Service:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        store: Store,
+        *,
+        engine: EngineOps | None = None,
+        metrics: Any = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.engine = engine or EngineOps()
+        self.metrics = metrics
+        self.listeners: list[Listener] = []
+        self._wake = threading.Condition()
+        self._running: dict[str, _Running] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._scheduler: threading.Thread | None = None
+        self._digest_cache: dict[str, tuple[float, str | None]] = {}
+
+    # ---- life cycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start scheduling (call recover() first)."""
+        self._scheduler = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
+        self._scheduler.start()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def recover(self) -> int:
+        """Requeue what was running when the last sidecar on this store died, after its
+        verification process is gone and that run's containers are removed."""
+        requeued = 0
+        for job in self.store.running():
+            if job.pid is not None and job.run_id and _process_is(job.pid, job.run_id):
+                log.info("stopping the orphaned verification of %s (pid %d)", job.id, job.pid)
+                with contextlib.suppress(OSError):
+                    os.kill(job.pid, signal.SIGTERM)
+                if not _wait_gone(job.pid, job.run_id, KILL_WAIT_SECONDS):
+                    with contextlib.suppress(OSError):
+                        os.kill(job.pid, signal.SIGKILL)
+                    _wait_gone(job.pid, job.run_id, 5.0)
+            if job.run_id:
+                removed = self.engine.remove_run(job.run_id)
+                log.info("removed %d object(s) of the interrupted run %s", removed, job.run_id)
+            self.store.requeue(job.id)
+            self._event(job.id, "queued", "requeued after the sidecar restarted")
+            requeued += 1
+        return requeued
+
+    def stop(self, grace: float | None = None) -> None:
+        """Take no more work; let running verifications finish within the grace period, then
+        interrupt them (they remove their containers) and requeue them for the next start."""
+        grace = self.config.grace_seconds if grace is None else grace
+        deadline = time.monotonic() + grace
+        self._stopping.set()
+        self._notify()
+        # Leave time for interrupted verifications to remove their containers.
+        patience = max(0.0, grace - min(KILL_WAIT_SECONDS, grace / 2))
+        while self._active() and time.monotonic() < deadline - (grace - patience):
+            time.sleep(0.1)
+        with self._lock:
+            running = list(self._running.values())
+        for entry in running:
+            if entry.process is not None and entry.process.poll() is None:
+                log.info("interrupting %s for shutdown", entry.job_id)
+                with contextlib.suppress(OSError):
+                    entry.process.send_signal(signal.SIGTERM)
+        for entry in running:
+            entry.thread.join(max(0.1, deadline - time.monotonic()))
+        for entry in running:
+            if entry.process is not None and entry.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    entry.process.kill()
+                entry.process.wait(5)
+                self.engine.remove_run(entry.run_id)
+                self.store.requeue(entry.job_id)
+        if self._scheduler is not None:
+            self._scheduler.join(5)
+        self.engine.close()
+
+    def _active(self) -> bool:
+        with self._lock:
+            return bool(self._running)
+
+    # ---- requests ----------------------------------------------------------------------
+
+    def submit(self, request: VerificationRequest, *, source: str, archive_root: Path) -> Job:
+        """Record a request (committed before this returns) and wake the scheduler."""
+        if self.stopping:
+            raise RequestRefusedError("stopping", "the sidecar is stopping; retry elsewhere")
+        self.repository(request)
+        archive = archive_root / request.archive_path()
+        try:
+            job, new = self.store.add(request, source=source, archive=archive)
+        except ConflictError as exc:
+            raise RequestRefusedError("conflict", str(exc), field="id") from None
+        if new:
+            self._event(job.id, "queued")
+            self._notify()
+        return job
+
+    def repository(self, request: VerificationRequest) -> str | None:
+        """The repository this request may use: remote URLs as they are, local paths only
+        (absolute and) under an allowed root, resolved through symbolic links."""
+        from runner.gitrepo import is_remote
+
+        spec = request.repo or request.definition_repo()
+        where = "repo" if request.repo else "task.definition.repo"
+        if spec is None:
+            return None
+        local = spec[len("file://") :] if spec.startswith("file://") else None
+        if local is None and is_remote(spec):
+            return spec
+        path = Path(local if local is not None else spec)
+        if not path.is_absolute():
+            raise RequestRefusedError(
+                "repository-refused",
+                f"{spec!r} is a relative path; the sidecar takes a git URL or an absolute "
+                "path under an --allow-repo-root directory",
+                field=where,
+            )
+        if not self.config.allow_repo_roots:
+            raise RequestRefusedError(
+                "repository-refused",
+                f"local repository {spec!r} refused: this sidecar allows no local "
+                "repositories (start it with --allow-repo-root DIR)",
+                field=where,
+            )
+        real = Path(os.path.realpath(path))
+        if not any(
+            is_within(real, Path(os.path.realpath(r))) for r in self.config.allow_repo_roots
+        ):
+            raise RequestRefusedError(
+                "repository-refused",
+                f"local repository {spec!r} is not under an --allow-repo-root directory",
+                field=where,
+            )
+        return str(real)
+
+    def cancel(self, job_id: str) -> Job | None:
+        job = self.store.request_cancel(job_id)
+        if job is None or job.state.finished:
+            return job
+        if job.state is JobState.QUEUED:
+            self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
+        else:
+            with self._lock:
+                entry = self._running.get(job_id)
+            if entry is not None and entry.process is not None and entry.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    entry.process.send_signal(signal.SIGTERM)
+        self._notify()
+        return self.store.get(job_id)
+
+    def depth(self) -> tuple[int, int]:
+        counts = self.store.counts()
+        return counts.get(JobState.QUEUED.value, 0), counts.get(JobState.RUNNING.value, 0)
+
+    # ---- scheduling --------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        with self._wake:
+            self._wake.notify_all()
+
+    def _schedule(self) -> None:
+        while not self.stopping:
+            try:
+                self._admit()
+            except Exception:
+                log.exception("scheduler error")
+            with self._wake:
+                self._wake.wait(POLL_SECONDS * 4)
+
+    def _admit(self) -> None:
+        for entry in self.store.queue():
+            if self.stopping:
+                return
+            job = self.store.get(entry.id)
+            if job is None or job.state is not JobState.QUEUED:
+                continue
+            if job.cancel:
+                self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
+                continue
+            digest = job.digest
+            if digest is None:
+                digest = self._digest(job)
+                self.store.set_digest(job.id, digest)
+            if digest:
+                accepted = self.store.accepted_with(digest)
+                if accepted is not None and accepted.id != job.id and self._reuse(job, accepted):
+                    continue
+            with self._lock:
+                busy = list(self._running.values())
+            if digest and any(r.digest == digest for r in busy):
+                continue  # the same payload is running: its report may answer this one
+            if job.task_id and any(r.task_id == job.task_id for r in busy):
+                continue  # one build of a task's images at a time; this one hits the cache
+            if len(busy) >= self.config.jobs:
+                continue  # later ones may still be answered by reuse
+            self._launch(job, digest)
+
+    def _digest(self, job: Job) -> str:
+        """The payload digest, or "" when it cannot be known (no reuse then)."""
+        from runner.gitrepo import resolve_repository, tree_of
+
+        request = job.request
+        commit = request.base_commit()
+        try:
+            spec = self.repository(request)
+            if spec is None or commit is None or len(commit) != 40:
+                return ""
+            repo = resolve_repository(spec, spec, commit)
+            tree = tree_of(repo, commit)
+        except (RequestRefusedError, RunnerError) as exc:
+            log.info("no payload digest for %s: %s", job.id, exc)
+            return ""
+        settings = dict(self.config.digest_settings)
+        if self.config.base_image:
+            settings["baseImageId"] = self._base_image_id(self.config.base_image)
+        return payload_digest(
+            request, base_tree=tree, runner_version=__version__, settings=settings
+        )
+
+    def _base_image_id(self, ref: str) -> str | None:
+        cached = self._digest_cache.get(ref)
+        if cached is not None and time.monotonic() - cached[0] < 10.0:
+            return cached[1]
+        value = self.engine.image_id(ref)
+        self._digest_cache[ref] = (time.monotonic(), value)
+        return value
+
+    def _reuse(self, job: Job, accepted: Job) -> bool:
+        source = accepted.response
+        if source is None or source.report is None:
+            return False
+        report = source.report
+        archive = job.archive
+        with contextlib.suppress(OSError):
+            archive.mkdir(parents=True, exist_ok=True)
+            write_atomic(archive / "request.json", job.request.to_json())
+            write_atomic(archive / "report.json", json.dumps(report, indent=2) + "\n")
+        response = VerificationResponse(
+            id=job.id,
+            status="done",
+            report=report,
+            reused=True,
+            reused_from=str(report.get("runId") or accepted.run_id or accepted.id),
+            archive=str(archive),
+        )
+        self._event(job.id, "done", f"reused the accepted report of {accepted.id}")
+        if self.metrics is not None:
+            self.metrics.reused()
+        self._finish(job, response, state=JobState.DONE, verdict=str(report.get("verdict")))
+        return True
+
+    def _launch(self, job: Job, digest: str | None) -> None:
+        from runner.pipeline import new_run_id
+
+        run_id = new_run_id()
+        if not self.store.start(job.id, run_id=run_id):
+            return
+        thread = threading.Thread(
+            target=self._work, args=(job.id,), name=f"job-{job.id[:40]}", daemon=True
+        )
+        with self._lock:
+            self._running[job.id] = _Running(
+                job_id=job.id, run_id=run_id, thread=thread, digest=digest, task_id=job.task_id
+            )
+        self._event(job.id, "running", f"run {run_id}")
+        thread.start()
+
+    # ---- one verification --------------------------------------------------------------
+
+    def _work(self, job_id: str) -> None:
+        try:
+            job = self.store.get(job_id)
+            assert job is not None and job.run_id is not None
+            self._verify(job, job.run_id)
+        except Exception as exc:
+            log.exception("worker error for %s", job_id)
+            job = self.store.get(job_id)
+            if job is not None and not job.state.finished:
+                self._finish(
+                    job,
+                    self._error(job, "internal", f"the sidecar failed: {type(exc).__name__}"),
+                    state=JobState.ERROR,
+                    verdict=None,
+                )
+        finally:
+            with self._lock:
+                self._running.pop(job_id, None)
+            self._notify()
+
+    def _prepare_archive(self, job: Job) -> Path:
+        archive = job.archive
+        if archive.exists():
+            # An earlier attempt of this job (the sidecar died during it): start clean.
+            shutil.rmtree(archive)
+        task = archive / "task"
+        task.mkdir(parents=True)
+        request = job.request
+        write_atomic(archive / "request.json", request.to_json())
+        definition = json.dumps(request.task.definition, indent=2, ensure_ascii=False) + "\n"
+        (task / "definition.json").write_text(definition, encoding="utf-8")
+        (task / "instruction.md").write_text(request.task.instruction, encoding="utf-8")
+        (task / "test.patch").write_text(request.task.test_patch, encoding="utf-8")
+        (task / "gold.patch").write_text(request.task.gold_patch, encoding="utf-8")
+        return archive
+
+    def command(self, job: Job, archive: Path, run_id: str) -> list[str]:
+        request = job.request
+        args = [
+            self.config.python,
+            "-m",
+            "runner",
+            "verify",
+            str(archive / "task"),
+            "--run-dir",
+            str(archive / "run"),
+            "--run-id",
+            run_id,
+            "--events",
+            str(archive / "events.jsonl"),
+            "--report",
+            str(archive / "report.json"),
+            "--json",
+            "-q",
+            *self.config.verify_args,
+        ]
+        repo = self.repository(request)
+        if repo is not None:
+            args += ["--repo", repo]
+        options = request.options
+        if options.pids_limit is not None:
+            args += ["--pids-limit", str(options.pids_limit)]
+        if options.max_log_bytes is not None:
+            args += ["--max-log-size", str(options.max_log_bytes)]
+        return args
+
+    def _verify(self, job: Job, run_id: str) -> None:
+        try:
+            archive = self._prepare_archive(job)
+            command = self.command(job, archive, run_id)
+        except RequestRefusedError as exc:
+            self._finish(
+                job, self._error(job, exc.code, exc.message), state=JobState.ERROR, verdict=None
+            )
+            return
+        except OSError as exc:
+            self._finish(
+                job,
+                self._error(job, "archive", f"cannot write the archive: {exc.strerror or exc}"),
+                state=JobState.ERROR,
+                verdict=None,
+            )
+            return
+        events_path = archive / "events.jsonl"
+        argv, preexec = with_parent_death_signal(command)
+        with (archive / "verify.stderr.log").open("wb") as stderr:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+                preexec_fn=preexec,  # noqa: PLW1509 - see _die_with_parent
+                env=self._child_env(),
+            )
+        with self._lock:
+            self._running[job.id].process = process
+        self.store.set_pid(job.id, process.pid)
+        latest = self.store.get(job.id)
+        if latest is not None and latest.cancel:  # cancelled while the process started
+            process.send_signal(signal.SIGTERM)
+        offset = 0
+        while True:
+            try:
+                code = process.wait(POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                code = None
+            events, offset = read_events(events_path, offset)
+            self._stage_events(job.id, events)
+            if code is not None:
+                break
+        # The verification removes its own containers; a crash of it must not leave any.
+        self.engine.remove_run(run_id)
+        self._conclude(job.id, archive, code)
+
+    @staticmethod
+    def _child_env() -> dict[str, str]:
+        """The sidecar's environment minus the runner settings it passes as options (a
+        variable and its option would both count, e.g. toolchain sources twice)."""
+        from runner import settings as s
+
+        passed = {
+            s.ENV_BASE_IMAGE,
+            s.ENV_EXTRA_CA,
+            s.ENV_TOOLCHAIN_SOURCES,
+            s.ENV_TOOLCHAIN_MIRRORS,
+            s.ENV_BUILD_NETWORK,
+            s.ENV_STORAGE_LIMIT,
+            s.ENV_LOGS_ROOT,
+        }
+        return {k: v for k, v in os.environ.items() if k not in passed}
+
+    def _stage_events(self, job_id: str, events: Sequence[LoggedEvent]) -> None:
+        if not events:
+            return
+        self.store.add_events(job_id, list(events))
+        if self.metrics is not None:
+            for event in events:
+                if event.seconds is not None and event.status != "running":
+                    self.metrics.stage(event.stage, event.seconds)
+
+    def _conclude(self, job_id: str, archive: Path, code: int) -> None:
+        job = self.store.get(job_id)
+        assert job is not None
+        report: dict[str, Any] | None = None
+        with contextlib.suppress(OSError, ValueError):
+            loaded = json.loads((archive / "report.json").read_text(encoding="utf-8"))
+            report = loaded if isinstance(loaded, dict) else None
+        if code == 130 or (report is not None and report.get("interrupted")):
+            if job.cancel:
+                self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
+            elif self.stopping:
+                self.store.requeue(job.id)
+                self._event(job.id, "queued", "interrupted by shutdown; requeued")
+            else:
+                self._finish(
+                    job,
+                    self._error(job, "interrupted", "the verification was interrupted"),
+                    state=JobState.ERROR,
+                    verdict=None,
+                )
+            return
+        if report is None or code not in (0, 1, 2, 3):
+            tail = ""
+            with contextlib.suppress(OSError):
+                lines = (archive / "verify.stderr.log").read_text(errors="replace").splitlines()
+                tail = lines[-1] if lines else ""
+            self._finish(
+                job,
+                self._error(
+                    job,
+                    "verify-failed",
+                    f"verify exited {code} without a report" + (f": {tail}" if tail else ""),
+                ),
+                state=JobState.ERROR,
+                verdict=None,
+            )
+            return
+        response = VerificationResponse(
+            id=job.id, status="done", report=report, archive=str(archive)
+        )
+        self._finish(job, response, state=JobState.DONE, verdict=str(report.get("verdict")))
+
+    # ---- endings -----------------------------------------------------------------------
+
+    def _error(self, job: Job, code: str, message: str) -> VerificationResponse:
+        return VerificationResponse(
+            id=job.id,
+            status="error",
+            archive=str(job.archive),
+            error=ErrorBody(code=code, message=message),
+        )
+
+    def _cancelled(self, job: Job) -> VerificationResponse:
+        return self._error(job, "cancelled", "cancelled (DELETE); its containers were removed")
+
+    def _finish(
+        self, job: Job, response: VerificationResponse, *, state: JobState, verdict: str | None
+    ) -> None:
+        with contextlib.suppress(OSError):
+            if job.archive.is_dir():
+                write_atomic(job.archive / "response.json", response.to_json() + "\n")
+        if not self.store.finish(job.id, response, state=state, verdict=verdict):
+            return
+        self._event(
+            job.id, state.value, verdict or (response.error.message if response.error else "")
+        )
+        if self.metrics is not None:
+            self.metrics.finished(verdict or state.value)
+        finished = self.store.get(job.id)
+        if finished is None:
+            return
+        for listener in list(self.listeners):
+            try:
+                listener(finished)
+            except Exception:
+                log.exception("response listener failed for %s", job.id)
+
+    def _event(self, job_id: str, status: str, detail: str = "") -> None:
+        """A sidecar-side event (stage `job`), in the same sequence as the verification's."""
+        self.store.add_events(
+            job_id,
+            [
+                LoggedEvent(
+                    seq=0,
+                    at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+                    stage="job",
+                    status=status,
+                    detail=detail,
+                    seconds=None,
+                )
+            ],
+        )

@@ -1,0 +1,362 @@
+"""The durable job store: one SQLite file under the sidecar's state directory.
+
+A request is recorded (committed) before it is acknowledged; a job's state moves
+queued -> running -> done | error | cancelled in single transactions, so a sidecar killed at any
+point restarts with every request either finished (its response stored) or requeued.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.events import LoggedEvent
+from runner.sidecar.request import (
+    JobState,
+    StageProgress,
+    VerificationRequest,
+    VerificationResponse,
+    VerificationStatus,
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    body_digest TEXT NOT NULL,
+    source TEXT NOT NULL,
+    request TEXT NOT NULL,
+    archive TEXT NOT NULL UNIQUE,
+    task_id TEXT,
+    digest TEXT,
+    state TEXT NOT NULL,
+    run_id TEXT,
+    pid INTEGER,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    cancel INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    verdict TEXT,
+    response TEXT,
+    delivered INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, created);
+CREATE INDEX IF NOT EXISTS jobs_digest ON jobs (digest, verdict);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    at TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    status TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    seconds REAL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events (job_id, seq);
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueEntry:
+    """A queued job without its (possibly large) request: what the scheduler looks at."""
+
+    id: str
+    task_id: str | None
+    digest: str | None
+    cancel: bool
+
+
+class ConflictError(Exception):
+    """The id (or the archive path) is already taken by another request."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    id: str
+    source: str
+    request: VerificationRequest
+    archive: Path
+    task_id: str | None
+    digest: str | None
+    state: JobState
+    run_id: str | None
+    pid: int | None
+    attempts: int
+    cancel: bool
+    created: float
+    started: float | None
+    finished: float | None
+    verdict: str | None
+    response: VerificationResponse | None
+
+
+def _iso(stamp: float | None) -> str | None:
+    if stamp is None:
+        return None
+    return dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(timespec="milliseconds")
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=10000")
+            self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # ---- jobs --------------------------------------------------------------------------
+
+    def add(self, request: VerificationRequest, *, source: str, archive: Path) -> tuple[Job, bool]:
+        """Record a request. Returns the job and whether it is new; the same id with the same
+        body is the same job (never run twice); with another body it is a conflict."""
+        body = request.body_digest()
+        with self._transaction() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (request.id,)).fetchone()
+            if row is not None:
+                if row["body_digest"] != body:
+                    raise ConflictError(
+                        f"request id {request.id!r} was already used for a different request"
+                    )
+                return self._job(row), False
+            other = db.execute("SELECT id FROM jobs WHERE archive = ?", (str(archive),)).fetchone()
+            if other is not None:
+                raise ConflictError(
+                    f"{request.archive_path()} is already the archive of request "
+                    f"{other['id']!r}: each verify of a round needs its own number"
+                )
+            db.execute(
+                "INSERT INTO jobs (id, body_digest, source, request, archive, task_id, state, "
+                "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    request.id,
+                    body,
+                    source,
+                    request.to_json(),
+                    str(archive),
+                    request.task_id(),
+                    JobState.QUEUED.value,
+                    time.time(),
+                ),
+            )
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (request.id,)).fetchone()
+        return self._job(row), True
+
+    def get(self, job_id: str) -> Job | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return self._job(row) if row is not None else None
+
+    def queue(self) -> list[QueueEntry]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, task_id, digest, cancel FROM jobs WHERE state = ? "
+                "ORDER BY created, rowid",
+                (JobState.QUEUED.value,),
+            ).fetchall()
+        return [
+            QueueEntry(
+                id=row["id"],
+                task_id=row["task_id"],
+                digest=row["digest"],
+                cancel=bool(row["cancel"]),
+            )
+            for row in rows
+        ]
+
+    def running(self) -> list[Job]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM jobs WHERE state = ?", (JobState.RUNNING.value,)
+            ).fetchall()
+        return [self._job(row) for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+            return {row["state"]: int(row["n"]) for row in rows}
+
+    def set_digest(self, job_id: str, digest: str | None) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE jobs SET digest = ? WHERE id = ?", (digest or "", job_id))
+
+    def start(self, job_id: str, *, run_id: str) -> bool:
+        """queued -> running; False if the job is no longer queued (cancelled meanwhile)."""
+        with self._transaction() as db:
+            done = db.execute(
+                "UPDATE jobs SET state = ?, run_id = ?, pid = NULL, started = ?, "
+                "attempts = attempts + 1 WHERE id = ? AND state = ?",
+                (JobState.RUNNING.value, run_id, time.time(), job_id, JobState.QUEUED.value),
+            ).rowcount
+        return bool(done)
+
+    def set_pid(self, job_id: str, pid: int | None) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE jobs SET pid = ? WHERE id = ?", (pid, job_id))
+
+    def finish(
+        self,
+        job_id: str,
+        response: VerificationResponse,
+        *,
+        state: JobState,
+        verdict: str | None,
+    ) -> bool:
+        """Store the response once: False if the job had already finished."""
+        with self._transaction() as db:
+            done = db.execute(
+                "UPDATE jobs SET state = ?, response = ?, verdict = ?, finished = ?, pid = NULL "
+                "WHERE id = ? AND state IN (?, ?)",
+                (
+                    state.value,
+                    response.to_json(),
+                    verdict,
+                    time.time(),
+                    job_id,
+                    JobState.QUEUED.value,
+                    JobState.RUNNING.value,
+                ),
+            ).rowcount
+        return bool(done)
+
+    def requeue(self, job_id: str) -> None:
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE jobs SET state = ?, pid = NULL WHERE id = ? AND state = ?",
+                (JobState.QUEUED.value, job_id, JobState.RUNNING.value),
+            )
+
+    def request_cancel(self, job_id: str) -> Job | None:
+        with self._transaction() as db:
+            db.execute("UPDATE jobs SET cancel = 1 WHERE id = ?", (job_id,))
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return self._job(row) if row is not None else None
+
+    def accepted_with(self, digest: str) -> Job | None:
+        """The latest job with this payload digest whose report was accepted."""
+        if not digest:
+            return None
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM jobs WHERE digest = ? AND state = ? AND verdict = 'accepted' "
+                "ORDER BY finished DESC LIMIT 1",
+                (digest, JobState.DONE.value),
+            ).fetchone()
+        return self._job(row) if row is not None else None
+
+    def undelivered(self, source: str) -> list[Job]:
+        """Finished jobs of `source` whose response was not yet handed over."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM jobs WHERE source = ? AND delivered = 0 AND state IN (?, ?, ?)",
+                (source, JobState.DONE.value, JobState.ERROR.value, JobState.CANCELLED.value),
+            ).fetchall()
+        return [self._job(row) for row in rows]
+
+    def delivered(self, job_id: str) -> None:
+        with self._transaction() as db:
+            db.execute("UPDATE jobs SET delivered = 1 WHERE id = ?", (job_id,))
+
+    # ---- events ------------------------------------------------------------------------
+
+    def add_events(self, job_id: str, events: list[LoggedEvent]) -> None:
+        """Append events; each gets the store's next sequence number (the SSE event id)."""
+        if not events:
+            return
+        with self._transaction() as db:
+            db.executemany(
+                "INSERT INTO events (job_id, at, stage, status, detail, seconds) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(job_id, e.at, e.stage, e.status, e.detail, e.seconds) for e in events],
+            )
+
+    def events(self, job_id: str, *, after: int = 0) -> list[LoggedEvent]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq",
+                (job_id, after),
+            ).fetchall()
+        return [
+            LoggedEvent(
+                seq=row["seq"],
+                at=row["at"],
+                stage=row["stage"],
+                status=row["status"],
+                detail=row["detail"],
+                seconds=row["seconds"],
+            )
+            for row in rows
+        ]
+
+    def status(self, job: Job) -> VerificationStatus:
+        stages: dict[str, StageProgress] = {}
+        for event in self.events(job.id):
+            if event.stage == "job":
+                if event.status == "running":
+                    stages.clear()  # a new attempt: only its stages count
+                continue
+            stages[event.stage] = StageProgress(
+                status=event.status, detail=event.detail, seconds=event.seconds
+            )
+        return VerificationStatus(
+            id=job.id,
+            status=job.state,
+            stages=stages,
+            verdict=job.verdict,
+            queued_at=_iso(job.created) or "",
+            started_at=_iso(job.started),
+            finished_at=_iso(job.finished),
+            attempts=job.attempts,
+            response=job.response,
+        )
+
+    # ---- rows --------------------------------------------------------------------------
+
+    @staticmethod
+    def _job(row: sqlite3.Row) -> Job:
+        response = row["response"]
+        return Job(
+            id=row["id"],
+            source=row["source"],
+            request=VerificationRequest.model_validate_json(row["request"]),
+            archive=Path(row["archive"]),
+            task_id=row["task_id"],
+            digest=row["digest"],
+            state=JobState(row["state"]),
+            run_id=row["run_id"],
+            pid=row["pid"],
+            attempts=int(row["attempts"]),
+            cancel=bool(row["cancel"]),
+            created=float(row["created"]),
+            started=row["started"],
+            finished=row["finished"],
+            verdict=row["verdict"],
+            response=VerificationResponse.model_validate(json.loads(response))
+            if response
+            else None,
+        )
