@@ -6,10 +6,9 @@ bodies are limited before they are read (413), and with a token every request ne
 `Authorization: Bearer <token>` (401).
 """
 
-from __future__ import annotations
-
 import asyncio
 import hmac
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,8 +18,10 @@ from fastapi import Path as PathParam
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from runner import __version__
 from runner.sidecar.metrics import Metrics
@@ -38,6 +39,7 @@ from runner.sidecar.service import SOURCE_HTTP, RequestRefusedError, Service
 from runner.sidecar.store import Job
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
+_ID = re.compile(NAME_PATTERN)
 EVENT_POLL_SECONDS = 0.25
 
 Scope = MutableMapping[str, Any]
@@ -177,13 +179,29 @@ def create_app(
                 status_code=exc.status_code,
                 headers=exc.headers,
             )
-        code = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        return _error_json(exc.status_code, code, str(detail), headers=exc.headers)
+        code = {400: "bad-request", 404: "not-found", 405: "method-not-allowed"}.get(
+            exc.status_code, "http-error"
+        )
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route that matched the path only; a
+            # path served by two routes (GET and DELETE) answers with all of them.
+            methods: set[str] = set()
+            for route in app.router.routes:
+                if (
+                    isinstance(route, APIRoute)
+                    and route.matches(request.scope)[0] is not Match.NONE
+                ):
+                    methods |= route.methods or set()
+            if methods:
+                headers["Allow"] = ", ".join(sorted(methods))
+        return _error_json(exc.status_code, code, str(detail), headers=headers)
 
     def job_or_404(
-        verification_id: Annotated[str, PathParam(pattern=NAME_PATTERN, max_length=128)],
+        verification_id: Annotated[str, PathParam(max_length=256)],
     ) -> Job:
-        job = service.store.get(verification_id)
+        # No id that breaks the request pattern was ever stored: such an id is unknown.
+        job = service.store.get(verification_id) if _ID.fullmatch(verification_id) else None
         if job is None:
             raise HTTPException(
                 404,
@@ -191,9 +209,20 @@ def create_app(
             )
         return job
 
+    json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}}
     errors: dict[int | str, dict[str, Any]] = {
-        422: {"model": ErrorEnvelope, "description": "The request is not valid"},
+        422: {
+            "model": ErrorEnvelope,
+            "description": "The request is not valid",
+            "content": json_error,
+        },
     }
+    if token is not None:
+        errors[401] = {
+            "model": ErrorEnvelope,
+            "description": "Token missing or wrong",
+            "content": json_error,
+        }
 
     @app.post(
         "/v1/verifications",
@@ -201,7 +230,7 @@ def create_app(
         response_model=Accepted,
         responses={
             200: {"model": Accepted, "description": "This id was already submitted"},
-            401: {"model": ErrorEnvelope, "description": "Token missing or wrong"},
+            400: {"model": ErrorEnvelope, "description": "The body is not JSON"},
             403: {"model": ErrorEnvelope, "description": "A repository outside the allowed roots"},
             409: {"model": ErrorEnvelope, "description": "The id or archive path is taken"},
             413: {"model": ErrorEnvelope, "description": "The body is too large"},
@@ -247,7 +276,10 @@ def create_app(
     @app.get(
         "/v1/verifications/{verification_id}/events",
         response_class=EventSourceResponse,
-        responses={404: {"model": ErrorEnvelope, "description": "Unknown id"}, **errors},
+        responses={
+            404: {"model": ErrorEnvelope, "description": "Unknown id", "content": json_error},
+            **errors,
+        },
     )
     async def events(
         request: Request, job: Annotated[Job, Depends(job_or_404)]

@@ -112,7 +112,7 @@ class Mailbox:
                 continue
             request_id = entry[: -len(".json")]
             source = self.requests / entry
-            if not _ID.fullmatch(request_id) or set(request_id) == {"."}:
+            if not _ID.fullmatch(request_id):
                 self._reject(source, entry)
                 continue
             try:

@@ -14,44 +14,41 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from runner import validation as v
 
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,128}$"
+# `^[A-Za-z0-9._-]{1,128}$`, and never dots only (`.`, `..` would be path tricks).
+NAME_PATTERN = r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$"
+# A repository: some non-space character and no control characters (it becomes one argv
+# element, never a shell word; the check keeps logs and errors one line).
+_C = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
+REPO_PATTERN = rf"^[^{_C}]*[^ {_C}][^{_C}]*$"
 MAX_REPO_CHARS = 4096
 MAX_ROUND = 1_000_000
 
 
-def _not_dots(value: str) -> str:
-    if set(value) == {"."}:
-        raise ValueError("must not consist of dots only")
-    return value
-
-
-def _repo(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be empty")
-    if v.control_character(value):
-        raise ValueError("must not contain control characters")
-    return value
-
-
-Name = Annotated[
-    str,
-    StringConstraints(pattern=NAME_PATTERN),
-    AfterValidator(_not_dots),
-]
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
 class _Document(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        regex_engine="python-re",  # NAME_PATTERN's look-ahead
     )
 
     def to_json(self) -> str:
-        return self.model_dump_json(by_alias=True, exclude_none=True)
+        """ASCII JSON: a request may carry lone surrogates (JSON allows them), which neither
+        UTF-8 files nor SQLite text can hold unescaped."""
+        return json.dumps(
+            self.model_dump(mode="json", by_alias=True, exclude_none=True),
+            ensure_ascii=True,
+            separators=(",", ":"),
+        )
 
 
 class TaskPayload(_Document):
@@ -81,7 +78,9 @@ class VerificationRequest(_Document):
     round: Annotated[int, Field(ge=0, le=MAX_ROUND)]
     verify: Annotated[int, Field(ge=0, le=MAX_ROUND)]
     task: TaskPayload
-    repo: Annotated[str, Field(max_length=MAX_REPO_CHARS), AfterValidator(_repo)] | None = Field(
+    repo: (
+        Annotated[str, StringConstraints(max_length=MAX_REPO_CHARS, pattern=REPO_PATTERN)] | None
+    ) = Field(
         default=None,
         description="Overrides definition.repo: a git URL, or a local path under an "
         "--allow-repo-root directory",
@@ -117,7 +116,7 @@ class VerificationRequest(_Document):
 
 
 def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def _digest(value: Any) -> str:

@@ -452,10 +452,15 @@ class Service:
             reused_from=str(report.get("runId") or accepted.run_id or accepted.id),
             archive=str(archive),
         )
-        self._event(job.id, "done", f"reused the accepted report of {accepted.id}")
         if self.metrics is not None:
             self.metrics.reused()
-        self._finish(job, response, state=JobState.DONE, verdict=str(report.get("verdict")))
+        self._finish(
+            job,
+            response,
+            state=JobState.DONE,
+            verdict=str(report.get("verdict")),
+            detail=f"{report.get('verdict')} (the report of {accepted.id}, reused)",
+        )
         return True
 
     def _launch(self, job: Job, digest: str | None) -> None:
@@ -506,10 +511,16 @@ class Service:
         request = job.request
         write_atomic(archive / "request.json", request.to_json())
         definition = json.dumps(request.task.definition, indent=2, ensure_ascii=False) + "\n"
-        (task / "definition.json").write_text(definition, encoding="utf-8")
-        (task / "instruction.md").write_text(request.task.instruction, encoding="utf-8")
-        (task / "test.patch").write_text(request.task.test_patch, encoding="utf-8")
-        (task / "gold.patch").write_text(request.task.gold_patch, encoding="utf-8")
+        # surrogatepass: text that is not UTF-8 reaches verify as the bytes it stands for, and
+        # verify names the file that is not UTF-8 (as it would for an authored task).
+        files = {
+            "definition.json": definition,
+            "instruction.md": request.task.instruction,
+            "test.patch": request.task.test_patch,
+            "gold.patch": request.task.gold_patch,
+        }
+        for name, text in files.items():
+            (task / name).write_bytes(text.encode("utf-8", "surrogatepass"))
         return archive
 
     def command(self, job: Job, archive: Path, run_id: str) -> list[str]:
@@ -624,6 +635,11 @@ class Service:
         with contextlib.suppress(OSError, ValueError):
             loaded = json.loads((archive / "report.json").read_text(encoding="utf-8"))
             report = loaded if isinstance(loaded, dict) else None
+        if job.cancel and (code not in (0, 1, 2, 3) or (report or {}).get("interrupted")):
+            # Cancelled, whether the verification was interrupted or stopped before its own
+            # handlers were in place.
+            self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
+            return
         if code == 130 or (report is not None and report.get("interrupted")):
             if job.cancel:
                 self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
@@ -673,16 +689,22 @@ class Service:
         return self._error(job, "cancelled", "cancelled (DELETE); its containers were removed")
 
     def _finish(
-        self, job: Job, response: VerificationResponse, *, state: JobState, verdict: str | None
+        self,
+        job: Job,
+        response: VerificationResponse,
+        *,
+        state: JobState,
+        verdict: str | None,
+        detail: str | None = None,
     ) -> None:
         with contextlib.suppress(OSError):
             if job.archive.is_dir():
                 write_atomic(job.archive / "response.json", response.to_json() + "\n")
         if not self.store.finish(job.id, response, state=state, verdict=verdict):
             return
-        self._event(
-            job.id, state.value, verdict or (response.error.message if response.error else "")
-        )
+        if detail is None:
+            detail = verdict or (response.error.message if response.error else "")
+        self._event(job.id, state.value, detail)
         if self.metrics is not None:
             self.metrics.finished(verdict or state.value)
         finished = self.store.get(job.id)
