@@ -45,6 +45,8 @@ from runner.settings import (
     ENV_BUILD_NETWORK,
     ENV_EXTRA_CA,
     ENV_LOGS_ROOT,
+    ENV_SIDECAR_STATE,
+    ENV_SIDECAR_TOKEN,
     ENV_STORAGE_LIMIT,
     ENV_TOOLCHAIN_MIRRORS,
     ENV_TOOLCHAIN_SOURCES,
@@ -54,6 +56,7 @@ from runner.settings import (
     VerifySettings,
     cache_root,
     environment_list,
+    environment_value,
     proxy_environment,
 )
 
@@ -701,8 +704,6 @@ def clean_command(images: bool, run_id: str | None) -> int:
 
 # ---- serve -------------------------------------------------------------------------------------
 
-ENV_SIDECAR_TOKEN = "SELFBENCH_SIDECAR_TOKEN"
-ENV_SIDECAR_STATE = "SELFBENCH_SIDECAR_STATE"
 MIN_TOKEN_CHARS = 16
 _LISTEN = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})$")
 
@@ -735,7 +736,7 @@ def _read_token(token_file: Path | None) -> str | None:
         token = raw.decode(errors="replace").strip()
         where, field = str(token_file), "--token-file"
     else:
-        token = (os.environ.get(ENV_SIDECAR_TOKEN) or "").strip()
+        token = (environment_value(ENV_SIDECAR_TOKEN) or "").strip()
         where, field = None, ENV_SIDECAR_TOKEN
         if not token:
             return None

@@ -22,6 +22,8 @@ ENV_BUILD_NETWORK = "SELFBENCH_BUILD_NETWORK"
 ENV_CACHE_DIR = "SELFBENCH_CACHE_DIR"
 ENV_LOGS_ROOT = "SELFBENCH_LOGS"
 ENV_STORAGE_LIMIT = "SELFBENCH_STORAGE_LIMIT"
+ENV_SIDECAR_TOKEN = "SELFBENCH_SIDECAR_TOKEN"
+ENV_SIDECAR_STATE = "SELFBENCH_SIDECAR_STATE"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 
 # ---- defaults --------------------------------------------------------------------------------
@@ -74,6 +76,23 @@ def proxy_environment() -> dict[str, str]:
             if value:
                 env[variant] = value
     return env
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of a `verify` the sidecar starts: its own, minus the runner settings it
+    passes as options (a variable and its option would both count, e.g. toolchain sources
+    twice) and minus the sidecar's token."""
+    passed = {
+        ENV_BASE_IMAGE,
+        ENV_EXTRA_CA,
+        ENV_TOOLCHAIN_SOURCES,
+        ENV_TOOLCHAIN_MIRRORS,
+        ENV_BUILD_NETWORK,
+        ENV_STORAGE_LIMIT,
+        ENV_LOGS_ROOT,
+        ENV_SIDECAR_TOKEN,
+    }
+    return {k: v for k, v in os.environ.items() if k not in passed}
 
 
 def cache_root() -> Path:

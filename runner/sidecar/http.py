@@ -64,10 +64,6 @@ def _error_json(
     )
 
 
-class _BodyTooLargeError(Exception):
-    pass
-
-
 class Guard:
     """Pure ASGI middleware in front of everything: the bearer token, then the body limit
     (from Content-Length at once, and counted while a chunked body streams in)."""
@@ -110,29 +106,36 @@ class Guard:
             if declared > self.max_body:
                 await self._too_large(scope, receive, send)
                 return
-        received = 0
-        started = False
+        if length is None and scope.get("method") in ("POST", "PUT", "PATCH"):
+            # A body of unknown length (chunked): read it here, up to the limit, then hand it
+            # on. (An exception raised from receive() inside FastAPI becomes its own 400.)
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body:
+                    await self._too_large(scope, receive, send)
+                    return
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            replayed = False
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body:
-                    raise _BodyTooLargeError
-            return message
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLargeError:
-            if not started:
-                await self._too_large(scope, receive, send)
+            await self.app(scope, replay, send)
+            return
+        await self.app(scope, receive, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         await _error_json(

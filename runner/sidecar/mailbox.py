@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 SETTLE_SECONDS = 2.0  # a request that does not parse yet may still be being written
+MAX_SETTLE_SECONDS = 60.0
 _ID = re.compile(NAME_PATTERN)
 
 
@@ -190,7 +191,8 @@ class Mailbox:
             age = time.time() - path.stat().st_mtime
         except OSError:
             age = SETTLE_SECONDS
-        return min(age, time.monotonic() - first) < SETTLE_SECONDS
+        # Still written to (changed within SETTLE_SECONDS), but not for ever.
+        return age < SETTLE_SECONDS and time.monotonic() - first < MAX_SETTLE_SECONDS
 
     def _refuse(
         self,

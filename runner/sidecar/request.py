@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from runner import validation as v
@@ -29,7 +29,14 @@ MAX_REPO_CHARS = 4096
 MAX_ROUND = 1_000_000
 
 
-Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+def _no_final_newline(value: str) -> str:
+    # Python's `$` also matches before a final newline; the JSON Schema's (ECMA) does not.
+    if value.endswith("\n"):
+        raise ValueError("must not end with a newline")
+    return value
+
+
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN), AfterValidator(_no_final_newline)]
 
 
 class _Document(BaseModel):
@@ -79,7 +86,12 @@ class VerificationRequest(_Document):
     verify: Annotated[int, Field(ge=0, le=MAX_ROUND)]
     task: TaskPayload
     repo: (
-        Annotated[str, StringConstraints(max_length=MAX_REPO_CHARS, pattern=REPO_PATTERN)] | None
+        Annotated[
+            str,
+            StringConstraints(max_length=MAX_REPO_CHARS, pattern=REPO_PATTERN),
+            AfterValidator(_no_final_newline),
+        ]
+        | None
     ) = Field(
         default=None,
         description="Overrides definition.repo: a git URL, or a local path under an "

@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import logging
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -31,6 +32,7 @@ from runner import __version__
 from runner.errors import RunnerError
 from runner.events import LoggedEvent, read_events
 from runner.safeio import is_within, write_atomic
+from runner.settings import child_environment
 from runner.sidecar.request import (
     ErrorBody,
     ErrorDetail,
@@ -44,6 +46,7 @@ from runner.sidecar.store import ConflictError, Job, Store
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
+DIGEST_THREADS = 2
 KILL_WAIT_SECONDS = 20.0  # how long a verification may take to remove its containers
 PR_SET_PDEATHSIG = 1
 SOURCE_HTTP = "http"
@@ -219,6 +222,10 @@ class Service:
         self._stopping = threading.Event()
         self._scheduler: threading.Thread | None = None
         self._digest_cache: dict[str, tuple[float, str | None]] = {}
+        # Digests need the repository (a fetch, for a URL): computed off the scheduler, so a
+        # slow or hanging remote delays only its own request, never a reuse answer.
+        self._digest_queue: queue.Queue[str] = queue.Queue()
+        self._digesting: set[str] = set()
 
     # ---- life cycle --------------------------------------------------------------------
 
@@ -226,6 +233,10 @@ class Service:
         """Start scheduling (call recover() first)."""
         self._scheduler = threading.Thread(target=self._schedule, name="scheduler", daemon=True)
         self._scheduler.start()
+        for index in range(DIGEST_THREADS):
+            threading.Thread(
+                target=self._digest_worker, name=f"digest-{index}", daemon=True
+            ).start()
 
     @property
     def stopping(self) -> bool:
@@ -388,8 +399,11 @@ class Service:
                 continue
             digest = job.digest
             if digest is None:
-                digest = self._digest(job)
-                self.store.set_digest(job.id, digest)
+                with self._lock:
+                    if job.id not in self._digesting:
+                        self._digesting.add(job.id)
+                        self._digest_queue.put(job.id)
+                continue
             if digest:
                 accepted = self.store.accepted_with(digest)
                 if accepted is not None and accepted.id != job.id and self._reuse(job, accepted):
@@ -403,6 +417,24 @@ class Service:
             if len(busy) >= self.config.jobs:
                 continue  # later ones may still be answered by reuse
             self._launch(job, digest)
+
+    def _digest_worker(self) -> None:
+        while not self.stopping:
+            try:
+                job_id = self._digest_queue.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            try:
+                job = self.store.get(job_id)
+                if job is not None and job.state is JobState.QUEUED and not job.cancel:
+                    self.store.set_digest(job_id, self._digest(job))
+            except Exception:
+                log.exception("payload digest of %s failed", job_id)
+                self.store.set_digest(job_id, "")
+            finally:
+                with self._lock:
+                    self._digesting.discard(job_id)
+                self._notify()
 
     def _digest(self, job: Job) -> str:
         """The payload digest, or "" when it cannot be known (no reuse then)."""
@@ -580,7 +612,7 @@ class Service:
                 stderr=stderr,
                 start_new_session=True,
                 preexec_fn=preexec,  # noqa: PLW1509 - see _die_with_parent
-                env=self._child_env(),
+                env=child_environment(),
             )
         with self._lock:
             self._running[job.id].process = process
@@ -601,23 +633,6 @@ class Service:
         # The verification removes its own containers; a crash of it must not leave any.
         self.engine.remove_run(run_id)
         self._conclude(job.id, archive, code)
-
-    @staticmethod
-    def _child_env() -> dict[str, str]:
-        """The sidecar's environment minus the runner settings it passes as options (a
-        variable and its option would both count, e.g. toolchain sources twice)."""
-        from runner import settings as s
-
-        passed = {
-            s.ENV_BASE_IMAGE,
-            s.ENV_EXTRA_CA,
-            s.ENV_TOOLCHAIN_SOURCES,
-            s.ENV_TOOLCHAIN_MIRRORS,
-            s.ENV_BUILD_NETWORK,
-            s.ENV_STORAGE_LIMIT,
-            s.ENV_LOGS_ROOT,
-        }
-        return {k: v for k, v in os.environ.items() if k not in passed}
 
     def _stage_events(self, job_id: str, events: Sequence[LoggedEvent]) -> None:
         if not events:

@@ -343,7 +343,7 @@ class Store:
         return Job(
             id=row["id"],
             source=row["source"],
-            request=VerificationRequest.model_validate_json(row["request"]),
+            request=VerificationRequest.model_validate(json.loads(row["request"])),
             archive=Path(row["archive"]),
             task_id=row["task_id"],
             digest=row["digest"],

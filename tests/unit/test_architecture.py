@@ -23,6 +23,7 @@ PURE = (
     "reward",
     "buildlog",
     "runtime",
+    "sidecar/request",
 )
 SIDE_EFFECT_MODULES = {"docker", "requests", "subprocess", "socket", "signal", "urllib3"}
 
@@ -39,7 +40,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def modules() -> list[Path]:
-    return sorted(PACKAGE.glob("*.py"))
+    return sorted(PACKAGE.rglob("*.py"))
 
 
 def test_only_engine_imports_docker() -> None:
