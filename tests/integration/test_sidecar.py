@@ -1,0 +1,322 @@
+"""The sidecar on a real engine, as a real server process: the example task through the mailbox
+and over HTTP gives verify's report, the event stream shows every stage, an identical payload
+is answered from reuse, `kill -9` mid-build loses and duplicates nothing, and 20 requests at
+once with --jobs 2 get 20 answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import pytest
+
+from tests.integration.conftest import ROOT, leftovers, run_verify
+
+EXAMPLE = ROOT / "examples" / "bash-calc"
+RUN_FIELDS = ("runId", "startedAt", "seconds", "runDir", "bundle")
+
+
+def payload(
+    request_id: str, *, verify: int = 1, candidate: str = "c1", **definition: Any
+) -> dict[str, Any]:
+    doc = json.loads((EXAMPLE / "definition.json").read_text())
+    doc.update(definition)
+    return {
+        "id": request_id,
+        "run": "run-1",
+        "stage": "authoring",
+        "candidate": candidate,
+        "round": 1,
+        "verify": verify,
+        "task": {
+            "definition": doc,
+            "instruction": (EXAMPLE / "instruction.md").read_text(),
+            "testPatch": (EXAMPLE / "test.patch").read_text(),
+            "goldPatch": (EXAMPLE / "gold.patch").read_text(),
+        },
+        "repo": str(EXAMPLE / "repo.bundle"),
+    }
+
+
+class Sidecar:
+    def __init__(self, state: Path, mailbox: Path, options: list[str], jobs: int = 1) -> None:
+        self.state, self.mailbox, self.options, self.jobs = state, mailbox, options, jobs
+        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self.log = state.parent / f"serve-{state.name}.log"
+
+    def start(self) -> Sidecar:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "runner",
+                    "serve",
+                    "--mailbox",
+                    str(self.mailbox),
+                    "--http",
+                    "127.0.0.1:0",
+                    "--state-dir",
+                    str(self.state),
+                    "--jobs",
+                    str(self.jobs),
+                    "--allow-repo-root",
+                    str(ROOT / "examples"),
+                    "--grace-period",
+                    "20",
+                    *self.options,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            text = self.log.read_text()
+            ports = [ln.rsplit(":", 1)[1] for ln in text.splitlines() if "listening on" in ln]
+            if ports:
+                self.url = f"http://127.0.0.1:{ports[-1]}"
+                return self
+            assert self.process.poll() is None, text
+            assert time.monotonic() < deadline, text
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(60)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(10)
+
+    def wait(self, request_id: str, timeout: float = 600) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = httpx.get(f"{self.url}/v1/verifications/{request_id}", timeout=30).json()
+            if status["status"] not in ("queued", "running"):
+                return dict(status)
+            assert time.monotonic() < deadline, status
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path, verify_options: list[str]) -> Iterator[Sidecar]:
+    car = Sidecar(tmp_path / "state", tmp_path / "mailbox", verify_options)
+    yield car
+    car.stop()
+
+
+def comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """A report without what differs between two runs of the same task (ids, times, paths)."""
+    text = json.dumps({k: v for k, v in report.items() if k not in RUN_FIELDS})
+    for key in ("runId", "runDir", "bundle"):
+        if report.get(key):
+            text = text.replace(str(report[key]), f"<{key}>")
+    data = json.loads(text)
+    for stage in data["stages"].values():
+        stage.pop("seconds", None)
+        stage.pop("logs", None)
+        for key in ("data",):
+            if isinstance(stage.get(key), dict):
+                for volatile in ("seconds", "images", "bundle", "startupSeconds", "limits"):
+                    stage[key].pop(volatile, None)
+                details = stage[key].get("details")
+                if isinstance(details, dict):
+                    for name in [n for n in details if n.endswith("_ms")]:
+                        details.pop(name)
+        detail = stage.get("detail", "")
+        if "compiled to" in detail or "(cached)" in detail or "built" in detail:
+            stage["detail"] = "<varies>"
+    return dict(data)
+
+
+def put_request(mailbox: Path, doc: dict[str, Any]) -> None:
+    (mailbox / "requests").mkdir(parents=True, exist_ok=True)
+    tmp = mailbox / "requests" / f".{doc['id']}.tmp"
+    tmp.write_text(json.dumps(doc))
+    os.rename(tmp, mailbox / "requests" / f"{doc['id']}.json")
+
+
+def wait_response(mailbox: Path, request_id: str, timeout: float = 600) -> dict[str, Any]:
+    path = mailbox / "responses" / f"{request_id}.json"
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"no response {path}"
+        time.sleep(0.1)
+    return dict(json.loads(path.read_text()))
+
+
+def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
+    tmp_path: Path, sidecar: Sidecar, verify_options: list[str]
+) -> None:
+    direct = run_verify(
+        EXAMPLE, verify_options, tmp_path / "direct", "--repo", str(EXAMPLE / "repo.bundle")
+    )
+    assert direct.report["verdict"] == "accepted", direct.stderr
+    sidecar.start()
+
+    put_request(sidecar.mailbox, payload("m1"))
+    mailed = wait_response(sidecar.mailbox, "m1")
+    assert mailed["status"] == "done" and mailed["reused"] is False
+    assert comparable(mailed["report"]) == comparable(direct.report)
+    archive = Path(mailed["archive"])
+    assert archive == sidecar.mailbox.resolve() / "runs/run-1/authoring/c1/round-1/verify-1"
+    for name in ("request.json", "report.json", "response.json", "run/bundle", "task"):
+        assert (archive / name).exists(), name
+    assert json.loads((archive / "report.json").read_text()) == mailed["report"]
+
+    # Over HTTP, a changed payload (a new instruction): verified, not reused; its stream
+    # shows every stage start and end.
+    changed = payload("h1", verify=2)
+    changed["task"]["instruction"] += "\nAlso keep the usage message.\n"
+    posted = httpx.post(f"{sidecar.url}/v1/verifications", json=changed, timeout=30)
+    assert posted.status_code == 202
+    seen: list[tuple[str, str]] = []
+    with httpx.stream(
+        "GET", f"{sidecar.url}/v1/verifications/h1/events", timeout=httpx.Timeout(30, read=600)
+    ) as stream:
+        kind = ""
+        for line in stream.iter_lines():
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                seen.append((kind, f"{data['stage']}:{data['status']}"))
+    stages = [entry for kind, entry in seen if kind == "stage"]
+    for stage in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism"):
+        assert f"{stage}:running" in stages and f"{stage}:passed" in stages, (stage, seen)
+    assert seen[-1] == ("job", "job:done")
+    status = sidecar.wait("h1")
+    assert status["stages"]["determinism"]["status"] == "passed"
+    http_report = status["response"]["report"]
+    assert status["response"]["reused"] is False
+    assert comparable(http_report) == comparable(direct.report)
+
+    # The same payload as m1 again, under a new id: answered from reuse, at once.
+    started = time.monotonic()
+    again = httpx.post(f"{sidecar.url}/v1/verifications", json=payload("h2", verify=3))
+    assert again.status_code == 202
+    reused = sidecar.wait("h2")
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0, elapsed
+    assert reused["response"]["reused"] is True
+    assert reused["response"]["reusedFrom"] == mailed["report"]["runId"]
+    assert reused["response"]["report"] == mailed["report"]
+    metrics = httpx.get(f"{sidecar.url}/metrics").text
+    assert "selfbench_reuse_hits_total 1.0" in metrics
+    assert 'selfbench_verifications_total{verdict="accepted"} 3.0' in metrics
+    assert 'selfbench_stage_duration_seconds_count{stage="oracle"} 2.0' in metrics
+    health = httpx.get(f"{sidecar.url}/healthz").json()
+    assert health == {"status": "ok", "engine": True, "queueDepth": 0, "running": 0}
+
+
+def test_kill_9_mid_build_then_restart_answers_once_and_leaves_nothing(
+    tmp_path: Path, sidecar: Sidecar, docker_client: docker.DockerClient
+) -> None:
+    nonce = uuid.uuid4().hex[:12]
+    # A fresh setup step that takes a while: the kill lands while the image builds.
+    doc = payload("k1", setupCommand=f"./configure && sleep 15 && echo {nonce} >/dev/null")
+    sidecar.start()
+    put_request(sidecar.mailbox, doc)
+    store = sidecar.state / "jobs.sqlite3"
+    deadline = time.monotonic() + 120
+    run_id = pid = None
+    while True:
+        assert time.monotonic() < deadline
+        with sqlite3.connect(store) as db:
+            row = db.execute("SELECT run_id, pid, state FROM jobs WHERE id = 'k1'").fetchone()
+        events = Path(sidecar.mailbox / "runs/run-1/authoring/c1/round-1/verify-1/events.jsonl")
+        if (
+            row
+            and row[1]
+            and events.exists()
+            and '"build", "status": "running"' in events.read_text()
+        ):
+            run_id, pid = row[0], row[1]
+            break
+        time.sleep(0.1)
+    time.sleep(3)  # inside the build's sleep
+    sidecar.kill()
+    # The kernel stops the orphaned verification (parent-death signal); it removes its own.
+    gone = time.monotonic() + 60
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < gone:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists()
+    assert not (sidecar.mailbox / "responses" / "k1.json").exists()
+
+    sidecar.start()
+    answer = wait_response(sidecar.mailbox, "k1")
+    assert answer["status"] == "done" and answer["report"]["verdict"] == "accepted"
+    assert answer["report"]["runId"] != run_id
+    assert leftovers(docker_client, run_id) == []
+    assert sorted(p.name for p in (sidecar.mailbox / "responses").iterdir()) == ["k1.json"]
+    with sqlite3.connect(store) as db:
+        attempts = db.execute("SELECT attempts FROM jobs WHERE id = 'k1'").fetchone()[0]
+    assert attempts == 2
+    log = sidecar.log.read_text()
+    assert "requeued 1 verification(s)" in log
+
+
+def test_twenty_requests_at_once_with_two_jobs(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    car = Sidecar(tmp_path / "state", tmp_path / "mailbox", verify_options, jobs=2).start()
+    try:
+        # 10 identical payloads and 10 of another task (its own setup, so its own images).
+        nonce = uuid.uuid4().hex[:12]
+        docs = [payload(f"a{i}", verify=i) for i in range(10)] + [
+            payload(
+                f"b{i}",
+                verify=i,
+                candidate="c2",
+                taskId=f"bash-calc-{nonce}",
+                setupCommand=f"./configure && echo {nonce} >/dev/null",
+            )
+            for i in range(10)
+        ]
+        with httpx.Client(timeout=60) as client:
+            import concurrent.futures
+
+            with concurrent.futures.ThreadPoolExecutor(20) as pool:
+                codes = list(
+                    pool.map(
+                        lambda d: client.post(f"{car.url}/v1/verifications", json=d).status_code,
+                        docs,
+                    )
+                )
+        assert codes == [202] * 20
+        results = {d["id"]: car.wait(d["id"]) for d in docs}
+        assert all(r["status"] == "done" for r in results.values())
+        assert all(r["response"]["report"]["verdict"] == "accepted" for r in results.values())
+        for group in ("a", "b"):
+            members = [r for i, r in results.items() if i.startswith(group)]
+            ran = [r for r in members if not r["response"]["reused"]]
+            assert len(ran) == 1, [r["response"]["reused"] for r in members]
+            assert all(
+                r["response"]["reusedFrom"] == ran[0]["response"]["report"]["runId"]
+                for r in members
+                if r["response"]["reused"]
+            )
+        assert car.process is not None
+        with open(f"/proc/{car.process.pid}/status") as handle:
+            rss = next(int(ln.split()[1]) for ln in handle if ln.startswith("VmHWM:"))
+        print(f"sidecar peak RSS after 20 requests: {rss / 1024:.0f} MiB")
+        assert rss < 400 * 1024, rss
+    finally:
+        car.stop()
+    for result in results.values():
+        assert leftovers(docker_client, result["response"]["report"]["runId"]) == []
