@@ -15,7 +15,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
@@ -337,24 +336,17 @@ def create_app(
         current = service.cancel(job.id) or job
         return service.store.status(current)
 
-    @app.get(
-        "/healthz",
-        response_model=Health,
-        response_model_by_alias=True,
-        responses={503: {"model": Health, "description": "Engine unreachable or stopping"}},
-    )
-    def health() -> Any:
-        """Is the Docker engine reachable; how deep is the queue."""
+    @app.get("/healthz", response_model=Health, response_model_by_alias=True)
+    def health() -> Health:
+        """Is the Docker engine reachable, how deep is the queue. Always 200 while the server
+        answers (a liveness answer); `status` is `ok` only when the engine answers and the
+        sidecar takes work, which is what a readiness check should look at."""
         queued, running = service.depth()
         engine = service.engine.reachable()
         state: Literal["ok", "degraded", "stopping"] = (
             "stopping" if service.stopping else ("ok" if engine else "degraded")
         )
-        body = Health(status=state, engine=engine, queue_depth=queued, running=running)
-        return JSONResponse(
-            jsonable_encoder(body.model_dump(by_alias=True)),
-            status_code=200 if state == "ok" else 503,
-        )
+        return Health(status=state, engine=engine, queue_depth=queued, running=running)
 
     @app.get(
         "/metrics",
