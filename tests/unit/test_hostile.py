@@ -172,8 +172,15 @@ def test_hostile_input(case: Case, fixture: Fixture, tmp_path: Path) -> None:
         else:
             assert not bundle.exists(), "a failed compile left a half-written bundle"
     else:
+        previous = os.environ.get("DOCKER_HOST")
         os.environ["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
-        code, out, err = cli("verify", str(target), "--plan", "--logs", str(tmp_path / "runs"))
+        try:
+            code, out, err = cli("verify", str(target), "--plan", "--logs", str(tmp_path / "runs"))
+        finally:  # later tests (and the servers they start) need the real engine
+            if previous is None:
+                os.environ.pop("DOCKER_HOST", None)
+            else:
+                os.environ["DOCKER_HOST"] = previous
         check_output(code, out, err, allowed={0, 2}, error_lines=False)
         if code == 2:
             assert "error: " in err  # the summary lists every problem
