@@ -320,3 +320,39 @@ def test_twenty_requests_at_once_with_two_jobs(
         car.stop()
     for result in results.values():
         assert leftovers(docker_client, result["response"]["report"]["runId"]) == []
+
+
+def test_sigterm_stops_within_the_grace_period_and_requeues(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    car = Sidecar(
+        tmp_path / "state", tmp_path / "mailbox", [*verify_options, "--grace-period", "8"]
+    )
+    car.start()
+    nonce = uuid.uuid4().hex[:12]
+    put_request(car.mailbox, payload("g1", setupCommand=f"./configure && sleep 30 && echo {nonce}"))
+    store = car.state / "jobs.sqlite3"
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline
+        with sqlite3.connect(store) as db:
+            row = db.execute("SELECT run_id, pid FROM jobs WHERE id = 'g1'").fetchone()
+        if row and row[1]:
+            run_id, pid = row
+            break
+        time.sleep(0.1)
+    time.sleep(3)
+    assert car.process is not None
+    stopped = time.monotonic()
+    car.process.send_signal(signal.SIGTERM)
+    car.process.wait(60)
+    took = time.monotonic() - stopped
+    assert took < 8 + 3, took  # the grace period, and a little for the process itself
+    assert car.process.returncode == 0
+    assert not Path(f"/proc/{pid}").exists()
+    assert leftovers(docker_client, run_id) == []
+    with sqlite3.connect(store) as db:
+        state = db.execute("SELECT state FROM jobs WHERE id = 'g1'").fetchone()[0]
+    assert state == "queued"
+    assert not (car.mailbox / "responses" / "g1.json").exists()
+    assert "stopping (SIGTERM)" in car.log.read_text()
