@@ -496,7 +496,9 @@ def test_schema_prints_the_request_and_response_schemas() -> None:
         assert field in json.loads(result.stdout)["properties"]
 
 
-def test_schemathesis_finds_no_server_error_and_no_schema_violation(served: Served) -> None:
+def test_schemathesis_finds_no_server_error_and_no_schema_violation(
+    served: Served, tmp_path: Path
+) -> None:
     """Property-based requests from the served OpenAPI document, stateful sequences included.
     `use_after_free` is left out on purpose: DELETE cancels a verification and its record
     stays readable (status `cancelled`), as its documentation says."""
@@ -518,6 +520,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(served: Serv
         text=True,
         timeout=600,
         check=False,
+        cwd=tmp_path,  # its cache directory goes there, not into the checkout
     )
     assert result.returncode == 0, result.stdout[-6000:]
     assert "Failures:" not in result.stdout and "generated" in result.stdout
