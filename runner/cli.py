@@ -702,6 +702,185 @@ def clean_command(images: bool, run_id: str | None) -> int:
     return 0
 
 
+# ---- debug and logs ----------------------------------------------------------------------------
+
+
+def _find_run(target: Path, logs_root: Path) -> Path | None:
+    """The newest run of this authored task (same four files) under the logs root."""
+    from runner.taskdir import load_authored_task
+    from runner.validation import safe_dir_name
+
+    task = load_authored_task(target)
+    wanted = task.digests()
+    root = logs_root / safe_dir_name(task.definition.task_id)
+    try:
+        runs = sorted((p for p in root.iterdir() if p.is_dir()), reverse=True)
+    except OSError:
+        return None
+    for run in runs:
+        try:
+            manifest = json.loads((run / "bundle" / ".selfbench-manifest.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if manifest.get("sha256") == wanted and (run / "report.json").is_file():
+            return run
+    return None
+
+
+def _load_run(run_dir: Path) -> tuple[Any, Any]:
+    from pydantic import ValidationError
+
+    from runner.plan import VerifyPlan
+    from runner.report import load_report
+
+    try:
+        report = load_report(run_dir / "report.json")
+    except (OSError, ValueError, ValidationError) as exc:
+        raise UsageError(
+            f"not a run directory with a readable report.json ({type(exc).__name__})",
+            path=str(run_dir),
+        ) from None
+    plan = None
+    if (run_dir / "plan.json").is_file():
+        try:
+            plan = VerifyPlan.model_validate_json((run_dir / "plan.json").read_text())
+        except (OSError, ValueError, ValidationError):
+            plan = None
+    return report, plan
+
+
+def _run_docker(
+    argv: list[str], *, check: bool = True, quiet: bool = False, silent: bool = False
+) -> int:
+    import subprocess
+
+    try:
+        result = subprocess.run(
+            argv,
+            check=False,
+            stdout=subprocess.DEVNULL if quiet or silent else None,
+            stderr=subprocess.DEVNULL if silent else None,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise UsageError("the docker CLI is not installed", field="debug") from None
+    if check and result.returncode != 0:
+        from runner.errors import InfrastructureError
+
+        raise InfrastructureError(f"`{' '.join(argv[:3])} ...` exited {result.returncode}")
+    return result.returncode
+
+
+@cli.command("debug")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option(
+    "--stage",
+    type=click.Choice(["build", "smoke", "nop", "oracle"]),
+    help="The stage to open (default: the first red one).",
+)
+@click.option(
+    "--print",
+    "print_only",
+    is_flag=True,
+    help="Print a script of docker commands that recreates the state and reproduces the "
+    "failure, instead of opening a shell.",
+)
+@click.option(
+    "--logs",
+    "logs_root",
+    type=click.Path(path_type=Path),
+    envvar=ENV_LOGS_ROOT,
+    default=DEFAULT_LOGS_ROOT,
+    show_default=True,
+    help="Where a TASK_DIR's runs are (and where a new one goes).",
+)
+@REPO
+@BASE_IMAGE
+@EXTRA_CA
+@TOOLCHAIN_SOURCE
+@TOOLCHAIN_MIRROR
+@BUILD_NETWORK
+def debug_command(
+    target: Path,
+    stage: str | None,
+    print_only: bool,
+    logs_root: Path,
+    repo: str | None,
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    build_network: str | None,
+) -> int:
+    """Open a shell in the exact state a red stage failed in: the last good build layer, or a
+    gate's verifier with its agent.patch applied and the held-out tests in place. TARGET is a
+    run directory, or a task directory (its last run, or a new verify)."""
+    import secrets
+
+    from runner.debug import plan_debug
+    from runner.engine import owner_id
+
+    run_dir = target
+    if (target / "definition.json").is_file() and not (target / "report.json").is_file():
+        found = _find_run(target, logs_root)
+        if found is None:
+            from runner.pipeline import verify
+
+            output = Output(quiet=False)
+            settings = VerifySettings(
+                repo=repo,
+                build=_build_environment(
+                    base_image, extra_ca_certs, sources, mirrors, build_network
+                ),
+                logs_root=logs_root,
+            )
+            click.echo(f"{PROG} debug: no run of this task yet; verifying it first", err=True)
+            with interrupts():
+                outcome = verify(target, settings, progress=output.progress)
+            if outcome.run_dir is None:
+                raise UsageError("the task could not be verified", path=str(target))
+            found = outcome.run_dir
+        else:
+            click.echo(f"{PROG} debug: using the last run of this task, {found}", err=True)
+        run_dir = found
+    run_dir = run_dir.resolve()
+    report, plan = _load_run(run_dir)
+    session = plan_debug(
+        report,
+        plan,
+        run_dir,
+        stage=stage,
+        debug_id=secrets.token_hex(4),
+        owner=owner_id(),
+        proxies=sorted(proxy_environment()),
+    )
+    if print_only:
+        click.echo(session.script(), nl=False)
+        return 0
+    if not sys.stdin.isatty():
+        raise UsageError(
+            "an interactive shell needs a terminal; use --print for the commands", field="--print"
+        )
+    click.echo(f"{PROG} debug: {session.stage} ({session.why})", err=True)
+    for note in session.notes:
+        click.echo(f"  {note}", err=True)
+    try:
+        with interrupts():
+            for argv in session.setup:
+                _run_docker(argv, quiet=True)
+            if session.show:
+                click.echo("  the test commands (fail-to-pass, then pass-to-pass):", err=True)
+                _run_docker(session.show)
+            import subprocess
+
+            subprocess.run(session.shell, check=False)
+    finally:
+        for argv in session.cleanup:
+            _run_docker([*argv], check=False, silent=True)
+        click.echo(f"{PROG} debug: removed what debug created", err=True)
+    return 0
+
+
 # ---- serve -------------------------------------------------------------------------------------
 
 MIN_TOKEN_CHARS = 16

@@ -109,11 +109,15 @@ fi
 if [ -n "${SELFBENCH_PREPARE_ONLY:-}" ]; then
   # `selfbench-runner debug`: the gate's state without its tests. The test commands become
   # scripts and the verifier's shell history (fail-to-pass last, so one Up arrow brings it).
-  printf '%s\n' "$fail_to_pass_command" > /opt/selfbench/fail_to_pass.sh
-  printf '%s\n' "$pass_to_pass_command" > /opt/selfbench/pass_to_pass.sh
+  printf '%s\n' '/app' > /opt/selfbench/workdir
+  printf 'cd %q || exit\n%s\n' '/app' "$fail_to_pass_command" \
+    > /opt/selfbench/fail_to_pass.sh
+  printf 'cd %q || exit\n%s\n' '/app' "$pass_to_pass_command" \
+    > /opt/selfbench/pass_to_pass.sh
   printf '%s\n' "$pass_to_pass_command" "$fail_to_pass_command" > /home/verifier/.bash_history
   chown verifier:verifier /home/verifier/.bash_history
-  chmod 0755 /opt/selfbench /opt/selfbench/fail_to_pass.sh /opt/selfbench/pass_to_pass.sh
+  chmod 0755 /opt/selfbench
+  chmod 0644 /opt/selfbench/workdir /opt/selfbench/fail_to_pass.sh /opt/selfbench/pass_to_pass.sh
   [ "$patch_applied" -eq 1 ]
   exit
 fi
