@@ -35,7 +35,7 @@ from runner.errors import (
     UsageError,
 )
 from runner.models import Toolchain
-from runner.safeio import check_writable_file, read_regular
+from runner.safeio import check_writable_file, read_regular, require_directory
 from runner.settings import (
     DEFAULT_BASE_IMAGE,
     DEFAULT_LOGS_ROOT,
@@ -878,6 +878,56 @@ def debug_command(
         for argv in session.cleanup:
             _run_docker([*argv], check=False, silent=True)
         click.echo(f"{PROG} debug: removed what debug created", err=True)
+    return 0
+
+
+@cli.command("logs")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--stage",
+    type=click.Choice(["compile", "audit", "build", "smoke", "nop", "oracle", "determinism"]),
+    help="Only this stage's logs.",
+)
+@click.option(
+    "--lines",
+    type=click.IntRange(0, None),
+    default=200,
+    show_default=True,
+    help="Last lines of each log (0: all).",
+)
+@click.option(
+    "--follow", is_flag=True, help="Tail a running verification until its report is written."
+)
+def logs_command(run_dir: Path, stage: str | None, lines: int, follow: bool) -> int:
+    """A run's stage logs (build output, each test command's output, the reward), red stages
+    first. RUN_DIR is any run directory: a verify's, the sidecar's (runs/.../verify-<k>/run)
+    or a batch's."""
+    from runner.runlogs import follow as follow_run
+    from runner.runlogs import stage_logs, tail_lines
+
+    require_directory(run_dir, what="run directory")
+    if follow:
+
+        def emit(name: str, line: str) -> None:
+            click.echo(f"{name}: {line}")
+
+        with interrupts():
+            follow_run(run_dir, emit)
+        click.echo(f"{PROG} logs: the run ended ({run_dir / 'report.json'})", err=True)
+        return 0
+    shown = stage_logs(run_dir, stage=stage)
+    if not shown:
+        raise UsageError("no logs here (not a run directory?)", path=str(run_dir))
+    for entry in shown:
+        status = f" {entry.status}" if entry.status else ""
+        detail = f": {entry.detail}" if entry.detail else ""
+        click.echo(f"== {entry.stage}{status}{detail}")
+        for path in entry.files:
+            text, cut = tail_lines(path, lines)
+            more = f" (last {lines} lines; {cut} earlier)" if cut else ""
+            click.echo(f"-- {path}{more}")
+            for line in text:
+                click.echo(line)
     return 0
 
 
