@@ -57,7 +57,7 @@ from runner.report import (
     write_report,
 )
 from runner.runtime import Engine
-from runner.safeio import is_within, require_directory
+from runner.safeio import is_within, require_directory, write_atomic
 from runner.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
 from runner.taskdir import AuthoredTask, load_authored_task
 from runner.toolchains import Arch, load_catalog
@@ -328,7 +328,19 @@ def verify(
     report = _report(run)
     if run.run_dir is not None and not plan_only:
         write_report(run.run_dir / "report.json", report)
+        _write_html(run.run_dir, report)
     return VerifyOutcome(report=report, plan=plan, run_dir=run.run_dir)
+
+
+def _write_html(run_dir: Path, report: Report) -> None:
+    """report.html beside report.json; a page that cannot be made never changes the run."""
+    try:
+        from runner.htmlreport import render_html
+        from runner.runlogs import report_view
+
+        write_atomic(run_dir / "report.html", render_html(report_view(report)))
+    except Exception:
+        log.exception("report.html could not be written")
 
 
 def _invalid(run: _Run, exc: InvalidTaskError) -> None:

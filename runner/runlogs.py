@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.htmlreport import BuildSource, Excerpt, ReportView, dockerfile_line, step_source
+from runner.report import Report
+
 STAGE_DIRS = ("build", "smoke", "nop", "oracle")
 ORDER = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
 RED = ("failed", "error")
@@ -153,3 +156,38 @@ def _new_lines(path: Path, offsets: dict[Path, int], partial: dict[Path, bytes])
     *complete, rest = data.split(b"\n")
     partial[path] = rest
     return [line.decode(errors="replace") for line in complete]
+
+
+EXCERPT_LINES = 80
+
+
+def report_view(report: Report) -> ReportView:
+    """What report.html shows beyond the report: log excerpts and where a failing build step
+    comes from (read from the run directory and the bundle)."""
+    run_dir = Path(report.run_dir) if report.run_dir else None
+    excerpts: dict[str, list[Excerpt]] = {}
+    for name, stage in report.stages.items():
+        for raw in stage.logs:
+            path = Path(raw)
+            if path.suffix != ".log":
+                continue
+            lines, cut = tail_lines(path, EXCERPT_LINES)
+            shown = str(path)
+            if run_dir is not None and path.is_relative_to(run_dir):
+                shown = path.relative_to(run_dir).as_posix()
+            excerpts.setdefault(name, []).append(Excerpt(path=shown, lines=lines, cut=cut))
+    source = None
+    data = report.stages.build.data
+    if data.failed_step and report.bundle:
+        context = "environment" if data.failed_image == "agent" else "tests"
+        dockerfile = Path(report.bundle) / context / "Dockerfile"
+        try:
+            text = dockerfile.read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        source = BuildSource(
+            dockerfile=f"{context}/Dockerfile",
+            line=dockerfile_line(text, data.failed_step) if text else None,
+            field=step_source(data.failed_step),
+        )
+    return ReportView(report=report, excerpts=excerpts, build_source=source)
