@@ -69,6 +69,7 @@ class ReportView:
     report: Report
     excerpts: dict[str, list[Excerpt]] = field(default_factory=dict)  # by stage
     build_source: BuildSource | None = None
+    smoke_script: list[str] = field(default_factory=list)  # tests/smoke.sh, when smoke is red
 
 
 def step_source(step: str) -> str:

@@ -190,4 +190,9 @@ def report_view(report: Report) -> ReportView:
             line=dockerfile_line(text, data.failed_step) if text else None,
             field=step_source(data.failed_step),
         )
-    return ReportView(report=report, excerpts=excerpts, build_source=source)
+    smoke_script: list[str] = []
+    if report.stages.smoke.status.value in RED and report.bundle:
+        smoke_script, _ = tail_lines(Path(report.bundle) / "tests" / "smoke.sh", 200)
+    return ReportView(
+        report=report, excerpts=excerpts, build_source=source, smoke_script=smoke_script
+    )

@@ -24,6 +24,8 @@ PURE = (
     "buildlog",
     "runtime",
     "sidecar/request",
+    "debug",
+    "htmlreport",
 )
 SIDE_EFFECT_MODULES = {"docker", "requests", "subprocess", "socket", "signal", "urllib3"}
 

@@ -1,0 +1,119 @@
+"""The pure parts of debugging a red task: the HTML report, the debug session, the logs view."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.debug import _failing_command, first_red, plan_debug
+from runner.errors import UsageError
+from runner.htmlreport import ReportView, ansi_html, dockerfile_line, render_html, step_source
+from runner.report import Report, Status, Verdict
+from runner.runlogs import follow, stage_logs
+
+EXTERNAL = re.compile(
+    r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//|ftp:)|<script|<link|@import|url\(""", re.I
+)
+
+
+def report(**stages: tuple[Status, str]) -> Report:
+    made = Report(
+        task_id="t", verdict=Verdict.REJECTED, runner_version="x", run_id="r", started_at="now"
+    )
+    for name, (status, detail) in stages.items():
+        stage = made.stages.get(name)
+        stage.status, stage.detail = status, detail
+    return made
+
+
+def test_ansi_colours_become_spans_and_everything_else_is_escaped() -> None:
+    out = ansi_html("\x1b[31mFAIL\x1b[0m <b>&\x1b[2K")
+    assert out == '<span style="color:#c0392b">FAIL</span> &lt;b&gt;&amp;'
+    assert ansi_html("\x1b[1;32mok") == '<span style="font-weight:bold;color:#1e8449">ok</span>'
+
+
+def test_a_failing_step_is_found_in_its_dockerfile_and_named_by_its_source() -> None:
+    dockerfile = (
+        "FROM x\n# c\nRUN chmod 0755 /a \\\n    && cd '/app' \\\n"
+        "    && /opt/selfbench-environment/setup.sh\n"
+    )
+    step = "RUN chmod 0755 /a     && cd '/app'     && /opt/selfbench-environment/setup.sh"
+    assert dockerfile_line(dockerfile, step) == 3
+    assert dockerfile_line(dockerfile, "RUN other") is None
+    assert step_source(step) == "setupCommand"
+    assert step_source("RUN bash /opt/selfbench-environment/root-setup.sh") == (
+        "environment.rootSetupCommand"
+    )
+    assert "toolchain `go`" in step_source("RUN bash /opt/selfbench-toolchains/go.sh")
+    assert "runner" in step_source("RUN apt-get update")
+
+
+def test_report_html_is_self_contained_and_escapes_what_it_shows() -> None:
+    made = report(build=(Status.FAILED, "<script>alert(1)</script> https://x.invalid/a"))
+    made.stages.build.data.failed_step = "RUN /opt/selfbench-environment/setup.sh"
+    made.stages.build.data.tail = ['<img src="https://x.invalid/p.png">']
+    page = render_html(ReportView(report=made))
+    assert EXTERNAL.search(page) is None
+    assert "&lt;script&gt;" in page and 'id="verdict">rejected<' in page
+
+
+def test_debug_opens_the_first_red_stage_and_reads_both_run_forms() -> None:
+    assert first_red(report(nop=(Status.FAILED, "x"), oracle=(Status.FAILED, "y"))) == "nop"
+    assert first_red(report(determinism=(Status.FAILED, "z"))) == "oracle"
+    assert first_red(report()) is None
+    assert _failing_command('RUN ["bash", "-c", "echo hi"]') == "bash -c 'echo hi'"
+    assert _failing_command("RUN   make  all") == "make  all"
+    with pytest.raises(UsageError, match="nothing is red"):
+        plan_debug(report(), None, Path("/r"), stage=None, debug_id="d", owner="o", proxies=[])
+    with pytest.raises(UsageError, match=r"plan\.json is missing"):
+        plan_debug(
+            report(build=(Status.PASSED, ""), nop=(Status.FAILED, "x")),
+            None,
+            Path("/r"),
+            stage=None,
+            debug_id="d",
+            owner="o",
+            proxies=[],
+        )
+
+
+def test_logs_put_red_stages_first(tmp_path: Path) -> None:
+    (tmp_path / "nop").mkdir()
+    log = tmp_path / "nop" / "verifier.log"
+    log.write_text("a\nb\n")
+    doc = json.loads(report(nop=(Status.FAILED, "red"), build=(Status.PASSED, "ok")).to_json())
+    doc["stages"]["nop"]["logs"] = [str(log), str(tmp_path / "nop" / "agent.patch")]
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    shown = stage_logs(tmp_path)
+    assert shown[0].stage == "nop" and shown[0].files == [log]
+    assert [s.stage for s in stage_logs(tmp_path, stage="build")] == ["build"]
+
+
+def test_follow_sees_new_files_and_lines_until_the_report(tmp_path: Path) -> None:
+    seen: list[tuple[str, str]] = []
+
+    def write() -> None:
+        (tmp_path / "build").mkdir()
+        with (tmp_path / "build" / "agent.log").open("w") as handle:
+            handle.write("Step 1/2 : FROM x\nStep 2/2 : RUN y")
+            handle.flush()
+            time.sleep(0.5)
+            handle.write("\nSuccessfully built\n")
+        (tmp_path / "report.json").write_text("{}")
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert follow(
+        tmp_path, lambda name, line: seen.append((name, line)), poll_seconds=0.05, timeout=30
+    )
+    writer.join()
+    assert seen == [
+        ("build/agent.log", "Step 1/2 : FROM x"),
+        ("build/agent.log", "Step 2/2 : RUN y"),
+        ("build/agent.log", "Successfully built"),
+    ]
