@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar, cast
 
@@ -33,6 +34,7 @@ from runner.buildlog import BuildStream
 from runner.errors import EngineError, InfrastructureError, TaskFailedError
 from runner.logs import CappedLog, Truncation, extract_capped
 from runner.plan import (
+    LABEL_KIND,
     LABEL_OWNER,
     LABEL_RUNNER,
     ContainerPlan,
@@ -105,13 +107,14 @@ def _owner_alive(owner: str) -> bool:
     return current == start
 
 
-def _connection_from_env() -> dict[str, Any]:
+def _connection_from_env(environment: Mapping[str, str] | None = None) -> dict[str, Any]:
     from docker.context import ContextAPI
     from docker.utils import kwargs_from_env
 
-    params: dict[str, Any] = dict(kwargs_from_env())
+    env = dict(os.environ if environment is None else environment)
+    params: dict[str, Any] = dict(kwargs_from_env(environment=env))
     if "base_url" not in params:
-        for key, value in ContextAPI.kwargs_from_context().items():
+        for key, value in ContextAPI.kwargs_from_context(environment=env).items():
             params.setdefault(key, value)
     return params
 
@@ -119,13 +122,20 @@ def _connection_from_env() -> dict[str, Any]:
 class DockerEngine:
     """A connected Docker engine."""
 
-    def __init__(self, *, base_url: str | None = None, timeout: int = 120) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        timeout: int = 120,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
         self.timeout = timeout
         try:
             # What docker.from_env() would connect to (DOCKER_HOST, TLS files, the current
-            # context), resolved once: every client this engine makes reuses it.
+            # context; of `environment` when given), resolved once: every client this engine
+            # makes reuses it.
             self._connection: dict[str, Any] = (
-                {"base_url": base_url} if base_url else _connection_from_env()
+                {"base_url": base_url} if base_url else _connection_from_env(environment)
             )
             self.client = docker.DockerClient(**self._connection, timeout=timeout)
             self._ping()
@@ -480,6 +490,46 @@ class DockerEngine:
                         removed += 1
         return removed
 
+    def task_images(self) -> list[TaskImage]:
+        """The runner's task images (agent and verifier, by label) with the bytes only they
+        hold, and whether a container (of any run) uses them."""
+        with engine_errors("listing the runner's images"):
+            usage = self.api.df()
+            containers = self.api.containers(all=True)
+        used = {str(c.get("ImageID") or "") for c in containers}
+        images = []
+        for item in usage.get("Images") or []:
+            labels = item.get("Labels") or {}
+            if labels.get(LABEL_RUNNER) != "1" or labels.get(LABEL_KIND) not in (
+                "agent",
+                "verifier",
+            ):
+                continue
+            size = int(item.get("Size") or 0)
+            shared = max(0, int(item.get("SharedSize") or 0))
+            images.append(
+                TaskImage(
+                    id=str(item["Id"]),
+                    tags=tuple(item.get("RepoTags") or ()),
+                    unique_bytes=max(0, size - shared),
+                    created=float(item.get("Created") or 0),
+                    in_use=str(item["Id"]) in used or int(item.get("Containers") or 0) > 0,
+                )
+            )
+        return images
+
+    def remove_task_image(self, image: TaskImage) -> bool:
+        """Untag (and so delete) a task image; never forced, so an image a container started
+        meanwhile stays."""
+        try:
+            for ref in image.tags or (image.id,):
+                with contextlib.suppress(NotFound):
+                    self.api.remove_image(ref, force=False)
+            return True
+        except APIError as exc:
+            log.info("image %s not removed: %s", image.id[:19], _explain(exc))
+            return False
+
     def reap_stale(self) -> int:
         """Remove containers left by runner processes of this host that no longer exist (a
         runner killed with SIGKILL cannot clean up after itself)."""
@@ -492,6 +542,15 @@ class DockerEngine:
                         self.api.remove_container(item["Id"], force=True, v=True)
                         removed += 1
         return removed
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskImage:
+    id: str
+    tags: tuple[str, ...]
+    unique_bytes: int
+    created: float
+    in_use: bool
 
 
 class DockerService:

@@ -410,6 +410,10 @@ def _run_stages(
         )
         run.execution = executor.run()
         run.interrupted = run.execution.interrupted
+        with contextlib.suppress(OSError):
+            from runner.cachebudget import record_use
+
+            record_use(b.tag for b in plan.builds)  # the cache budget's "last used"
     finally:
         engine.close()
     return plan

@@ -11,7 +11,6 @@ containers), and the kernel stops it if the sidecar dies (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime as dt
 import json
 import logging
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import __version__
+from runner.children import with_parent_death_signal
 from runner.errors import RunnerError
 from runner.events import LoggedEvent, read_events
 from runner.safeio import is_within, write_atomic
@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.25
 DIGEST_THREADS = 2
 KILL_WAIT_SECONDS = 20.0  # how long a verification may take to remove its containers
-PR_SET_PDEATHSIG = 1
 SOURCE_HTTP = "http"
 SOURCE_MAILBOX = "mailbox"
 
@@ -151,37 +150,6 @@ class _Running:
     process: subprocess.Popen[bytes] | None = None
     digest: str | None = None
     task_id: str | None = None
-
-
-SETPRIV = shutil.which("setpriv")
-
-
-def _libc_prctl() -> Callable[..., int] | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl: Callable[..., int] = libc.prctl
-        return prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = None if SETPRIV else _libc_prctl()  # resolved before any fork
-
-
-def _die_with_parent() -> None:
-    """Between fork and exec, where util-linux's setpriv is missing: SIGTERM the child when
-    the thread that forked it dies. Only a resolved C function is called here, so the usual
-    hazard of preexec_fn in a threaded parent (a lock held at fork) does not apply."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def with_parent_death_signal(command: list[str]) -> tuple[list[str], Callable[[], None] | None]:
-    """The command (and preexec function) that makes the kernel send SIGTERM to the child
-    when the sidecar dies, even by SIGKILL: a verification never runs on unsupervised."""
-    if SETPRIV:
-        return [SETPRIV, "--pdeathsig", "TERM", "--", *command], None
-    return command, _die_with_parent
 
 
 def _process_is(pid: int, run_id: str) -> bool:

@@ -1,0 +1,314 @@
+"""`batch`: many tasks, bounded concurrency, several Docker engines.
+
+Each task runs as a `verify` child process pointed at one engine (DOCKER_HOST or
+DOCKER_CONTEXT in its environment), so its images are built where it runs and one task can
+never disturb another. A task whose verification ends in an infrastructure failure is looked
+at twice: if its engine no longer answers, the engine leaves the pool and the task moves to
+another one (not counted as a retry); otherwise it is retried while `--retries` allows. Red
+verdicts are never retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runner.batch.model import BatchResult, EngineSpec, TaskOutcome
+from runner.children import with_parent_death_signal
+from runner.events import read_events
+from runner.settings import child_environment
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.2
+
+
+@dataclass(kw_only=True)
+class Engine:
+    spec: EngineSpec
+    env: dict[str, str]
+    alive: bool = True
+    running: int = 0
+    ran: int = 0
+    lost_reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.spec.name,
+            "capacity": self.spec.capacity,
+            "tasks": self.ran,
+            "alive": self.alive,
+            "lostReason": self.lost_reason,
+        }
+
+
+@dataclass(kw_only=True)
+class Running:
+    index: int
+    outcome: TaskOutcome
+    engine: Engine
+    process: subprocess.Popen[bytes]
+    run_dir: Path
+    started: float
+    events_offset: int = 0
+    stage: str = "starting"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchOptions:
+    targets: list[Path]
+    out: Path
+    engines: list[EngineSpec]
+    jobs: int
+    retries: int
+    verify_args: tuple[str, ...] = ()
+    cache_budget: int | None = None
+    python: str = sys.executable
+
+
+@dataclass(kw_only=True)
+class Progress:
+    """What the CLI shows: called from the coordinator's thread."""
+
+    started: Callable[[TaskOutcome, str], None] = lambda outcome, engine: None
+    stage: Callable[[TaskOutcome, str], None] = lambda outcome, stage: None
+    finished: Callable[[TaskOutcome, int, int], None] = lambda outcome, done, total: None
+    note: Callable[[str], None] = lambda text: None
+
+
+@dataclass(kw_only=True)
+class _State:
+    pending: list[int] = field(default_factory=list)
+    running: list[Running] = field(default_factory=list)
+    done: int = 0
+
+
+def ping(engine: Engine) -> str | None:
+    """None when the engine answers, else why not."""
+    from runner.engine import DockerEngine
+    from runner.errors import RunnerError
+
+    try:
+        DockerEngine(environment=engine.env, timeout=15).close()
+        return None
+    except RunnerError as exc:
+        return exc.message
+
+
+def apply_budget(engine: Engine, budget: int) -> int:
+    from runner.cachebudget import collect
+    from runner.engine import DockerEngine
+    from runner.errors import RunnerError
+
+    try:
+        docker_engine = DockerEngine(environment=engine.env, timeout=60)
+    except RunnerError:
+        return 0
+    try:
+        return collect(docker_engine, budget).freed_bytes
+    except RunnerError as exc:
+        log.warning("cache budget on %s: %s", engine.spec.name, exc)
+        return 0
+    finally:
+        docker_engine.close()
+
+
+class Batch:
+    def __init__(self, options: BatchOptions, progress: Progress) -> None:
+        self.options = options
+        self.progress = progress
+        base = child_environment()
+        self.engines = [Engine(spec=s, env=s.environment(base)) for s in options.engines]
+        self.outcomes = [TaskOutcome(target=str(t)) for t in options.targets]
+        self.stop = threading.Event()
+        self.freed = 0
+
+    # ---- the loop ----------------------------------------------------------------------
+
+    def run(self) -> BatchResult:
+        started = time.monotonic()
+        state = _State(pending=list(range(len(self.outcomes))))
+        for engine in self.engines:
+            reason = ping(engine)
+            if reason is not None:
+                self._lose(engine, reason)
+        try:
+            while (state.pending or state.running) and not self.stop.is_set():
+                self._start_what_fits(state)
+                self._reap(state)
+                if not any(e.alive for e in self.engines) and state.pending:
+                    for index in state.pending:
+                        outcome = self.outcomes[index]
+                        outcome.reason = "no Docker engine of the batch answers: " + "; ".join(
+                            f"{e.spec.name}: {e.lost_reason}" for e in self.engines
+                        )
+                        state.done += 1
+                        self.progress.finished(outcome, state.done, len(self.outcomes))
+                    state.pending.clear()
+                time.sleep(POLL_SECONDS)
+        finally:
+            self._interrupt(state)
+        return BatchResult(
+            tasks=self.outcomes,
+            seconds=time.monotonic() - started,
+            engines=[e.as_json() for e in self.engines],
+            freed_bytes=self.freed,
+        )
+
+    def _slots(self) -> int:
+        return self.options.jobs - sum(e.running for e in self.engines)
+
+    def _start_what_fits(self, state: _State) -> None:
+        while state.pending and self._slots() > 0:
+            free = [e for e in self.engines if e.alive and e.running < e.spec.capacity]
+            if not free:
+                return
+            engine = min(free, key=lambda e: (e.running / e.spec.capacity, e.ran))
+            index = state.pending.pop(0)
+            state.running.append(self._launch(index, engine))
+
+    def _launch(self, index: int, engine: Engine) -> Running:
+        outcome = self.outcomes[index]
+        outcome.attempts += 1
+        outcome.engine = engine.spec.name
+        name = Path(outcome.target).resolve().name or f"task-{index}"
+        run_dir = self.options.out / "runs" / f"{index:04d}-{name}" / f"attempt-{outcome.attempts}"
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        command = [
+            self.options.python,
+            "-m",
+            "runner",
+            "verify",
+            outcome.target,
+            "--run-dir",
+            str(run_dir),
+            "--events",
+            str(run_dir.parent / f"attempt-{outcome.attempts}.events.jsonl"),
+            "--json",
+            "-q",
+            *self.options.verify_args,
+        ]
+        argv, preexec = with_parent_death_signal(command)
+        stdout = (run_dir.parent / f"attempt-{outcome.attempts}.json").open("wb")
+        stderr = (run_dir.parent / f"attempt-{outcome.attempts}.stderr.log").open("wb")
+        with stdout, stderr:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                env=engine.env,
+                start_new_session=True,
+                preexec_fn=preexec,  # noqa: PLW1509 - see runner.children
+            )
+        engine.running += 1
+        engine.ran += 1
+        self.progress.started(outcome, engine.spec.name)
+        return Running(
+            index=index,
+            outcome=outcome,
+            engine=engine,
+            process=process,
+            run_dir=run_dir,
+            started=time.monotonic(),
+        )
+
+    def _reap(self, state: _State) -> None:
+        for entry in list(state.running):
+            events, entry.events_offset = read_events(
+                entry.run_dir.parent / f"attempt-{entry.outcome.attempts}.events.jsonl",
+                entry.events_offset,
+            )
+            for event in events:
+                if event.status == "running" and event.stage != entry.stage:
+                    entry.stage = event.stage
+                    self.progress.stage(entry.outcome, event.stage)
+            code = entry.process.poll()
+            if code is None:
+                continue
+            state.running.remove(entry)
+            entry.engine.running -= 1
+            outcome = entry.outcome
+            outcome.seconds += time.monotonic() - entry.started
+            report = self._report(entry)
+            if report is None:
+                report_verdict, reason = "infrastructure_failed", self._stderr_tail(entry, code)
+            else:
+                report_verdict = str(report.get("verdict"))
+                reason = str(report.get("reason") or "")
+            if report_verdict == "infrastructure_failed" and not self.stop.is_set():
+                lost = ping(entry.engine)
+                if lost is not None:
+                    self._lose(entry.engine, lost)
+                    outcome.moved += 1
+                    self.progress.note(
+                        f"{outcome.target}: engine {entry.engine.spec.name} stopped answering; "
+                        "the task moves to another engine"
+                    )
+                    state.pending.insert(0, entry.index)
+                    continue
+                if outcome.attempts - outcome.moved <= self.options.retries:
+                    self.progress.note(
+                        f"{outcome.target}: infrastructure failure ({reason[:200]}); retrying"
+                    )
+                    state.pending.insert(0, entry.index)
+                    continue
+            outcome.verdict = report_verdict
+            outcome.reason = reason
+            outcome.report = report
+            outcome.task_id = (report or {}).get("taskId") or outcome.task_id
+            outcome.run_dir = str(entry.run_dir)
+            state.done += 1
+            self.progress.finished(outcome, state.done, len(self.outcomes))
+            if self.options.cache_budget is not None and entry.engine.alive:
+                self.freed += apply_budget(entry.engine, self.options.cache_budget)
+
+    @staticmethod
+    def _report(entry: Running) -> dict[str, Any] | None:
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads((entry.run_dir / "report.json").read_text())
+            if isinstance(data, dict) and data.get("verdict"):
+                return data
+        with contextlib.suppress(OSError, ValueError):
+            path = entry.run_dir.parent / f"attempt-{entry.outcome.attempts}.json"
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and data.get("verdict"):
+                return data
+        return None
+
+    @staticmethod
+    def _stderr_tail(entry: Running, code: int) -> str:
+        path = entry.run_dir.parent / f"attempt-{entry.outcome.attempts}.stderr.log"
+        lines: list[str] = []
+        with contextlib.suppress(OSError):
+            lines = path.read_text(errors="replace").strip().splitlines()
+        return f"verify exited {code} without a report" + (f": {lines[-1]}" if lines else "")
+
+    def _lose(self, engine: Engine, reason: str) -> None:
+        if engine.alive:
+            engine.alive = False
+            engine.lost_reason = reason
+            self.progress.note(f"engine {engine.spec.name} left the pool: {reason}")
+
+    def _interrupt(self, state: _State) -> None:
+        """Stop what still runs (each verification removes its own containers)."""
+        for entry in state.running:
+            if entry.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    entry.process.send_signal(signal.SIGTERM)
+        for entry in state.running:
+            try:
+                entry.process.wait(60)
+            except subprocess.TimeoutExpired:
+                entry.process.kill()
+                entry.process.wait(10)
+            entry.outcome.reason = "interrupted: the batch was stopped"
