@@ -996,6 +996,58 @@ def _bind(host: str, port: int) -> Any:
     return sock
 
 
+def _forwarded(
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    allowed_hosts: tuple[str, ...],
+    build_network: str | None,
+    pids_limit: int,
+    max_log_size: int,
+    storage_limit: str,
+) -> tuple[list[str], dict[str, Any]]:
+    """A supervisor's own verify options, checked once, as arguments for every `verify` it
+    starts; and the settings among them that change a verification's outcome."""
+    import hashlib
+
+    build = _build_environment(base_image, extra_ca_certs, sources, mirrors, build_network)
+    compile_options = _compile_options(allowed_hosts)
+    toolchains = build.toolchains
+    forwarded = [
+        "--base-image",
+        base_image,
+        "--pids-limit",
+        str(pids_limit),
+        "--max-log-size",
+        str(max_log_size),
+        "--storage-limit",
+        storage_limit,
+    ]
+    if extra_ca_certs is not None:
+        forwarded += ["--extra-ca-certs", str(extra_ca_certs.resolve())]
+    for name, source in toolchains.sources.items():
+        forwarded += ["--toolchain-source", f"{name.value}={source.value}"]
+    for name, url in toolchains.mirrors.items():
+        forwarded += ["--toolchain-mirror", f"{name.value}={url}"]
+    for host in compile_options.agent_allowed_hosts:
+        forwarded += ["--agent-allowed-host", host]
+    if build_network:
+        forwarded += ["--build-network", build_network]
+    digest_settings = {
+        "baseImage": base_image,
+        "extraCa": hashlib.sha256(build.extra_ca_pem).hexdigest() if build.extra_ca_pem else None,
+        "toolchainSources": {k.value: v.value for k, v in toolchains.sources.items()},
+        "toolchainMirrors": {k.value: v for k, v in toolchains.mirrors.items()},
+        "agentAllowedHosts": list(compile_options.agent_allowed_hosts),
+        "buildNetwork": build_network,
+        "pidsLimit": pids_limit,
+        "maxLogBytes": max_log_size,
+        "storageLimit": storage_limit,
+    }
+    return forwarded, digest_settings
+
+
 @cli.command("serve")
 @click.option(
     "--mailbox",
@@ -1090,8 +1142,6 @@ def serve_command(
     """Run as the orchestrator's sidecar: take verification requests from a mailbox
     directory and/or over HTTP, run them (at most --jobs at once), answer each exactly once,
     and answer an identical payload from its last accepted report."""
-    import hashlib
-
     if mailbox is None and listen is None:
         raise UsageError("name --mailbox DIR, --http HOST:PORT or both", field="--mailbox")
     address = _listen_address(listen) if listen is not None else None
@@ -1105,40 +1155,17 @@ def serve_command(
     for root in repo_roots:
         if not root.is_dir():
             raise UsageError("is not a directory", path=str(root), field="--allow-repo-root")
-    build = _build_environment(base_image, extra_ca_certs, sources, mirrors, build_network)
-    compile_options = _compile_options(allowed_hosts)
-    toolchains = build.toolchains
-    forwarded = [
-        "--base-image",
+    forwarded, digest_settings = _forwarded(
         base_image,
-        "--pids-limit",
-        str(pids_limit),
-        "--max-log-size",
-        str(max_log_size),
-        "--storage-limit",
+        extra_ca_certs,
+        sources,
+        mirrors,
+        allowed_hosts,
+        build_network,
+        pids_limit,
+        max_log_size,
         storage_limit,
-    ]
-    if extra_ca_certs is not None:
-        forwarded += ["--extra-ca-certs", str(extra_ca_certs.resolve())]
-    for name, source in toolchains.sources.items():
-        forwarded += ["--toolchain-source", f"{name.value}={source.value}"]
-    for name, url in toolchains.mirrors.items():
-        forwarded += ["--toolchain-mirror", f"{name.value}={url}"]
-    for host in compile_options.agent_allowed_hosts:
-        forwarded += ["--agent-allowed-host", host]
-    if build_network:
-        forwarded += ["--build-network", build_network]
-    digest_settings = {
-        "baseImage": base_image,
-        "extraCa": hashlib.sha256(build.extra_ca_pem).hexdigest() if build.extra_ca_pem else None,
-        "toolchainSources": {k.value: v.value for k, v in toolchains.sources.items()},
-        "toolchainMirrors": {k.value: v for k, v in toolchains.mirrors.items()},
-        "agentAllowedHosts": list(compile_options.agent_allowed_hosts),
-        "buildNetwork": build_network,
-        "pidsLimit": pids_limit,
-        "maxLogBytes": max_log_size,
-        "storageLimit": storage_limit,
-    }
+    )
     from runner.sidecar.run import SidecarOptions, run_sidecar
 
     options = SidecarOptions(
@@ -1209,3 +1236,7 @@ def run_cli(args: list[str] | None = None) -> int:
 
 def main() -> None:
     sys.exit(run_cli())
+
+
+# The many-task commands register themselves on the group (they import it from here).
+from runner import cli_batch  # noqa: E402, F401
