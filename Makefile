@@ -31,6 +31,7 @@ lint: ## ruff and mypy --strict
 	$(BIN)/ruff check runner tests scripts
 	$(BIN)/ruff format --check runner tests scripts
 	$(BIN)/mypy
+	$(BIN)/actionlint .github/workflows/*.yml
 
 verify: engine ## Verify a task: make verify TASK=path/to/task [ARGS="--json"]
 	@test -n "$(TASK)" || { echo "usage: make verify TASK=path/to/task" >&2; exit 2; }

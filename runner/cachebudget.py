@@ -31,7 +31,7 @@ class _Image(Protocol):
     @property
     def tags(self) -> tuple[str, ...]: ...
     @property
-    def unique_bytes(self) -> int: ...
+    def layers(self) -> tuple[tuple[str, int], ...]: ...
     @property
     def created(self) -> float: ...
     @property
@@ -88,38 +88,47 @@ def last_use(image: _Image, records: dict[str, float]) -> float:
     return max(used) if used else image.created
 
 
+def footprint(images: Iterable[_Image]) -> int:
+    """The bytes these images hold above their bases, each shared layer counted once (an
+    agent and a verifier image share everything up to the setup step)."""
+    layers: dict[str, int] = {}
+    for image in images:
+        layers.update(image.layers)
+    return sum(layers.values())
+
+
 def choose_removals(
     images: Sequence[_Image], budget_bytes: int, records: dict[str, float]
-) -> tuple[list[Any], int]:
-    """The images to remove, least recently used first, until the rest fit the budget; and
-    the bytes that stay. Images in use are never chosen."""
-    total = sum(i.unique_bytes for i in images)
+) -> tuple[list[Any], int, int]:
+    """The images to remove, least recently used first, until the rest fit the budget; the
+    bytes that removal frees; and the bytes that stay. Images in use are never chosen."""
+    remaining = list(images)
+    before = footprint(remaining)
     chosen: list[Any] = []
     for image in sorted(images, key=lambda i: last_use(i, records)):
-        if total <= budget_bytes:
+        if footprint(remaining) <= budget_bytes:
             break
         if image.in_use:
             continue
         chosen.append(image)
-        total -= image.unique_bytes
-    return chosen, total
+        remaining.remove(image)
+    after = footprint(remaining)
+    return chosen, before - after, after
 
 
 def collect(engine: Any, budget_bytes: int, *, dry_run: bool = False) -> Collection:
     """Apply the budget on `engine` (a runner.engine.DockerEngine)."""
     images = engine.task_images()
-    chosen, kept = choose_removals(images, budget_bytes, load_use())
+    chosen, _, _ = choose_removals(images, budget_bytes, load_use())
     removed: list[str] = []
-    freed = 0
+    kept = list(images)
     for image in chosen:
         if dry_run or engine.remove_task_image(image):
             removed.append(image.tags[0] if image.tags else image.id[:19])
-            freed += image.unique_bytes
-        else:
-            kept += image.unique_bytes
+            kept.remove(image)
     return Collection(
         removed=removed,
-        freed_bytes=freed,
-        kept_bytes=kept,
+        freed_bytes=footprint(images) - footprint(kept),
+        kept_bytes=footprint(kept),
         skipped_in_use=sum(1 for i in images if i.in_use),
     )

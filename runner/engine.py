@@ -34,6 +34,7 @@ from runner.buildlog import BuildStream
 from runner.errors import EngineError, InfrastructureError, TaskFailedError
 from runner.logs import CappedLog, Truncation, extract_capped
 from runner.plan import (
+    LABEL_FROM_ID,
     LABEL_KIND,
     LABEL_OWNER,
     LABEL_RUNNER,
@@ -491,32 +492,38 @@ class DockerEngine:
         return removed
 
     def task_images(self) -> list[TaskImage]:
-        """The runner's task images (agent and verifier, by label) with the bytes only they
-        hold, and whether a container (of any run) uses them."""
+        """The runner's task images (agent and verifier, by label), each with its own layers
+        (those above the base it was built from) and whether a container uses it."""
         with engine_errors("listing the runner's images"):
-            usage = self.api.df()
+            images = self.api.images(filters={"label": [f"{LABEL_RUNNER}=1"]})
             containers = self.api.containers(all=True)
         used = {str(c.get("ImageID") or "") for c in containers}
-        images = []
-        for item in usage.get("Images") or []:
+        found = []
+        for item in images:
             labels = item.get("Labels") or {}
-            if labels.get(LABEL_RUNNER) != "1" or labels.get(LABEL_KIND) not in (
-                "agent",
-                "verifier",
-            ):
+            if labels.get(LABEL_KIND) not in ("agent", "verifier"):
                 continue
-            size = int(item.get("Size") or 0)
-            shared = max(0, int(item.get("SharedSize") or 0))
-            images.append(
+            image_id = str(item["Id"])
+            base_id = labels.get(LABEL_FROM_ID)
+            layers: list[tuple[str, int]] = []
+            with engine_errors(f"reading the history of {image_id[:19]}"):
+                history = self.api.history(image_id)  # type: ignore[no-untyped-call]
+            for index, entry in enumerate(history):
+                layer = str(entry.get("Id") or "")
+                if base_id and layer == base_id:
+                    break
+                key = layer if layer and layer != "<missing>" else f"{image_id}#{index}"
+                layers.append((key, max(0, int(entry.get("Size") or 0))))
+            found.append(
                 TaskImage(
-                    id=str(item["Id"]),
+                    id=image_id,
                     tags=tuple(item.get("RepoTags") or ()),
-                    unique_bytes=max(0, size - shared),
+                    layers=tuple(layers),
                     created=float(item.get("Created") or 0),
-                    in_use=str(item["Id"]) in used or int(item.get("Containers") or 0) > 0,
+                    in_use=image_id in used or int(item.get("Containers") or 0) > 0,
                 )
             )
-        return images
+        return found
 
     def remove_task_image(self, image: TaskImage) -> bool:
         """Untag (and so delete) a task image; never forced, so an image a container started
@@ -548,7 +555,7 @@ class DockerEngine:
 class TaskImage:
     id: str
     tags: tuple[str, ...]
-    unique_bytes: int
+    layers: tuple[tuple[str, int], ...]  # (layer id, bytes) above the image's base
     created: float
     in_use: bool
 
