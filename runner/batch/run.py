@@ -92,6 +92,16 @@ class _State:
     done: int = 0
 
 
+def _declared_task_id(target: Path) -> str:
+    """The task id its definition declares (a report of an invalid task may have none), or the
+    directory's name."""
+    with contextlib.suppress(OSError, ValueError):
+        definition = json.loads((target / "definition.json").read_text(encoding="utf-8"))
+        if isinstance(definition, dict) and isinstance(definition.get("taskId"), str):
+            return str(definition["taskId"])[:128]
+    return target.resolve().name
+
+
 def ping(engine: Engine) -> str | None:
     """None when the engine answers, else why not."""
     from runner.engine import DockerEngine
@@ -128,7 +138,9 @@ class Batch:
         self.progress = progress
         base = child_environment()
         self.engines = [Engine(spec=s, env=s.environment(base)) for s in options.engines]
-        self.outcomes = [TaskOutcome(target=str(t)) for t in options.targets]
+        self.outcomes = [
+            TaskOutcome(target=str(t), task_id=_declared_task_id(t)) for t in options.targets
+        ]
         self.stop = threading.Event()
         self.freed = 0
 
