@@ -275,14 +275,14 @@ def derived_base(verify_options: list[str]) -> str:
 
 
 def test_batch_over_two_engines_and_losing_one_mid_batch(
-    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient, base_image: str
 ) -> None:
     # The derived base (CA, toolchain artifacts) is loaded into the second engine; the task
     # images are built there, over the host network.
     base = derived_base(verify_options)
     docker_client.images.get(base)
     options = [*verify_options, "--build-network", "host"]
-    with private_engine(tmp_path / "engine", images=(base,)) as second:
+    with private_engine(tmp_path / "engine", images=(base_image, base)) as second:
         main_url = "unix:///var/run/docker.sock"
         engines = ["--engine", f"{main_url}=1", "--engine", f"{second.url}=1"]
         tasks = [str(example_copy(tmp_path, f"t{i}")) for i in range(2)]
@@ -344,11 +344,11 @@ def test_batch_over_two_engines_and_losing_one_mid_batch(
 
 
 def test_gc_keeps_the_cache_under_budget_and_spares_images_in_use(
-    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+    tmp_path: Path, verify_options: list[str], base_image: str
 ) -> None:
     base = derived_base(verify_options)
     options = [*verify_options, "--build-network", "host"]
-    with private_engine(tmp_path / "engine", images=(base,)) as engine:
+    with private_engine(tmp_path / "engine", images=(base_image, base)) as engine:
         env = engine.environ()
         tasks = [
             str(
