@@ -15,7 +15,7 @@ from runner.errors import ExitCode, UsageError
 _URL = re.compile(r"^(unix|tcp|ssh|npipe|http|https)://\S+$")
 _CONTEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 GATES = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
-MAX_SUMMARY_BYTES = 1024 * 1024 - 4096  # GitHub's step summary limit, less room for the note
+MAX_SUMMARY_BYTES = 1024 * 1024  # GitHub's step summary limit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,8 +237,12 @@ def markdown(result: BatchResult, *, limit: int = MAX_SUMMARY_BYTES) -> str:
         for t in ordered
     ]
     text = "\n".join(lines) + "\n"
+    whole = text + "".join(row + "\n" for row in rows)
+    if len(whole.encode()) <= limit:
+        return whole
+    reserve = 200  # room for the note below
     for index, row in enumerate(rows):
-        if len((text + row + "\n").encode()) > limit:
+        if len((text + row + "\n").encode()) > limit - reserve:
             note = (
                 f"\n_{len(rows) - index} more task(s) not shown: the summary is limited to "
                 f"{limit} bytes; batch.json has them all._\n"

@@ -1,0 +1,206 @@
+"""The many-task commands without Docker: engine specs, JUnit XML, the Markdown summary's
+limit, exit codes, the matrix (with a real git history), the cache budget's choice, and an
+export's determinism and check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runner.batch.model import BatchResult, EngineSpec, TaskOutcome, junit_xml, markdown
+from runner.cachebudget import choose_removals, footprint, load_use, record_use
+from runner.errors import ExitCode, InvalidTaskError, UsageError
+from runner.export import Accepted, check, export
+from runner.taskdir import load_authored_task
+from tests.helpers import bash_task, compiled, git
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "url", "capacity"),
+    [
+        (
+            "unix:///var/run/docker.sock",
+            "unix:///var/run/docker.sock",
+            "unix:///var/run/docker.sock",
+            3,
+        ),
+        ("tcp://10.0.0.2:2376=4", "tcp://10.0.0.2:2376", "tcp://10.0.0.2:2376", 4),
+        ("ssh://ci@build-host=2", "ssh://ci@build-host", "ssh://ci@build-host", 2),
+        ("remote-ctx", "remote-ctx", None, 3),
+    ],
+)
+def test_engine_specs(text: str, name: str, url: str | None, capacity: int) -> None:
+    spec = EngineSpec.parse(text, default_capacity=3)
+    assert (spec.name, spec.url, spec.capacity) == (name, url, capacity)
+    env = spec.environment({"DOCKER_HOST": "unix:///old", "PATH": "/bin"})
+    assert env["PATH"] == "/bin"
+    if url:
+        assert env["DOCKER_HOST"] == url and "DOCKER_CONTEXT" not in env
+    else:
+        assert env["DOCKER_CONTEXT"] == name and "DOCKER_HOST" not in env
+
+
+@pytest.mark.parametrize("bad", ["x=0", "x=65", "x=two", "bad name", "ftp://x", "=3"])
+def test_bad_engine_specs_name_the_option(bad: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        EngineSpec.parse(bad, default_capacity=1)
+    assert caught.value.field == "--engine"
+
+
+def outcome(task_id: str, verdict: str, **stages: str) -> TaskOutcome:
+    report = {
+        "stages": {
+            n: {"status": s, "detail": f"{n} {s}", "seconds": 1.0} for n, s in stages.items()
+        }
+    }
+    return TaskOutcome(
+        target=f"/t/{task_id}",
+        task_id=task_id,
+        verdict=verdict,
+        reason=f"why {task_id} & <more>",
+        seconds=2.0,
+        report=report,
+    )
+
+
+def test_exit_codes() -> None:
+    assert BatchResult(tasks=[outcome("a", "accepted")]).exit_code is ExitCode.ACCEPTED
+    infra = BatchResult(tasks=[outcome("a", "accepted"), outcome("b", "infrastructure_failed")])
+    assert infra.exit_code is ExitCode.INFRASTRUCTURE
+    red = BatchResult(tasks=[outcome("b", "infrastructure_failed"), outcome("c", "rejected")])
+    assert red.exit_code is ExitCode.REJECTED
+    assert BatchResult(tasks=[outcome("d", "invalid")]).exit_code is ExitCode.REJECTED
+
+
+def test_junit_has_a_case_per_task_and_per_gate() -> None:
+    result = BatchResult(
+        tasks=[
+            outcome("good", "accepted", build="passed", nop="passed"),
+            outcome("red", "rejected", build="passed", nop="failed", oracle="skipped"),
+            outcome("down", "infrastructure_failed", build="error"),
+        ],
+        seconds=9.0,
+    )
+    root = ET.fromstring(junit_xml(result))
+    tasks = root.find("testsuite[@name='selfbench.tasks']")
+    assert tasks is not None
+    assert (tasks.get("tests"), tasks.get("failures"), tasks.get("errors")) == ("3", "1", "1")
+    failure = root.find("testsuite[@name='selfbench.red']/testcase[@name='nop']/failure")
+    assert failure is not None and failure.get("message") == "nop failed"
+    assert (
+        root.find("testsuite[@name='selfbench.red']/testcase[@name='oracle']/skipped") is not None
+    )
+    assert root.find("testsuite[@name='selfbench.down']/testcase[@name='build']/error") is not None
+    case = tasks.find("testcase[@name='red']/failure")
+    assert case is not None and case.get("message") == "why red & <more>"
+
+
+def test_the_summary_stays_under_its_limit_with_a_note() -> None:
+    result = BatchResult(tasks=[outcome(f"t{i:04d}", "rejected") for i in range(2000)])
+    text = markdown(result, limit=20_000)
+    assert len(text.encode()) <= 20_000
+    assert "more task(s) not shown" in text
+    full = markdown(BatchResult(tasks=[outcome("a|b", "accepted")]))
+    assert "a\\|b" in full and "not shown" not in full
+
+
+def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def test_matrix_finds_tasks_shards_and_follows_changes(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    for index in range(5):
+        task = repo / "tasks" / f"group-{index % 2}" / f"t{index}"
+        task.mkdir(parents=True)
+        (task / "definition.json").write_text(json.dumps({"taskId": f"task-{index}"}))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    (repo / "tasks" / "group-1" / "t3" / "gold.patch").write_text("x")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "change t3")
+    listed = json.loads(run_cli("matrix", "tasks", cwd=repo).stdout)
+    assert [e["name"] for e in listed["include"]] == [f"task-{i}" for i in (0, 2, 4, 1, 3)]
+    sharded = json.loads(run_cli("matrix", "tasks", "--shard-size", "2", cwd=repo).stdout)
+    assert sharded["count"] == 5 and [len(s["include"]) for s in sharded["shards"]] == [2, 2, 1]
+    changed = json.loads(run_cli("matrix", "tasks", "--changed-since", base, cwd=repo).stdout)
+    assert changed == {"include": [{"task": "tasks/group-1/t3", "name": "task-3"}]}
+    bad = run_cli("matrix", "tasks", "--changed-since", "--output=x", cwd=repo)
+    assert bad.returncode == 2
+
+
+@dataclass(frozen=True)
+class Img:
+    id: str
+    tags: tuple[str, ...]
+    layers: tuple[tuple[str, int], ...]
+    created: float
+    in_use: bool = False
+
+
+def test_the_budget_removes_the_least_recently_used_and_spares_images_in_use(
+    tmp_path: Path,
+) -> None:
+    shared = ("setup", 100)
+    images = [
+        Img("a", ("t/a:agent",), (shared, ("a1", 10)), created=1),
+        Img("v", ("t/a:verifier",), (shared, ("v1", 10)), created=1),
+        Img("b", ("t/b:agent",), (("b0", 50), ("b1", 5)), created=2, in_use=True),
+        Img("c", ("t/c:agent",), (("c0", 40),), created=3),
+    ]
+    assert footprint(images) == 100 + 10 + 10 + 55 + 40
+    record_use(["t/a:agent", "t/a:verifier"], root=tmp_path)
+    records = load_use(tmp_path)
+    chosen, freed, kept = choose_removals(images, 100, records)
+    # a's images were used just now: c goes first, b is in use, then a's pair.
+    assert [i.id for i in chosen] == ["c", "a", "v"]
+    assert (freed, kept) == (160, 55)
+    chosen, freed, _ = choose_removals(images, 1000, records)
+    assert chosen == [] and freed == 0
+
+
+def test_export_is_deterministic_and_checked(tmp_path: Path) -> None:
+    task = bash_task(tmp_path, name="exp-task")
+    bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "bundle")
+    run = Accepted(run_dir=tmp_path, bundle=bundle, task_id="exp-task", run_id="r1")
+    one, two = tmp_path / "one.tar.gz", tmp_path / "two.tar.gz"
+    manifest = export([run], one)
+    export([run], two)
+    assert one.read_bytes() == two.read_bytes()
+    assert manifest["tasks"][0]["difficulty"] == "easy"
+    assert check(one)["digest"] == manifest["digest"]
+    # Tampering with a task archive is caught.
+    tampered = tmp_path / "tampered.tar.gz"
+    with tarfile.open(one) as source, tarfile.open(tampered, "w:gz") as target:
+        for member in source.getmembers():
+            data = source.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
+            if member.name.startswith("tasks/") and data is not None:
+                data = data[:-1] + bytes([data[-1] ^ 1])
+            if data is None:
+                target.addfile(member)
+            else:
+                member.size = len(data)
+                import io
+
+                target.addfile(member, io.BytesIO(data))
+    with pytest.raises(InvalidTaskError, match="digest mismatch"):
+        check(tampered)
+    with pytest.raises(UsageError, match="given twice"):
+        export([run, run], tmp_path / "twice.tar.gz")
