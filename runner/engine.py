@@ -256,6 +256,7 @@ class DockerEngine:
         expiry (or Ctrl-C) the running step's container is killed, which ends the build on the
         engine at once, and the client is closed."""
         started = time.monotonic()
+        wall_started = time.time()
         api = self._new_api(request.timeout_seconds + BUILD_GRACE_SECONDS)
         stream_state = BuildStream()
         done = threading.Event()
@@ -340,7 +341,39 @@ class DockerEngine:
             outcome.failed_step = None
             return outcome
         outcome.error = stream_state.failure()
+        if stream_state.exit_code in (137, 143) and stream_state.running:
+            # Killed by a signal: the memory limit, the task itself, or an engine going down.
+            # The engine's own record and its answer tell them apart.
+            outcome.engine_lost = not self._answers()
+            if not outcome.engine_lost:
+                outcome.oom_killed = self._oom_recorded(stream_state.running[-1], wall_started)
         return outcome
+
+    def _answers(self) -> bool:
+        try:
+            api = docker.APIClient(**self._connection, version=self.api.api_version, timeout=5)
+        except DockerException:
+            return False
+        try:
+            api.ping()
+            return True
+        except (DockerException, *TRANSIENT, requests.exceptions.RequestException, OSError):
+            return False
+        finally:
+            api.close()
+
+    def _oom_recorded(self, container: str, since: float) -> bool | None:
+        """Did the engine record an OOM kill of this (build step) container?"""
+        try:
+            events = self.api.events(
+                since=int(since) - 1,
+                until=int(time.time()) + 1,
+                filters={"container": container, "event": "oom"},
+                decode=True,
+            )
+            return any(True for _ in events)
+        except (DockerException, *TRANSIENT, requests.exceptions.RequestException, OSError):
+            return None
 
     def _kill_build_step(self, running: Sequence[str]) -> None:
         if not running:

@@ -101,8 +101,19 @@ def judge_build(
         )
         return _failed(detail) if task_fault else _error(detail)
     why = outcome.error or "failed"
+    if outcome.engine_lost:
+        # Not the task: the engine went away under the step (a restart, a shutdown).
+        return _error(
+            f"{kind} image: {step} was killed and the Docker engine stopped answering: "
+            f"{why}; see {log_path}"
+        )
     if outcome.exit_code == 137:
-        why += f" (killed by SIGKILL; the build's memory limit is {memory_mb} MB)"
+        if outcome.oom_killed:
+            why += f" (killed by the build's memory limit, {memory_mb} MB)"
+        elif outcome.oom_killed is None:
+            why += f" (killed by SIGKILL; the build's memory limit is {memory_mb} MB)"
+        else:
+            why += " (killed by SIGKILL; not the memory limit: the engine recorded no OOM kill)"
     detail = f"{kind} image: {step} failed: {why}; see {log_path}"
     return _failed(detail) if task_fault else _error(detail)
 

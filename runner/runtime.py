@@ -50,6 +50,10 @@ class BuildOutcome:
     total_steps: int = 0
     last_layer: str | None = None
     truncation: Truncation | None = None
+    # For a step killed by a signal (137, 143): did the engine record an OOM kill of its
+    # container (None: unknown), and did the engine stop answering (it was shutting down).
+    oom_killed: bool | None = None
+    engine_lost: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

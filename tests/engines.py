@@ -87,6 +87,29 @@ def _iptables(action: str, rule: list[str]) -> None:
     )
 
 
+def _reap_leftovers(root: Path, short: Path) -> None:
+    """What an engine stopped the hard way (a test may kill it) leaves behind: containerd shims
+    and their containers, and mounts under its data root. Only this engine's, by path."""
+    markers = (str(short), str(root))
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(marker in cmdline for marker in markers) and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), signal.SIGKILL)
+    try:
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        mounts = []
+    for point in sorted(mounts, key=len, reverse=True):
+        if any(point.startswith(marker) for marker in markers):
+            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
 @contextlib.contextmanager
 def private_engine(
     root: Path,
@@ -177,6 +200,7 @@ def private_engine(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(10)
+        _reap_leftovers(root, short)
         for rule in rules:
             _iptables("-D", rule)
         if mount is not None:

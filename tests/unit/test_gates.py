@@ -270,6 +270,29 @@ def test_build_sigkill_names_the_memory_limit_without_guessing() -> None:
     assert "killed by SIGKILL; the build's memory limit is 512 MB" in judgement.detail
 
 
+def test_a_killed_build_step_is_judged_by_what_the_engine_recorded() -> None:
+    step = "RUN /opt/selfbench-environment/setup.sh"
+    oom = BuildOutcome(
+        ok=False, failed_step=step, error="code: 137", exit_code=137, oom_killed=True
+    )
+    judgement = judge_build("agent", oom, task_fault=True, memory_mb=512, log_path="a.log")
+    assert judgement.status is Status.FAILED
+    assert "killed by the build's memory limit, 512 MB" in judgement.detail
+    killed = BuildOutcome(
+        ok=False, failed_step=step, error="code: 137", exit_code=137, oom_killed=False
+    )
+    judgement = judge_build("agent", killed, task_fault=True, memory_mb=512, log_path="a.log")
+    assert "not the memory limit" in judgement.detail
+    # The engine went down under the step: never the task's fault (seen: a batch engine
+    # stopped mid-build made a green task read "rejected").
+    lost = BuildOutcome(
+        ok=False, failed_step=step, error="code: 137", exit_code=137, engine_lost=True
+    )
+    judgement = judge_build("agent", lost, task_fault=True, memory_mb=512, log_path="a.log")
+    assert judgement.status is Status.ERROR
+    assert "stopped answering" in judgement.detail
+
+
 def test_smoke_judgement() -> None:
     ok = judge_smoke(
         ExecOutcome(exit_code=0, seconds=0.2),
