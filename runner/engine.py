@@ -117,6 +117,9 @@ def _connection_from_env(environment: Mapping[str, str] | None = None) -> dict[s
     if "base_url" not in params:
         for key, value in ContextAPI.kwargs_from_context(environment=env).items():
             params.setdefault(key, value)
+    if str(params.get("base_url", "")).startswith("ssh://"):
+        # The system's ssh client (its config, agent and known hosts), not paramiko.
+        params["use_ssh_client"] = True
     return params
 
 

@@ -204,3 +204,12 @@ def test_export_is_deterministic_and_checked(tmp_path: Path) -> None:
         check(tampered)
     with pytest.raises(UsageError, match="given twice"):
         export([run, run], tmp_path / "twice.tar.gz")
+
+
+def test_engine_connections_from_an_environment() -> None:
+    from runner.engine import _connection_from_env
+
+    ssh = _connection_from_env({"DOCKER_HOST": "ssh://ci@build-host"})
+    assert ssh["base_url"] == "ssh://ci@build-host" and ssh["use_ssh_client"] is True
+    tcp = _connection_from_env({"DOCKER_HOST": "tcp://10.0.0.2:2375"})
+    assert tcp["base_url"] == "tcp://10.0.0.2:2375" and "use_ssh_client" not in tcp
