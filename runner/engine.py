@@ -112,7 +112,7 @@ def _connection_from_env(environment: Mapping[str, str] | None = None) -> dict[s
     from docker.context import ContextAPI
     from docker.utils import kwargs_from_env
 
-    env = dict(os.environ if environment is None else environment)
+    env = dict(environment) if environment is not None else None  # None: the process's
     params: dict[str, Any] = dict(kwargs_from_env(environment=env))
     if "base_url" not in params:
         for key, value in ContextAPI.kwargs_from_context(environment=env).items():
