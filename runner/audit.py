@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from runner import validation as v
+from runner.harness import harness_changes
 from runner.models import TESTS_PLACEHOLDER, Difficulty, TaskDefinition
 from runner.patches import PatchInfo
 from runner.shell import quote_state_at, words
@@ -126,6 +127,7 @@ def audit(
     if overlap:
         blockers.append(f"gold and held-out test patches overlap: {', '.join(overlap)}")
     blockers.extend(held_out_gold(definition, gold, tests))
+    blockers.extend(harness_changes(definition, gold))
 
     implementation_files = len(gold.changes)
     if implementation_files < profile.min_files:

@@ -65,6 +65,7 @@ from runner.report import (
 )
 from runner.reward import (
     DETAILS_FILE,
+    DISCARDED_FILE,
     REWARD_FILE,
     Reward,
     RewardError,
@@ -113,6 +114,15 @@ class StageResult:
 
     def set(self, status: Status, detail: str) -> None:
         self.status, self.detail = status, detail
+
+
+def _discarded(directory: Path, limit: int = 200) -> list[str]:
+    """The harness paths test.sh undid (discarded.txt), at most `limit`."""
+    try:
+        with (directory / DISCARDED_FILE).open(encoding="utf-8", errors="replace") as handle:
+            return [line.rstrip("\n") for _, line in zip(range(limit), handle, strict=False)]
+    except OSError:
+        return []
 
 
 class _SkippedError(Exception):
@@ -724,7 +734,12 @@ class Executor:
                 },
             )
         )
-        stage.set(judgement.status, judgement.detail)
+        data.discarded = _discarded(self.run_dir / trial.gate / "logs" / "verifier")
+        detail = judgement.detail
+        if data.discarded and judgement.status is not Status.PASSED:
+            shown = ", ".join(data.discarded[:5]) + (" ..." if len(data.discarded) > 5 else "")
+            detail += f"; test.sh undid the patch's changes to the test harness: {shown}"
+        stage.set(judgement.status, detail)
 
     def _read_reward(
         self, gate: str, stage: StageResult

@@ -35,6 +35,7 @@ from runner.harbor import (
     TaskToml,
     VerifierConfig,
 )
+from runner.harness import HARNESS_GLOBS, HARNESS_NAMES, command_files
 from runner.models import TaskDefinition, Toolchain
 from runner.patches import PatchInfo, repository_path
 from runner.resources import dockerfiles_dir
@@ -140,6 +141,15 @@ def held_out_paths(definition: TaskDefinition, tests: PatchInfo) -> list[str]:
     return sorted(paths)
 
 
+def harness_case_pattern() -> str:
+    """The harness file names as one bash `case` pattern (fixed names, never task input)."""
+    patterns = sorted(HARNESS_NAMES) + list(HARNESS_GLOBS)
+    for pattern in patterns:
+        if not re.fullmatch(r"[A-Za-z0-9._*-]+", pattern):
+            raise ValueError(f"harness pattern {pattern!r} is not safe in a case pattern")
+    return "|".join(patterns)
+
+
 def workdir_abs(definition: TaskDefinition) -> str:
     return posixpath.normpath(posixpath.join("/app", definition.workdir_path))
 
@@ -223,6 +233,8 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "manifest_paths": manifest_paths,
         "held_out_paths": held_out,
         "held_out_excludes": [v.glob_escape(p) for p in held_out],
+        "harness_paths": command_files(definition),
+        "harness_case": harness_case_pattern(),
         "fail_to_pass_command": expand_tests(definition.test_command, definition.fail_to_pass),
         "pass_to_pass_command": (
             expand_tests(definition.test_command, definition.pass_to_pass)

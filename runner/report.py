@@ -140,6 +140,8 @@ class GateData(_Model):
     reward: Reward | None = None
     details: VerifierDetails | None = None
     limits: LimitsData | None = None
+    # Agent (or gold) changes to the test harness that test.sh undid before the tests ran.
+    discarded: list[str] = Field(default_factory=list)
 
 
 class DeterminismData(_Model):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 REWARD_FILE = "reward.json"
 DETAILS_FILE = "details.json"
+DISCARDED_FILE = "discarded.txt"
 MAX_REWARD_BYTES = 64 * 1024
 
 Flag = Literal[0, 1]
@@ -48,6 +49,8 @@ class VerifierDetails(BaseModel):
     oom_kills: int = Field(ge=-1)
     # Logs test.sh cut to their head and tail because they exceeded the log size cap.
     truncated_logs: int = Field(ge=0)
+    # Agent changes to the test harness that test.sh undid (listed in discarded.txt).
+    discarded: int = Field(default=0, ge=0)
 
     def test_seconds(self) -> float:
         return (self.fail_to_pass_ms + self.fail_to_pass_repeat_ms + self.pass_to_pass_ms) / 1000

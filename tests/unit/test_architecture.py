@@ -26,6 +26,7 @@ PURE = (
     "sidecar/request",
     "debug",
     "htmlreport",
+    "harness",
 )
 SIDE_EFFECT_MODULES = {"docker", "requests", "subprocess", "socket", "signal", "urllib3"}
 

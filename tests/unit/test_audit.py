@@ -215,3 +215,107 @@ def test_evidence_paths_must_exist_at_the_base_commit(tmp_path: Path) -> None:
     assert result.repository.problems == [
         "evidence path '.github/workflows/ci.yml' does not exist at baseCommit"
     ]
+
+
+def diff(path: str, removed: list[str], added: list[str]) -> str:
+    body = "".join(f"-{line}\n" for line in removed) + "".join(f"+{line}\n" for line in added)
+    return (
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"
+        f"@@ -1,{len(removed)} +1,{len(added)} @@\n{body}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "path", "removed", "added", "why"),
+    [
+        # The seen case: gold implements nothing and rewrites the runner script.
+        (
+            "bash tests/run.sh {tests}",
+            "tests/run.sh",
+            ["bash $1"],
+            ['echo "PASS $1"'],
+            "which the test command runs",
+        ),
+        (
+            "cd sub && ./scripts/test {tests}",
+            "sub/scripts/test",
+            ["x"],
+            ["exit 0"],
+            "which the test command runs",
+        ),
+        (
+            "make test TESTS={tests}",
+            "Makefile",
+            ["test:"],
+            ["test: ; true"],
+            "which the test command runs",
+        ),
+        (
+            "pytest {tests}",
+            "tests/conftest.py",
+            [],
+            ["import pytest"],
+            "which configures the test runner",
+        ),
+        (
+            "pytest {tests}",
+            "pytest.ini",
+            ["[pytest]"],
+            ["[pytest]", "addopts = -k nothing"],
+            "which configures the test runner",
+        ),
+        (
+            "npx vitest run {tests}",
+            "vitest.config.ts",
+            ["a"],
+            ["b"],
+            "which configures the test runner",
+        ),
+        (
+            "pytest {tests}",
+            "pyproject.toml",
+            ["x = 1"],
+            ["addopts = '--co'"],
+            "in the lines that configure the test runner",
+        ),
+        (
+            "npm test -- {tests}",
+            "package.json",
+            ['"test": "jest"'],
+            ['"test": "true"'],
+            "in the lines that configure the test runner",
+        ),
+        (
+            "go test {tests}",
+            "go.mod",
+            [],
+            ["replace example.com/x => ./fake"],
+            "in the lines that configure the test runner",
+        ),
+    ],
+)
+def test_gold_that_changes_the_test_harness_is_a_blocker(
+    command: str, path: str, removed: list[str], added: list[str], why: str
+) -> None:
+    gold_text = diff(path, removed, added) + "".join(
+        diff(f"src/f{i}.py", [], ["x"] * 10) for i in range(3)
+    )
+    gold = parse_patch(gold_text.encode())
+    result = audit(model(testCommand=command), gold=gold, tests=patch({"tests/test_new.sh": 3}))
+    wanted = f"gold.patch changes {path}, {why}: a reference solution must not change the test"
+    assert any(b.startswith(wanted) for b in result.blockers), result.blockers
+
+
+def test_ordinary_gold_changes_to_mixed_files_pass() -> None:
+    gold_text = (
+        diff("pyproject.toml", ['version = "1"'], ['version = "2"', 'deps = ["x"]'])
+        + diff("package.json", ['"version": "1"'], ['"version": "2"'])
+        + diff("src/app.py", [], ["x"] * 30)
+        + diff("docs/run.sh.md", [], ["x"])
+    )
+    result = audit(
+        model(testCommand="bash tests/run.sh {tests}"),
+        gold=parse_patch(gold_text.encode()),
+        tests=patch({"tests/test_new.sh": 3}),
+    )
+    assert not [b for b in result.blockers if "test harness" in b], result.blockers

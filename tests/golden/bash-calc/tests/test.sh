@@ -30,6 +30,9 @@ oom_kills=-1
 truncated_logs=0
 
 held_out_paths=('tests/test_ops.sh')
+# Files the test command runs (restored when the agent changes them, like held-out paths).
+harness_paths=('tests/run.sh')
+discarded=0
 held_out_excludes=('tests/test_ops.sh')
 fail_to_pass_command='bash tests/run.sh '\''tests/test_ops.sh'\'''
 pass_to_pass_command='bash tests/run.sh '\''tests/test_add.sh'\'''
@@ -85,6 +88,38 @@ elif [ -s /opt/selfbench/agent.patch ]; then
   for path in "${held_out_excludes[@]}"; do excludes+=("--exclude=$path" "--exclude=$path/*"); done
   git -C /app apply --binary --whitespace=nowarn "${excludes[@]}" /opt/selfbench/agent.patch \
     || { echo "selfbench: agent.patch does not apply"; patch_applied=0; }
+fi
+
+# discard PATH: an agent change to the test harness is undone and recorded.
+discard() {
+  printf '%s\n' "$1" >> /logs/verifier/discarded.txt
+  discarded=$((discarded + 1))
+  git -C /app restore --source=HEAD --staged --worktree -- "$1" 2>/dev/null \
+    || rm -rf -- "/app/$1"
+}
+
+: > /logs/verifier/discarded.txt
+if [ "$patch_applied" -eq 1 ] && [ -s /opt/selfbench/agent.patch ]; then
+  # Every path the agent's patch touches (NUL-separated; a rename gives both), judged by
+  # name: test runner configuration and the scripts the test command runs are not the
+  # agent's to change.
+  rename=0
+  while IFS= read -r -d '' entry; do
+    if [ "$rename" -gt 0 ]; then
+      path=$entry; rename=$((rename - 1))
+    else
+      path=${entry#*$'\t'}; path=${path#*$'\t'}
+      if [ -z "$path" ]; then rename=2; continue; fi
+    fi
+    harness=0
+    case "${path##*/}" in
+      .busted|.mocharc.cjs|.mocharc.js|.mocharc.json|.mocharc.yaml|.mocharc.yml|.rspec|conftest.py|karma.conf.js|noxfile.py|phpunit.xml|phpunit.xml.dist|pytest.ini|sitecustomize.py|tox.ini|usercustomize.py|jest.config.*|jest.setup.*|vitest.config.*|vitest.workspace.*|vitest.setup.*|playwright.config.*|cypress.config.*|ava.config.*) harness=1 ;;
+    esac
+    for named in "${harness_paths[@]}"; do
+      if [ "$path" = "$named" ]; then harness=1; fi
+    done
+    if [ "$harness" -eq 1 ]; then discard "$path"; fi
+  done < <(git -C /app apply --numstat -z "${excludes[@]}" /opt/selfbench/agent.patch 2>/dev/null)
 fi
 
 if [ "$patch_applied" -eq 1 ]; then
@@ -150,7 +185,7 @@ if [ "$patch_applied" -eq 1 ] && [ "$fail_to_pass" -eq 1 ] && [ "$pass_to_pass" 
   reward=1
 fi
 printf '{"reward": %d, "patch_applied": %d, "fail_to_pass": %d, "pass_to_pass": %d, "deterministic": %d, "setup_completed": %d}\n' "$reward" "$patch_applied" "$fail_to_pass" "$pass_to_pass" "$deterministic" "$setup_completed" > /logs/verifier/reward.json
-printf '{"fail_to_pass_exit_code": %d, "fail_to_pass_repeat_exit_code": %d, "pass_to_pass_exit_code": %d, "fail_to_pass_ms": %d, "fail_to_pass_repeat_ms": %d, "pass_to_pass_ms": %d, "pids_limit_hits": %d, "oom_kills": %d, "truncated_logs": %d}\n' "$fail_to_pass_exit_code" "$fail_to_pass_repeat_exit_code" "$pass_to_pass_exit_code" "$fail_to_pass_ms" "$fail_to_pass_repeat_ms" "$pass_to_pass_ms" "$pids_limit_hits" "$oom_kills" "$truncated_logs" > /logs/verifier/details.json
+printf '{"fail_to_pass_exit_code": %d, "fail_to_pass_repeat_exit_code": %d, "pass_to_pass_exit_code": %d, "fail_to_pass_ms": %d, "fail_to_pass_repeat_ms": %d, "pass_to_pass_ms": %d, "pids_limit_hits": %d, "oom_kills": %d, "truncated_logs": %d, "discarded": %d}\n' "$fail_to_pass_exit_code" "$fail_to_pass_repeat_exit_code" "$pass_to_pass_exit_code" "$fail_to_pass_ms" "$fail_to_pass_repeat_ms" "$pass_to_pass_ms" "$pids_limit_hits" "$oom_kills" "$truncated_logs" "$discarded" > /logs/verifier/details.json
 echo "selfbench: reward $(cat /logs/verifier/reward.json)"
 echo "selfbench: details $(cat /logs/verifier/details.json)"
 exit 0
