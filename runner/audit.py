@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from runner import validation as v
+from runner.coupling import CouplingItem, coupling
 from runner.harness import harness_changes
 from runner.models import TESTS_PLACEHOLDER, Difficulty, TaskDefinition
 from runner.patches import PatchInfo
@@ -52,6 +53,8 @@ class AuditResult(BaseModel):
     blockers: list[str]
     metrics: AuditMetrics
     repository_checked: bool = False
+    # Evidence for the reviewer, never a blocker; computed when the repository was at hand.
+    coupling: list[CouplingItem] = []
 
     @property
     def accepted(self) -> bool:
@@ -115,6 +118,8 @@ def audit(
     gold: PatchInfo,
     tests: PatchInfo,
     repository: list[str] | None = None,
+    instruction: str = "",
+    present_at_base: frozenset[str] | None = None,
 ) -> AuditResult:
     """`repository`: the problems compile found against the base commit (workdir, `git apply
     --check`), or None when the repository was not at hand."""
@@ -154,8 +159,14 @@ def audit(
         )
     )
     blockers.extend(repository or [])
+    evidence = (
+        coupling(tests, gold, instruction, set(present_at_base))
+        if present_at_base is not None
+        else []
+    )
     return AuditResult(
         blockers=blockers,
+        coupling=evidence,
         repository_checked=repository is not None,
         metrics=AuditMetrics(
             implementation_files=implementation_files,

@@ -287,6 +287,7 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
     """
     from runner.audit import audit
     from runner.compiler import evidence_paths
+    from runner.coupling import candidates
     from runner.errors import RepositoryError
     from runner.gitrepo import check_repository, resolve_repository
     from runner.taskdir import load_authored_task
@@ -300,25 +301,33 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
             _print_invalid(exc)
         return int(ExitCode.INVALID)
     definition = task.definition
-    repository: list[str] | None = None
     note = None
     try:
         path = resolve_repository(
             repo, definition.repo, definition.base_commit, task_dir=task.directory
         )
-        repository = check_repository(
+        facts = check_repository(
             path,
             definition.base_commit,
             workdir=definition.workdir_path,
             test_patch=task.test_patch,
             gold_patch=task.gold_patch,
             evidence=evidence_paths(definition),
-        ).problems
+            coupling_needles=candidates(task.tests, task.gold, task.instruction),
+        )
     except RepositoryError as exc:
         if repo is not None:
             raise
         note = f"repository not checked: {exc.one_line()}"
-    result = audit(definition, gold=task.gold, tests=task.tests, repository=repository)
+        facts = None
+    result = audit(
+        definition,
+        gold=task.gold,
+        tests=task.tests,
+        repository=facts.problems if facts is not None else None,
+        instruction=task.instruction,
+        present_at_base=facts.present_at_base if facts is not None else None,
+    )
     if as_json:
         click.echo(json.dumps(_audit_json(definition.task_id, result, (), note), indent=2))
     else:
@@ -356,6 +365,7 @@ def _audit_json(
             "metrics": None,
             "repositoryChecked": False,
             "repositoryNote": None,
+            "coupling": [],
         }
     return {
         "schemaVersion": 2,
@@ -372,6 +382,7 @@ def _audit_json(
         },
         "repositoryChecked": result.repository_checked,
         "repositoryNote": note,
+        "coupling": [item.model_dump(mode="json") for item in result.coupling],
     }
 
 

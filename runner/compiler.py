@@ -19,6 +19,7 @@ from pathlib import Path
 
 from runner import validation as v
 from runner.bundle import CONTEXT_DIRS
+from runner.coupling import candidates
 from runner.errors import InvalidInputError, InvalidTaskError, Problem
 from runner.gitrepo import RepositoryFacts, cached_archive, check_repository, resolve_repository
 from runner.harbor import read_task_toml
@@ -276,6 +277,7 @@ def compile_task(
         test_patch=task.test_patch,
         gold_patch=task.gold_patch,
         evidence=evidence_paths(definition),
+        coupling_needles=candidates(task.tests, task.gold, task.instruction),
     )
     archive = cached_archive(repository, definition.base_commit)
     with _staged(out) as staging:

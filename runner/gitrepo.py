@@ -198,6 +198,8 @@ class RepositoryFacts:
     workdir_problem: str | None = None
     apply_problems: list[str] = field(default_factory=list)
     evidence_problems: list[str] = field(default_factory=list)
+    # Of the coupling candidates asked about, those the base tree already holds.
+    present_at_base: frozenset[str] = frozenset()
 
     @property
     def problems(self) -> list[str]:
@@ -230,6 +232,7 @@ def check_repository(
     test_patch: bytes,
     gold_patch: bytes,
     evidence: Sequence[str] = (),
+    coupling_needles: Sequence[str] = (),
 ) -> RepositoryFacts:
     """The workdir is a directory at `commit`, and both patches apply there: each alone, and
     the held-out tests on top of the gold patch (as the oracle applies them). `git apply
@@ -284,4 +287,18 @@ def check_repository(
         workdir_problem=workdir_problem,
         apply_problems=problems,
         evidence_problems=evidence_problems,
+        present_at_base=present_in_tree(repo, commit, coupling_needles),
     )
+
+
+def present_in_tree(repo: Path, commit: str, needles: Sequence[str]) -> frozenset[str]:
+    """Which of these fixed strings occur anywhere in the commit's tree (one `git grep`)."""
+    wanted = {n for n in needles if n and "\n" not in n}
+    if not wanted:
+        return frozenset()
+    args = ["grep", "-F", "-o", "-h", "-I", "--no-color"]
+    for needle in sorted(wanted):
+        args += ["-e", needle]
+    result = _git([*args, commit, "--"], cwd=repo, check=False)
+    found = {line for line in result.stdout.decode(errors="replace").splitlines()}
+    return frozenset(wanted & found)

@@ -246,7 +246,12 @@ def _compile_and_audit(run: _Run, task: AuthoredTask | None) -> None:
     _event(run, "audit")
     started = time.monotonic()
     result_audit: AuditResult = audit(
-        task.definition, gold=task.gold, tests=task.tests, repository=result.repository.problems
+        task.definition,
+        gold=task.gold,
+        tests=task.tests,
+        repository=result.repository.problems,
+        instruction=task.instruction,
+        present_at_base=result.repository.present_at_base,
     )
     metrics = result_audit.metrics
     run.audit.data = AuditData(
@@ -257,6 +262,7 @@ def _compile_and_audit(run: _Run, task: AuthoredTask | None) -> None:
             test_files=metrics.test_files,
         ),
         repository_checked=result_audit.repository_checked,
+        coupling=result_audit.coupling,
     )
     if result_audit.accepted:
         run.audit.set(

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from runner.coupling import CouplingItem
 from runner.errors import ExitCode, Problem
 from runner.reward import Reward, VerifierDetails
 from runner.safeio import write_atomic
@@ -94,6 +95,9 @@ class AuditData(_Model):
     blockers: list[str] = Field(default_factory=list)
     metrics: AuditMetrics | None = None
     repository_checked: bool = False
+    # What the held-out tests reach for that only the gold patch brings (evidence for the
+    # verification round, never a blocker).
+    coupling: list[CouplingItem] = Field(default_factory=list)
 
 
 class ImageData(_Model):

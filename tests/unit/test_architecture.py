@@ -27,6 +27,7 @@ PURE = (
     "debug",
     "htmlreport",
     "harness",
+    "coupling",
 )
 SIDE_EFFECT_MODULES = {"docker", "requests", "subprocess", "socket", "signal", "urllib3"}
 
