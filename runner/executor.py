@@ -60,6 +60,7 @@ from runner.report import (
     GateData,
     ImageData,
     KeptContainer,
+    SelectorResult,
     SmokeData,
     Status,
 )
@@ -67,6 +68,7 @@ from runner.reward import (
     DETAILS_FILE,
     DISCARDED_FILE,
     REWARD_FILE,
+    SELECTORS_FILE,
     Reward,
     RewardError,
     VerifierDetails,
@@ -123,6 +125,20 @@ def _discarded(directory: Path, limit: int = 200) -> list[str]:
             return [line.rstrip("\n") for _, line in zip(range(limit), handle, strict=False)]
     except OSError:
         return []
+
+
+def _selectors(directory: Path, limit: int = 64) -> list[SelectorResult]:
+    """selectors.tsv: each fail-to-pass selector run alone and its exit code."""
+    results = []
+    try:
+        with (directory / SELECTORS_FILE).open(encoding="utf-8", errors="replace") as handle:
+            for _, line in zip(range(limit), handle, strict=False):
+                code, _, selector = line.rstrip("\n").partition("\t")
+                if code.lstrip("-").isdigit() and selector:
+                    results.append(SelectorResult(selector=selector, exit_code=int(code)))
+    except OSError:
+        pass
+    return results
 
 
 class _SkippedError(Exception):
@@ -734,12 +750,23 @@ class Executor:
                 },
             )
         )
-        data.discarded = _discarded(self.run_dir / trial.gate / "logs" / "verifier")
-        detail = judgement.detail
-        if data.discarded and judgement.status is not Status.PASSED:
+        directory = self.run_dir / trial.gate / "logs" / "verifier"
+        data.discarded = _discarded(directory)
+        data.selectors = _selectors(directory)
+        status, detail = judgement.status, judgement.detail
+        passing = [s.selector for s in data.selectors if s.exit_code == 0]
+        if trial.gate == "nop" and passing and status is Status.PASSED:
+            # The selectors failed together, but one of them passes on the base by itself.
+            status = Status.FAILED
+            detail = (
+                "fail-to-pass selector(s) already pass on the base snapshot when run alone: "
+                + ", ".join(passing[:5])
+                + (" ..." if len(passing) > 5 else "")
+            )
+        if data.discarded and status is not Status.PASSED:
             shown = ", ".join(data.discarded[:5]) + (" ..." if len(data.discarded) > 5 else "")
             detail += f"; test.sh undid the patch's changes to the test harness: {shown}"
-        stage.set(judgement.status, detail)
+        stage.set(status, detail)
 
     def _read_reward(
         self, gate: str, stage: StageResult

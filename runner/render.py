@@ -141,6 +141,9 @@ def held_out_paths(definition: TaskDefinition, tests: PatchInfo) -> list[str]:
     return sorted(paths)
 
 
+MAX_SELECTOR_RUNS = 64
+
+
 def harness_case_pattern() -> str:
     """The harness file names as one bash `case` pattern (fixed names, never task input)."""
     patterns = sorted(HARNESS_NAMES) + list(HARNESS_GLOBS)
@@ -236,6 +239,16 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "harness_paths": command_files(definition),
         "harness_case": harness_case_pattern(),
         "fail_to_pass_command": expand_tests(definition.test_command, definition.fail_to_pass),
+        # Each fail-to-pass selector alone (when there are several): at most the first 64.
+        "fail_to_pass_selectors": definition.fail_to_pass[:MAX_SELECTOR_RUNS]
+        if len(definition.fail_to_pass) > 1
+        else [],
+        "fail_to_pass_each": [
+            expand_tests(definition.test_command, [selector])
+            for selector in definition.fail_to_pass[:MAX_SELECTOR_RUNS]
+        ]
+        if len(definition.fail_to_pass) > 1
+        else [],
         "pass_to_pass_command": (
             expand_tests(definition.test_command, definition.pass_to_pass)
             if definition.pass_to_pass

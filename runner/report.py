@@ -135,6 +135,11 @@ class SmokeData(_Model):
     limits: LimitsData | None = None
 
 
+class SelectorResult(_Model):
+    selector: str
+    exit_code: int
+
+
 class GateData(_Model):
     solve_exit_code: int | None = None
     collect_exit_code: int | None = None
@@ -146,6 +151,8 @@ class GateData(_Model):
     limits: LimitsData | None = None
     # Agent (or gold) changes to the test harness that test.sh undid before the tests ran.
     discarded: list[str] = Field(default_factory=list)
+    # Each fail-to-pass selector run alone (when several failed together): its exit code.
+    selectors: list[SelectorResult] = Field(default_factory=list)
 
 
 class DeterminismData(_Model):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 REWARD_FILE = "reward.json"
 DETAILS_FILE = "details.json"
 DISCARDED_FILE = "discarded.txt"
+SELECTORS_FILE = "selectors.tsv"  # "<exit code>\t<selector>" per fail-to-pass selector run alone
 MAX_REWARD_BYTES = 64 * 1024
 
 Flag = Literal[0, 1]

@@ -104,3 +104,53 @@ def test_an_agent_conftest_that_passes_everything_is_undone(
     oracle = compiled.stage("oracle")
     assert oracle["status"] == "passed", oracle["detail"]
     assert oracle["data"]["discarded"] == ["tests/conftest.py"]
+
+
+def test_a_fail_to_pass_selector_that_already_passes_is_named_at_nop(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    # Seen on a real task: one of four fail-to-pass tests swapped for one that already passes;
+    # run together they still failed, so nop was green. Each selector now runs alone.
+    from tests.helpers import LIB_GOLD, definition, diff_of, make_repo, write_task
+
+    repo, commit = make_repo(
+        tmp_path / "repo",
+        {
+            "lib.sh": LIB_BASE,
+            "tests/run.sh": RUNNER_SH,
+            "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
+        },
+    )
+    test_patch = diff_of(
+        repo,
+        {
+            "tests/test_new.sh": '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n',
+            "tests/test_also.sh": '. ./lib.sh\n[ "$(greet z)" = "hello z" ]\n',  # passes now
+        },
+    )
+    doc = definition(
+        taskId="selector-swap",
+        baseCommit=commit,
+        repo=str(repo),
+        failToPass=["tests/test_new.sh", "tests/test_also.sh"],
+        testPaths=["tests/test_new.sh", "tests/test_also.sh"],
+    )
+    task = write_task(
+        tmp_path / "task",
+        doc,
+        test_patch=test_patch,
+        gold_patch=diff_of(repo, {"lib.sh": LIB_GOLD}),
+    )
+    run = run_verify(task, verify_options, tmp_path / "run")
+    assert run.report["verdict"] == "rejected"
+    nop = run.stage("nop")
+    assert nop["status"] == "failed"
+    assert nop["detail"] == (
+        "fail-to-pass selector(s) already pass on the base snapshot when run alone: "
+        "tests/test_also.sh"
+    )
+    assert {(s["selector"], s["exitCode"] == 0) for s in nop["data"]["selectors"]} == {
+        ("tests/test_new.sh", False),
+        ("tests/test_also.sh", True),
+    }
+    assert run.stage("oracle")["status"] == "passed"  # the gold still fixes what it should

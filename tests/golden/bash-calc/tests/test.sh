@@ -36,6 +36,10 @@ discarded=0
 held_out_excludes=('tests/test_ops.sh')
 fail_to_pass_command='bash tests/run.sh '\''tests/test_ops.sh'\'''
 pass_to_pass_command='bash tests/run.sh '\''tests/test_add.sh'\'''
+# Each fail-to-pass selector alone (several selectors only): a list where one selector already
+# passes must not hide behind the others' failures.
+fail_to_pass_selectors=()
+fail_to_pass_each=()
 
 kill_verifier_processes() { pkill -KILL -u verifier 2>/dev/null || true; }
 
@@ -161,6 +165,13 @@ if [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
   if cd '/app'; then
     run_as_verifier fail_to_pass "$fail_to_pass_command"
     fail_to_pass_exit_code=$?
+    : > /logs/verifier/selectors.tsv
+    if [ "$fail_to_pass_exit_code" -ne 0 ] && [ 0 -gt 1 ]; then
+      for i in "${!fail_to_pass_each[@]}"; do
+        run_as_verifier "fail_to_pass_selector_$i" "${fail_to_pass_each[$i]}"
+        printf '%d\t%s\n' "$?" "${fail_to_pass_selectors[$i]}" >> /logs/verifier/selectors.tsv
+      done
+    fi
     if [ "$fail_to_pass_exit_code" -eq 0 ]; then
       fail_to_pass=1
       run_as_verifier fail_to_pass_repeat "$fail_to_pass_command"
