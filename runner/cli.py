@@ -17,9 +17,9 @@ import signal
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -268,6 +268,42 @@ STORAGE_LIMIT = click.option(
 )
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def CHILD_VERIFY_OPTIONS(function: _F) -> _F:  # noqa: N802 - used like the option constants
+    """The verify options a supervisor (serve, batch) takes once and passes to every verify it
+    starts (see _forwarded)."""
+    for option in reversed(
+        (
+            BASE_IMAGE,
+            EXTRA_CA,
+            TOOLCHAIN_SOURCE,
+            TOOLCHAIN_MIRROR,
+            AGENT_ALLOWED_HOST,
+            BUILD_NETWORK,
+            PIDS_LIMIT,
+            MAX_LOG_SIZE,
+            STORAGE_LIMIT,
+        )
+    ):
+        function = option(function)
+    return function
+
+
+def logs_root_option(help_text: str) -> Callable[[_F], _F]:
+    """`--logs DIR`: the root of run directories (env SELFBENCH_LOGS)."""
+    return click.option(
+        "--logs",
+        "logs_root",
+        type=click.Path(path_type=Path),
+        envvar=ENV_LOGS_ROOT,
+        default=DEFAULT_LOGS_ROOT,
+        show_default=True,
+        help=help_text,
+    )
+
+
 def _print_invalid(error: RunnerError) -> None:
     print_problems(error.problems)
 
@@ -452,15 +488,8 @@ def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]
 @TOOLCHAIN_MIRROR
 @AGENT_ALLOWED_HOST
 @BUILD_NETWORK
-@click.option(
-    "--logs",
-    "logs_root",
-    type=click.Path(path_type=Path),
-    envvar=ENV_LOGS_ROOT,
-    default=DEFAULT_LOGS_ROOT,
-    show_default=True,
-    help=f"Root of run directories: each run writes <root>/<taskId>/<runId>/ (env "
-    f"{ENV_LOGS_ROOT}).",
+@logs_root_option(
+    f"Root of run directories: each run writes <root>/<taskId>/<runId>/ (env {ENV_LOGS_ROOT})."
 )
 @click.option(
     "--run-dir",
@@ -796,15 +825,7 @@ def _run_docker(
     help="Print a script of docker commands that recreates the state and reproduces the "
     "failure, instead of opening a shell.",
 )
-@click.option(
-    "--logs",
-    "logs_root",
-    type=click.Path(path_type=Path),
-    envvar=ENV_LOGS_ROOT,
-    default=DEFAULT_LOGS_ROOT,
-    show_default=True,
-    help="Where a TASK_DIR's runs are (and where a new one goes).",
-)
+@logs_root_option("Where a TASK_DIR's runs are (and where a new one goes).")
 @REPO
 @BASE_IMAGE
 @EXTRA_CA
@@ -1119,15 +1140,7 @@ def _forwarded(
     show_default=True,
     help="Seconds between two looks at the mailbox.",
 )
-@BASE_IMAGE
-@EXTRA_CA
-@TOOLCHAIN_SOURCE
-@TOOLCHAIN_MIRROR
-@AGENT_ALLOWED_HOST
-@BUILD_NETWORK
-@PIDS_LIMIT
-@MAX_LOG_SIZE
-@STORAGE_LIMIT
+@CHILD_VERIFY_OPTIONS
 @click.option("-v", "--verbose", is_flag=True, help="Log each request and stage.")
 def serve_command(
     mailbox: Path | None,

@@ -14,23 +14,16 @@ from typing import Any
 import click
 
 from runner.cli import (
-    AGENT_ALLOWED_HOST,
-    BASE_IMAGE,
-    BUILD_NETWORK,
-    EXTRA_CA,
-    MAX_LOG_SIZE,
-    PIDS_LIMIT,
-    STORAGE_LIMIT,
-    TOOLCHAIN_MIRROR,
-    TOOLCHAIN_SOURCE,
+    CHILD_VERIFY_OPTIONS,
     ByteSize,
     _forwarded,
     cli,
     interrupts,
+    logs_root_option,
 )
 from runner.cli_output import in_github_actions
 from runner.errors import UsageError
-from runner.settings import DEFAULT_LOGS_ROOT, ENV_LOGS_ROOT, environment_value
+from runner.settings import environment_value
 
 MAX_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
 MATRIX_LIMIT = 256  # GitHub's jobs per matrix
@@ -213,15 +206,7 @@ def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="The batch directory (default: <logs>/batch-<time>).",
 )
-@click.option(
-    "--logs",
-    "logs_root",
-    type=click.Path(path_type=Path),
-    envvar=ENV_LOGS_ROOT,
-    default=DEFAULT_LOGS_ROOT,
-    show_default=True,
-    help="Where the default --out goes.",
-)
+@logs_root_option("Where the default --out goes.")
 @click.option(
     "--junit",
     "junit_path",
@@ -235,15 +220,7 @@ def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
     help="Keep the runner's task images under this size on each engine, removing the "
     "least recently used between tasks (e.g. 20GB).",
 )
-@BASE_IMAGE
-@EXTRA_CA
-@TOOLCHAIN_SOURCE
-@TOOLCHAIN_MIRROR
-@AGENT_ALLOWED_HOST
-@BUILD_NETWORK
-@PIDS_LIMIT
-@MAX_LOG_SIZE
-@STORAGE_LIMIT
+@CHILD_VERIFY_OPTIONS
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def batch_command(
     task_dirs: tuple[Path, ...],
@@ -472,15 +449,7 @@ def gc_command(cache_budget: int, dry_run: bool) -> int:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Verify every digest of an export archive instead.",
 )
-@click.option(
-    "--logs",
-    "logs_root",
-    type=click.Path(path_type=Path),
-    envvar=ENV_LOGS_ROOT,
-    default=DEFAULT_LOGS_ROOT,
-    show_default=True,
-    help="Where a TASK_DIR's runs are.",
-)
+@logs_root_option("Where a TASK_DIR's runs are.")
 def export_command(
     inputs: tuple[Path, ...], output: Path | None, check_path: Path | None, logs_root: Path
 ) -> int:

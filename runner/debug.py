@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from runner.plan import (
     LABEL_RUNNER,
     LABEL_TASK,
     ContainerPlan,
+    ExecStep,
     VerifyPlan,
 )
 from runner.report import Report, Status
@@ -236,6 +238,73 @@ def _build_session(
     )
 
 
+def _create(
+    name: str, container: ContainerPlan, labels: list[str], proxies: list[str]
+) -> list[list[str]]:
+    """A gate container as the plan makes it (image, limits, network, workdir, environment),
+    kept alive for the debugging session, and started."""
+    return [
+        [
+            "docker",
+            "create",
+            "--name",
+            name,
+            *labels,
+            *_limits(container),
+            "--network",
+            container.network,
+            "-w",
+            container.workdir,
+            *_env(container.env, [*container.proxy_env, *proxies]),
+            container.image,
+            "sleep",
+            "infinity",
+        ],
+        ["docker", "start", name],
+    ]
+
+
+def _exec(
+    name: str,
+    argv: list[str],
+    *,
+    user: str,
+    workdir: str | None = None,
+    env: Sequence[str] = (),
+    interactive: bool = False,
+) -> list[str]:
+    return [
+        "docker",
+        "exec",
+        *(["-it"] if interactive else []),
+        "-u",
+        user,
+        *(["-w", workdir] if workdir else []),
+        *env,
+        name,
+        *argv,
+    ]
+
+
+def _step(
+    name: str,
+    step: ExecStep,
+    *,
+    extra_env: Sequence[str] = (),
+    interactive: bool = False,
+    argv: list[str] | None = None,
+) -> list[str]:
+    """A plan's exec step (its user, workdir and environment) in the debug container."""
+    return _exec(
+        name,
+        step.argv if argv is None else argv,
+        user=step.user,
+        workdir=step.workdir,
+        env=[*_env(step.env, []), *extra_env],
+        interactive=interactive,
+    )
+
+
 def _gate_session(
     plan: VerifyPlan,
     run_dir: Path,
@@ -252,23 +321,7 @@ def _gate_session(
         verifier = plan.smoke.container
     name = f"selfbench-debug-{debug_id}-verifier"
     labels = _labels(plan, debug_id, owner)
-    create = [
-        "docker",
-        "create",
-        "--name",
-        name,
-        *labels,
-        *_limits(verifier),
-        "--network",
-        verifier.network,
-        "-w",
-        verifier.workdir,
-        *_env(verifier.env, [*verifier.proxy_env, *proxies]),
-        verifier.image,
-        "sleep",
-        "infinity",
-    ]
-    setup = [create, ["docker", "start", name]]
+    setup = _create(name, verifier, labels, proxies)
     cleanup = [["docker", "rm", "-f", name]]
     notes: list[str] = []
     if trial.services is not None or (stage == "smoke" and plan.smoke.services is not None):
@@ -276,90 +329,39 @@ def _gate_session(
             "this gate's services are not started by debug: tests that need them will fail "
             "to connect"
         )
-    patch = run_dir / gate / "agent.patch"
-    if stage != "smoke":
-        setup.append(["docker", "cp", str(patch), f"{name}:{trial.agent_patch}"])
-    verifier_env = ["-e", "HOME=/home/verifier"]
     if stage == "smoke":
         smoke = plan.smoke.run
         command = shlex.join(smoke.argv)
-        shell = [
-            "docker",
-            "exec",
-            "-it",
-            "-u",
-            smoke.user,
-            "-w",
-            smoke.workdir,
-            *_env(smoke.env, []),
-            "-e",
-            f"HISTFILE={HISTFILE}",
-            "-e",
-            f"SELFBENCH_DEBUG_COMMAND={command}",
-            name,
-            "bash",
-            "-c",
-            _SHELL_WITH_HISTORY,
-        ]
-        reproduce = [
-            [
-                "docker",
-                "exec",
-                "-u",
-                smoke.user,
-                "-w",
-                smoke.workdir,
-                *_env(smoke.env, []),
-                name,
-                *smoke.argv,
-            ]
-        ]
+        history = ["-e", f"HISTFILE={HISTFILE}", "-e", f"SELFBENCH_DEBUG_COMMAND={command}"]
         notes.append(f"the smoke command: {command}")
         return DebugSession(
             stage=stage,
             why=why,
             setup=setup,
-            shell=shell,
-            reproduce=reproduce,
+            shell=_step(
+                name,
+                smoke,
+                extra_env=history,
+                interactive=True,
+                argv=["bash", "-c", _SHELL_WITH_HISTORY],
+            ),
+            reproduce=[_step(name, smoke)],
             cleanup=cleanup,
             notes=notes,
         )
     setup.append(
+        ["docker", "cp", str(run_dir / gate / "agent.patch"), f"{name}:{trial.agent_patch}"]
+    )
+    verifier_env = ["-e", "HOME=/home/verifier"]
+    setup.append(
         ["docker", "exec", "-e", "SELFBENCH_PREPARE_ONLY=1", *verifier_env, name, *trial.test.argv]
     )
-    shell = [
-        "docker",
-        "exec",
-        "-it",
-        "-u",
-        "verifier",
-        *verifier_env,
-        name,
-        "bash",
-        "-c",
-        _VERIFIER_SHELL,
-    ]
+    shell = _exec(
+        name, ["bash", "-c", _VERIFIER_SHELL], user="verifier", env=verifier_env, interactive=True
+    )
     reproduce = [
-        [
-            "docker",
-            "exec",
-            "-u",
-            "verifier",
-            *verifier_env,
-            name,
-            "bash",
-            "/opt/selfbench/fail_to_pass.sh",
-        ],
-        [
-            "docker",
-            "exec",
-            "-u",
-            "verifier",
-            *verifier_env,
-            name,
-            "bash",
-            "/opt/selfbench/pass_to_pass.sh",
-        ],
+        _exec(name, ["bash", f"/opt/selfbench/{script}"], user="verifier", env=verifier_env)
+        for script in ("fail_to_pass.sh", "pass_to_pass.sh")
     ]
     notes.append(
         f"the {gate} verifier with {gate}'s agent.patch applied and the held-out tests in place"
@@ -374,42 +376,10 @@ def _gate_session(
     ]
     if gate == "oracle" and trial.agent is not None and trial.solve is not None:
         agent_name = f"selfbench-debug-{debug_id}-agent"
-        agent = trial.agent
-        setup += [
-            [
-                "docker",
-                "create",
-                "--name",
-                agent_name,
-                *labels,
-                *_limits(agent),
-                "--network",
-                agent.network,
-                "-w",
-                agent.workdir,
-                *_env(agent.env, [*agent.proxy_env, *proxies]),
-                agent.image,
-                "sleep",
-                "infinity",
-            ],
-            ["docker", "start", agent_name],
-        ]
+        setup += _create(agent_name, trial.agent, labels, proxies)
         if trial.solution_dir:
             setup.append(["docker", "cp", f"{trial.solution_dir}/.", f"{agent_name}:/solution"])
-        solve = trial.solve
-        setup.append(
-            [
-                "docker",
-                "exec",
-                "-u",
-                solve.user,
-                "-w",
-                solve.workdir,
-                *_env(solve.env, []),
-                agent_name,
-                *solve.argv,
-            ]
-        )
+        setup.append(_step(agent_name, trial.solve))
         cleanup.append(["docker", "rm", "-f", agent_name])
         notes.append(f"the agent side after solve.sh: docker exec -it -u agent {agent_name} bash")
     return DebugSession(

@@ -356,35 +356,42 @@ class Service:
                 self._wake.wait(POLL_SECONDS * 4)
 
     def _admit(self) -> None:
+        # The queue's light rows decide; a job's (possibly large) request is read only for
+        # what needs it: a cancel's answer and a reuse.
         for entry in self.store.queue():
             if self.stopping:
                 return
-            job = self.store.get(entry.id)
-            if job is None or job.state is not JobState.QUEUED:
+            if entry.cancel:
+                job = self.store.get(entry.id)
+                if job is not None and job.state is JobState.QUEUED:
+                    self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
                 continue
-            if job.cancel:
-                self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
-                continue
-            digest = job.digest
+            digest = entry.digest
             if digest is None:
                 with self._lock:
-                    if job.id not in self._digesting:
-                        self._digesting.add(job.id)
-                        self._digest_queue.put(job.id)
+                    if entry.id not in self._digesting:
+                        self._digesting.add(entry.id)
+                        self._digest_queue.put(entry.id)
                 continue
             if digest:
                 accepted = self.store.accepted_with(digest)
-                if accepted is not None and accepted.id != job.id and self._reuse(job, accepted):
-                    continue
+                if accepted is not None and accepted.id != entry.id:
+                    job = self.store.get(entry.id)
+                    if (
+                        job is not None
+                        and job.state is JobState.QUEUED
+                        and self._reuse(job, accepted)
+                    ):
+                        continue
             with self._lock:
                 busy = list(self._running.values())
             if digest and any(r.digest == digest for r in busy):
                 continue  # the same payload is running: its report may answer this one
-            if job.task_id and any(r.task_id == job.task_id for r in busy):
+            if entry.task_id and any(r.task_id == entry.task_id for r in busy):
                 continue  # one build of a task's images at a time; this one hits the cache
             if len(busy) >= self.config.jobs:
                 continue  # later ones may still be answered by reuse
-            self._launch(job, digest)
+            self._launch(entry.id, entry.task_id, digest)
 
     def _digest_worker(self) -> None:
         while not self.stopping:
@@ -463,20 +470,20 @@ class Service:
         )
         return True
 
-    def _launch(self, job: Job, digest: str | None) -> None:
+    def _launch(self, job_id: str, task_id: str | None, digest: str | None) -> None:
         from runner.pipeline import new_run_id
 
         run_id = new_run_id()
-        if not self.store.start(job.id, run_id=run_id):
+        if not self.store.start(job_id, run_id=run_id):
             return
         thread = threading.Thread(
-            target=self._work, args=(job.id,), name=f"job-{job.id[:40]}", daemon=True
+            target=self._work, args=(job_id,), name=f"job-{job_id[:40]}", daemon=True
         )
         with self._lock:
-            self._running[job.id] = _Running(
-                job_id=job.id, run_id=run_id, thread=thread, digest=digest, task_id=job.task_id
+            self._running[job_id] = _Running(
+                job_id=job_id, run_id=run_id, thread=thread, digest=digest, task_id=task_id
             )
-        self._event(job.id, "running", f"run {run_id}")
+        self._event(job_id, "running", f"run {run_id}")
         thread.start()
 
     # ---- one verification --------------------------------------------------------------
