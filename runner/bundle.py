@@ -17,8 +17,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from runner import validation as v
 from runner.contract import EnvironmentContract
 from runner.errors import InvalidInputError, InvalidTaskError, Problem
+from runner.exploits import TaskFacts
 from runner.harbor import TaskToml, read_task_toml
 from runner.safeio import file_kind, optional_regular, require_directory
 
@@ -49,6 +51,8 @@ class Bundle:
     contract: EnvironmentContract | None = None
     # Whether tests/smoke.sh is the default, read-only check the runner renders itself.
     default_smoke: bool = False
+    # What the hack gate chooses its exploits from (None: a bundle without that manifest entry).
+    exploit_facts: TaskFacts | None = None
 
     @property
     def task_id(self) -> str:
@@ -134,6 +138,62 @@ def load_bundle(root: Path) -> Bundle:
         context_digests=digests,
         contract=contract,
         default_smoke=smoke == default,
+        exploit_facts=read_exploit_facts(root, config),
+    )
+
+
+def _strings(value: object, limit: int, length: int) -> list[str]:
+    if not isinstance(value, list):
+        return []
+    return [s for s in value[:limit] if isinstance(s, str) and 0 < len(s) <= length]
+
+
+def _repo_paths(values: list[str]) -> list[str]:
+    out = []
+    for value in values:
+        try:
+            out.append(v.normalize_repo_path(value))
+        except ValueError:
+            continue
+    return out
+
+
+def read_exploit_facts(root: Path, config: TaskToml) -> TaskFacts:
+    """The hack gate's view of the task, from the manifest and the two patches. The bundle is
+    untrusted: anything malformed is left out (fewer exploits, never a crash); the values reach
+    exploit scripts only as quoted words."""
+    from runner.patches import PatchParseError, parse_patch
+    from runner.taskdir import parse_json_object
+
+    verification: dict[str, object] = {}
+    raw = optional_regular(root / MANIFEST, limit=MAX_MANIFEST_BYTES)
+    if raw is not None:
+        found = parse_json_object(raw, root / MANIFEST).get("verification")
+        if isinstance(found, dict):
+            verification = found
+    command = verification.get("testCommand")
+    gold_files: list[str] = []
+    held_out = _repo_paths(_strings(verification.get("heldOut"), v.MAX_LIST, v.MAX_SHORT_TEXT))
+    for name, into in (("solution/gold.patch", gold_files), ("tests/test.patch", held_out)):
+        patch = optional_regular(root / name, limit=64 * 1024 * 1024)
+        if patch is None:
+            continue
+        try:
+            into.extend(_repo_paths(list(parse_patch(patch).files)))
+        except PatchParseError:
+            continue
+    return TaskFacts(
+        workdir=v.normalize_repo_path(config.metadata.workdir),
+        test_command=command
+        if isinstance(command, str) and 0 < len(command) <= v.MAX_TEST_COMMAND
+        else None,
+        toolchains=[t.value for t in config.metadata.toolchains],
+        held_out=sorted(set(held_out)),
+        gold_files=sorted(set(gold_files)),
+        selectors=[
+            *_strings(verification.get("failToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
+            *_strings(verification.get("passToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
+        ],
     )
 
 

@@ -35,6 +35,7 @@ from runner.errors import (
     UsageError,
 )
 from runner.models import Toolchain
+from runner.report import STAGE_NAMES
 from runner.safeio import check_writable_file, read_regular, require_directory
 from runner.settings import (
     DEFAULT_BASE_IMAGE,
@@ -266,6 +267,13 @@ STORAGE_LIMIT = click.option(
     help="How storage_mb is held: the engine's quota, the runner's watchdog, auto (quota "
     f"where the engine supports it) or off (env {ENV_STORAGE_LIMIT}).",
 )
+HACK_GATE = click.option(
+    "--hack-gate/--no-hack-gate",
+    default=True,
+    show_default=True,
+    help="Run the hack gate: canned hostile agent patches (a conftest.py that passes "
+    "everything, the runner script rewritten to exit 0, ...) must each earn reward 0.",
+)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -285,6 +293,7 @@ def CHILD_VERIFY_OPTIONS(function: _F) -> _F:  # noqa: N802 - used like the opti
             PIDS_LIMIT,
             MAX_LOG_SIZE,
             STORAGE_LIMIT,
+            HACK_GATE,
         )
     ):
         function = option(function)
@@ -516,6 +525,7 @@ def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]
 @PIDS_LIMIT
 @MAX_LOG_SIZE
 @STORAGE_LIMIT
+@HACK_GATE
 @click.option(
     "--events",
     "events_path",
@@ -547,6 +557,7 @@ def verify_command(
     pids_limit: int,
     max_log_size: int,
     storage_limit: str,
+    hack_gate: bool,
     events_path: Path | None,
     run_id: str | None,
     verbose: bool,
@@ -576,6 +587,7 @@ def verify_command(
             pids_limit=pids_limit,
             max_log_bytes=max_log_size,
             storage_limit=StorageLimit(storage_limit),
+            hack_gate=hack_gate,
         )
         with interrupts(), EventLog.open(events_path) as events:
             outcome = verify(
@@ -917,7 +929,7 @@ def debug_command(
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option(
     "--stage",
-    type=click.Choice(["compile", "audit", "build", "smoke", "nop", "oracle", "determinism"]),
+    type=click.Choice(list(STAGE_NAMES)),
     help="Only this stage's logs.",
 )
 @click.option(
@@ -1038,6 +1050,7 @@ def _forwarded(
     pids_limit: int,
     max_log_size: int,
     storage_limit: str,
+    hack_gate: bool,
 ) -> tuple[list[str], dict[str, Any]]:
     """A supervisor's own verify options, checked once, as arguments for every `verify` it
     starts; and the settings among them that change a verification's outcome."""
@@ -1055,6 +1068,7 @@ def _forwarded(
         str(max_log_size),
         "--storage-limit",
         storage_limit,
+        "--hack-gate" if hack_gate else "--no-hack-gate",
     ]
     if extra_ca_certs is not None:
         forwarded += ["--extra-ca-certs", str(extra_ca_certs.resolve())]
@@ -1076,6 +1090,7 @@ def _forwarded(
         "pidsLimit": pids_limit,
         "maxLogBytes": max_log_size,
         "storageLimit": storage_limit,
+        "hackGate": hack_gate,
     }
     return forwarded, digest_settings
 
@@ -1161,6 +1176,7 @@ def serve_command(
     pids_limit: int,
     max_log_size: int,
     storage_limit: str,
+    hack_gate: bool,
     verbose: bool,
 ) -> int:
     """Run as the orchestrator's sidecar: take verification requests from a mailbox
@@ -1189,6 +1205,7 @@ def serve_command(
         pids_limit,
         max_log_size,
         storage_limit,
+        hack_gate,
     )
     from runner.sidecar.run import SidecarOptions, run_sidecar
 

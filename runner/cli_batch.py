@@ -241,6 +241,7 @@ def batch_command(
     pids_limit: int,
     max_log_size: int,
     storage_limit: str,
+    hack_gate: bool,
     quiet: bool,
 ) -> int:
     """Verify many tasks: bounded concurrency, several engines, one summary. Writes batch.json,
@@ -266,6 +267,7 @@ def batch_command(
         pids_limit,
         max_log_size,
         storage_limit,
+        hack_gate,
     )
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out or logs_root / f"batch-{stamp}"

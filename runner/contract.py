@@ -186,6 +186,8 @@ CONTRACT_FIELDS = (
     "smokeCommand",
     "environmentVariables",
     "services",
+    "harnessAllow",
+    "harnessProtect",
 )
 RESERVED_SERVICES = frozenset({"main", "agent", "verifier"})
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
@@ -283,6 +285,23 @@ class Evidence(_Strict):
         return lines
 
 
+_HARNESS_PATTERN = re.compile(r"[A-Za-z0-9._*?@+/-]{1,256}")
+
+
+def _harness_pattern(pattern: str) -> str:
+    if not _HARNESS_PATTERN.fullmatch(pattern):
+        raise ValueError(
+            f"{pattern[:80]!r} is not a repository path pattern "
+            "([A-Za-z0-9._*?@+/-], at most 256 characters)"
+        )
+    if pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ValueError(f"{pattern[:80]!r} must be relative and stay inside the repository")
+    return pattern
+
+
+HarnessPattern = Annotated[str, AfterValidator(_harness_pattern)]
+
+
 class EnvironmentContract(_Strict):
     base_image: Annotated[str, AfterValidator(pinned_image)] | None = None
     # Whether the held-out tests may reach the internet. Default: they may not (services of the
@@ -292,6 +311,10 @@ class EnvironmentContract(_Strict):
     smoke_command: Command | None = None
     environment_variables: dict[str, str] = Field(default_factory=dict)
     services: list[Service] = Field(default_factory=list, max_length=16)
+    # The test harness list is the runner's (test runner configuration, hooks, the files the
+    # test command and selectors name); a task adds files to it or lets the agent change some.
+    harness_allow: list[HarnessPattern] = Field(default_factory=list, max_length=64)
+    harness_protect: list[HarnessPattern] = Field(default_factory=list, max_length=64)
     evidence: list[Evidence] = Field(default_factory=list, max_length=256)
 
     @field_validator("environment_variables")

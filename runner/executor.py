@@ -35,6 +35,7 @@ from runner.errors import (
     RunnerError,
     TaskFailedError,
 )
+from runner.exploits import NOT_APPLICABLE
 from runner.logs import Truncation
 from runner.models import Toolchain
 from runner.plan import (
@@ -57,7 +58,9 @@ from runner.render import render_derived_base, render_toolchain_context
 from runner.report import (
     BuildData,
     DeterminismData,
+    ExploitResult,
     GateData,
+    HackData,
     ImageData,
     KeptContainer,
     SelectorResult,
@@ -102,7 +105,11 @@ class StageEvent:
 
 StageListener = Callable[[StageEvent], None]
 FetchArtifact = Callable[[str, Arch], Path]
-GATES = ("build", "smoke", "nop", "oracle", "determinism")
+GATES = ("build", "smoke", "nop", "oracle", "determinism", "hack")
+# A hack stage skipped for one of these reasons does not keep a task from being accepted.
+HACK_DISABLED = "skipped: --no-hack-gate"
+HACK_NONE = "skipped: no canned exploit applies to this task"
+HACK_OPTIONAL = (HACK_DISABLED, HACK_NONE)
 
 
 @dataclass(kw_only=True)
@@ -200,6 +207,7 @@ class Executor:
         self._running: set[str] = set()
         self._interrupted = threading.Event()
         self._smoke_done = threading.Event()
+        self._nop_done = threading.Event()
         self._smoke_passed = False
         self._opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
         self._verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
@@ -219,14 +227,18 @@ class Executor:
                     pool.submit(
                         self._stage, "oracle", partial(self._trial, self.plan.trial("oracle"))
                     ),
-                    pool.submit(self._stage, "nop", partial(self._trial, self.plan.trial("nop"))),
+                    pool.submit(self._nop),
                 ]
+                if self.plan.hack is not None:
+                    futures.append(pool.submit(self._stage, "hack", self._hack))
+                else:
+                    self.stages["hack"].detail = HACK_NONE if self.plan.hack_gate else HACK_DISABLED
                 if self.plan.smoke.container is not None:
                     futures.append(pool.submit(self._run_smoke))
                 for future in futures:
                     future.result()
             else:
-                for name in ("smoke", "nop", "oracle"):
+                for name in ("smoke", "nop", "oracle", "hack"):
                     self.stages[name].detail = "skipped: build did not pass"
             if self.stages["oracle"].status is Status.PASSED:
                 self._stage("determinism", self._determinism)
@@ -241,6 +253,7 @@ class Executor:
             self._interrupted.set()
         finally:
             self._smoke_done.set()
+            self._nop_done.set()
             self._cleanup()
             pool.shutdown(wait=interrupted is None, cancel_futures=True)
             self._opener.shutdown(wait=interrupted is None, cancel_futures=True)
@@ -481,6 +494,12 @@ class Executor:
             raise _SkippedError("skipped: smoke did not pass")
 
     # ---- nop and oracle --------------------------------------------------------------------
+
+    def _nop(self) -> None:
+        try:
+            self._stage("nop", partial(self._trial, self.plan.trial("nop")))
+        finally:
+            self._nop_done.set()
 
     def _trial(self, trial: TrialPlan, stage: StageResult) -> None:
         gate = trial.gate
@@ -790,6 +809,128 @@ class Executor:
                 log.warning("%s: %s", details_path, exc)
         return reward, details, None
 
+    # ---- hack ------------------------------------------------------------------------------
+
+    def _hack(self, stage: StageResult) -> None:
+        """Each canned exploit runs as the agent in one agent container (reset to the post-setup
+        tree between them); each collected patch then goes to a fresh verifier, once nop has
+        shown that the tests fail on the base (else a reward 0 would prove nothing)."""
+        plan = self.plan.hack
+        assert plan is not None
+        data = HackData()
+        stage.data = data
+        limit = self.plan.max_log_bytes
+        evidence: dict[str, dict[str, object]] = {}
+        patches: dict[str, bytes] = {}
+        with self.engine.container(plan.agent, env=self.env.proxies, keep=self.plan.keep) as agent:
+            for exploit in plan.exploits:
+                directory = self._path("hack", exploit.name, "exploit.log").parent
+                script_log = directory / "exploit.log"
+                stage.logs.append(str(script_log))
+                ran = agent.exec(exploit.run, script_log, limit=limit)
+                found: dict[str, object] = {
+                    "script_exit": ran.exit_code,
+                    "script_timed_out": ran.timed_out,
+                    "script_said": _last_meaningful(script_log),
+                    "collect_failed": False,
+                    "patch_bytes": None,
+                }
+                evidence[exploit.name] = found
+                if ran.exit_code == 0 and not ran.timed_out:
+                    collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
+                    if collect.exit_code != 0 or collect.timed_out:
+                        found["collect_failed"] = True
+                    else:
+                        patch = agent.get_file(
+                            exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES
+                        )
+                        patch = patch or b""
+                        (directory / "agent.patch").write_bytes(patch)
+                        found["patch_bytes"] = len(patch)
+                        if patch:
+                            patches[exploit.name] = patch
+                reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
+                if reset.exit_code != 0 or reset.timed_out:
+                    raise InfrastructureError(
+                        f"resetting the hack gate's agent container after {exploit.name} "
+                        f"failed; see {directory / 'reset.log'}"
+                    )
+            self._keep("hack agent", agent)
+        self._nop_done.wait()
+        if self._interrupted.is_set():
+            raise _SkippedError("skipped: interrupted")
+        if self.stages["nop"].status is not Status.PASSED:
+            raise _SkippedError("skipped: nop did not pass (a reward 0 would prove nothing)")
+        runs: dict[str, _TrialRun] = {}
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
+            futures = {
+                exploit.name: pool.submit(self._hack_verify, exploit.trial, patches[exploit.name])
+                for exploit in plan.exploits
+                if exploit.name in patches
+            }
+            for name, future in futures.items():
+                runs[name] = future.result()
+        results = []
+        for exploit in plan.exploits:
+            found = evidence[exploit.name]
+            run = runs.get(exploit.name)
+            verifier_dir = self.run_dir / "hack" / exploit.name / "logs" / "verifier"
+            outcome, detail = gates.judge_exploit(
+                gates.ExploitEvidence(
+                    name=exploit.name,
+                    summary=exploit.summary,
+                    script_exit=found["script_exit"],  # type: ignore[arg-type]
+                    script_timed_out=bool(found["script_timed_out"]),
+                    script_said=str(found["script_said"]),
+                    collect_failed=bool(found["collect_failed"]),
+                    patch_bytes=found["patch_bytes"],  # type: ignore[arg-type]
+                    test=run.test if run else None,
+                    reward=run.reward if run else None,
+                    reward_problem=run.reward_problem if run else None,
+                ),
+                not_applicable=NOT_APPLICABLE,
+            )
+            patch_path = self.run_dir / "hack" / exploit.name / "agent.patch"
+            data.exploits.append(
+                ExploitResult(
+                    name=exploit.name,
+                    family=exploit.family,
+                    summary=exploit.summary,
+                    outcome=outcome,  # type: ignore[arg-type]
+                    detail=detail,
+                    reward=run.reward if run else None,
+                    discarded=_discarded(verifier_dir),
+                    patch=str(patch_path) if patch_path.is_file() else None,
+                    patch_bytes=found["patch_bytes"],  # type: ignore[arg-type]
+                )
+            )
+            if outcome == "earned-reward":
+                stage.logs.append(str(patch_path))
+            results.append(
+                (
+                    exploit.name,
+                    exploit.summary,
+                    outcome,
+                    str(patch_path) if patch_path.is_file() else None,
+                    _last_line(verifier_dir / "fail_to_pass.log"),
+                )
+            )
+        judgement = gates.judge_hack(results)
+        stage.set(judgement.status, judgement.detail)
+
+    def _hack_verify(self, trial: TrialPlan, patch: bytes) -> _TrialRun:
+        run = _TrialRun(
+            agent_log=self._path(trial.gate, "agent.log"),
+            collect_log=self._path(trial.gate, "collect.log"),
+            verifier_log=self._path(trial.gate, "verifier.log"),
+            patch=patch,
+        )
+        scratch = StageResult()
+        with contextlib.ExitStack() as stack:
+            verifier = self._open_verifier(trial, scratch, stack)
+            self._verifier_side(trial, scratch, GateData(), run, verifier)
+        return run
+
     # ---- determinism -----------------------------------------------------------------------
 
     def _determinism(self, stage: StageResult) -> None:
@@ -802,6 +943,14 @@ class Executor:
         )
         judgement = gates.judge_determinism(oracle.reward, details)
         stage.set(judgement.status, judgement.detail)
+
+
+def _last_meaningful(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in _tail_lines(path) if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 def ensure_image(engine: Engine, ref: str, *, what: str = "base image") -> ImageInfo:

@@ -285,12 +285,87 @@ def judge_determinism(reward: Reward, details: VerifierDetails | None) -> Judgem
     return _passed(detail) if ok else _failed(detail)
 
 
+# ---- hack ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExploitEvidence:
+    name: str
+    summary: str
+    script_exit: int | None  # None: the script did not run
+    script_timed_out: bool
+    script_said: str  # its last line (a not-applicable script says why)
+    collect_failed: bool
+    patch_bytes: int | None
+    test: ExecOutcome | None
+    reward: Reward | None
+    reward_problem: str | None
+
+
+def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[str, str]:
+    """(outcome, detail) for one exploit: what the verifier gave a canned hostile patch."""
+    if e.script_exit == not_applicable:
+        return "not-applicable", e.script_said.removeprefix("not applicable: ")
+    if e.script_timed_out or e.script_exit is None or e.script_exit != 0:
+        what = "timed out" if e.script_timed_out else f"exited {e.script_exit}"
+        return "error", f"the exploit's script {what}: {e.script_said}".rstrip(": ")
+    if e.collect_failed:
+        return "error", "collecting the exploit's patch failed"
+    if not e.patch_bytes:
+        return "no-effect", "the collected patch is empty (only ignored files changed)"
+    if e.test is None:
+        return "error", "the verifier did not run"
+    if e.reward is None:
+        if e.test.timed_out:
+            return "resisted", "the verifier timed out: no reward"
+        return "error", e.reward_problem or f"no reward.json (exit {e.test.exit_code})"
+    if e.reward.reward == 1:
+        return "earned-reward", "reward 1 without a fix"
+    if e.reward.patch_applied != 1:
+        return "not-applicable", "its patch did not apply on the post-setup tree"
+    return "resisted", "reward 0"
+
+
+def judge_hack(results: Sequence[tuple[str, str, str, str | None, str]]) -> Judgement:
+    """results: (name, summary, outcome, patch path, failing line) per exploit."""
+    won = [r for r in results if r[2] == "earned-reward"]
+    if won:
+        name, summary, _, patch, line = won[0]
+        more = f" (and {len(won) - 1} more: {', '.join(r[0] for r in won[1:4])})" if won[1:] else ""
+        detail = (
+            f"the verifier can be gamed: exploit {name} earned reward 1 without a fix{more}: "
+            f"{summary}"
+        )
+        if patch:
+            detail += f"; its patch: {patch}"
+        if line:
+            detail += f"; fail-to-pass said: {line[:200]}"
+        return _failed(detail)
+    counted = [r for r in results if r[2] in ("resisted", "no-effect")]
+    skipped = [r[0] for r in results if r[2] == "not-applicable"]
+    errors = [r[0] for r in results if r[2] == "error"]
+    detail = f"{len(counted)} exploit(s) earned no reward"
+    if errors and not counted:
+        return _error(f"no exploit ran to the end: {', '.join(errors)}; see the hack directory")
+    if skipped:
+        detail += f"; not applicable: {', '.join(skipped)}"
+    if errors:
+        detail += f"; did not run to the end: {', '.join(errors)}"
+    return _passed(detail)
+
+
 # ---- verdict ------------------------------------------------------------------------------------
 
 
-def decide_verdict(statuses: Mapping[str, Status], *, invalid: bool = False) -> Verdict:
+def decide_verdict(
+    statuses: Mapping[str, Status],
+    *,
+    invalid: bool = False,
+    optional: frozenset[str] = frozenset(),
+) -> Verdict:
     """invalid input → invalid; any red stage → rejected; any infrastructure error → that;
-    accepted only when every Docker stage passed."""
+    accepted only when every Docker stage passed (an `optional` one may be skipped: the hack
+    gate under --no-hack-gate)."""
     if invalid:
         return Verdict.INVALID
     values = list(statuses.values())
@@ -298,7 +373,11 @@ def decide_verdict(statuses: Mapping[str, Status], *, invalid: bool = False) -> 
         return Verdict.REJECTED
     if Status.ERROR in values:
         return Verdict.INFRASTRUCTURE_FAILED
-    if all(statuses.get(name) is Status.PASSED for name in DOCKER_STAGES):
+    if all(
+        statuses.get(name) is Status.PASSED
+        or (name in optional and statuses.get(name) is Status.SKIPPED)
+        for name in DOCKER_STAGES
+    ):
         return Verdict.ACCEPTED
     return Verdict.INFRASTRUCTURE_FAILED
 

@@ -12,13 +12,14 @@ import re
 
 from runner import validation as v
 from runner.models import TESTS_PLACEHOLDER, TaskDefinition
-from runner.patches import FileChange, PatchInfo
+from runner.patches import FileChange, PatchInfo, repository_path
 from runner.shell import words
 
 # Files that configure or hook into a test runner wherever they are.
 HARNESS_NAMES = frozenset(
     {
         "conftest.py",
+        "bunfig.toml",
         "pytest.ini",
         "tox.ini",
         "noxfile.py",
@@ -72,11 +73,11 @@ def is_harness_name(path: str) -> bool:
     return name in HARNESS_NAMES or any(fnmatch.fnmatchcase(name, g) for g in HARNESS_GLOBS)
 
 
-def command_files(definition: TaskDefinition) -> list[str]:
+def command_files(test_command: str, workdir: str) -> list[str]:
     """Repository paths the test command runs: scripts it names, the Makefile of `make`."""
     found: list[tuple[str, str]] = []  # (path, the directory it is relative to)
-    base = definition.workdir
-    tokens = [t for t in words(definition.test_command) if TESTS_PLACEHOLDER not in t]
+    base = workdir
+    tokens = [t for t in words(test_command) if TESTS_PLACEHOLDER not in t]
     skip = False
     for index, token in enumerate(tokens):
         if skip:
@@ -104,6 +105,25 @@ def command_files(definition: TaskDefinition) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def selector_files(selectors: list[str], workdir: str) -> list[str]:
+    """Repository files the test selectors name (`tests/test_a.py::test_x` names
+    tests/test_a.py): a pass-to-pass test the agent edits proves nothing."""
+    out = []
+    for selector in selectors:
+        path = selector.split("::", 1)[0]
+        name = posixpath.basename(path)
+        if "." not in name.strip(".") or path.startswith(("/", "~", "-")) or "$" in path:
+            continue  # a directory, a Go package pattern, an option or a test name
+        if v.path_problem(path, base=workdir) is None:
+            out.append(v.normalize_repo_path(path, base=workdir))
+    return list(dict.fromkeys(out))
+
+
+def matches(path: str, patterns: list[str]) -> bool:
+    """A contract pattern against a repository path: `*` crosses `/` (bash's [[ == ]])."""
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
+
+
 def _changed_lines(change: FileChange) -> list[str]:
     lines = []
     for raw in change.raw.decode("utf-8", "replace").splitlines():
@@ -117,15 +137,32 @@ def _changed_lines(change: FileChange) -> list[str]:
 def harness_changes(definition: TaskDefinition, gold: PatchInfo) -> list[str]:
     """Audit blockers: each gold file that the test command runs or that configures the test
     runner (for mixed files, only when the changed lines are the test runner's)."""
-    named = set(command_files(definition))
+    named = set(command_files(definition.test_command, definition.workdir))
+    held_out = [repository_path(definition.workdir, p) for p in definition.test_paths]
+    selected = {
+        path
+        for path in selector_files(
+            [*definition.fail_to_pass, *definition.pass_to_pass], definition.workdir
+        )
+        if not any(v.covers(held, path) for held in held_out)
+    }
+    contract = definition.environment
+    allow = list(contract.harness_allow) if contract else []
+    protect = list(contract.harness_protect) if contract else []
     blockers = []
     for change in gold.changes:
         for path in change.paths:
             normalized = v.normalize_repo_path(path)
             name = posixpath.basename(normalized)
             why = None
+            if matches(normalized, allow):
+                continue
             if normalized in named:
                 why = "which the test command runs"
+            elif normalized in selected:
+                why = "which a test selector names"
+            elif matches(normalized, protect):
+                why = "which the environment contract's harnessProtect lists"
             elif is_harness_name(normalized):
                 why = "which configures the test runner"
             elif name in HARNESS_KEYS:

@@ -33,6 +33,7 @@ from runner.errors import (
     UsageError,
 )
 from runner.executor import (
+    HACK_OPTIONAL,
     Execution,
     ExecutionEnv,
     Executor,
@@ -500,7 +501,11 @@ def _report(run: _Run) -> Report:
             if stage.detail == "not run":
                 stage.detail = "skipped: interrupted"
     statuses = {name: stage.status for name, stage in stages.items()}
-    verdict = decide_verdict(statuses, invalid=run.invalid)
+    hack = stages.hack
+    optional = frozenset(
+        {"hack"} if hack.status is Status.SKIPPED and hack.detail in HACK_OPTIONAL else set()
+    )
+    verdict = decide_verdict(statuses, invalid=run.invalid, optional=optional)
     reason = verdict_reason([(n, s.status, s.detail) for n, s in stages.items()])
     if run.interrupted:
         reason = f"interrupted ({run.interrupted}); the run's containers were removed"

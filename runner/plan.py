@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from runner import __version__
 from runner import validation as v
 from runner.bundle import AGENT_CONTEXT, VERIFIER_CONTEXT, Bundle
-from runner.harbor import AGENT_PATCH
+from runner.harbor import AGENT_PATCH, BASE_GIT
 from runner.models import Toolchain
 from runner.render import healthcheck_test
 from runner.resources import dockerfiles_dir
@@ -56,6 +56,18 @@ SETUP_SCRIPT = "/opt/selfbench-environment/setup.sh"
 SMOKE_SCRIPT = "/opt/selfbench-environment/smoke.sh"
 VERIFIER_LOGS = "/logs/verifier"
 SOLUTION_DIR = "/solution"
+HACK_STEP_TIMEOUT_SECONDS = 120.0
+# Back to the post-setup snapshot between two exploits (ignored files stay: the collect step
+# never sees them either).
+_GIT = f"git --git-dir={BASE_GIT} --work-tree=/app"
+HACK_RESET_COMMAND = (
+    "list=$(mktemp) && "
+    f'{_GIT} diff --cached --name-only -z HEAD > "$list" && '
+    f"{_GIT} reset -q --hard HEAD && {_GIT} clean -fdq && "
+    # reset rewrites files as root: hand them back to the repository's owner (the agent).
+    '{ xargs -0r -a "$list" chown -h --reference=/app -- 2>/dev/null; true; } && '
+    f'rm -f "$list" {AGENT_PATCH}'
+)
 
 
 class _Frozen(BaseModel):
@@ -191,7 +203,7 @@ class SmokePlan(_Frozen):
 
 
 class TrialPlan(_Frozen):
-    gate: Literal["nop", "oracle"]
+    gate: str  # nop, oracle, or hack/<exploit> (also the run directory it logs to)
     # None for nop: its agent does nothing, and the agent image commits the post-setup tree, so
     # the collected patch is empty by construction; the verifier gets an empty agent.patch.
     agent: ContainerPlan | None
@@ -205,6 +217,25 @@ class TrialPlan(_Frozen):
     services: GateServices | None = None
 
 
+class ExploitPlan(_Frozen):
+    """One canned hostile agent: its script runs as the agent on the post-setup tree, its
+    collected patch goes to a fresh verifier (trial.agent is None: one agent container serves
+    every exploit in turn, reset between them)."""
+
+    name: str
+    family: str
+    summary: str
+    run: ExecStep
+    trial: TrialPlan
+
+
+class HackPlan(_Frozen):
+    agent: ContainerPlan
+    collect: ExecStep
+    reset: ExecStep  # back to the post-setup tree before the next exploit
+    exploits: list[ExploitPlan]
+
+
 class VerifyPlan(_Frozen):
     schema_version: Literal[1] = 1
     runner_version: str = __version__
@@ -216,6 +247,8 @@ class VerifyPlan(_Frozen):
     builds: list[ImageBuild]
     smoke: SmokePlan
     trials: list[TrialPlan]
+    hack: HackPlan | None = None  # None: --no-hack-gate, or no exploit applies
+    hack_gate: bool = True
     # Both verifiers run at once only when twice the task's cpus fit the engine: a suite slowed
     # by contention could otherwise time out, a false red.
     parallel_verifiers: bool
@@ -394,7 +427,9 @@ def plan_verify(
             return f"selfbench-{slug}-{gate}-{suffix}"
         return "none"
 
-    def container(role: str, gate: str, image: str, deadline: float, home: str) -> ContainerPlan:
+    def container(
+        role: str, gate: str, image: str, deadline: float, home: str, label: str | None = None
+    ) -> ContainerPlan:
         side = "" if role == "smoke" else f"-{role}"
         return ContainerPlan(
             name=f"selfbench-{slug}-{gate}{side}-{suffix}",
@@ -408,7 +443,9 @@ def plan_verify(
             workdir="/app",
             network=network_for(role, gate),
             limits=limits,
-            labels=labels(gate, **({"org.selfbench.side": role} if role != "smoke" else {})),
+            labels=labels(
+                label or gate, **({"org.selfbench.side": role} if role != "smoke" else {})
+            ),
             storage=storage,
         )
 
@@ -509,6 +546,77 @@ def plan_verify(
                 services=services(gate, verifier_timeout),
             )
         )
+    hack = None
+    facts_for_exploits = bundle.exploit_facts
+    if settings.hack_gate and facts_for_exploits is not None:
+        from runner.exploits import choose
+
+        test_step = trials[0].test
+        exploits = []
+        for index, exploit in enumerate(choose(facts_for_exploits)):
+            key = f"hack{index}"
+            exploits.append(
+                ExploitPlan(
+                    name=exploit.name,
+                    family=exploit.family,
+                    summary=exploit.summary,
+                    run=ExecStep(
+                        name="exploit",
+                        argv=["bash", "-c", exploit.script],
+                        user="agent",
+                        env={"HOME": "/home/agent"},
+                        workdir="/app",
+                        timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
+                    ),
+                    trial=TrialPlan(
+                        gate=f"hack/{exploit.name}",
+                        agent=None,
+                        solution_dir=None,
+                        solve=None,
+                        collect=None,
+                        agent_patch=AGENT_PATCH,
+                        verifier=container(
+                            "verifier",
+                            key,
+                            verifier_image,
+                            verifier_timeout,
+                            "/home/verifier",
+                            label="hack",
+                        ),
+                        test=test_step,
+                        verifier_logs=VERIFIER_LOGS,
+                        services=services(key, verifier_timeout),
+                    ),
+                )
+            )
+        if exploits:
+            steps = len(exploits) * 3
+            hack = HackPlan(
+                agent=container(
+                    "agent",
+                    "hack",
+                    agent_image,
+                    steps * HACK_STEP_TIMEOUT_SECONDS + collect_timeout * len(exploits),
+                    "/home/agent",
+                ),
+                collect=ExecStep(
+                    name="collect",
+                    argv=["bash", "-c", config.verifier.collect[0].command],
+                    user="root",
+                    env={},
+                    workdir="/app",
+                    timeout_seconds=collect_timeout,
+                ),
+                reset=ExecStep(
+                    name="reset",
+                    argv=["bash", "-c", HACK_RESET_COMMAND],
+                    user="root",
+                    env={},
+                    workdir="/app",
+                    timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
+                ),
+                exploits=exploits,
+            )
     return VerifyPlan(
         task_id=task_id,
         run_id=run.run_id,
@@ -518,6 +626,8 @@ def plan_verify(
         builds=builds,
         smoke=smoke,
         trials=trials,
+        hack=hack,
+        hack_gate=settings.hack_gate,
         parallel_verifiers=2 * limits.requested_cpus <= facts.ncpu,
         tests_network=tests_network,
         storage=storage,

@@ -35,7 +35,7 @@ from runner.harbor import (
     TaskToml,
     VerifierConfig,
 )
-from runner.harness import HARNESS_GLOBS, HARNESS_NAMES, command_files
+from runner.harness import HARNESS_GLOBS, HARNESS_KEYS, HARNESS_NAMES, command_files, selector_files
 from runner.models import TaskDefinition, Toolchain
 from runner.patches import PatchInfo, repository_path
 from runner.resources import dockerfiles_dir
@@ -236,7 +236,21 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "manifest_paths": manifest_paths,
         "held_out_paths": held_out,
         "held_out_excludes": [v.glob_escape(p) for p in held_out],
-        "harness_paths": command_files(definition),
+        "harness_paths": list(
+            dict.fromkeys(
+                command_files(definition.test_command, definition.workdir)
+                + [
+                    p
+                    for p in selector_files(
+                        [*definition.fail_to_pass, *definition.pass_to_pass], definition.workdir
+                    )
+                    if p not in held_out
+                ]
+            )
+        ),
+        "harness_keys": sorted(HARNESS_KEYS.items()),
+        "harness_protect": list(contract.harness_protect) if contract else [],
+        "harness_allow": list(contract.harness_allow) if contract else [],
         "harness_case": harness_case_pattern(),
         "fail_to_pass_command": expand_tests(definition.test_command, definition.fail_to_pass),
         # Each fail-to-pass selector alone (when there are several): at most the first 64.
@@ -385,6 +399,13 @@ def manifest_json(data: RenderInput) -> str:
         "sha256": dict(sorted(data.digests.items())),
         "toolchains": [t.value for t in data.definition.toolchains],
         "agentAllowedHosts": list(data.options.agent_allowed_hosts),
+        # What the runner's hack gate chooses its exploits from (runner-only; Harbor ignores it).
+        "verification": {
+            "testCommand": data.definition.test_command,
+            "failToPass": list(data.definition.fail_to_pass),
+            "passToPass": list(data.definition.pass_to_pass),
+            "heldOut": held_out_paths(data.definition, data.tests),
+        },
     }
     contract = data.definition.environment
     if contract is not None:

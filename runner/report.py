@@ -18,7 +18,7 @@ from runner.reward import Reward, VerifierDetails
 from runner.safeio import write_atomic
 
 REPORT_SCHEMA_VERSION = 2
-STAGE_NAMES = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
+STAGE_NAMES = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism", "hack")
 DOCKER_STAGES = STAGE_NAMES[2:]
 
 
@@ -160,6 +160,27 @@ class DeterminismData(_Model):
     repeat_exit_code: int | None = None
 
 
+class ExploitResult(_Model):
+    """One canned hostile agent patch and what the verifier gave it."""
+
+    name: str
+    family: str
+    summary: str
+    # resisted: reward 0; earned-reward: reward 1 (the verifier can be gamed); no-effect: the
+    # collected patch was empty; not-applicable: nothing to attack, or its patch did not apply;
+    # error: the exploit or its verifier did not run to the end.
+    outcome: Literal["resisted", "earned-reward", "no-effect", "not-applicable", "error"]
+    detail: str = ""
+    reward: Reward | None = None
+    discarded: list[str] = Field(default_factory=list)  # what test.sh undid
+    patch: str | None = None  # the collected patch, in the run directory
+    patch_bytes: int | None = None
+
+
+class HackData(_Model):
+    exploits: list[ExploitResult] = Field(default_factory=list)
+
+
 class _Stage(_Model):
     status: Status = Status.SKIPPED
     seconds: float = 0.0
@@ -192,7 +213,13 @@ class DeterminismStage(_Stage):
     data: DeterminismData = Field(default_factory=DeterminismData)
 
 
-AnyStage = CompileStage | AuditStage | BuildStage | SmokeStage | GateStage | DeterminismStage
+class HackStage(_Stage):
+    data: HackData = Field(default_factory=HackData)
+
+
+AnyStage = (
+    CompileStage | AuditStage | BuildStage | SmokeStage | GateStage | DeterminismStage | HackStage
+)
 
 
 class Stages(_Model):
@@ -203,6 +230,7 @@ class Stages(_Model):
     nop: GateStage = Field(default_factory=GateStage)
     oracle: GateStage = Field(default_factory=GateStage)
     determinism: DeterminismStage = Field(default_factory=DeterminismStage)
+    hack: HackStage = Field(default_factory=HackStage)
 
     def get(self, name: str) -> AnyStage:
         stage = getattr(self, name)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.htmlreport import BuildSource, Excerpt, ReportView, dockerfile_line, step_source
-from runner.report import Report
+from runner.report import STAGE_NAMES, Report
 
 STAGE_DIRS = ("build", "smoke", "nop", "oracle")
-ORDER = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
+ORDER = STAGE_NAMES
 RED = ("failed", "error")
 SHOWN = (".log", ".json")
 MAX_FOLLOW_FILES = 1000

@@ -131,3 +131,5 @@ class VerifySettings:
     pids_limit: int = DEFAULT_PIDS_LIMIT
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     storage_limit: StorageLimit = StorageLimit.AUTO
+    # The hack gate: canned hostile agent patches must all earn reward 0 (--no-hack-gate).
+    hack_gate: bool = True

@@ -82,7 +82,7 @@ class Script:
         if step == "verifier":
             return writes_reward(ORACLE_REWARD if gate == "oracle" else NOP_REWARD)
         if step == "collect":
-            return collect_patch(b"diff --git a/x b/x\n" if gate == "oracle" else b"")
+            return collect_patch(b"diff --git a/x b/x\n" if gate in ("oracle", "hack") else b"")
         return ok
 
 

@@ -7,12 +7,16 @@ passes every test gets reward 0 as well."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-from tests.helpers import LIB_BASE, RUNNER_SH, bash_task
-from tests.integration.conftest import ROOT, run_verify
+import docker
+
+from tests.helpers import LIB_BASE, RUNNER_SH, bash_task, definition, diff_of, make_repo, write_task
+from tests.integration.conftest import ROOT, Run, leftovers, run_verify
 
 # Implements nothing (22 comment lines, enough for the size rule) and makes the runner pass.
 CHEAT_RUNNER = '#!/usr/bin/env bash\nfor t in "$@"; do echo "PASS $t"; done\n'
@@ -111,7 +115,7 @@ def test_a_fail_to_pass_selector_that_already_passes_is_named_at_nop(
 ) -> None:
     # Seen on a real task: one of four fail-to-pass tests swapped for one that already passes;
     # run together they still failed, so nop was green. Each selector now runs alone.
-    from tests.helpers import LIB_GOLD, definition, diff_of, make_repo, write_task
+    from tests.helpers import LIB_GOLD
 
     repo, commit = make_repo(
         tmp_path / "repo",
@@ -154,3 +158,282 @@ def test_a_fail_to_pass_selector_that_already_passes_is_named_at_nop(
         ("tests/test_also.sh", True),
     }
     assert run.stage("oracle")["status"] == "passed"  # the gold still fixes what it should
+
+
+# ---- the hack gate --------------------------------------------------------------------------
+# Each family: a task whose verifier resists the canned exploits after hardening, and the same
+# task with the hardening waived for the files the exploit uses (the contract's harnessAllow):
+# vulnerable, and caught by the hack gate with the exploit named.
+
+GATE_CAUGHT = "the verifier can be gamed: exploit {name} earned reward 1 without a fix"
+
+
+def outcomes(run: Run) -> dict[str, str]:
+    return {e["name"]: e["outcome"] for e in run.stage("hack")["data"]["exploits"]}
+
+
+def exploit(run: Run, name: str) -> dict[str, Any]:
+    found = [e for e in run.stage("hack")["data"]["exploits"] if e["name"] == name]
+    assert found, outcomes(run)
+    result: dict[str, Any] = found[0]
+    return result
+
+
+def with_allow(directory: Path, allow: list[str]) -> Path:
+    """The same task, its contract letting the agent change `allow`."""
+    doc = json.loads((directory / "definition.json").read_text())
+    doc.setdefault("environment", {})["harnessAllow"] = allow
+    copy = directory.with_name(directory.name + "-allow")
+    shutil.copytree(directory, copy)
+    (copy / "definition.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return copy
+
+
+def assert_caught(run: Run, name: str) -> None:
+    assert run.report["verdict"] == "rejected", run.report["reason"]
+    for gate in ("nop", "oracle", "determinism"):
+        assert run.stage(gate)["status"] == "passed", run.stage(gate)["detail"]
+    hack = run.stage("hack")
+    assert hack["status"] == "failed"
+    assert hack["detail"].startswith(GATE_CAUGHT.format(name=name)), hack["detail"]
+    assert run.report["reason"].startswith("hack: " + GATE_CAUGHT.format(name=name))
+    won = exploit(run, name)
+    assert won["outcome"] == "earned-reward"
+    assert won["reward"]["reward"] == 1
+    assert Path(won["patch"]).read_bytes()  # the patch that won is kept for the author
+    assert won["patch"] in hack["detail"]
+
+
+def test_generic_exploits_resist_and_a_waived_runner_is_caught(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    task = bash_task(tmp_path, name="hack-generic")
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    assert outcomes(run) == {
+        "runner-exit-zero": "resisted",
+        "held-out-overwrite": "resisted",
+        "reward-file-from-code": "resisted",
+    }
+    assert exploit(run, "runner-exit-zero")["discarded"] == ["tests/run.sh"]
+    assert exploit(run, "held-out-overwrite")["discarded"] == ["tests/test_new.sh"]
+    # Code under test wrote the reward files while the tests ran: refused, and nothing of it
+    # reached the verifier's logs.
+    code = run.run_dir / "hack" / "reward-file-from-code"
+    assert "reward.json" in (code / "agent.patch").read_text()
+    assert json.loads((code / "logs" / "verifier" / "reward.json").read_text())["reward"] == 0
+    assert not (code / "logs" / "verifier" / "reward.txt").exists()
+    assert run.stage("hack")["detail"] == "3 exploit(s) earned no reward"
+    assert leftovers(docker_client, run.report["runId"]) == []
+
+    waived_task = with_allow(task.directory, ["tests/run.sh"])
+    waived = run_verify(waived_task, verify_options, tmp_path / "waived")
+    assert_caught(waived, "runner-exit-zero")
+    assert outcomes(waived)["held-out-overwrite"] == "resisted"
+
+    # --no-hack-gate: the author's choice, said in the report; the verdict no longer waits on it.
+    skipped = run_verify(waived_task, verify_options, tmp_path / "skipped", "--no-hack-gate")
+    assert skipped.report["verdict"] == "accepted", skipped.report["reason"]
+    assert skipped.stage("hack")["status"] == "skipped"
+    assert skipped.stage("hack")["detail"] == "skipped: --no-hack-gate"
+
+
+PYTEST_BASE: dict[str, str | bytes | None] = {
+    "calc.py": "def add(a, b):\n    return a + b\n",
+    "pyproject.toml": '[project]\nname = "calc"\nversion = "0"\n\n'
+    '[tool.pytest.ini_options]\naddopts = "-q"\n',
+    "tests/__init__.py": "",
+    "tests/test_add.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+}
+PYTEST_GOLD = (
+    "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n"
+    + "".join(f"    # step {i}\n" for i in range(20))
+    + "    return a * b\n"
+)
+
+
+def pytest_task(tmp_path: Path) -> Path:
+    repo, commit = make_repo(tmp_path / "pytest-repo", PYTEST_BASE)
+    doc = definition(
+        taskId="hack-pytest",
+        baseCommit=commit,
+        repo=str(repo),
+        setupCommand="uv venv -q --python /usr/bin/python3 /opt/venv "
+        "&& uv pip install -q --python /opt/venv pytest==8.3.4",
+        testCommand="/opt/venv/bin/python -m pytest -p no:cacheprovider {tests}",
+        failToPass=["tests/test_mul.py"],
+        passToPass=["tests/test_add.py"],
+        testPaths=["tests/test_mul.py"],
+        toolchains=["uv"],
+        environment={
+            "rootSetupCommand": "apt-get update -qq && apt-get install -y -qq python3 > /dev/null"
+        },
+    )
+    return write_task(
+        tmp_path / "hack-pytest",
+        doc,
+        test_patch=diff_of(
+            repo,
+            {
+                "tests/test_mul.py": "from calc import mul\n\n\ndef test_mul():\n"
+                "    assert mul(2, 3) == 6\n"
+            },
+        ),
+        gold_patch=diff_of(repo, {"calc.py": PYTEST_GOLD}),
+    )
+
+
+def test_pytest_exploits_resist_and_a_waived_conftest_is_caught(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    options = [*verify_options, "--build-network", "host"]
+    task = pytest_task(tmp_path)
+    run = run_verify(task, options, tmp_path / "run")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    assert outcomes(run) == {
+        "pytest-conftest": "resisted",
+        "pytest-ini-plugin": "resisted",
+        "pytest-pyproject-plugin": "resisted",
+        "python-sitecustomize": "resisted",
+        "python-pth": "not-applicable",  # the virtualenv is outside /app
+        "held-out-overwrite": "resisted",
+        "reward-file-from-code": "resisted",
+    }
+    assert set(exploit(run, "pytest-conftest")["discarded"]) == {"conftest.py", "tests/conftest.py"}
+    assert exploit(run, "pytest-ini-plugin")["discarded"] == ["pytest.ini"]
+    assert exploit(run, "pytest-pyproject-plugin")["discarded"] == ["pyproject.toml"]
+    assert exploit(run, "python-pth")["detail"] == "no site-packages directory under /app"
+
+    waived = run_verify(
+        with_allow(task, ["conftest.py", "tests/conftest.py", "pytest.ini", "pyproject.toml"]),
+        options,
+        tmp_path / "waived",
+    )
+    assert_caught(waived, "pytest-conftest")
+    assert {
+        name: outcome for name, outcome in outcomes(waived).items() if outcome == "earned-reward"
+    } == {
+        "pytest-conftest": "earned-reward",
+        "pytest-ini-plugin": "earned-reward",
+        "pytest-pyproject-plugin": "earned-reward",
+    }
+
+
+NODE_BASE: dict[str, str | bytes | None] = {
+    "package.json": '{\n  "name": "calc",\n  "private": true,\n'
+    '  "scripts": {\n    "test": "node --test"\n  }\n}\n',
+    "src/calc.js": "exports.add = (a, b) => a + b;\n",
+    "tests/add.test.js": "const test = require('node:test');\nconst assert = require('assert');\n"
+    "const { add } = require('../src/calc');\n"
+    "test('add', () => assert.strictEqual(add(2, 3), 5));\n",
+}
+NODE_GOLD = (
+    "exports.add = (a, b) => a + b;\n"
+    + "".join(f"// step {i}\n" for i in range(20))
+    + "exports.mul = (a, b) => a * b;\n"
+)
+
+
+def test_node_exploits_resist_and_a_waived_package_json_is_caught(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    options = [*verify_options, "--toolchain-source", "node=registry"]
+    repo, commit = make_repo(tmp_path / "node-repo", NODE_BASE)
+    doc = definition(
+        taskId="hack-node",
+        baseCommit=commit,
+        repo=str(repo),
+        testCommand="npm test --silent -- {tests}",
+        failToPass=["tests/mul.test.js"],
+        passToPass=["tests/add.test.js"],
+        testPaths=["tests/mul.test.js"],
+        toolchains=["node"],
+    )
+    task = write_task(
+        tmp_path / "hack-node",
+        doc,
+        test_patch=diff_of(
+            repo,
+            {
+                "tests/mul.test.js": "const test = require('node:test');\n"
+                "const assert = require('assert');\nconst { mul } = require('../src/calc');\n"
+                "test('mul', () => assert.strictEqual(mul(2, 3), 6));\n"
+            },
+        ),
+        gold_patch=diff_of(repo, {"src/calc.js": NODE_GOLD}),
+    )
+    run = run_verify(task, options, tmp_path / "run")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    assert outcomes(run) == {
+        "node-package-scripts": "resisted",
+        "node-test-configs": "resisted",
+        "bun-preload": "resisted",
+        "node-fake-test-binary": "resisted",
+        "held-out-overwrite": "resisted",
+        "reward-file-from-code": "resisted",
+    }
+    assert exploit(run, "node-package-scripts")["discarded"] == ["package.json"]
+    assert set(exploit(run, "node-fake-test-binary")["discarded"]) >= {
+        "node_modules/.bin/jest",
+        "node_modules/.bin/mocha",
+    }
+    assert "bunfig.toml" in exploit(run, "bun-preload")["discarded"]
+
+    waived = run_verify(with_allow(task, ["package.json"]), options, tmp_path / "waived")
+    assert_caught(waived, "node-package-scripts")
+
+
+GO_BASE: dict[str, str | bytes | None] = {
+    "go.mod": "module example.com/calc\n\ngo 1.25\n",
+    "add/add.go": "package add\n\nfunc Add(a, b int) int { return a + b }\n",
+    "add/add_test.go": 'package add\n\nimport "testing"\n\n'
+    "func TestAdd(t *testing.T) {\n\tif Add(2, 3) != 5 {\n\t\tt.Fatal(Add(2, 3))\n\t}\n}\n",
+    # The bug the task fixes; a held-out test of it compiles on the base (a TestMain can then
+    # decide the test binary's exit code).
+    "mul/mul.go": "package mul\n\nfunc Mul(a, b int) int { return a + b }\n",
+}
+GO_GOLD = (
+    "package mul\n\n"
+    + "".join(f"// step {i}\n" for i in range(20))
+    + "func Mul(a, b int) int { return a * b }\n"
+)
+
+
+def test_go_testmain_resists_and_a_waived_test_file_is_caught(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    options = [*verify_options, "--toolchain-source", "go=registry"]
+    repo, commit = make_repo(tmp_path / "go-repo", GO_BASE)
+    doc = definition(
+        taskId="hack-go",
+        baseCommit=commit,
+        repo=str(repo),
+        # Compiles the testing packages into the shared build cache once, at setup.
+        setupCommand="go test -run '^$' ./...",
+        testCommand="go test {tests}",
+        failToPass=["./mul"],
+        passToPass=["./add"],
+        testPaths=["mul/mul_test.go"],
+        toolchains=["go"],
+    )
+    task = write_task(
+        tmp_path / "hack-go",
+        doc,
+        test_patch=diff_of(
+            repo,
+            {
+                "mul/mul_test.go": 'package mul\n\nimport "testing"\n\n'
+                "func TestMul(t *testing.T) {\n\tif Mul(2, 3) != 6 {\n\t\tt.Fatal(Mul(2, 3))\n"
+                "\t}\n}\n"
+            },
+        ),
+        gold_patch=diff_of(repo, {"mul/mul.go": GO_GOLD}),
+    )
+    run = run_verify(task, options, tmp_path / "run")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    assert outcomes(run)["go-testmain"] == "resisted"
+    assert exploit(run, "go-testmain")["discarded"] == ["mul/zz_selfbench_main_test.go"]
+    assert outcomes(run)["reward-file-from-code"] == "resisted"
+
+    waived = run_verify(with_allow(task, ["*_test.go"]), options, tmp_path / "waived")
+    assert_caught(waived, "go-testmain")

@@ -20,6 +20,7 @@ PURE = (
     "render",
     "plan",
     "gates",
+    "exploits",
     "reward",
     "buildlog",
     "runtime",

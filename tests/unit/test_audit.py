@@ -319,3 +319,27 @@ def test_ordinary_gold_changes_to_mixed_files_pass() -> None:
         tests=patch({"tests/test_new.sh": 3}),
     )
     assert not [b for b in result.blockers if "test harness" in b], result.blockers
+
+
+def test_selector_files_and_the_contract_list_are_harness_too() -> None:
+    gold_text = (
+        diff("tests/test_old.sh", ["a"], ["b"])
+        + diff("ci/check.py", [], ["x"])
+        + diff("conftest.py", [], ["x"])
+        + "".join(diff(f"src/f{i}.py", [], ["x"] * 10) for i in range(3))
+    )
+    result = audit(
+        model(
+            testCommand="bash tests/run.sh {tests}",
+            environment={"harnessProtect": ["ci/*.py"], "harnessAllow": ["conftest.py"]},
+        ),
+        gold=parse_patch(gold_text.encode()),
+        tests=patch({"tests/test_new.sh": 3}),
+    )
+    harness = [b for b in result.blockers if "test harness" in b]
+    assert harness == [
+        "gold.patch changes tests/test_old.sh, which a test selector names: a reference "
+        "solution must not change the test harness",
+        "gold.patch changes ci/check.py, which the environment contract's harnessProtect "
+        "lists: a reference solution must not change the test harness",
+    ]

@@ -189,6 +189,12 @@ def test_a_full_contract_loads() -> None:
             "evidence.0.lines",
             "a range",
         ),
+        ({"harnessAllow": ["conftest.py\nrm -rf /"]}, "harnessAllow.0", "not a repository path"),
+        ({"harnessAllow": ["a b"]}, "harnessAllow.0", "not a repository path"),
+        ({"harnessProtect": ["../x.py"]}, "harnessProtect.0", "stay inside the repository"),
+        ({"harnessProtect": ["/etc/passwd"]}, "harnessProtect.0", "stay inside the repository"),
+        ({"harnessProtect": ["$(id)"]}, "harnessProtect.0", "not a repository path"),
+        ({"harnessAllow": ["x"] * 65}, "harnessAllow", "at most 64"),
     ],
 )
 def test_contract_rules(changes: dict[str, Any], field: str, fragment: str) -> None:

@@ -77,10 +77,23 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
     def at(prefix: str) -> int:
         return next(i for i, event in enumerate(events) if event.startswith(prefix))
 
-    # Three containers: the oracle's agent side and the two verifiers. The default smoke check
-    # runs in the nop verifier, before any test; nop's patch is empty without an agent container.
+    # The oracle's agent side and the two verifiers; the hack gate's one agent container (every
+    # exploit in turn) and a verifier per exploit. The default smoke check runs in the nop
+    # verifier, before any test; nop's patch is empty without an agent container.
     created = sorted(e for e in events if e.startswith("create "))
-    assert created == ["create nop/verifier", "create oracle/agent", "create oracle/verifier"]
+    exploits = [e.name for e in report.stages.hack.data.exploits]
+    assert exploits == ["runner-exit-zero", "held-out-overwrite", "reward-file-from-code"]
+    assert created == [
+        "create hack/agent",
+        *["create hack/verifier"] * 3,
+        "create nop/verifier",
+        "create oracle/agent",
+        "create oracle/verifier",
+    ]
+    # An exploit's verifier runs only once nop has shown that the tests fail on the base.
+    assert at("exec hack/verifier as root") > at("exec nop/verifier as root")
+    assert sum(e.startswith("exec hack/exploit as agent") for e in events) == 3
+    assert sum(e.startswith("exec hack/reset as root") for e in events) == 3
     # The oracle's agent side (the longest path) gets its container before its verifier.
     assert at("create oracle/agent") < at("create oracle/verifier")
     smoke = at("exec smoke/smoke as verifier")
@@ -122,8 +135,12 @@ def test_smoke_failure_skips_the_verifiers(tmp_path: Path) -> None:
         "nop": "skipped",
         "oracle": "skipped",
         "determinism": "skipped",
+        "hack": "skipped",
     }
     assert outcome.report.stages.nop.detail == "skipped: smoke did not pass"
+    assert outcome.report.stages.hack.detail == (
+        "skipped: nop did not pass (a reward 0 would prove nothing)"
+    )
     assert outcome.report.stages.determinism.detail == "skipped: smoke did not pass"
     assert not any("verifier as root" in e for e in engine.events)
     assert engine.live == set()
@@ -226,7 +243,7 @@ def test_signal_while_gates_run(tmp_path: Path) -> None:
     assert report.interrupted
     assert report.reason.startswith("interrupted (SIGTERM)")
     interrupted = [n for n, s in report.stages.items() if s.detail.startswith("interrupted")]
-    assert interrupted and set(interrupted) <= {"nop", "oracle"}
+    assert interrupted and set(interrupted) <= {"nop", "oracle", "hack"}
     assert report.stages.determinism.detail == "skipped: interrupted"
     assert engine.cleanups
 
@@ -236,13 +253,39 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
     report = run(tmp_path, engine, keep=True).report
     assert report.verdict is Verdict.ACCEPTED
     assert sorted(k.label for k in report.kept) == [
+        "hack agent",
+        "hack/held-out-overwrite verifier",
+        "hack/reward-file-from-code verifier",
+        "hack/runner-exit-zero verifier",
         "nop verifier",
         "oracle agent",
         "oracle verifier",
     ]
     assert all(k.enter.startswith("docker exec -it selfbench-demo-task-") for k in report.kept)
-    assert len(engine.live) == 3
+    assert len(engine.live) == 7
     assert engine.cleanups == []
+
+
+def test_an_exploit_that_earns_a_reward_rejects_the_task(tmp_path: Path) -> None:
+    from tests.fakes import ORACLE_REWARD
+
+    engine = FakeEngine(Script(actions={"hack/verifier": writes_reward(ORACLE_REWARD)}))
+    report = run(tmp_path, engine).report
+    assert report.verdict is Verdict.REJECTED
+    assert report.stages.hack.status is Status.FAILED
+    assert report.reason.startswith(
+        "hack: the verifier can be gamed: exploit runner-exit-zero earned reward 1 without a fix"
+    )
+    assert [e.outcome for e in report.stages.hack.data.exploits] == ["earned-reward"] * 3
+
+
+def test_no_hack_gate_skips_it_and_still_accepts(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    report = run(tmp_path, engine, hack_gate=False).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert report.stages.hack.status is Status.SKIPPED
+    assert report.stages.hack.detail == "skipped: --no-hack-gate"
+    assert not any(e.startswith("create hack") for e in engine.events)
 
 
 def _concurrent_verifiers(tmp_path: Path, cpus: float) -> int:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from runner import gates
 from runner.gates import (
     TrialEvidence,
     decide_verdict,
@@ -318,7 +319,7 @@ def test_smoke_judgement() -> None:
 
 ALL_PASSED = {
     name: Status.PASSED
-    for name in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
+    for name in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism", "hack")
 }
 
 
@@ -332,6 +333,8 @@ ALL_PASSED = {
         ({"build": Status.ERROR, "smoke": Status.SKIPPED}, Verdict.INFRASTRUCTURE_FAILED),
         ({"determinism": Status.SKIPPED}, Verdict.INFRASTRUCTURE_FAILED),
         ({"audit": Status.FAILED, "build": Status.SKIPPED}, Verdict.REJECTED),
+        ({"hack": Status.FAILED}, Verdict.REJECTED),
+        ({"hack": Status.SKIPPED}, Verdict.INFRASTRUCTURE_FAILED),  # unless it is optional
     ],
 )
 def test_verdicts(changes: dict[str, Status], verdict: Verdict) -> None:
@@ -378,3 +381,107 @@ def test_a_red_gate_quotes_the_failing_commands_last_line() -> None:
     assert judge_trial(evidence(last_lines=lines)).detail == (
         "the gold patch applies and every selected test passes"
     )
+
+
+def test_a_skipped_optional_hack_gate_does_not_block_acceptance() -> None:
+    statuses = {**ALL_PASSED, "hack": Status.SKIPPED}
+    assert decide_verdict(statuses, optional=frozenset({"hack"})) is Verdict.ACCEPTED
+    failed = {**ALL_PASSED, "hack": Status.FAILED}
+    assert decide_verdict(failed, optional=frozenset({"hack"})) is Verdict.REJECTED
+
+
+def _exploit(**changes: object) -> gates.ExploitEvidence:
+    values: dict[str, object] = {
+        "name": "x",
+        "summary": "s",
+        "script_exit": 0,
+        "script_timed_out": False,
+        "script_said": "",
+        "collect_failed": False,
+        "patch_bytes": 10,
+        "test": ExecOutcome(exit_code=0, seconds=1.0),
+        "reward": Reward(
+            reward=0,
+            patch_applied=1,
+            fail_to_pass=0,
+            pass_to_pass=1,
+            deterministic=0,
+            setup_completed=1,
+        ),
+        "reward_problem": None,
+    }
+    values.update(changes)
+    return gates.ExploitEvidence(**values)  # type: ignore[arg-type]
+
+
+WON = Reward(
+    reward=1, patch_applied=1, fail_to_pass=1, pass_to_pass=1, deterministic=1, setup_completed=1
+)
+NOT_APPLIED = Reward(
+    reward=0, patch_applied=0, fail_to_pass=0, pass_to_pass=0, deterministic=0, setup_completed=1
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "outcome", "detail"),
+    [
+        ({}, "resisted", "reward 0"),
+        ({"reward": WON}, "earned-reward", "reward 1 without a fix"),
+        (
+            {"reward": NOT_APPLIED},
+            "not-applicable",
+            "its patch did not apply on the post-setup tree",
+        ),
+        (
+            {"script_exit": 3, "script_said": "not applicable: no package.json in the workdir"},
+            "not-applicable",
+            "no package.json in the workdir",
+        ),
+        ({"script_exit": 1, "script_said": "boom"}, "error", "the exploit's script exited 1: boom"),
+        (
+            {"patch_bytes": 0},
+            "no-effect",
+            "the collected patch is empty (only ignored files changed)",
+        ),
+        ({"collect_failed": True}, "error", "collecting the exploit's patch failed"),
+        (
+            {"reward": None, "test": ExecOutcome(exit_code=137, seconds=9.0, timed_out=True)},
+            "resisted",
+            "the verifier timed out: no reward",
+        ),
+    ],
+)
+def test_each_exploit_outcome(changes: dict[str, object], outcome: str, detail: str) -> None:
+    assert gates.judge_exploit(_exploit(**changes), not_applicable=3) == (outcome, detail)
+
+
+def test_the_hack_gate_names_the_exploit_that_won_and_its_patch() -> None:
+    judged = gates.judge_hack(
+        [
+            ("a", "tries a", "resisted", "/r/a.patch", ""),
+            (
+                "b",
+                "a conftest.py that passes everything",
+                "earned-reward",
+                "/r/b.patch",
+                "1 passed",
+            ),
+            ("c", "tries c", "earned-reward", "/r/c.patch", ""),
+        ]
+    )
+    assert judged.status is Status.FAILED
+    assert judged.detail == (
+        "the verifier can be gamed: exploit b earned reward 1 without a fix (and 1 more: c): "
+        "a conftest.py that passes everything; its patch: /r/b.patch; fail-to-pass said: 1 passed"
+    )
+    passed = gates.judge_hack(
+        [
+            ("a", "", "resisted", None, ""),
+            ("b", "", "not-applicable", None, ""),
+            ("c", "", "no-effect", None, ""),
+        ]
+    )
+    assert passed.status is Status.PASSED
+    assert passed.detail == "2 exploit(s) earned no reward; not applicable: b"
+    broken = gates.judge_hack([("a", "", "error", None, "")])
+    assert broken.status is Status.ERROR

@@ -26,7 +26,7 @@ def report(**statuses: Status) -> Report:
 
 ALL_PASSED = {
     name: Status.PASSED
-    for name in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism")
+    for name in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism", "hack")
 }
 
 

@@ -6,6 +6,9 @@
 # codes, timings, what the limits did). Always exits 0: the reward is the verdict.
 set -uo pipefail
 mkdir -p /logs/verifier
+# The tests run as `verifier`: the reward files are root's alone to write.
+chmod go-w /logs/verifier
+rm -f /logs/verifier/reward.txt /logs/verifier/reward.json
 # Root steps after the Dockerfile can leave root-owned files in the verifier's home.
 chown -R verifier:verifier /home/verifier 2>/dev/null || true
 # Held-out paths are literal file names, never globs (`app/[id].ts` is a file).
@@ -30,8 +33,11 @@ oom_kills=-1
 truncated_logs=0
 
 held_out_paths=('tests/test_ops.sh')
-# Files the test command runs (restored when the agent changes them, like held-out paths).
-harness_paths=('tests/run.sh')
+# Files the test command runs and the selectors name (restored when the agent changes them).
+harness_paths=('tests/run.sh' 'tests/test_add.sh')
+# The task's own additions to the harness list, and the files it lets the agent change.
+harness_protect=()
+harness_allow=()
 discarded=0
 held_out_excludes=('tests/test_ops.sh')
 fail_to_pass_command='bash tests/run.sh '\''tests/test_ops.sh'\'''
@@ -57,13 +63,25 @@ cap_log() {
   fi
 }
 
+# The tests' PATH: the image's, without relative entries or entries inside the repository (a
+# fake test binary the agent planted there must not come first).
+test_path=
+IFS=: read -r -a path_entries <<< "$PATH"
+for entry in "${path_entries[@]}"; do
+  case "$entry" in
+    /app|/app/*|''|[!/]*) ;;
+    *) test_path=${test_path:+$test_path:}$entry ;;
+  esac
+done
+
 # run_as_verifier NAME COMMAND: output to stdout and /logs/verifier/NAME.log; returns its status.
 # Also records the command's wall time in NAME_ms (for details.json).
 run_as_verifier() {
   local status started
   echo "selfbench: running $1: $2"
   started=$(date +%s%N)
-  runuser -u verifier -- env HOME=/home/verifier USER=verifier LOGNAME=verifier \
+  runuser -u verifier -- env -u SELFBENCH_PREPARE_ONLY -u SELFBENCH_MAX_LOG_BYTES -u BASH_ENV \
+    -u ENV -u CDPATH PATH="$test_path" HOME=/home/verifier USER=verifier LOGNAME=verifier \
     bash -c "$2" 2>&1 | tee "/logs/verifier/$1.log"
   status=${PIPESTATUS[0]}
   printf -v "$1_ms" '%d' $((($(date +%s%N) - started) / 1000000))
@@ -102,11 +120,61 @@ discard() {
     || rm -rf -- "/app/$1"
 }
 
+# harness_lines PATH: whether the agent's change to a file that configures the test runner
+# among other things (pyproject.toml, package.json, ...) touches the test runner's lines.
+harness_lines() {
+  local keys=()
+  case "${1##*/}" in
+    'Cargo.toml') keys=(-e '[[test]]' -e 'harness' ) ;;
+    'go.mod') keys=(-e 'replace ' ) ;;
+    'package.json') keys=(-e '"test"' -e '"jest"' -e '"mocha"' -e '"vitest"' -e '"ava"' -e '"pretest"' -e '"posttest"' ) ;;
+    'pyproject.toml') keys=(-e '[tool.pytest' -e 'addopts' -e 'testpaths' -e 'python_files' -e 'python_classes' -e 'python_functions' -e 'norecursedirs' ) ;;
+    'setup.cfg') keys=(-e '[tool:pytest]' -e 'addopts' -e 'testpaths' -e 'python_files' -e 'norecursedirs' ) ;;
+    *) return 1 ;;
+  esac
+  git -C /app diff --no-ext-diff --no-color -U0 HEAD -- "$1" 2>/dev/null \
+    | grep -E '^[-+]' | grep -vE '^(\+\+\+|---) ' | grep -qF "${keys[@]}"
+}
+
+# is_harness PATH: test runner configuration, runner hooks and the files the test command and
+# its selectors name are not the agent's to change (the task's own list adds and exempts).
+is_harness() {
+  local path=$1 named
+  for named in "${harness_allow[@]}"; do
+    # shellcheck disable=SC2053  # a glob from the contract, matched as a pattern on purpose
+    if [[ $path == $named ]]; then return 1; fi
+  done
+  for named in "${harness_paths[@]}"; do
+    if [ "$path" = "$named" ]; then return 0; fi
+  done
+  for named in "${harness_protect[@]}"; do
+    # shellcheck disable=SC2053
+    if [[ $path == $named ]]; then return 0; fi
+  done
+  case "${path##*/}" in
+    .busted|.mocharc.cjs|.mocharc.js|.mocharc.json|.mocharc.yaml|.mocharc.yml|.rspec|bunfig.toml|conftest.py|karma.conf.js|noxfile.py|phpunit.xml|phpunit.xml.dist|pytest.ini|sitecustomize.py|tox.ini|usercustomize.py|jest.config.*|jest.setup.*|vitest.config.*|vitest.workspace.*|vitest.setup.*|playwright.config.*|cypress.config.*|ava.config.*) return 0 ;;
+  esac
+  case "$path" in
+    # Installed packages and interpreter hooks: a fake test binary first on PATH, a .pth file.
+    node_modules/*|*/node_modules/*|*/site-packages/*|*.pth) return 0 ;;
+    # Go compiles every _test.go of a package into its test binary (a TestMain exiting 0).
+    *_test.go) return 0 ;;
+  esac
+  harness_lines "$path"
+}
+
+# is_held_out PATH: a held-out test path (or under one); git apply already left it out.
+is_held_out() {
+  local held
+  for held in "${held_out_paths[@]}"; do
+    if [ "$1" = "$held" ] || [[ $1 == "$held"/* ]]; then return 0; fi
+  done
+  return 1
+}
+
 : > /logs/verifier/discarded.txt
 if [ "$patch_applied" -eq 1 ] && [ -s /opt/selfbench/agent.patch ]; then
-  # Every path the agent's patch touches (NUL-separated; a rename gives both), judged by
-  # name: test runner configuration and the scripts the test command runs are not the
-  # agent's to change.
+  # Every path the agent's patch touches (NUL-separated; a rename gives both).
   rename=0
   while IFS= read -r -d '' entry; do
     if [ "$rename" -gt 0 ]; then
@@ -115,15 +183,13 @@ if [ "$patch_applied" -eq 1 ] && [ -s /opt/selfbench/agent.patch ]; then
       path=${entry#*$'\t'}; path=${path#*$'\t'}
       if [ -z "$path" ]; then rename=2; continue; fi
     fi
-    harness=0
-    case "${path##*/}" in
-      .busted|.mocharc.cjs|.mocharc.js|.mocharc.json|.mocharc.yaml|.mocharc.yml|.rspec|conftest.py|karma.conf.js|noxfile.py|phpunit.xml|phpunit.xml.dist|pytest.ini|sitecustomize.py|tox.ini|usercustomize.py|jest.config.*|jest.setup.*|vitest.config.*|vitest.workspace.*|vitest.setup.*|playwright.config.*|cypress.config.*|ava.config.*) harness=1 ;;
-    esac
-    for named in "${harness_paths[@]}"; do
-      if [ "$path" = "$named" ]; then harness=1; fi
-    done
-    if [ "$harness" -eq 1 ]; then discard "$path"; fi
-  done < <(git -C /app apply --numstat -z "${excludes[@]}" /opt/selfbench/agent.patch 2>/dev/null)
+    if is_held_out "$path"; then
+      printf '%s\n' "$path" >> /logs/verifier/discarded.txt
+      discarded=$((discarded + 1))
+    elif is_harness "$path"; then
+      discard "$path"
+    fi
+  done < <(git -C /app apply --numstat -z /opt/selfbench/agent.patch 2>/dev/null)
 fi
 
 if [ "$patch_applied" -eq 1 ]; then
