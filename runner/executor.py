@@ -715,7 +715,7 @@ class Executor:
         verifier: Container,
     ) -> None:
         assert run.patch is not None
-        limit = self.plan.max_log_bytes
+        limit = trial.log_bytes or self.plan.max_log_bytes
         log.debug("%s: verifier side starts (agent patch %d bytes)", trial.gate, len(run.patch))
         verifier.put_file("/opt/selfbench", "agent.patch", run.patch)
         stage.logs.append(str(run.verifier_log))

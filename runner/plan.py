@@ -57,6 +57,7 @@ SMOKE_SCRIPT = "/opt/selfbench-environment/smoke.sh"
 VERIFIER_LOGS = "/logs/verifier"
 SOLUTION_DIR = "/solution"
 HACK_STEP_TIMEOUT_SECONDS = 120.0
+HACK_MAX_LOG_BYTES = 256 * 1024
 # Back to the post-setup snapshot between two exploits (ignored files stay: the collect step
 # never sees them either).
 _GIT = f"git --git-dir={BASE_GIT} --work-tree=/app"
@@ -215,6 +216,7 @@ class TrialPlan(_Frozen):
     test: ExecStep
     verifier_logs: str
     services: GateServices | None = None
+    log_bytes: int | None = None  # a cap of its own on each log (the plan's otherwise)
 
 
 class ExploitPlan(_Frozen):
@@ -551,7 +553,18 @@ def plan_verify(
     if settings.hack_gate and facts_for_exploits is not None:
         from runner.exploits import choose
 
-        test_step = trials[0].test
+        # Only the reward matters (test.sh stops at the first failing command), and the logs
+        # are kept short: several exploits must not multiply a loud suite's output.
+        hack_log_bytes = min(settings.max_log_bytes, HACK_MAX_LOG_BYTES)
+        test_step = trials[0].test.model_copy(
+            update={
+                "env": {
+                    **trials[0].test.env,
+                    "SELFBENCH_MAX_LOG_BYTES": str(hack_log_bytes),
+                    "SELFBENCH_REWARD_ONLY": "1",
+                }
+            }
+        )
         exploits = []
         for index, exploit in enumerate(choose(facts_for_exploits)):
             key = f"hack{index}"
@@ -586,6 +599,7 @@ def plan_verify(
                         test=test_step,
                         verifier_logs=VERIFIER_LOGS,
                         services=services(key, verifier_timeout),
+                        log_bytes=hack_log_bytes,
                     ),
                 )
             )

@@ -249,9 +249,13 @@ def test_clean_removes_leftovers_by_label(
     run = run_verify(task.directory, verify_options, tmp_path / "run", "--keep")
     assert run.code == 0
     kept = leftovers(docker_client, run.report["runId"])
-    # The oracle's agent and both verifiers; nop needs no agent container, and the default
-    # smoke check runs in the nop verifier.
+    # The oracle's agent and both verifiers (nop needs no agent container, and the default
+    # smoke check runs in the nop verifier); the hack gate's agent and one verifier per exploit.
     assert sorted(k.rsplit("-", 1)[0].removeprefix("selfbench-kept-") for k in kept) == [
+        "hack-agent",
+        "hack0-verifier",
+        "hack1-verifier",
+        "hack2-verifier",
         "nop-verifier",
         "oracle-agent",
         "oracle-verifier",
@@ -259,6 +263,10 @@ def test_clean_removes_leftovers_by_label(
     assert "kept oracle agent (selfbench-kept-oracle-agent-" in run.stderr
     assert "docker exec -it selfbench-kept-oracle-agent-" in run.stderr
     assert {k["label"] for k in run.report["kept"]} == {
+        "hack agent",
+        "hack/held-out-overwrite verifier",
+        "hack/reward-file-from-code verifier",
+        "hack/runner-exit-zero verifier",
         "nop verifier",
         "oracle agent",
         "oracle verifier",

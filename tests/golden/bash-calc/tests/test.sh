@@ -80,8 +80,8 @@ run_as_verifier() {
   local status started
   echo "selfbench: running $1: $2"
   started=$(date +%s%N)
-  runuser -u verifier -- env -u SELFBENCH_PREPARE_ONLY -u SELFBENCH_MAX_LOG_BYTES -u BASH_ENV \
-    -u ENV -u CDPATH PATH="$test_path" HOME=/home/verifier USER=verifier LOGNAME=verifier \
+  runuser -u verifier -- env -u SELFBENCH_PREPARE_ONLY -u SELFBENCH_MAX_LOG_BYTES \
+    -u SELFBENCH_REWARD_ONLY -u SELFBENCH_SELECTOR_ORDER -u BASH_ENV -u ENV -u CDPATH PATH="$test_path" HOME=/home/verifier USER=verifier LOGNAME=verifier \
     bash -c "$2" 2>&1 | tee "/logs/verifier/$1.log"
   status=${PIPESTATUS[0]}
   printf -v "$1_ms" '%d' $((($(date +%s%N) - started) / 1000000))
@@ -232,7 +232,8 @@ if [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
     run_as_verifier fail_to_pass "$fail_to_pass_command"
     fail_to_pass_exit_code=$?
     : > /logs/verifier/selectors.tsv
-    if [ "$fail_to_pass_exit_code" -ne 0 ] && [ 0 -gt 1 ]; then
+    if [ "$fail_to_pass_exit_code" -ne 0 ] && [ 0 -gt 1 ] \
+      && [ -z "${SELFBENCH_REWARD_ONLY:-}" ]; then
       for i in "${!fail_to_pass_each[@]}"; do
         run_as_verifier "fail_to_pass_selector_$i" "${fail_to_pass_each[$i]}"
         printf '%d\t%s\n' "$?" "${fail_to_pass_selectors[$i]}" >> /logs/verifier/selectors.tsv
@@ -244,9 +245,14 @@ if [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
       fail_to_pass_repeat_exit_code=$?
       if [ "$fail_to_pass_repeat_exit_code" -eq 0 ]; then deterministic=1; fi
     fi
-    run_as_verifier pass_to_pass "$pass_to_pass_command"
-    pass_to_pass_exit_code=$?
-    if [ "$pass_to_pass_exit_code" -eq 0 ]; then pass_to_pass=1; fi
+    if [ -n "${SELFBENCH_REWARD_ONLY:-}" ] && [ "$fail_to_pass" -eq 0 ]; then
+      # The runner's hack gate needs the reward alone, and it is 0 already.
+      echo "selfbench: pass-to-pass not run (the reward is 0 already)"
+    else
+      run_as_verifier pass_to_pass "$pass_to_pass_command"
+      pass_to_pass_exit_code=$?
+      if [ "$pass_to_pass_exit_code" -eq 0 ]; then pass_to_pass=1; fi
+    fi
   else
     echo "selfbench: the workdir is gone:" '/app'
   fi
