@@ -18,6 +18,9 @@ import docker
 from tests.helpers import LIB_BASE, RUNNER_SH, bash_task, definition, diff_of, make_repo, write_task
 from tests.integration.conftest import ROOT, Run, leftovers, run_verify
 
+LIB_GOLD_TAIL = "".join(f'shout_{i}() {{ echo "HELLO $1" | tr a-z A-Z; }}\n' for i in range(21)) + (
+    'shout() { shout_0 "$@"; }\n'
+)
 # Implements nothing (22 comment lines, enough for the size rule) and makes the runner pass.
 CHEAT_RUNNER = '#!/usr/bin/env bash\nfor t in "$@"; do echo "PASS $t"; done\n'
 CHEAT_GOLD: dict[str, str | bytes | None] = {
@@ -437,3 +440,55 @@ def test_go_testmain_resists_and_a_waived_test_file_is_caught(
 
     waived = run_verify(with_allow(task, ["*_test.go"]), options, tmp_path / "waived")
     assert_caught(waived, "go-testmain")
+
+
+def test_the_agent_side_never_sees_the_held_out_tests_or_the_gold_patch(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    # Unique markers: one only in the held-out test, one only in the gold patch.
+    test_marker, gold_marker = "HELDOUT7e1c9a", "GOLDONLY4b2f0d"
+    task = bash_task(
+        tmp_path,
+        name="hidden-state",
+        new_test=f'. ./lib.sh\n# {test_marker}\n[ "$(shout x)" = "HELLO X" ]\n',
+        gold={"lib.sh": LIB_BASE.replace("greet()", f"# {gold_marker}\ngreet()") + LIB_GOLD_TAIL},
+    )
+    run = run_verify(task.directory, verify_options, tmp_path / "run", "--keep")
+    try:
+        assert run.report["verdict"] == "accepted", run.report["reason"]
+        agent_image = run.stage("build")["data"]["images"]["agent"]["tag"]
+        grep = ["grep", "-rIl", "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev"]
+        found = docker_client.containers.run(
+            agent_image,
+            ["sh", "-c", " ".join([*grep, "-e", test_marker, "-e", gold_marker, "/"]) + "; true"],
+            remove=True,
+            user="root",
+            network_mode="none",
+        )
+        assert found.decode().split() == []
+        # The same search finds the held-out test in the verifier image (/tests/test.patch):
+        # it would see a leak.
+        control = docker_client.containers.run(
+            run.stage("build")["data"]["images"]["verifier"]["tag"],
+            ["sh", "-c", " ".join([*grep, "-e", test_marker, "/"]) + "; true"],
+            remove=True,
+            user="root",
+            network_mode="none",
+        )
+        assert "/tests/test.patch" in control.decode().split()
+        # The hack gate's agent container (the only agent container with no gold by design;
+        # the oracle's holds /solution, as Harbor's oracle agent does).
+        kept = {k["label"]: k["name"] for k in run.report["kept"]}
+        hack_agent = docker_client.containers.get(kept["hack agent"])
+        result = hack_agent.exec_run(
+            ["sh", "-c", " ".join([*grep, "-e", test_marker, "-e", gold_marker, "/"]) + "; true"],
+            user="root",
+        )
+        assert result.output.decode().split() == []
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "runner", "clean", "--run", run.report["runId"]],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        )
