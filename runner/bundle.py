@@ -194,6 +194,7 @@ def read_exploit_facts(root: Path, config: TaskToml) -> TaskFacts:
             *_strings(verification.get("failToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
             *_strings(verification.get("passToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
         ],
+        fail_to_pass=_strings(verification.get("failToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
     )
 
 

@@ -276,6 +276,17 @@ HACK_GATE = click.option(
 )
 
 
+def repeat_option(default: int) -> Callable[[_F], _F]:
+    return click.option(
+        "--repeat",
+        type=click.IntRange(0, 10),
+        default=default,
+        show_default=True,
+        help="Flakiness probe: verify the oracle's patch this many more times under "
+        "perturbations (TZ, PYTHONHASHSEED, locale, selector order, CPU count); 0: off.",
+    )
+
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -294,6 +305,7 @@ def CHILD_VERIFY_OPTIONS(function: _F) -> _F:  # noqa: N802 - used like the opti
             MAX_LOG_SIZE,
             STORAGE_LIMIT,
             HACK_GATE,
+            repeat_option(3),
         )
     ):
         function = option(function)
@@ -526,6 +538,7 @@ def refresh_command(task_dir: Path, bundle: Path, allowed_hosts: tuple[str, ...]
 @MAX_LOG_SIZE
 @STORAGE_LIMIT
 @HACK_GATE
+@repeat_option(1)
 @click.option(
     "--events",
     "events_path",
@@ -558,6 +571,7 @@ def verify_command(
     max_log_size: int,
     storage_limit: str,
     hack_gate: bool,
+    repeat: int,
     events_path: Path | None,
     run_id: str | None,
     verbose: bool,
@@ -588,6 +602,7 @@ def verify_command(
             max_log_bytes=max_log_size,
             storage_limit=StorageLimit(storage_limit),
             hack_gate=hack_gate,
+            repeat=repeat,
         )
         with interrupts(), EventLog.open(events_path) as events:
             outcome = verify(
@@ -1051,6 +1066,7 @@ def _forwarded(
     max_log_size: int,
     storage_limit: str,
     hack_gate: bool,
+    repeat: int,
 ) -> tuple[list[str], dict[str, Any]]:
     """A supervisor's own verify options, checked once, as arguments for every `verify` it
     starts; and the settings among them that change a verification's outcome."""
@@ -1069,6 +1085,8 @@ def _forwarded(
         "--storage-limit",
         storage_limit,
         "--hack-gate" if hack_gate else "--no-hack-gate",
+        "--repeat",
+        str(repeat),
     ]
     if extra_ca_certs is not None:
         forwarded += ["--extra-ca-certs", str(extra_ca_certs.resolve())]
@@ -1091,6 +1109,7 @@ def _forwarded(
         "maxLogBytes": max_log_size,
         "storageLimit": storage_limit,
         "hackGate": hack_gate,
+        "repeat": repeat,
     }
     return forwarded, digest_settings
 
@@ -1177,6 +1196,7 @@ def serve_command(
     max_log_size: int,
     storage_limit: str,
     hack_gate: bool,
+    repeat: int,
     verbose: bool,
 ) -> int:
     """Run as the orchestrator's sidecar: take verification requests from a mailbox
@@ -1206,6 +1226,7 @@ def serve_command(
         max_log_size,
         storage_limit,
         hack_gate,
+        repeat,
     )
     from runner.sidecar.run import SidecarOptions, run_sidecar
 

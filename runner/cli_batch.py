@@ -242,6 +242,7 @@ def batch_command(
     max_log_size: int,
     storage_limit: str,
     hack_gate: bool,
+    repeat: int,
     quiet: bool,
 ) -> int:
     """Verify many tasks: bounded concurrency, several engines, one summary. Writes batch.json,
@@ -268,6 +269,7 @@ def batch_command(
         max_log_size,
         storage_limit,
         hack_gate,
+        repeat,
     )
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out or logs_root / f"batch-{stamp}"

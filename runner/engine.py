@@ -420,6 +420,8 @@ class DockerEngine:
             "pids_limit": limits.pids,
             "network_mode": plan.network,
         }
+        if limits.cpuset:
+            host["cpuset_cpus"] = limits.cpuset
         storage = plan.storage
         if storage is StorageLimit.AUTO:
             storage = StorageLimit.QUOTA if self.storage_quota() else StorageLimit.WATCHDOG

@@ -50,6 +50,8 @@ from runner.plan import (
     GateServices,
     ImageBuild,
     PreparePlan,
+    ProbePlan,
+    ProbeRun,
     ServicePlan,
     TrialPlan,
     VerifyPlan,
@@ -63,6 +65,8 @@ from runner.report import (
     HackData,
     ImageData,
     KeptContainer,
+    ProbeResult,
+    SelectorRate,
     SelectorResult,
     SmokeData,
     Status,
@@ -215,20 +219,16 @@ class Executor:
     # ---- the run ---------------------------------------------------------------------------
 
     def run(self) -> Execution:
-        """build, then smoke and both agent sides at once (the verifier containers start
-        meanwhile), then the two verifiers once smoke passed, then determinism."""
+        """build, then smoke, both agent sides and the hack gate's at once (the verifier
+        containers start meanwhile), then the two verifiers once smoke passed; determinism once
+        the oracle passed, the hack gate's verifiers once nop did."""
         interrupted: str | None = None
         pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gate")
         try:
             self._stage("build", self._build)
             if self.stages["build"].status is Status.PASSED:
                 # The oracle's agent side is the longest path: it starts first.
-                futures = [
-                    pool.submit(
-                        self._stage, "oracle", partial(self._trial, self.plan.trial("oracle"))
-                    ),
-                    pool.submit(self._nop),
-                ]
+                futures = [pool.submit(self._oracle_and_determinism), pool.submit(self._nop)]
                 if self.plan.hack is not None:
                     futures.append(pool.submit(self._stage, "hack", self._hack))
                 else:
@@ -240,14 +240,7 @@ class Executor:
             else:
                 for name in ("smoke", "nop", "oracle", "hack"):
                     self.stages[name].detail = "skipped: build did not pass"
-            if self.stages["oracle"].status is Status.PASSED:
-                self._stage("determinism", self._determinism)
-            else:
-                self.stages["determinism"].detail = (
-                    "skipped: oracle did not pass"
-                    if self.stages["oracle"].detail != "skipped: smoke did not pass"
-                    else "skipped: smoke did not pass"
-                )
+                self.stages["determinism"].detail = "skipped: oracle did not pass"
         except (KeyboardInterrupt, Interrupted) as exc:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
             self._interrupted.set()
@@ -494,6 +487,21 @@ class Executor:
             raise _SkippedError("skipped: smoke did not pass")
 
     # ---- nop and oracle --------------------------------------------------------------------
+
+    def _oracle_and_determinism(self) -> None:
+        """Determinism (the flakiness probe) starts as soon as the oracle passed, beside the
+        hack gate."""
+        self._stage("oracle", partial(self._trial, self.plan.trial("oracle")))
+        if self._interrupted.is_set():
+            return
+        if self.stages["oracle"].status is Status.PASSED:
+            self._stage("determinism", self._determinism)
+        else:
+            self.stages["determinism"].detail = (
+                "skipped: oracle did not pass"
+                if self.stages["oracle"].detail != "skipped: smoke did not pass"
+                else "skipped: smoke did not pass"
+            )
 
     def _nop(self) -> None:
         try:
@@ -864,7 +872,7 @@ class Executor:
         runs: dict[str, _TrialRun] = {}
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
             futures = {
-                exploit.name: pool.submit(self._hack_verify, exploit.trial, patches[exploit.name])
+                exploit.name: pool.submit(self._verify_patch, exploit.trial, patches[exploit.name])
                 for exploit in plan.exploits
                 if exploit.name in patches
             }
@@ -918,7 +926,8 @@ class Executor:
         judgement = gates.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
 
-    def _hack_verify(self, trial: TrialPlan, patch: bytes) -> _TrialRun:
+    def _verify_patch(self, trial: TrialPlan, patch: bytes) -> _TrialRun:
+        """A patch through a fresh verifier of the plan's trial (the hack gate, the probe)."""
         run = _TrialRun(
             agent_log=self._path(trial.gate, "agent.log"),
             collect_log=self._path(trial.gate, "collect.log"),
@@ -937,12 +946,70 @@ class Executor:
         oracle = self.stages["oracle"].data
         assert isinstance(oracle, GateData) and oracle.reward is not None
         details = oracle.details
-        stage.data = DeterminismData(
+        data = DeterminismData(
             deterministic=oracle.reward.deterministic,
             repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
         )
+        stage.data = data
         judgement = gates.judge_determinism(oracle.reward, details)
+        if judgement.passed and self.plan.probe is not None:
+            judgement = self._probe(self.plan.probe, data, stage)
         stage.set(judgement.status, judgement.detail)
+
+    def _probe(
+        self, probe: ProbePlan, data: DeterminismData, stage: StageResult
+    ) -> gates.Judgement:
+        """The oracle's patch verified again under each perturbation; a run that fails is
+        retried with each of its dimensions alone, to name the ones that change the outcome."""
+        patch = (self.run_dir / "oracle" / "agent.patch").read_bytes()
+
+        def run_all(runs: list[ProbeRun]) -> list[ProbeResult]:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
+                futures = [pool.submit(self._verify_patch, r.trial, patch) for r in runs]
+                done = [f.result() for f in futures]
+            results = []
+            for plan, run in zip(runs, done, strict=True):
+                directory = self.run_dir / plan.trial.gate / "logs" / "verifier"
+                alone = [(s.selector, s.exit_code) for s in _selectors(directory)]
+                passed, what, failing = gates.probe_outcome(
+                    run.reward, run.test, alone, probe.fail_to_pass
+                )
+                stage.logs.append(str(run.verifier_log))
+                results.append(
+                    ProbeResult(
+                        name=plan.name,
+                        perturbation=plan.perturbation.words(),
+                        dimension=plan.dimension,
+                        passed=passed,
+                        what_failed=what,
+                        failing_selectors=failing,
+                        reward=run.reward,
+                        logs=str(self.run_dir / plan.trial.gate),
+                    )
+                )
+            return results
+
+        main = run_all(probe.runs)
+        retries = [
+            r for result in main if not result.passed for r in probe.attribution[result.name]
+        ]
+        alone = run_all(retries) if retries else []
+        data.probe = [*main, *alone]
+        data.perturbations = list(
+            dict.fromkeys(r.dimension for r in alone if not r.passed and r.dimension)
+        )
+        data.selectors = [
+            SelectorRate(selector=selector, passed=passed, runs=runs)
+            for selector, passed, runs in gates.selector_rates(
+                [(r.passed, r.what_failed, r.failing_selectors) for r in main],
+                probe.fail_to_pass,
+            )
+        ]
+        return gates.judge_probe(
+            [(r.name, r.passed, r.what_failed, r.failing_selectors) for r in main],
+            data.perturbations,
+            str(self.run_dir / "determinism"),
+        )
 
 
 def _last_meaningful(path: Path) -> str:

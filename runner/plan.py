@@ -95,6 +95,7 @@ class Limits(_Frozen):
     memory_mb: int
     storage_mb: int
     pids: int
+    cpuset: str | None = None  # the flakiness probe's "different CPU count"
 
 
 class BuildLimits(_Frozen):
@@ -238,6 +239,89 @@ class HackPlan(_Frozen):
     exploits: list[ExploitPlan]
 
 
+# Time zones as POSIX TZ strings (glibc and CPython read them without tzdata, which a base image
+# may lack): the far ends of the UTC offsets and a half-hour one.
+PROBE_ZONES = (
+    ("<+14>-14", "Pacific/Kiritimati"),
+    ("<-0330>3:30", "America/St_Johns"),
+    ("UTC0", "UTC"),
+)
+PROBE_LOCALES = ("C", "C.UTF-8")
+
+
+class Perturbation(_Frozen):
+    """What one probe run changes against the oracle's run; each field is one dimension."""
+
+    tz: str | None = None
+    tz_name: str | None = None
+    hash_seed: int | None = None
+    locale: str | None = None
+    reversed_order: bool = False
+    cpuset: str | None = None
+
+    def env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if self.tz:
+            env["TZ"] = self.tz
+        if self.hash_seed is not None:
+            env["PYTHONHASHSEED"] = str(self.hash_seed)
+        if self.locale:
+            env["LANG"] = env["LC_ALL"] = self.locale
+        if self.reversed_order:
+            env["SELFBENCH_SELECTOR_ORDER"] = "reversed"
+        return env
+
+    def dimensions(self) -> list[tuple[str, str, Perturbation]]:
+        """(key, words, this dimension alone) for each dimension set."""
+        out: list[tuple[str, str, Perturbation]] = []
+        if self.tz:
+            out.append(
+                (
+                    "tz",
+                    f"TZ={self.tz} (as {self.tz_name})",
+                    Perturbation(tz=self.tz, tz_name=self.tz_name),
+                )
+            )
+        if self.hash_seed is not None:
+            out.append(
+                (
+                    "hashseed",
+                    f"PYTHONHASHSEED={self.hash_seed}",
+                    Perturbation(hash_seed=self.hash_seed),
+                )
+            )
+        if self.locale:
+            out.append(("locale", f"LANG=LC_ALL={self.locale}", Perturbation(locale=self.locale)))
+        if self.reversed_order:
+            out.append(
+                ("order", "the selectors in reverse order", Perturbation(reversed_order=True))
+            )
+        if self.cpuset:
+            out.append(
+                ("cpus", f"one CPU (cpuset {self.cpuset})", Perturbation(cpuset=self.cpuset))
+            )
+        return out
+
+    def words(self) -> str:
+        return ", ".join(words for _, words, _ in self.dimensions())
+
+
+class ProbeRun(_Frozen):
+    name: str  # probe-N, or probe-N-<dimension> for an attribution run
+    dimension: str | None  # None: every dimension of the perturbation
+    perturbation: Perturbation
+    trial: TrialPlan
+
+
+class ProbePlan(_Frozen):
+    """The flakiness probe: the oracle's patch verified again under perturbations. A run that
+    fails is retried with each of its dimensions alone, to name the one that matters."""
+
+    runs: list[ProbeRun]
+    attribution: dict[str, list[ProbeRun]]
+    fail_to_pass: list[str]  # the selectors whose pass rates the report gives
+
+
 class VerifyPlan(_Frozen):
     schema_version: Literal[1] = 1
     runner_version: str = __version__
@@ -250,6 +334,7 @@ class VerifyPlan(_Frozen):
     smoke: SmokePlan
     trials: list[TrialPlan]
     hack: HackPlan | None = None  # None: --no-hack-gate, or no exploit applies
+    probe: ProbePlan | None = None  # None: --repeat 0
     hack_gate: bool = True
     # Both verifiers run at once only when twice the task's cpus fit the engine: a suite slowed
     # by contention could otherwise time out, a false red.
@@ -430,7 +515,13 @@ def plan_verify(
         return "none"
 
     def container(
-        role: str, gate: str, image: str, deadline: float, home: str, label: str | None = None
+        role: str,
+        gate: str,
+        image: str,
+        deadline: float,
+        home: str,
+        label: str | None = None,
+        cpuset: str | None = None,
     ) -> ContainerPlan:
         side = "" if role == "smoke" else f"-{role}"
         return ContainerPlan(
@@ -444,7 +535,7 @@ def plan_verify(
             proxy_env=proxies,
             workdir="/app",
             network=network_for(role, gate),
-            limits=limits,
+            limits=limits.model_copy(update={"cpuset": cpuset}) if cpuset else limits,
             labels=labels(
                 label or gate, **({"org.selfbench.side": role} if role != "smoke" else {})
             ),
@@ -631,6 +722,63 @@ def plan_verify(
                 ),
                 exploits=exploits,
             )
+    probe = None
+    if settings.repeat > 0:
+        oracle_test = trials[1].test
+
+        def probe_run(name: str, dimension: str | None, perturbation: Perturbation) -> ProbeRun:
+            key = name.replace("-", "")
+            return ProbeRun(
+                name=name,
+                dimension=dimension,
+                perturbation=perturbation,
+                trial=TrialPlan(
+                    gate=f"determinism/{name}",
+                    agent=None,
+                    solution_dir=None,
+                    solve=None,
+                    collect=None,
+                    agent_patch=AGENT_PATCH,
+                    verifier=container(
+                        "verifier",
+                        key,
+                        verifier_image,
+                        verifier_timeout,
+                        "/home/verifier",
+                        label="determinism",
+                        cpuset=perturbation.cpuset,
+                    ),
+                    test=oracle_test.model_copy(
+                        update={"env": {**oracle_test.env, **perturbation.env()}}
+                    ),
+                    verifier_logs=VERIFIER_LOGS,
+                    services=services(key, verifier_timeout),
+                ),
+            )
+
+        runs, attribution = [], {}
+        for index in range(settings.repeat):
+            zone, zone_name = PROBE_ZONES[index % len(PROBE_ZONES)]
+            seed = int(_digest({"run": run.run_id, "probe": index})[:8], 16) % 4_294_967_295 + 1
+            perturbation = Perturbation(
+                tz=zone,
+                tz_name=zone_name,
+                hash_seed=seed,
+                locale=PROBE_LOCALES[index % len(PROBE_LOCALES)],
+                reversed_order=index % 2 == 0,
+                cpuset="0" if facts.ncpu > 1 and index % 2 == 0 else None,
+            )
+            name = f"probe-{index + 1}"
+            runs.append(probe_run(name, None, perturbation))
+            attribution[name] = [
+                probe_run(f"{name}-{key}", words, alone)
+                for key, words, alone in perturbation.dimensions()
+            ]
+        probe = ProbePlan(
+            runs=runs,
+            attribution=attribution,
+            fail_to_pass=list(bundle.exploit_facts.fail_to_pass) if bundle.exploit_facts else [],
+        )
     return VerifyPlan(
         task_id=task_id,
         run_id=run.run_id,
@@ -642,6 +790,7 @@ def plan_verify(
         trials=trials,
         hack=hack,
         hack_gate=settings.hack_gate,
+        probe=probe,
         parallel_verifiers=2 * limits.requested_cpus <= facts.ncpu,
         tests_network=tests_network,
         storage=storage,

@@ -268,6 +268,14 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
             if definition.pass_to_pass
             else "true"
         ),
+        "fail_to_pass_reversed": expand_tests(
+            definition.test_command, definition.fail_to_pass[::-1]
+        ),
+        "pass_to_pass_reversed": (
+            expand_tests(definition.test_command, definition.pass_to_pass[::-1])
+            if definition.pass_to_pass
+            else "true"
+        ),
         "reward_keys": REWARD_KEYS,
         "detail_keys": DETAIL_KEYS,
         "reward_format": _json_format(REWARD_KEYS),

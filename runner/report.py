@@ -155,9 +155,34 @@ class GateData(_Model):
     selectors: list[SelectorResult] = Field(default_factory=list)
 
 
+class ProbeResult(_Model):
+    """One run of the flakiness probe: the oracle's patch, verified under `perturbation`."""
+
+    name: str
+    perturbation: str  # in words, each dimension
+    dimension: str | None = None  # an attribution run: this dimension alone
+    passed: bool
+    what_failed: str = ""  # fail-to-pass, its repeat, pass-to-pass, or how the run ended
+    failing_selectors: list[str] = Field(default_factory=list)
+    reward: Reward | None = None
+    logs: str | None = None  # its run directory
+
+
+class SelectorRate(_Model):
+    selector: str
+    passed: int
+    runs: int
+
+
 class DeterminismData(_Model):
     deterministic: int | None = None
     repeat_exit_code: int | None = None
+    # The flakiness probe (--repeat N): each run, each fail-to-pass selector's pass rate over the
+    # perturbed runs, and the perturbations that changed an outcome (found by retrying a failed
+    # run with each of its dimensions alone).
+    probe: list[ProbeResult] = Field(default_factory=list)
+    selectors: list[SelectorRate] = Field(default_factory=list)
+    perturbations: list[str] = Field(default_factory=list)
 
 
 class ExploitResult(_Model):

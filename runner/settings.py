@@ -133,3 +133,5 @@ class VerifySettings:
     storage_limit: StorageLimit = StorageLimit.AUTO
     # The hack gate: canned hostile agent patches must all earn reward 0 (--no-hack-gate).
     hack_gate: bool = True
+    # The flakiness probe: the oracle's verifier this many more times under perturbations.
+    repeat: int = 1

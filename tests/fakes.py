@@ -80,7 +80,7 @@ class Script:
         if f"{gate}/{step}" in self.actions:
             return self.actions[f"{gate}/{step}"]
         if step == "verifier":
-            return writes_reward(ORACLE_REWARD if gate == "oracle" else NOP_REWARD)
+            return writes_reward(ORACLE_REWARD if gate in ("oracle", "determinism") else NOP_REWARD)
         if step == "collect":
             return collect_patch(b"diff --git a/x b/x\n" if gate in ("oracle", "hack") else b"")
         return ok

@@ -84,6 +84,7 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
     exploits = [e.name for e in report.stages.hack.data.exploits]
     assert exploits == ["runner-exit-zero", "held-out-overwrite", "reward-file-from-code"]
     assert created == [
+        "create determinism/verifier",  # the flakiness probe's one perturbed run (--repeat 1)
         "create hack/agent",
         *["create hack/verifier"] * 3,
         "create nop/verifier",
@@ -253,6 +254,7 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
     report = run(tmp_path, engine, keep=True).report
     assert report.verdict is Verdict.ACCEPTED
     assert sorted(k.label for k in report.kept) == [
+        "determinism/probe-1 verifier",
         "hack agent",
         "hack/held-out-overwrite verifier",
         "hack/reward-file-from-code verifier",
@@ -262,7 +264,7 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
         "oracle verifier",
     ]
     assert all(k.enter.startswith("docker exec -it selfbench-demo-task-") for k in report.kept)
-    assert len(engine.live) == 7
+    assert len(engine.live) == 8
     assert engine.cleanups == []
 
 
@@ -286,6 +288,43 @@ def test_no_hack_gate_skips_it_and_still_accepts(tmp_path: Path) -> None:
     assert report.stages.hack.status is Status.SKIPPED
     assert report.stages.hack.detail == "skipped: --no-hack-gate"
     assert not any(e.startswith("create hack") for e in engine.events)
+
+
+def test_a_perturbed_run_that_fails_is_retried_per_dimension(tmp_path: Path) -> None:
+    failing = {"TZ=<+14>-14 (as Pacific/Kiritimati)"}
+
+    def by_zone(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        from tests.fakes import ORACLE_REWARD
+
+        zone = step.env.get("TZ")
+        flaky = zone == "<+14>-14"
+        return writes_reward(NOP_REWARD if flaky else ORACLE_REWARD)(container, step)
+
+    engine = FakeEngine(Script(actions={"determinism/verifier": by_zone}))
+    report = run(tmp_path, engine, repeat=2).report
+    assert report.verdict is Verdict.REJECTED
+    data = report.stages.determinism.data
+    assert [(p.name, p.passed) for p in data.probe if p.dimension is None] == [
+        ("probe-1", False),
+        ("probe-2", True),
+    ]
+    retried = {p.dimension: p.passed for p in data.probe if p.dimension}
+    assert {d for d, ok in retried.items() if not ok} == failing
+    assert len(retried) == 5  # TZ, hash seed, locale, order, CPUs: probe-1 changes all five
+    assert data.perturbations == sorted(failing)
+    assert [(s.selector, s.passed, s.runs) for s in data.selectors] == [("tests/test_new.sh", 1, 2)]
+    assert report.stages.determinism.detail.startswith(
+        "flaky: fail-to-pass failed in 1 of 2 perturbed run(s) (tests/test_new.sh); changed by "
+        "TZ=<+14>-14 (as Pacific/Kiritimati); see "
+    )
+
+
+def test_repeat_zero_turns_the_probe_off(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    report = run(tmp_path, engine, repeat=0).report
+    assert report.verdict is Verdict.ACCEPTED
+    assert report.stages.determinism.data.probe == []
+    assert not any(e.startswith("create determinism") for e in engine.events)
 
 
 def _concurrent_verifiers(tmp_path: Path, cpus: float) -> int:

@@ -13,6 +13,9 @@ rm -f /logs/verifier/reward.txt /logs/verifier/reward.json
 chown -R verifier:verifier /home/verifier 2>/dev/null || true
 # Held-out paths are literal file names, never globs (`app/[id].ts` is a file).
 export GIT_LITERAL_PATHSPECS=1
+# One hash seed for every run, here and under Harbor, so a verdict can be reproduced; the
+# runner's flakiness probe sets others to find tests that depend on it.
+export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 max_log_bytes=${SELFBENCH_MAX_LOG_BYTES:-20971520}
 
 # The reward flags (patch_applied starts at 1 and drops when a patch does not apply).
@@ -42,6 +45,11 @@ discarded=0
 held_out_excludes=('tests/test_ops.sh')
 fail_to_pass_command='bash tests/run.sh '\''tests/test_ops.sh'\'''
 pass_to_pass_command='bash tests/run.sh '\''tests/test_add.sh'\'''
+if [ "${SELFBENCH_SELECTOR_ORDER:-}" = reversed ]; then
+  # The runner's flakiness probe: the same selections in reverse order.
+  fail_to_pass_command='bash tests/run.sh '\''tests/test_ops.sh'\'''
+  pass_to_pass_command='bash tests/run.sh '\''tests/test_add.sh'\'''
+fi
 # Each fail-to-pass selector alone (several selectors only): a list where one selector already
 # passes must not hide behind the others' failures.
 fail_to_pass_selectors=()

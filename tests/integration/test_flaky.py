@@ -1,0 +1,115 @@
+"""The flakiness probe (--repeat N) on a real engine: a task whose test depends on the time
+zone, one on the hash seed and one on the order of its selectors are each rejected at
+determinism with that perturbation named (a failed perturbed run is retried with each of its
+dimensions alone); the example stays accepted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import LIB_GOLD, RUNNER_SH, bash_task, definition, diff_of, make_repo, write_task
+from tests.integration.conftest import ROOT, Run, run_verify
+
+SHOUT = '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
+
+
+def assert_flaky(run: Run, perturbation: str) -> None:
+    assert run.report["verdict"] == "rejected", run.report["reason"]
+    for gate in ("nop", "oracle", "hack"):
+        assert run.stage(gate)["status"] == "passed", run.stage(gate)["detail"]
+    determinism = run.stage("determinism")
+    assert determinism["status"] == "failed"
+    assert determinism["data"]["perturbations"] == [perturbation], determinism["data"]
+    assert f"changed by {perturbation}" in determinism["detail"]
+    assert run.report["reason"].startswith("determinism: flaky: ")
+
+
+def test_a_test_that_depends_on_the_time_zone(tmp_path: Path, verify_options: list[str]) -> None:
+    task = bash_task(tmp_path, name="flaky-tz", new_test=SHOUT + '[ "$(date +%z)" = "+0000" ]\n')
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert_flaky(run, "TZ=<+14>-14 (as Pacific/Kiritimati)")
+    data = run.stage("determinism")["data"]
+    assert data["selectors"] == [{"selector": "tests/test_new.sh", "passed": 0, "runs": 1}]
+    assert run.stage("determinism")["detail"].startswith(
+        "flaky: fail-to-pass failed in 1 of 1 perturbed run(s) (tests/test_new.sh); "
+        "changed by TZ=<+14>-14 (as Pacific/Kiritimati); see "
+    )
+    # The run that failed with every dimension, then each dimension alone: only TZ failed.
+    alone = {p["dimension"]: p["passed"] for p in data["probe"] if p["dimension"]}
+    assert alone.pop("TZ=<+14>-14 (as Pacific/Kiritimati)") is False
+    assert alone and all(alone.values()), alone
+
+
+def test_a_test_that_depends_on_the_order_of_its_selectors(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    repo, commit = make_repo(
+        tmp_path / "repo",
+        {
+            "lib.sh": '#!/usr/bin/env bash\ngreet() { echo "hello $1"; }\n',
+            "tests/run.sh": RUNNER_SH,
+            "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
+        },
+    )
+    test_patch = diff_of(
+        repo,
+        {
+            # b needs what a leaves behind: it passes after a, and fails before it.
+            "tests/test_a.sh": SHOUT + "touch /tmp/selfbench-order-state\n",
+            "tests/test_b.sh": SHOUT + "[ -f /tmp/selfbench-order-state ]\n",
+        },
+    )
+    doc = definition(
+        taskId="flaky-order",
+        baseCommit=commit,
+        repo=str(repo),
+        failToPass=["tests/test_a.sh", "tests/test_b.sh"],
+        testPaths=["tests/test_a.sh", "tests/test_b.sh"],
+    )
+    task = write_task(
+        tmp_path / "task",
+        doc,
+        test_patch=test_patch,
+        gold_patch=diff_of(repo, {"lib.sh": LIB_GOLD}),
+    )
+    run = run_verify(task, verify_options, tmp_path / "run")
+    assert_flaky(run, "the selectors in reverse order")
+    first = run.stage("determinism")["data"]["probe"][0]
+    assert first["whatFailed"] == "fail-to-pass (each selector passes alone: together they fail)"
+
+
+PYTHON_SETUP = "apt-get update -qq && apt-get install -y -qq python3 > /dev/null"
+# The order CPython 3.11 gives this set under PYTHONHASHSEED=0 (test.sh's seed).
+HASH_TEST = (
+    SHOUT + "python3 -c 'import sys\n"
+    's = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"}\n'
+    'sys.exit(0 if list(s) == ["zeta", "alpha", "beta", "gamma", "delta", "epsilon"] '
+    "else 1)'\n"
+)
+
+
+def test_a_test_that_depends_on_the_hash_seed(tmp_path: Path, verify_options: list[str]) -> None:
+    task = bash_task(
+        tmp_path,
+        name="flaky-hash",
+        new_test=HASH_TEST,
+        environment={"rootSetupCommand": PYTHON_SETUP},
+    )
+    run = run_verify(task.directory, [*verify_options, "--build-network", "host"], tmp_path / "run")
+    seed = run.stage("determinism")["data"]["probe"][0]["perturbation"].split("PYTHONHASHSEED=")[1]
+    assert_flaky(run, f"PYTHONHASHSEED={seed.split(',')[0]}")
+
+
+def test_the_example_stays_accepted_under_three_perturbed_runs(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    run = run_verify(
+        ROOT / "examples" / "bash-calc", verify_options, tmp_path / "run", "--repeat", "3"
+    )
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    data = run.stage("determinism")["data"]
+    assert [p["passed"] for p in data["probe"]] == [True, True, True]
+    assert data["selectors"] == [{"selector": "tests/test_ops.sh", "passed": 3, "runs": 3}]
+    assert data["perturbations"] == []
+    assert "TZ=<+14>-14 (as Pacific/Kiritimati)" in data["probe"][0]["perturbation"]
+    assert "the selectors in reverse order" in data["probe"][0]["perturbation"]
