@@ -484,7 +484,9 @@ def test_the_agent_side_never_sees_the_held_out_tests_or_the_gold_patch(
             ["sh", "-c", " ".join([*grep, "-e", test_marker, "-e", gold_marker, "/"]) + "; true"],
             user="root",
         )
-        assert result.output.decode().split() == []
+        output = result.output
+        assert isinstance(output, bytes)
+        assert output.decode().split() == []
     finally:
         subprocess.run(
             [sys.executable, "-m", "runner", "clean", "--run", run.report["runId"]],
