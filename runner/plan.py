@@ -57,7 +57,7 @@ SMOKE_SCRIPT = "/opt/selfbench-environment/smoke.sh"
 VERIFIER_LOGS = "/logs/verifier"
 SOLUTION_DIR = "/solution"
 HACK_STEP_TIMEOUT_SECONDS = 120.0
-HACK_MAX_LOG_BYTES = 256 * 1024
+SIDE_RUN_MAX_LOG_BYTES = 256 * 1024
 # Back to the post-setup snapshot between two exploits (ignored files stay: the collect step
 # never sees them either).
 _GIT = f"git --git-dir={BASE_GIT} --work-tree=/app"
@@ -639,6 +639,9 @@ def plan_verify(
                 services=services(gate, verifier_timeout),
             )
         )
+    # The hack gate's and the probe's many runs keep shorter logs: they must not multiply a loud
+    # suite's output (their reward and last lines are what they are read for).
+    side_log_bytes = min(settings.max_log_bytes, SIDE_RUN_MAX_LOG_BYTES)
     hack = None
     facts_for_exploits = bundle.exploit_facts
     if settings.hack_gate and facts_for_exploits is not None:
@@ -646,7 +649,7 @@ def plan_verify(
 
         # Only the reward matters (test.sh stops at the first failing command), and the logs
         # are kept short: several exploits must not multiply a loud suite's output.
-        hack_log_bytes = min(settings.max_log_bytes, HACK_MAX_LOG_BYTES)
+        hack_log_bytes = side_log_bytes
         test_step = trials[0].test.model_copy(
             update={
                 "env": {
@@ -749,10 +752,17 @@ def plan_verify(
                         cpuset=perturbation.cpuset,
                     ),
                     test=oracle_test.model_copy(
-                        update={"env": {**oracle_test.env, **perturbation.env()}}
+                        update={
+                            "env": {
+                                **oracle_test.env,
+                                **perturbation.env(),
+                                "SELFBENCH_MAX_LOG_BYTES": str(side_log_bytes),
+                            }
+                        }
                     ),
                     verifier_logs=VERIFIER_LOGS,
                     services=services(key, verifier_timeout),
+                    log_bytes=side_log_bytes,
                 ),
             )
 

@@ -250,7 +250,8 @@ def test_clean_removes_leftovers_by_label(
     assert run.code == 0
     kept = leftovers(docker_client, run.report["runId"])
     # The oracle's agent and both verifiers (nop needs no agent container, and the default
-    # smoke check runs in the nop verifier); the hack gate's agent and one verifier per exploit.
+    # smoke check runs in the nop verifier); the hack gate's agent and one verifier per exploit;
+    # the flakiness probe's verifier.
     assert sorted(k.rsplit("-", 1)[0].removeprefix("selfbench-kept-") for k in kept) == [
         "hack-agent",
         "hack0-verifier",
@@ -259,10 +260,12 @@ def test_clean_removes_leftovers_by_label(
         "nop-verifier",
         "oracle-agent",
         "oracle-verifier",
+        "probe1-verifier",
     ]
     assert "kept oracle agent (selfbench-kept-oracle-agent-" in run.stderr
     assert "docker exec -it selfbench-kept-oracle-agent-" in run.stderr
     assert {k["label"] for k in run.report["kept"]} == {
+        "determinism/probe-1 verifier",
         "hack agent",
         "hack/held-out-overwrite verifier",
         "hack/reward-file-from-code verifier",
