@@ -543,6 +543,38 @@ class Executor:
                         with contextlib.suppress(Exception):
                             future.result()
         self._judge_trial(trial, stage, data, evidence)
+        if (
+            stage.status is Status.FAILED
+            and trial.online_verifier is not None
+            and evidence.patch is not None
+            and evidence.reward is not None
+            and gates.tests_failed(trial.gate, evidence.reward)
+        ):
+            self._online(trial, stage, data, evidence.patch)
+
+    def _online(self, trial: TrialPlan, stage: StageResult, data: GateData, patch: bytes) -> None:
+        """The red gate's run again with the internet on: a test that fails only because the
+        network is off is said to be one (the task must then declare testsNetwork: public)."""
+        assert trial.online_verifier is not None
+        online = trial.model_copy(
+            update={
+                "gate": f"{trial.gate}/online",
+                "verifier": trial.online_verifier,
+                "services": trial.online_services,
+                "online_verifier": None,
+                "online_services": None,
+            }
+        )
+        run = self._verify_patch(online, patch)
+        stage.logs.append(str(run.verifier_log))
+        passed = run.reward is not None and gates.evaluate_gate(trial.gate, run.reward)[0]
+        data.passes_online = passed
+        if passed:
+            stage.detail = (
+                f"{stage.detail}; the tests ran with the network off, and pass with it on: they "
+                'need the network (declare environment.testsNetwork: "public"); see '
+                f"{self.run_dir / trial.gate / 'online'}"
+            )
 
     def _trial_without_agent(
         self,

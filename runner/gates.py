@@ -193,6 +193,15 @@ def evaluate_gate(
     return True, "fail-to-pass passed a second time with the gold patch"
 
 
+def tests_failed(gate: str, reward: Reward) -> bool:
+    """Whether a red nop or oracle is the tests' (not a patch that did not apply, not setup)."""
+    if reward.setup_completed != 1 or reward.patch_applied != 1:
+        return False
+    if gate == "nop":
+        return reward.pass_to_pass != 1
+    return reward.fail_to_pass != 1 or reward.pass_to_pass != 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrialEvidence:
     gate: str

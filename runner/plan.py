@@ -218,6 +218,10 @@ class TrialPlan(_Frozen):
     verifier_logs: str
     services: GateServices | None = None
     log_bytes: int | None = None  # a cap of its own on each log (the plan's otherwise)
+    # The same verifier with the internet on: a red gate is retried there once, to tell a
+    # test that needs the network (None when the task declares testsNetwork: public).
+    online_verifier: ContainerPlan | None = None
+    online_services: GateServices | None = None
 
 
 class ExploitPlan(_Frozen):
@@ -624,6 +628,19 @@ def plan_verify(
                 verifier=container(
                     "verifier", gate, verifier_image, verifier_timeout, "/home/verifier"
                 ),
+                online_verifier=None
+                if tests_network == "public"
+                else container(
+                    "verifier",
+                    f"{gate}online",
+                    verifier_image,
+                    verifier_timeout,
+                    "/home/verifier",
+                    label=gate,
+                ).model_copy(update={"network": "bridge"}),
+                online_services=None
+                if tests_network == "public"
+                else services(f"{gate}online", verifier_timeout),
                 test=ExecStep(
                     name="verifier",
                     argv=["/tests/test.sh"],

@@ -198,7 +198,13 @@ def task_config(definition: TaskDefinition, options: CompileOptions) -> TaskToml
         ),
         verifier=VerifierConfig(
             timeout_sec=float(timeouts.setup_seconds + timeouts.tests_seconds),
-            network_mode=NetworkMode.PUBLIC,
+            # The held-out tests run without the internet unless the task declares they need
+            # it (environment.testsNetwork); Harbor enforces `no-network` with its egress
+            # control, the runner with a network of its own.
+            network_mode=NetworkMode.PUBLIC
+            if definition.environment is not None
+            and definition.environment.tests_network == "public"
+            else NetworkMode.NO_NETWORK,
             collect=[
                 CollectConfig(
                     timeout_sec=float(min(timeouts.tests_seconds, 300)), command=COLLECT_COMMAND

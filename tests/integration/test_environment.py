@@ -260,3 +260,41 @@ def test_setup_caches_serve_the_verifier_with_the_network_off(
     )
     assert run.code == 0, run.report["reason"]
     assert run.report["settings"]["testsNetwork"] == "no-network"
+
+
+def test_a_test_that_downloads_is_red_with_the_network_off_and_green_when_declared(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    # npm asks its registry (the one thing here that answers): fails with the network off.
+    fetch = (
+        FIXED.replace(NO_NETWORK, "")
+        + "npm view --silent is-number@7.0.0 name | grep -qx is-number\n"
+    )
+    options = [*verify_options, "--toolchain-source", "node=registry"]
+    task = bash_task(tmp_path, name="needs-network", new_test=fetch, toolchains=["node"])
+    run = run_verify(task.directory, options, tmp_path / "off")
+    assert run.report["verdict"] == "rejected", run.report["reason"]
+    oracle = run.stage("oracle")
+    assert oracle["status"] == "failed"
+    assert oracle["detail"].startswith("fail-to-pass tests still fail with the gold patch")
+    assert (
+        "the tests ran with the network off, and pass with it on: they need the network "
+        '(declare environment.testsNetwork: "public")' in oracle["detail"]
+    )
+    assert oracle["data"]["passesOnline"] is True
+    assert run.report["settings"]["testsNetwork"] == "no-network"
+
+    declared = bash_task(
+        tmp_path,
+        name="declares-network",
+        new_test=fetch,
+        toolchains=["node"],
+        environment={"testsNetwork": "public"},
+    )
+    accepted = run_verify(declared.directory, options, tmp_path / "on")
+    assert accepted.report["verdict"] == "accepted", accepted.report["reason"]
+    assert accepted.report["settings"]["testsNetwork"] == "public"
+    toml = (tmp_path / "on" / "bundle" / "task.toml").read_text()
+    assert 'network_mode = "public"' in toml.split("[verifier]")[1].split("[")[0]
+    default_toml = (tmp_path / "off" / "bundle" / "task.toml").read_text()
+    assert 'network_mode = "no-network"' in default_toml.split("[verifier]")[1].split("[")[0]

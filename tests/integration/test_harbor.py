@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -133,6 +134,15 @@ def harbor(
     )
 
 
+def public_example(directory: Path) -> Path:
+    """The example task, its contract declaring testsNetwork: public."""
+    shutil.copytree(ROOT / "examples" / "bash-calc", directory)
+    definition = json.loads((directory / "definition.json").read_text())
+    definition["environment"] = {"testsNetwork": "public"}
+    (directory / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
+    return directory
+
+
 def digest(tree: Path) -> str:
     sha = hashlib.sha256()
     for path in sorted(p for p in tree.rglob("*") if p.is_file()):
@@ -152,7 +162,10 @@ def test_bundle_runs_unchanged_under_real_harbor(
     buildkit: str, harbor_image: str, harbor_engine: PrivateEngine, workdir: Path
 ) -> None:
     bundle = workdir / f"bundle-{buildkit}"
-    task = load_authored_task(ROOT / "examples" / "bash-calc")
+    # The example with its tests' network declared public: Harbor enforces the default
+    # `no-network` with an egress-control sidecar whose images this machine cannot pull (see
+    # the test below).
+    task = load_authored_task(public_example(workdir / f"example-{buildkit}"))
     compile_task(task, repo=None, out=bundle, options=CompileOptions())
     before = digest(bundle)
     lint = harbor(harbor_image, harbor_engine, workdir, "harbor", "lint", str(bundle))
@@ -217,6 +230,58 @@ def test_bundle_runs_unchanged_under_real_harbor(
         "setup_completed",
     }
     assert digest(bundle) == before
+
+
+def test_the_default_bundle_asks_harbor_for_a_verifier_without_network(
+    harbor_image: str, harbor_engine: PrivateEngine, workdir: Path
+) -> None:
+    """The rendered task.toml says `no-network` for the verifier, Harbor's own TaskConfig reads
+    it so, and Harbor acts on it: it runs the trial with its egress control where that works,
+    and otherwise refuses the task rather than run the tests online (here: its kernel probe and
+    sidecar images cannot be pulled)."""
+    bundle = workdir / "bundle-no-network"
+    task = load_authored_task(ROOT / "examples" / "bash-calc")
+    compile_task(task, repo=None, out=bundle, options=CompileOptions())
+    script = f"""
+import tomllib
+from pathlib import Path
+from harbor.models.task.config import TaskConfig
+config = TaskConfig.model_validate(tomllib.loads(Path("{bundle}/task.toml").read_text()))
+print(config.verifier.network_mode.value, config.agent.network_mode.value)
+"""
+    parsed = harbor(harbor_image, harbor_engine, workdir, "python3", "-c", script)
+    assert parsed.returncode == 0, parsed.stderr[-3000:]
+    assert parsed.stdout.split()[-2:] == ["no-network", "public"]
+    jobs = workdir / "jobs-no-network"
+    run = harbor(
+        harbor_image,
+        harbor_engine,
+        workdir,
+        "harbor",
+        "run",
+        "-p",
+        str(bundle),
+        "-a",
+        "oracle",
+        "-e",
+        "docker",
+        "-n",
+        "1",
+        "-o",
+        str(jobs),
+        "--job-name",
+        "oracle",
+        "-q",
+    )
+    results = list((jobs / "oracle").glob("*/result.json"))
+    if results and json.loads(results[0].read_text()).get("verifier_result"):
+        rewards = json.loads(results[0].read_text())["verifier_result"]["rewards"]
+        assert rewards["reward"] == 1  # egress control works on this engine
+    else:
+        said = run.stdout + run.stderr + "".join(p.read_text() for p in results)
+        assert "network_mode='no-network' is not supported by docker environment" in said, said[
+            -3000:
+        ]
 
 
 def test_a_services_bundle_passes_harbors_task_config_and_compose_merge(

@@ -319,6 +319,34 @@ def test_a_perturbed_run_that_fails_is_retried_per_dimension(tmp_path: Path) -> 
     )
 
 
+def test_a_red_oracle_is_retried_online_to_tell_a_test_that_needs_the_network(
+    tmp_path: Path,
+) -> None:
+    from tests.fakes import ORACLE_REWARD
+
+    def online_only(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        online = container.plan.network == "bridge"
+        return writes_reward(ORACLE_REWARD if online else NOP_REWARD)(container, step)
+
+    engine = FakeEngine(Script(actions={"oracle/verifier": online_only}))
+    report = run(tmp_path, engine).report
+    oracle = report.stages.oracle
+    assert oracle.status is Status.FAILED
+    assert oracle.data.passes_online is True
+    assert oracle.detail.startswith("fail-to-pass tests still fail with the gold patch")
+    assert (
+        "the tests ran with the network off, and pass with it on: they need the network "
+        '(declare environment.testsNetwork: "public")' in oracle.detail
+    )
+    # A red that is not the network's stays as it was, said to fail online too.
+    engine = FakeEngine(Script(actions={"oracle/verifier": writes_reward(NOP_REWARD)}))
+    report = run(tmp_path / "again", engine).report
+    assert report.stages.oracle.data.passes_online is False
+    assert "network" not in report.stages.oracle.detail
+    # nop: only a red pass-to-pass is the tests'; nop's other reds are not retried.
+    assert report.stages.nop.data.passes_online is None
+
+
 def test_repeat_zero_turns_the_probe_off(tmp_path: Path) -> None:
     engine = FakeEngine()
     report = run(tmp_path, engine, repeat=0).report
