@@ -172,12 +172,22 @@ def main() -> None:
     workdir = Path(f"/tmp/selfbench-bench-harbor-{os.getpid()}")
     workdir.mkdir()
     try:
+        # The example with its tests' network declared public: Harbor 0.26 enforces the default
+        # no-network with an egress-control sidecar this machine cannot pull.
+        example = workdir / "example"
+        shutil.copytree(ROOT / "examples" / "bash-calc", example)
+        definition = json.loads((example / "definition.json").read_text())
+        definition["environment"] = {"testsNetwork": "public"}
+        (example / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
         bundle = workdir / "bundle"
-        runner("compile", str(ROOT / "examples" / "bash-calc"), "-o", str(bundle))
+        runner("compile", str(example), "-o", str(bundle))
         tar = standin_tar(workdir, base_image)
 
-        our_verify(bundle, options, workdir / "runs")  # builds (or finds) its images
-        ours = [our_verify(bundle, options, workdir / "runs") for _ in range(args.runs)]
+        # Like for like with Harbor's nop + oracle trials: no hack gate, no flakiness probe.
+        same = [*options, "--no-hack-gate", "--repeat", "0"]
+        our_verify(bundle, same, workdir / "runs")  # builds (or finds) its images
+        ours = [our_verify(bundle, same, workdir / "runs") for _ in range(args.runs)]
+        full = [our_verify(bundle, options, workdir / "runs") for _ in range(args.runs)]
 
         with private_engine(workdir / "engine", nat=True) as engine:
             docker_at = ["docker", "-H", engine.url]
@@ -211,6 +221,10 @@ def main() -> None:
     print(f"harbor's first nop + oracle (images built): {sum(firsts):.1f} s")
     print(f"warm, {args.runs} runs:")
     print(f"  ours   verify (smoke, nop, oracle, determinism): median {ours_median:.2f} s")
+    print(
+        "  ours   verify with the hack gate and --repeat 1 (the default): "
+        f"median {statistics.median(full):.2f} s"
+    )
     print(f"  harbor run -a nop, then -a oracle:              median {harbor_median:.2f} s")
     print(f"  ratio harbor / ours: {harbor_median / ours_median:.1f}x")
 
