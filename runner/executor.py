@@ -74,6 +74,7 @@ from runner.report import (
 from runner.reward import (
     DETAILS_FILE,
     DISCARDED_FILE,
+    PASS_TO_PASS_SELECTORS_FILE,
     REWARD_FILE,
     SELECTORS_FILE,
     Reward,
@@ -138,11 +139,14 @@ def _discarded(directory: Path, limit: int = 200) -> list[str]:
         return []
 
 
-def _selectors(directory: Path, limit: int = 64) -> list[SelectorResult]:
-    """selectors.tsv: each fail-to-pass selector run alone and its exit code."""
+def _selectors(
+    directory: Path, limit: int = 64, name: str = SELECTORS_FILE
+) -> list[SelectorResult]:
+    """selectors.tsv: each fail-to-pass selector run alone and its exit code (or, by name, the
+    pass-to-pass ones)."""
     results = []
     try:
-        with (directory / SELECTORS_FILE).open(encoding="utf-8", errors="replace") as handle:
+        with (directory / name).open(encoding="utf-8", errors="replace") as handle:
             for _, line in zip(range(limit), handle, strict=False):
                 code, _, selector = line.rstrip("\n").partition("\t")
                 if code.lstrip("-").isdigit() and selector:
@@ -812,7 +816,12 @@ class Executor:
         directory = self.run_dir / trial.gate / "logs" / "verifier"
         data.discarded = _discarded(directory)
         data.selectors = _selectors(directory)
+        data.pass_to_pass_selectors = _selectors(directory, name=PASS_TO_PASS_SELECTORS_FILE)
         status, detail = judgement.status, judgement.detail
+        breaking = [s.selector for s in data.pass_to_pass_selectors if s.exit_code != 0]
+        if status is Status.FAILED and breaking:
+            detail += "; failing alone: " + ", ".join(breaking[:5])
+            detail += " ..." if len(breaking) > 5 else ""
         passing = [s.selector for s in data.selectors if s.exit_code == 0]
         if trial.gate == "nop" and passing and status is Status.PASSED:
             # The selectors failed together, but one of them passes on the base by itself.

@@ -269,6 +269,16 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         ]
         if len(definition.fail_to_pass) > 1
         else [],
+        # Each pass-to-pass selector alone, when the selection fails: the red names them.
+        "pass_to_pass_selectors": definition.pass_to_pass[:MAX_SELECTOR_RUNS]
+        if len(definition.pass_to_pass) > 1
+        else [],
+        "pass_to_pass_each": [
+            expand_tests(definition.test_command, [selector])
+            for selector in definition.pass_to_pass[:MAX_SELECTOR_RUNS]
+        ]
+        if len(definition.pass_to_pass) > 1
+        else [],
         "pass_to_pass_command": (
             expand_tests(definition.test_command, definition.pass_to_pass)
             if definition.pass_to_pass

@@ -153,6 +153,8 @@ class GateData(_Model):
     discarded: list[str] = Field(default_factory=list)
     # Each fail-to-pass selector run alone (when several failed together): its exit code.
     selectors: list[SelectorResult] = Field(default_factory=list)
+    # Each pass-to-pass selector run alone (when several failed together).
+    pass_to_pass_selectors: list[SelectorResult] = Field(default_factory=list)
     # A red gate retried with the internet on (the tests run without it by default): whether it
     # then passed, i.e. the tests need the network. None: not retried.
     passes_online: bool | None = None

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 REWARD_FILE = "reward.json"
 DETAILS_FILE = "details.json"
 DISCARDED_FILE = "discarded.txt"
+PASS_TO_PASS_SELECTORS_FILE = "pass_to_pass_selectors.tsv"  # the same, pass-to-pass
 SELECTORS_FILE = "selectors.tsv"  # "<exit code>\t<selector>" per fail-to-pass selector run alone
 MAX_REWARD_BYTES = 64 * 1024
 

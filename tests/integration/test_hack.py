@@ -263,7 +263,9 @@ def pytest_task(tmp_path: Path) -> Path:
         repo=str(repo),
         setupCommand="uv venv -q --python /usr/bin/python3 /opt/venv "
         "&& uv pip install -q --python /opt/venv pytest==8.3.4",
-        testCommand="/opt/venv/bin/python -m pytest -p no:cacheprovider {tests}",
+        # PYTHONPATH=. (common): the repository root is on sys.path before site runs, so a
+        # sitecustomize.py there is imported by every Python process.
+        testCommand="PYTHONPATH=. /opt/venv/bin/python -m pytest -p no:cacheprovider {tests}",
         failToPass=["tests/test_mul.py"],
         passToPass=["tests/test_add.py"],
         testPaths=["tests/test_mul.py"],
@@ -306,9 +308,27 @@ def test_pytest_exploits_resist_and_a_waived_conftest_is_caught(
     assert exploit(run, "pytest-ini-plugin")["discarded"] == ["pytest.ini"]
     assert exploit(run, "pytest-pyproject-plugin")["discarded"] == ["pyproject.toml"]
     assert exploit(run, "python-pth")["detail"] == "no site-packages directory under /app"
+    assert set(exploit(run, "python-sitecustomize")["discarded"]) == {
+        "sitecustomize.py",
+        "usercustomize.py",
+        "tests/sitecustomize.py",
+        "tests/usercustomize.py",
+    }
 
     waived = run_verify(
-        with_allow(task, ["conftest.py", "tests/conftest.py", "pytest.ini", "pyproject.toml"]),
+        with_allow(
+            task,
+            [
+                "conftest.py",
+                "tests/conftest.py",
+                "pytest.ini",
+                "pyproject.toml",
+                "sitecustomize.py",
+                "usercustomize.py",
+                "tests/sitecustomize.py",
+                "tests/usercustomize.py",
+            ],
+        ),
         options,
         tmp_path / "waived",
     )
@@ -319,6 +339,7 @@ def test_pytest_exploits_resist_and_a_waived_conftest_is_caught(
         "pytest-conftest": "earned-reward",
         "pytest-ini-plugin": "earned-reward",
         "pytest-pyproject-plugin": "earned-reward",
+        "python-sitecustomize": "earned-reward",
     }
 
 
@@ -494,3 +515,44 @@ def test_the_agent_side_never_sees_the_held_out_tests_or_the_gold_patch(
             capture_output=True,
             check=False,
         )
+
+
+def test_a_pass_to_pass_selector_the_gold_breaks_is_named_at_oracle(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    from tests.helpers import LIB_GOLD
+
+    repo, commit = make_repo(
+        tmp_path / "repo",
+        {
+            "lib.sh": LIB_BASE + 'wave() { echo "bye $1"; }\n',
+            "tests/run.sh": RUNNER_SH,
+            "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
+            "tests/test_wave.sh": '. ./lib.sh\n[ "$(wave x)" = "bye x" ]\n',
+        },
+    )
+    doc = definition(
+        taskId="p2p-broken",
+        baseCommit=commit,
+        repo=str(repo),
+        passToPass=["tests/test_old.sh", "tests/test_wave.sh"],
+    )
+    task = write_task(
+        tmp_path / "task",
+        doc,
+        test_patch=diff_of(
+            repo, {"tests/test_new.sh": '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'}
+        ),
+        # The fix drops wave(): one pass-to-pass test of two now fails.
+        gold_patch=diff_of(repo, {"lib.sh": LIB_GOLD}),
+    )
+    run = run_verify(task, verify_options, tmp_path / "run")
+    oracle = run.stage("oracle")
+    assert oracle["status"] == "failed"
+    assert oracle["detail"].startswith("pass-to-pass tests fail with the gold patch (exit 1)")
+    assert oracle["detail"].endswith("; failing alone: tests/test_wave.sh"), oracle["detail"]
+    assert {(s["selector"], s["exitCode"] == 0) for s in oracle["data"]["passToPassSelectors"]} == {
+        ("tests/test_old.sh", True),
+        ("tests/test_wave.sh", False),
+    }
+    assert run.stage("nop")["data"]["passToPassSelectors"] == []  # green: nothing to isolate

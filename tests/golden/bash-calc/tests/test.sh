@@ -54,6 +54,8 @@ fi
 # passes must not hide behind the others' failures.
 fail_to_pass_selectors=()
 fail_to_pass_each=()
+pass_to_pass_selectors=()
+pass_to_pass_each=()
 
 kill_verifier_processes() { pkill -KILL -u verifier 2>/dev/null || true; }
 
@@ -260,6 +262,15 @@ if [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
       run_as_verifier pass_to_pass "$pass_to_pass_command"
       pass_to_pass_exit_code=$?
       if [ "$pass_to_pass_exit_code" -eq 0 ]; then pass_to_pass=1; fi
+      : > /logs/verifier/pass_to_pass_selectors.tsv
+      if [ "$pass_to_pass_exit_code" -ne 0 ] && [ 0 -gt 1 ] \
+        && [ -z "${SELFBENCH_REWARD_ONLY:-}" ]; then
+        for i in "${!pass_to_pass_each[@]}"; do
+          run_as_verifier "pass_to_pass_selector_$i" "${pass_to_pass_each[$i]}"
+          printf '%d\t%s\n' "$?" "${pass_to_pass_selectors[$i]}" \
+            >> /logs/verifier/pass_to_pass_selectors.tsv
+        done
+      fi
     fi
   else
     echo "selfbench: the workdir is gone:" '/app'
