@@ -35,7 +35,6 @@ from runner.errors import (
     UsageError,
 )
 from runner.models import Toolchain
-from runner.report import STAGE_NAMES
 from runner.safeio import check_writable_file, read_regular, require_directory
 from runner.settings import (
     DEFAULT_BASE_IMAGE,
@@ -60,6 +59,7 @@ from runner.settings import (
     environment_value,
     proxy_environment,
 )
+from runner.stages import STAGE_NAMES
 
 PROG = "selfbench-runner"
 MAX_CA_BYTES = 16 * 1024 * 1024

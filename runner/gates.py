@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from runner.report import DOCKER_STAGES, LimitsData, Status, Verdict
+from runner.report import LimitsData, Status, Verdict
 from runner.reward import Reward, VerifierDetails
 from runner.runtime import BuildOutcome, ExecOutcome
+from runner.stages import DOCKER_STAGES
 
 
 @dataclass(frozen=True)

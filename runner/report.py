@@ -16,10 +16,9 @@ from runner.coupling import CouplingItem
 from runner.errors import ExitCode, Problem
 from runner.reward import Reward, VerifierDetails
 from runner.safeio import write_atomic
+from runner.stages import STAGE_NAMES
 
 REPORT_SCHEMA_VERSION = 2
-STAGE_NAMES = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism", "hack")
-DOCKER_STAGES = STAGE_NAMES[2:]
 
 
 class Status(StrEnum):

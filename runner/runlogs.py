@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.htmlreport import BuildSource, Excerpt, ReportView, dockerfile_line, step_source
-from runner.report import STAGE_NAMES, Report
+from runner.report import Report
+from runner.stages import STAGE_NAMES
 
 STAGE_DIRS = ("build", "smoke", "nop", "oracle")
 ORDER = STAGE_NAMES

@@ -21,6 +21,7 @@ PURE = (
     "plan",
     "gates",
     "exploits",
+    "stages",
     "reward",
     "buildlog",
     "runtime",
