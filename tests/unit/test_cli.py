@@ -407,3 +407,57 @@ def test_unreadable_task_file_is_named(tmp_path: Path, monkeypatch: pytest.Monke
     assert err.strip() == (
         f"selfbench-runner: error: {task.directory / 'gold.patch'}: cannot read: permission denied"
     )
+
+
+def test_the_plan_holds_the_probe_the_exploits_and_the_online_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path)
+    code, out, _ = run(
+        "verify", str(task.directory), "--plan", "--repeat", "3", "--logs", str(tmp_path / "r")
+    )
+    assert code == 0
+    plan = json.loads(out)
+    runs = plan["probe"]["runs"]
+    assert [r["name"] for r in runs] == ["probe-1", "probe-2", "probe-3"]
+    envs = [r["trial"]["test"]["env"] for r in runs]
+    assert [e["TZ"] for e in envs] == ["<+14>-14", "<-0330>3:30", "UTC0"]
+    assert [e["LC_ALL"] for e in envs] == ["C", "C.UTF-8", "C"]
+    assert [e.get("SELFBENCH_SELECTOR_ORDER") for e in envs] == ["reversed", None, "reversed"]
+    seeds = {e["PYTHONHASHSEED"] for e in envs}
+    assert len(seeds) == 3 and all(s.isdigit() and s != "0" for s in seeds)
+    cpusets = [r["trial"]["verifier"]["limits"]["cpuset"] for r in runs]
+    assert cpusets == (["0", None, "0"] if plan["facts"]["ncpu"] > 1 else [None] * 3)
+    # A failed run is retried with each of its dimensions alone.
+    retries = plan["probe"]["attribution"]["probe-2"]
+    assert [r["name"] for r in retries] == ["probe-2-tz", "probe-2-hashseed", "probe-2-locale"]
+    assert retries[0]["trial"]["test"]["env"]["TZ"] == "<-0330>3:30"
+    assert "PYTHONHASHSEED" not in retries[0]["trial"]["test"]["env"]
+    # The hack gate's exploits, each with a verifier of its own that stops at the first red.
+    exploits = plan["hack"]["exploits"]
+    assert [e["name"] for e in exploits] == [
+        "runner-exit-zero",
+        "held-out-overwrite",
+        "reward-file-from-code",
+    ]
+    assert all(e["run"]["user"] == "agent" for e in exploits)
+    assert exploits[0]["trial"]["test"]["env"]["SELFBENCH_REWARD_ONLY"] == "1"
+    # A red nop or oracle is retried once with the network on.
+    for trial in plan["trials"]:
+        assert trial["verifier"]["network"] == "none"
+        assert trial["online_verifier"]["network"] == "bridge"
+
+    code, out, _ = run(
+        "verify",
+        str(task.directory),
+        "--plan",
+        "--repeat",
+        "0",
+        "--no-hack-gate",
+        "--logs",
+        str(tmp_path / "r2"),
+    )
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["probe"] is None and plan["hack"] is None and plan["hack_gate"] is False
