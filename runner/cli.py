@@ -842,7 +842,7 @@ def _run_docker(
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option(
     "--stage",
-    type=click.Choice(["build", "smoke", "nop", "oracle"]),
+    type=click.Choice(["build", "smoke", "nop", "oracle", "hack"]),
     help="The stage to open (default: the first red one).",
 )
 @click.option(

@@ -24,11 +24,12 @@ from runner.plan import (
     LABEL_TASK,
     ContainerPlan,
     ExecStep,
+    TrialPlan,
     VerifyPlan,
 )
 from runner.report import Report, Status
 
-STAGES = ("build", "smoke", "nop", "oracle")
+STAGES = ("build", "smoke", "nop", "oracle", "hack")
 HISTFILE = "/tmp/.selfbench_history"
 # The interactive shell puts the failing command into its history first, so Up + Enter runs it.
 _SHELL_WITH_HISTORY = (
@@ -80,11 +81,13 @@ class DebugSession:
 
 
 def first_red(report: Report) -> str | None:
-    for name in STAGES:
+    for name in STAGES[:4]:
         if report.stages.get(name).status in (Status.FAILED, Status.ERROR):
             return name
     if report.stages.determinism.status in (Status.FAILED, Status.ERROR):
         return "oracle"
+    if report.stages.hack.status is Status.FAILED:
+        return "hack"
     return None
 
 
@@ -174,7 +177,41 @@ def plan_debug(
             "open --stage build",
             field="--stage",
         )
+    if chosen == "hack":
+        return _hack_session(report, plan, run_dir, why, debug_id, owner, proxies)
     return _gate_session(plan, run_dir, chosen, why, debug_id, owner, proxies)
+
+
+def _hack_session(
+    report: Report,
+    plan: VerifyPlan,
+    run_dir: Path,
+    why: str,
+    debug_id: str,
+    owner: str,
+    proxies: list[str],
+) -> DebugSession:
+    """The verifier of the exploit that earned a reward (the first one), its patch applied."""
+    exploits = report.stages.hack.data.exploits
+    won = [e.name for e in exploits if e.outcome == "earned-reward"]
+    planned = {e.name: e for e in plan.hack.exploits} if plan.hack else {}
+    name = next((n for n in won if n in planned), None)
+    if name is None:
+        raise UsageError(
+            "no exploit earned a reward in this run: the hack gate has no failed state to open",
+            field="--stage",
+        )
+    return _gate_session(
+        plan,
+        run_dir,
+        "hack",
+        why,
+        debug_id,
+        owner,
+        proxies,
+        trial=planned[name].trial,
+        label=f"exploit {name}",
+    )
 
 
 def _build_session(
@@ -313,9 +350,16 @@ def _gate_session(
     debug_id: str,
     owner: str,
     proxies: list[str],
+    *,
+    trial: TrialPlan | None = None,
+    label: str | None = None,
 ) -> DebugSession:
     gate = "nop" if stage == "smoke" else stage
-    trial = plan.trial(gate)
+    if trial is None:
+        trial = plan.trial(gate)
+    else:
+        gate = trial.gate  # hack/<exploit>: its run directory
+    label = label or gate
     verifier = trial.verifier
     if stage == "smoke" and plan.smoke.container is not None:
         verifier = plan.smoke.container
@@ -364,7 +408,7 @@ def _gate_session(
         for script in ("fail_to_pass.sh", "pass_to_pass.sh")
     ]
     notes.append(
-        f"the {gate} verifier with {gate}'s agent.patch applied and the held-out tests in place"
+        f"the {label} verifier with {label}'s agent.patch applied and the held-out tests in place"
     )
     show = [
         "docker",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -117,3 +118,75 @@ def test_follow_sees_new_files_and_lines_until_the_report(tmp_path: Path) -> Non
         ("build/agent.log", "Step 2/2 : RUN y"),
         ("build/agent.log", "Successfully built"),
     ]
+
+
+def test_a_red_hack_gate_opens_the_verifier_of_the_exploit_that_won(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from runner.cli import run_cli
+    from runner.plan import VerifyPlan
+    from runner.report import ExploitResult
+    from tests.helpers import bash_task
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    task = bash_task(tmp_path)
+    with CliRunner().isolation() as (out, _, _):
+        assert (
+            run_cli(["verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r")]) == 0
+        )
+        sys.stdout.flush()
+        plan = VerifyPlan.model_validate_json(out.getvalue())
+    made = report(
+        build=(Status.PASSED, ""),
+        nop=(Status.PASSED, ""),
+        oracle=(Status.PASSED, ""),
+        determinism=(Status.PASSED, ""),
+        hack=(Status.FAILED, "the verifier can be gamed: exploit held-out-overwrite ..."),
+    )
+    made.stages.hack.data.exploits = [
+        ExploitResult(name="runner-exit-zero", family="generic", summary="s", outcome="resisted"),
+        ExploitResult(
+            name="held-out-overwrite", family="generic", summary="s", outcome="earned-reward"
+        ),
+    ]
+    assert first_red(made) == "hack"
+    run_dir = tmp_path / "run"
+    session = plan_debug(made, plan, run_dir, stage=None, debug_id="d", owner="o", proxies=[])
+    copied = [step for step in session.setup if step[:2] == ["docker", "cp"]]
+    assert copied[0][2] == str(run_dir / "hack" / "held-out-overwrite" / "agent.patch")
+    assert any("exploit held-out-overwrite verifier" in note for note in session.notes)
+    made.stages.hack.data.exploits[1].outcome = "resisted"
+    with pytest.raises(UsageError, match="no exploit earned a reward"):
+        plan_debug(made, plan, run_dir, stage="hack", debug_id="d", owner="o", proxies=[])
+
+
+def test_report_html_shows_the_probe_and_the_exploits() -> None:
+    from runner.report import ExploitResult, ProbeResult
+
+    made = report(determinism=(Status.FAILED, "flaky"), hack=(Status.FAILED, "gamed"))
+    made.stages.determinism.data.probe = [
+        ProbeResult(
+            name="probe-1",
+            perturbation="TZ=<+14>-14 (as Pacific/Kiritimati)",
+            passed=False,
+            what_failed="fail-to-pass",
+            failing_selectors=["tests/test_tz.py"],
+        )
+    ]
+    made.stages.determinism.data.perturbations = ["TZ=<+14>-14 (as Pacific/Kiritimati)"]
+    made.stages.hack.data.exploits = [
+        ExploitResult(
+            name="pytest-conftest",
+            family="pytest",
+            summary="<conftest>",
+            outcome="earned-reward",
+            discarded=[],
+        )
+    ]
+    page = render_html(ReportView(report=made))
+    assert EXTERNAL.search(page) is None
+    assert "TZ=&lt;+14&gt;-14 (as Pacific/Kiritimati)" in page
+    assert "failed: fail-to-pass" in page and "tests/test_tz.py" in page
+    assert "pytest-conftest" in page and "&lt;conftest&gt;" in page and "earned-reward" in page
