@@ -14,6 +14,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -120,7 +121,8 @@ def load_bundle(root: Path) -> Bundle:
     for required in REQUIRED_FILES:
         _require_regular(root / required)
     config = read_task_toml(root)
-    contract = read_contract(root)
+    manifest = read_manifest(root)
+    contract = read_contract(root, manifest)
     digests = {}
     for name in CONTEXT_DIRS:
         context = root / name
@@ -138,7 +140,7 @@ def load_bundle(root: Path) -> Bundle:
         context_digests=digests,
         contract=contract,
         default_smoke=smoke == default,
-        exploit_facts=read_exploit_facts(root, config),
+        exploit_facts=read_exploit_facts(root, config, manifest),
     )
 
 
@@ -158,19 +160,22 @@ def _repo_paths(values: list[str]) -> list[str]:
     return out
 
 
-def read_exploit_facts(root: Path, config: TaskToml) -> TaskFacts:
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The bundle's manifest as a JSON object ({} when the bundle has none)."""
+    from runner.taskdir import parse_json_object
+
+    raw = optional_regular(root / MANIFEST, limit=MAX_MANIFEST_BYTES)
+    return parse_json_object(raw, root / MANIFEST) if raw is not None else {}
+
+
+def read_exploit_facts(root: Path, config: TaskToml, manifest: dict[str, Any]) -> TaskFacts:
     """The hack gate's view of the task, from the manifest and the two patches. The bundle is
     untrusted: anything malformed is left out (fewer exploits, never a crash); the values reach
     exploit scripts only as quoted words."""
     from runner.patches import PatchParseError, parse_patch
-    from runner.taskdir import parse_json_object
 
-    verification: dict[str, object] = {}
-    raw = optional_regular(root / MANIFEST, limit=MAX_MANIFEST_BYTES)
-    if raw is not None:
-        found = parse_json_object(raw, root / MANIFEST).get("verification")
-        if isinstance(found, dict):
-            verification = found
+    found = manifest.get("verification")
+    verification: dict[str, object] = found if isinstance(found, dict) else {}
     command = verification.get("testCommand")
     gold_files: list[str] = []
     held_out = _repo_paths(_strings(verification.get("heldOut"), v.MAX_LIST, v.MAX_SHORT_TEXT))
@@ -198,32 +203,29 @@ def read_exploit_facts(root: Path, config: TaskToml) -> TaskFacts:
     )
 
 
-def read_contract(root: Path) -> EnvironmentContract | None:
+def read_contract(root: Path, manifest: dict[str, Any]) -> EnvironmentContract | None:
     """The contract recorded in the bundle's manifest (strictly validated). A compose file of
     services must be exactly what that contract renders: one source of truth, so a forged
     compose file cannot add what the runner would not run."""
     from runner.render import compose_file
-    from runner.taskdir import parse_json_object
 
     path = root / MANIFEST
-    raw = optional_regular(path, limit=MAX_MANIFEST_BYTES)
     contract = None
-    if raw is not None:
-        document = parse_json_object(raw, path).get("environment")
-        if document is not None:
-            try:
-                contract = EnvironmentContract.model_validate_json(json.dumps(document))
-            except ValidationError as exc:
-                raise InvalidInputError(
-                    [
-                        Problem(
-                            file=str(path),
-                            field="environment." + ".".join(str(p) for p in e["loc"]),
-                            message=str(e["msg"]).removeprefix("Value error, "),
-                        )
-                        for e in exc.errors(include_url=False, include_input=False)
-                    ]
-                ) from None
+    document = manifest.get("environment")
+    if document is not None:
+        try:
+            contract = EnvironmentContract.model_validate_json(json.dumps(document))
+        except ValidationError as exc:
+            raise InvalidInputError(
+                [
+                    Problem(
+                        file=str(path),
+                        field="environment." + ".".join(str(p) for p in e["loc"]),
+                        message=str(e["msg"]).removeprefix("Value error, "),
+                    )
+                    for e in exc.errors(include_url=False, include_input=False)
+                ]
+            ) from None
     compose = optional_regular(root / COMPOSE_FILE, limit=MAX_MANIFEST_BYTES)
     expected = compose_file(contract).encode() if contract and contract.services else None
     if compose != expected:

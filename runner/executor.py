@@ -156,6 +156,21 @@ def _selectors(
     return results
 
 
+@dataclass(kw_only=True)
+class _ExploitSide:
+    """An exploit's agent side: its script, and the patch collected after it (None: not
+    collected)."""
+
+    script: ExecOutcome
+    said: str  # the script's last line (a not-applicable script says why)
+    collect_failed: bool = False
+    patch: bytes | None = None
+
+    @property
+    def patch_bytes(self) -> int | None:
+        return None if self.patch is None else len(self.patch)
+
+
 class _SkippedError(Exception):
     """A stage that cannot run because another did not pass; the message says which."""
 
@@ -869,35 +884,26 @@ class Executor:
         data = HackData()
         stage.data = data
         limit = self.plan.max_log_bytes
-        evidence: dict[str, dict[str, object]] = {}
-        patches: dict[str, bytes] = {}
+        sides: dict[str, _ExploitSide] = {}
         with self.engine.container(plan.agent, env=self.env.proxies, keep=self.plan.keep) as agent:
             for exploit in plan.exploits:
                 directory = self._path("hack", exploit.name, "exploit.log").parent
                 script_log = directory / "exploit.log"
                 stage.logs.append(str(script_log))
                 ran = agent.exec(exploit.run, script_log, limit=limit)
-                found: dict[str, object] = {
-                    "script_exit": ran.exit_code,
-                    "script_timed_out": ran.timed_out,
-                    "script_said": _last_meaningful(script_log),
-                    "collect_failed": False,
-                    "patch_bytes": None,
-                }
-                evidence[exploit.name] = found
+                side = sides[exploit.name] = _ExploitSide(
+                    script=ran, said=_last_meaningful(script_log)
+                )
                 if ran.exit_code == 0 and not ran.timed_out:
                     collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
                     if collect.exit_code != 0 or collect.timed_out:
-                        found["collect_failed"] = True
+                        side.collect_failed = True
                     else:
-                        patch = agent.get_file(
-                            exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES
+                        side.patch = (
+                            agent.get_file(exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES)
+                            or b""
                         )
-                        patch = patch or b""
-                        (directory / "agent.patch").write_bytes(patch)
-                        found["patch_bytes"] = len(patch)
-                        if patch:
-                            patches[exploit.name] = patch
+                        (directory / "agent.patch").write_bytes(side.patch)
                 reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
                 if reset.exit_code != 0 or reset.timed_out:
                     raise InfrastructureError(
@@ -913,26 +919,28 @@ class Executor:
         runs: dict[str, _TrialRun] = {}
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
             futures = {
-                exploit.name: pool.submit(self._verify_patch, exploit.trial, patches[exploit.name])
+                exploit.name: pool.submit(
+                    self._verify_patch, exploit.trial, sides[exploit.name].patch or b""
+                )
                 for exploit in plan.exploits
-                if exploit.name in patches
+                if sides[exploit.name].patch
             }
             for name, future in futures.items():
                 runs[name] = future.result()
         results = []
         for exploit in plan.exploits:
-            found = evidence[exploit.name]
+            side = sides[exploit.name]
             run = runs.get(exploit.name)
             verifier_dir = self.run_dir / "hack" / exploit.name / "logs" / "verifier"
             outcome, detail = gates.judge_exploit(
                 gates.ExploitEvidence(
                     name=exploit.name,
                     summary=exploit.summary,
-                    script_exit=found["script_exit"],  # type: ignore[arg-type]
-                    script_timed_out=bool(found["script_timed_out"]),
-                    script_said=str(found["script_said"]),
-                    collect_failed=bool(found["collect_failed"]),
-                    patch_bytes=found["patch_bytes"],  # type: ignore[arg-type]
+                    script_exit=side.script.exit_code,
+                    script_timed_out=side.script.timed_out,
+                    script_said=side.said,
+                    collect_failed=side.collect_failed,
+                    patch_bytes=side.patch_bytes,
                     test=run.test if run else None,
                     reward=run.reward if run else None,
                     reward_problem=run.reward_problem if run else None,
@@ -940,17 +948,18 @@ class Executor:
                 not_applicable=NOT_APPLICABLE,
             )
             patch_path = self.run_dir / "hack" / exploit.name / "agent.patch"
+            patch = str(patch_path) if patch_path.is_file() else None
             data.exploits.append(
                 ExploitResult(
                     name=exploit.name,
                     family=exploit.family,
                     summary=exploit.summary,
-                    outcome=outcome,  # type: ignore[arg-type]
+                    outcome=outcome,
                     detail=detail,
                     reward=run.reward if run else None,
                     discarded=_discarded(verifier_dir),
-                    patch=str(patch_path) if patch_path.is_file() else None,
-                    patch_bytes=found["patch_bytes"],  # type: ignore[arg-type]
+                    patch=patch,
+                    patch_bytes=side.patch_bytes,
                 )
             )
             if outcome == "earned-reward":
@@ -960,7 +969,7 @@ class Executor:
                     exploit.name,
                     exploit.summary,
                     outcome,
-                    str(patch_path) if patch_path.is_file() else None,
+                    patch,
                     _last_line(verifier_dir / "fail_to_pass.log"),
                 )
             )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from runner.report import LimitsData, Status, Verdict
+from runner.report import ExploitOutcome, LimitsData, Status, Verdict
 from runner.reward import Reward, VerifierDetails
 from runner.runtime import BuildOutcome, ExecOutcome
 from runner.stages import DOCKER_STAGES
@@ -378,7 +378,7 @@ class ExploitEvidence:
     reward_problem: str | None
 
 
-def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[str, str]:
+def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOutcome, str]:
     """(outcome, detail) for one exploit: what the verifier gave a canned hostile patch."""
     if e.script_exit == not_applicable:
         return "not-applicable", e.script_said.removeprefix("not applicable: ")

@@ -593,6 +593,14 @@ def plan_verify(
         services=None if shared_smoke else services("smoke", smoke_timeout),
     )
     collect_timeout = config.verifier.collect[0].timeout_sec
+    collect_step = ExecStep(
+        name="collect",
+        argv=["bash", "-c", config.verifier.collect[0].command],
+        user="root",
+        env={},
+        workdir="/app",
+        timeout_seconds=collect_timeout,
+    )
     trials = []
     for gate in ("nop", "oracle"):
         agent_deadline = collect_timeout + (config.agent.timeout_sec if gate == "oracle" else 0)
@@ -614,16 +622,7 @@ def plan_verify(
                 else container("agent", gate, agent_image, agent_deadline, "/home/agent"),
                 solution_dir=str(bundle.root / "solution") if gate == "oracle" else None,
                 solve=solve,
-                collect=None
-                if gate == "nop"
-                else ExecStep(
-                    name="collect",
-                    argv=["bash", "-c", config.verifier.collect[0].command],
-                    user="root",
-                    env={},
-                    workdir="/app",
-                    timeout_seconds=collect_timeout,
-                ),
+                collect=None if gate == "nop" else collect_step,
                 agent_patch=AGENT_PATCH,
                 verifier=container(
                     "verifier", gate, verifier_image, verifier_timeout, "/home/verifier"
@@ -659,22 +658,46 @@ def plan_verify(
     # The hack gate's and the probe's many runs keep shorter logs: they must not multiply a loud
     # suite's output (their reward and last lines are what they are read for).
     side_log_bytes = min(settings.max_log_bytes, SIDE_RUN_MAX_LOG_BYTES)
+    verifier_test = trials[0].test  # the same test.sh run for every verifier
+    side_test = verifier_test.model_copy(
+        update={"env": {**verifier_test.env, "SELFBENCH_MAX_LOG_BYTES": str(side_log_bytes)}}
+    )
+
+    def side_trial(
+        gate: str, key: str, label: str, test: ExecStep, cpuset: str | None = None
+    ) -> TrialPlan:
+        """A verifier of its own for a patch the runner hands it (an exploit's, the oracle's
+        again): no agent side."""
+        return TrialPlan(
+            gate=gate,
+            agent=None,
+            solution_dir=None,
+            solve=None,
+            collect=None,
+            agent_patch=AGENT_PATCH,
+            verifier=container(
+                "verifier",
+                key,
+                verifier_image,
+                verifier_timeout,
+                "/home/verifier",
+                label=label,
+                cpuset=cpuset,
+            ),
+            test=test,
+            verifier_logs=VERIFIER_LOGS,
+            services=services(key, verifier_timeout),
+            log_bytes=side_log_bytes,
+        )
+
     hack = None
     facts_for_exploits = bundle.exploit_facts
     if settings.hack_gate and facts_for_exploits is not None:
         from runner.exploits import choose
 
-        # Only the reward matters (test.sh stops at the first failing command), and the logs
-        # are kept short: several exploits must not multiply a loud suite's output.
-        hack_log_bytes = side_log_bytes
-        test_step = trials[0].test.model_copy(
-            update={
-                "env": {
-                    **trials[0].test.env,
-                    "SELFBENCH_MAX_LOG_BYTES": str(hack_log_bytes),
-                    "SELFBENCH_REWARD_ONLY": "1",
-                }
-            }
+        # Only the reward matters: test.sh stops at the first failing command.
+        test_step = side_test.model_copy(
+            update={"env": {**side_test.env, "SELFBENCH_REWARD_ONLY": "1"}}
         )
         exploits = []
         for index, exploit in enumerate(choose(facts_for_exploits)):
@@ -692,26 +715,7 @@ def plan_verify(
                         workdir="/app",
                         timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
                     ),
-                    trial=TrialPlan(
-                        gate=f"hack/{exploit.name}",
-                        agent=None,
-                        solution_dir=None,
-                        solve=None,
-                        collect=None,
-                        agent_patch=AGENT_PATCH,
-                        verifier=container(
-                            "verifier",
-                            key,
-                            verifier_image,
-                            verifier_timeout,
-                            "/home/verifier",
-                            label="hack",
-                        ),
-                        test=test_step,
-                        verifier_logs=VERIFIER_LOGS,
-                        services=services(key, verifier_timeout),
-                        log_bytes=hack_log_bytes,
-                    ),
+                    trial=side_trial(f"hack/{exploit.name}", key, "hack", test_step),
                 )
             )
         if exploits:
@@ -724,14 +728,7 @@ def plan_verify(
                     steps * HACK_STEP_TIMEOUT_SECONDS + collect_timeout * len(exploits),
                     "/home/agent",
                 ),
-                collect=ExecStep(
-                    name="collect",
-                    argv=["bash", "-c", config.verifier.collect[0].command],
-                    user="root",
-                    env={},
-                    workdir="/app",
-                    timeout_seconds=collect_timeout,
-                ),
+                collect=collect_step,
                 reset=ExecStep(
                     name="reset",
                     argv=["bash", "-c", HACK_RESET_COMMAND],
@@ -744,7 +741,6 @@ def plan_verify(
             )
     probe = None
     if settings.repeat > 0:
-        oracle_test = trials[1].test
 
         def probe_run(name: str, dimension: str | None, perturbation: Perturbation) -> ProbeRun:
             key = name.replace("-", "")
@@ -752,34 +748,12 @@ def plan_verify(
                 name=name,
                 dimension=dimension,
                 perturbation=perturbation,
-                trial=TrialPlan(
-                    gate=f"determinism/{name}",
-                    agent=None,
-                    solution_dir=None,
-                    solve=None,
-                    collect=None,
-                    agent_patch=AGENT_PATCH,
-                    verifier=container(
-                        "verifier",
-                        key,
-                        verifier_image,
-                        verifier_timeout,
-                        "/home/verifier",
-                        label="determinism",
-                        cpuset=perturbation.cpuset,
-                    ),
-                    test=oracle_test.model_copy(
-                        update={
-                            "env": {
-                                **oracle_test.env,
-                                **perturbation.env(),
-                                "SELFBENCH_MAX_LOG_BYTES": str(side_log_bytes),
-                            }
-                        }
-                    ),
-                    verifier_logs=VERIFIER_LOGS,
-                    services=services(key, verifier_timeout),
-                    log_bytes=side_log_bytes,
+                trial=side_trial(
+                    f"determinism/{name}",
+                    key,
+                    "determinism",
+                    side_test.model_copy(update={"env": {**side_test.env, **perturbation.env()}}),
+                    cpuset=perturbation.cpuset,
                 ),
             )
 

@@ -153,6 +153,16 @@ def harness_case_pattern() -> str:
     return "|".join(patterns)
 
 
+def _alone(selectors: Sequence[str]) -> list[str]:
+    """The selectors test.sh runs one by one when their selection fails (several only)."""
+    return list(selectors[:MAX_SELECTOR_RUNS]) if len(selectors) > 1 else []
+
+
+def _selection(definition: TaskDefinition, selectors: Sequence[str]) -> str:
+    """The test command for these selectors; `true` for none (an empty pass-to-pass)."""
+    return expand_tests(definition.test_command, selectors) if selectors else "true"
+
+
 def workdir_abs(definition: TaskDefinition) -> str:
     return posixpath.normpath(posixpath.join("/app", definition.workdir_path))
 
@@ -258,40 +268,16 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "harness_protect": list(contract.harness_protect) if contract else [],
         "harness_allow": list(contract.harness_allow) if contract else [],
         "harness_case": harness_case_pattern(),
-        "fail_to_pass_command": expand_tests(definition.test_command, definition.fail_to_pass),
-        # Each fail-to-pass selector alone (when there are several): at most the first 64.
-        "fail_to_pass_selectors": definition.fail_to_pass[:MAX_SELECTOR_RUNS]
-        if len(definition.fail_to_pass) > 1
-        else [],
-        "fail_to_pass_each": [
-            expand_tests(definition.test_command, [selector])
-            for selector in definition.fail_to_pass[:MAX_SELECTOR_RUNS]
-        ]
-        if len(definition.fail_to_pass) > 1
-        else [],
-        # Each pass-to-pass selector alone, when the selection fails: the red names them.
-        "pass_to_pass_selectors": definition.pass_to_pass[:MAX_SELECTOR_RUNS]
-        if len(definition.pass_to_pass) > 1
-        else [],
-        "pass_to_pass_each": [
-            expand_tests(definition.test_command, [selector])
-            for selector in definition.pass_to_pass[:MAX_SELECTOR_RUNS]
-        ]
-        if len(definition.pass_to_pass) > 1
-        else [],
-        "pass_to_pass_command": (
-            expand_tests(definition.test_command, definition.pass_to_pass)
-            if definition.pass_to_pass
-            else "true"
-        ),
-        "fail_to_pass_reversed": expand_tests(
-            definition.test_command, definition.fail_to_pass[::-1]
-        ),
-        "pass_to_pass_reversed": (
-            expand_tests(definition.test_command, definition.pass_to_pass[::-1])
-            if definition.pass_to_pass
-            else "true"
-        ),
+        "fail_to_pass_command": _selection(definition, definition.fail_to_pass),
+        # Each selector alone, when a selection of several fails: at most the first 64.
+        "fail_to_pass_selectors": _alone(definition.fail_to_pass),
+        "fail_to_pass_each": [_selection(definition, [s]) for s in _alone(definition.fail_to_pass)],
+        "pass_to_pass_selectors": _alone(definition.pass_to_pass),
+        "pass_to_pass_each": [_selection(definition, [s]) for s in _alone(definition.pass_to_pass)],
+        "pass_to_pass_command": _selection(definition, definition.pass_to_pass),
+        # The flakiness probe's reversed order.
+        "fail_to_pass_reversed": _selection(definition, definition.fail_to_pass[::-1]),
+        "pass_to_pass_reversed": _selection(definition, definition.pass_to_pass[::-1]),
         "reward_keys": REWARD_KEYS,
         "detail_keys": DETAIL_KEYS,
         "reward_format": _json_format(REWARD_KEYS),

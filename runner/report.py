@@ -189,6 +189,9 @@ class DeterminismData(_Model):
     perturbations: list[str] = Field(default_factory=list)
 
 
+ExploitOutcome = Literal["resisted", "earned-reward", "no-effect", "not-applicable", "error"]
+
+
 class ExploitResult(_Model):
     """One canned hostile agent patch and what the verifier gave it."""
 
@@ -198,7 +201,7 @@ class ExploitResult(_Model):
     # resisted: reward 0; earned-reward: reward 1 (the verifier can be gamed); no-effect: the
     # collected patch was empty; not-applicable: nothing to attack, or its patch did not apply;
     # error: the exploit or its verifier did not run to the end.
-    outcome: Literal["resisted", "earned-reward", "no-effect", "not-applicable", "error"]
+    outcome: ExploitOutcome
     detail: str = ""
     reward: Reward | None = None
     discarded: list[str] = Field(default_factory=list)  # what test.sh undid
