@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -18,8 +19,9 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -290,9 +292,33 @@ def repeat_option(default: int) -> Callable[[_F], _F]:
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChildOptions:
+    """The verify options a supervisor (serve, batch) takes once for every verify it starts."""
+
+    base_image: str
+    extra_ca_certs: Path | None
+    sources: tuple[str, ...]
+    mirrors: tuple[str, ...]
+    allowed_hosts: tuple[str, ...]
+    build_network: str | None
+    pids_limit: int
+    max_log_size: int
+    storage_limit: str
+    hack_gate: bool
+    repeat: int
+
+
 def CHILD_VERIFY_OPTIONS(function: _F) -> _F:  # noqa: N802 - used like the option constants
     """The verify options a supervisor (serve, batch) takes once and passes to every verify it
-    starts (see _forwarded)."""
+    starts (see _forwarded), handed to the command as one `child: ChildOptions`."""
+    names = [f.name for f in fields(ChildOptions)]
+
+    @functools.wraps(function)
+    def command(**kwargs: Any) -> Any:
+        child = ChildOptions(**{name: kwargs.pop(name) for name in names})
+        return function(child=child, **kwargs)
+
     for option in reversed(
         (
             BASE_IMAGE,
@@ -308,8 +334,8 @@ def CHILD_VERIFY_OPTIONS(function: _F) -> _F:  # noqa: N802 - used like the opti
             repeat_option(3),
         )
     ):
-        function = option(function)
-    return function
+        command = option(command)
+    return cast(_F, command)
 
 
 def logs_root_option(help_text: str) -> Callable[[_F], _F]:
@@ -1055,61 +1081,51 @@ def _bind(host: str, port: int) -> Any:
     return sock
 
 
-def _forwarded(
-    base_image: str,
-    extra_ca_certs: Path | None,
-    sources: tuple[str, ...],
-    mirrors: tuple[str, ...],
-    allowed_hosts: tuple[str, ...],
-    build_network: str | None,
-    pids_limit: int,
-    max_log_size: int,
-    storage_limit: str,
-    hack_gate: bool,
-    repeat: int,
-) -> tuple[list[str], dict[str, Any]]:
+def _forwarded(child: ChildOptions) -> tuple[list[str], dict[str, Any]]:
     """A supervisor's own verify options, checked once, as arguments for every `verify` it
     starts; and the settings among them that change a verification's outcome."""
     import hashlib
 
-    build = _build_environment(base_image, extra_ca_certs, sources, mirrors, build_network)
-    compile_options = _compile_options(allowed_hosts)
+    build = _build_environment(
+        child.base_image, child.extra_ca_certs, child.sources, child.mirrors, child.build_network
+    )
+    compile_options = _compile_options(child.allowed_hosts)
     toolchains = build.toolchains
     forwarded = [
         "--base-image",
-        base_image,
+        child.base_image,
         "--pids-limit",
-        str(pids_limit),
+        str(child.pids_limit),
         "--max-log-size",
-        str(max_log_size),
+        str(child.max_log_size),
         "--storage-limit",
-        storage_limit,
-        "--hack-gate" if hack_gate else "--no-hack-gate",
+        child.storage_limit,
+        "--hack-gate" if child.hack_gate else "--no-hack-gate",
         "--repeat",
-        str(repeat),
+        str(child.repeat),
     ]
-    if extra_ca_certs is not None:
-        forwarded += ["--extra-ca-certs", str(extra_ca_certs.resolve())]
+    if child.extra_ca_certs is not None:
+        forwarded += ["--extra-ca-certs", str(child.extra_ca_certs.resolve())]
     for name, source in toolchains.sources.items():
         forwarded += ["--toolchain-source", f"{name.value}={source.value}"]
     for name, url in toolchains.mirrors.items():
         forwarded += ["--toolchain-mirror", f"{name.value}={url}"]
     for host in compile_options.agent_allowed_hosts:
         forwarded += ["--agent-allowed-host", host]
-    if build_network:
-        forwarded += ["--build-network", build_network]
+    if child.build_network:
+        forwarded += ["--build-network", child.build_network]
     digest_settings = {
-        "baseImage": base_image,
+        "baseImage": child.base_image,
         "extraCa": hashlib.sha256(build.extra_ca_pem).hexdigest() if build.extra_ca_pem else None,
         "toolchainSources": {k.value: v.value for k, v in toolchains.sources.items()},
         "toolchainMirrors": {k.value: v for k, v in toolchains.mirrors.items()},
         "agentAllowedHosts": list(compile_options.agent_allowed_hosts),
-        "buildNetwork": build_network,
-        "pidsLimit": pids_limit,
-        "maxLogBytes": max_log_size,
-        "storageLimit": storage_limit,
-        "hackGate": hack_gate,
-        "repeat": repeat,
+        "buildNetwork": child.build_network,
+        "pidsLimit": child.pids_limit,
+        "maxLogBytes": child.max_log_size,
+        "storageLimit": child.storage_limit,
+        "hackGate": child.hack_gate,
+        "repeat": child.repeat,
     }
     return forwarded, digest_settings
 
@@ -1186,17 +1202,7 @@ def serve_command(
     max_body: int,
     grace_period: float,
     poll_interval: float,
-    base_image: str,
-    extra_ca_certs: Path | None,
-    sources: tuple[str, ...],
-    mirrors: tuple[str, ...],
-    allowed_hosts: tuple[str, ...],
-    build_network: str | None,
-    pids_limit: int,
-    max_log_size: int,
-    storage_limit: str,
-    hack_gate: bool,
-    repeat: int,
+    child: ChildOptions,
     verbose: bool,
 ) -> int:
     """Run as the orchestrator's sidecar: take verification requests from a mailbox
@@ -1215,19 +1221,7 @@ def serve_command(
     for root in repo_roots:
         if not root.is_dir():
             raise UsageError("is not a directory", path=str(root), field="--allow-repo-root")
-    forwarded, digest_settings = _forwarded(
-        base_image,
-        extra_ca_certs,
-        sources,
-        mirrors,
-        allowed_hosts,
-        build_network,
-        pids_limit,
-        max_log_size,
-        storage_limit,
-        hack_gate,
-        repeat,
-    )
+    forwarded, digest_settings = _forwarded(child)
     from runner.sidecar.run import SidecarOptions, run_sidecar
 
     options = SidecarOptions(
@@ -1242,7 +1236,7 @@ def serve_command(
         poll_seconds=poll_interval,
         verify_args=tuple(forwarded),
         digest_settings=digest_settings,
-        base_image=base_image,
+        base_image=child.base_image,
     )
     _stderr_logging(verbose)
     if not verbose:

@@ -16,6 +16,7 @@ import click
 from runner.cli import (
     CHILD_VERIFY_OPTIONS,
     ByteSize,
+    ChildOptions,
     _forwarded,
     cli,
     interrupts,
@@ -232,17 +233,7 @@ def batch_command(
     logs_root: Path,
     junit_path: Path | None,
     cache_budget: int | None,
-    base_image: str,
-    extra_ca_certs: Path | None,
-    sources: tuple[str, ...],
-    mirrors: tuple[str, ...],
-    allowed_hosts: tuple[str, ...],
-    build_network: str | None,
-    pids_limit: int,
-    max_log_size: int,
-    storage_limit: str,
-    hack_gate: bool,
-    repeat: int,
+    child: ChildOptions,
     quiet: bool,
 ) -> int:
     """Verify many tasks: bounded concurrency, several engines, one summary. Writes batch.json,
@@ -258,19 +249,7 @@ def batch_command(
     ]
     if junit_path is not None:
         check_writable_file(junit_path, option="--junit")
-    forwarded, _ = _forwarded(
-        base_image,
-        extra_ca_certs,
-        sources,
-        mirrors,
-        allowed_hosts,
-        build_network,
-        pids_limit,
-        max_log_size,
-        storage_limit,
-        hack_gate,
-        repeat,
-    )
+    forwarded, _ = _forwarded(child)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out or logs_root / f"batch-{stamp}"
     if out.exists() and any(out.iterdir()):
