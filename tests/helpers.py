@@ -124,6 +124,24 @@ def write_task(
     return directory
 
 
+def files_task(
+    tmp: Path,
+    name: str,
+    *,
+    base: dict[str, str | bytes | None],
+    tests: dict[str, str | bytes | None],
+    gold: dict[str, str | bytes | None],
+    **overrides: Any,
+) -> Path:
+    """A task directory: a repository of `base` files, the held-out `tests` and the `gold`
+    change as patches against it, and a definition with `overrides`."""
+    repo, commit = make_repo(tmp / f"{name}-repo", base)
+    doc = definition(taskId=name, baseCommit=commit, repo=str(repo), **overrides)
+    return write_task(
+        tmp / name, doc, test_patch=diff_of(repo, tests), gold_patch=diff_of(repo, gold)
+    )
+
+
 RUNNER_SH = """#!/usr/bin/env bash
 set -uo pipefail
 failed=0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import LIB_GOLD, RUNNER_SH, bash_task, definition, diff_of, make_repo, write_task
+from tests.helpers import LIB_GOLD, RUNNER_SH, bash_task, files_task
 from tests.integration.conftest import ROOT, Run, run_verify
 
 SHOUT = '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
@@ -43,34 +43,22 @@ def test_a_test_that_depends_on_the_time_zone(tmp_path: Path, verify_options: li
 def test_a_test_that_depends_on_the_order_of_its_selectors(
     tmp_path: Path, verify_options: list[str]
 ) -> None:
-    repo, commit = make_repo(
-        tmp_path / "repo",
-        {
+    task = files_task(
+        tmp_path,
+        "flaky-order",
+        base={
             "lib.sh": '#!/usr/bin/env bash\ngreet() { echo "hello $1"; }\n',
             "tests/run.sh": RUNNER_SH,
             "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
         },
-    )
-    test_patch = diff_of(
-        repo,
-        {
+        tests={
             # b needs what a leaves behind: it passes after a, and fails before it.
             "tests/test_a.sh": SHOUT + "touch /tmp/selfbench-order-state\n",
             "tests/test_b.sh": SHOUT + "[ -f /tmp/selfbench-order-state ]\n",
         },
-    )
-    doc = definition(
-        taskId="flaky-order",
-        baseCommit=commit,
-        repo=str(repo),
+        gold={"lib.sh": LIB_GOLD},
         failToPass=["tests/test_a.sh", "tests/test_b.sh"],
         testPaths=["tests/test_a.sh", "tests/test_b.sh"],
-    )
-    task = write_task(
-        tmp_path / "task",
-        doc,
-        test_patch=test_patch,
-        gold_patch=diff_of(repo, {"lib.sh": LIB_GOLD}),
     )
     run = run_verify(task, verify_options, tmp_path / "run")
     assert_flaky(run, "the selectors in reverse order")

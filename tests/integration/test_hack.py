@@ -15,12 +15,10 @@ from typing import Any
 
 import docker
 
-from tests.helpers import LIB_BASE, RUNNER_SH, bash_task, definition, diff_of, make_repo, write_task
+from tests.helpers import LIB_BASE, LIB_GOLD, RUNNER_SH, bash_task, files_task
 from tests.integration.conftest import ROOT, Run, leftovers, run_verify
 
-LIB_GOLD_TAIL = "".join(f'shout_{i}() {{ echo "HELLO $1" | tr a-z A-Z; }}\n' for i in range(21)) + (
-    'shout() { shout_0 "$@"; }\n'
-)
+LIB_GOLD_TAIL = LIB_GOLD.removeprefix(LIB_BASE)  # what the gold adds to lib.sh
 # Implements nothing (22 comment lines, enough for the size rule) and makes the runner pass.
 CHEAT_RUNNER = '#!/usr/bin/env bash\nfor t in "$@"; do echo "PASS $t"; done\n'
 CHEAT_GOLD: dict[str, str | bytes | None] = {
@@ -118,35 +116,21 @@ def test_a_fail_to_pass_selector_that_already_passes_is_named_at_nop(
 ) -> None:
     # Seen on a real task: one of four fail-to-pass tests swapped for one that already passes;
     # run together they still failed, so nop was green. Each selector now runs alone.
-    from tests.helpers import LIB_GOLD
-
-    repo, commit = make_repo(
-        tmp_path / "repo",
-        {
+    task = files_task(
+        tmp_path,
+        "selector-swap",
+        base={
             "lib.sh": LIB_BASE,
             "tests/run.sh": RUNNER_SH,
             "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
         },
-    )
-    test_patch = diff_of(
-        repo,
-        {
+        tests={
             "tests/test_new.sh": '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n',
             "tests/test_also.sh": '. ./lib.sh\n[ "$(greet z)" = "hello z" ]\n',  # passes now
         },
-    )
-    doc = definition(
-        taskId="selector-swap",
-        baseCommit=commit,
-        repo=str(repo),
+        gold={"lib.sh": LIB_GOLD},
         failToPass=["tests/test_new.sh", "tests/test_also.sh"],
         testPaths=["tests/test_new.sh", "tests/test_also.sh"],
-    )
-    task = write_task(
-        tmp_path / "task",
-        doc,
-        test_patch=test_patch,
-        gold_patch=diff_of(repo, {"lib.sh": LIB_GOLD}),
     )
     run = run_verify(task, verify_options, tmp_path / "run")
     assert run.report["verdict"] == "rejected"
@@ -256,11 +240,15 @@ PYTEST_GOLD = (
 
 
 def pytest_task(tmp_path: Path) -> Path:
-    repo, commit = make_repo(tmp_path / "pytest-repo", PYTEST_BASE)
-    doc = definition(
-        taskId="hack-pytest",
-        baseCommit=commit,
-        repo=str(repo),
+    return files_task(
+        tmp_path,
+        "hack-pytest",
+        base=PYTEST_BASE,
+        tests={
+            "tests/test_mul.py": "from calc import mul\n\n\ndef test_mul():\n"
+            "    assert mul(2, 3) == 6\n"
+        },
+        gold={"calc.py": PYTEST_GOLD},
         setupCommand="uv venv -q --python /usr/bin/python3 /opt/venv "
         "&& uv pip install -q --python /opt/venv pytest==8.3.4",
         # PYTHONPATH=. (common): the repository root is on sys.path before site runs, so a
@@ -273,18 +261,6 @@ def pytest_task(tmp_path: Path) -> Path:
         environment={
             "rootSetupCommand": "apt-get update -qq && apt-get install -y -qq python3 > /dev/null"
         },
-    )
-    return write_task(
-        tmp_path / "hack-pytest",
-        doc,
-        test_patch=diff_of(
-            repo,
-            {
-                "tests/test_mul.py": "from calc import mul\n\n\ndef test_mul():\n"
-                "    assert mul(2, 3) == 6\n"
-            },
-        ),
-        gold_patch=diff_of(repo, {"calc.py": PYTEST_GOLD}),
     )
 
 
@@ -362,29 +338,21 @@ def test_node_exploits_resist_and_a_waived_package_json_is_caught(
     tmp_path: Path, verify_options: list[str]
 ) -> None:
     options = [*verify_options, "--toolchain-source", "node=registry"]
-    repo, commit = make_repo(tmp_path / "node-repo", NODE_BASE)
-    doc = definition(
-        taskId="hack-node",
-        baseCommit=commit,
-        repo=str(repo),
+    task = files_task(
+        tmp_path,
+        "hack-node",
+        base=NODE_BASE,
+        tests={
+            "tests/mul.test.js": "const test = require('node:test');\n"
+            "const assert = require('assert');\nconst { mul } = require('../src/calc');\n"
+            "test('mul', () => assert.strictEqual(mul(2, 3), 6));\n"
+        },
+        gold={"src/calc.js": NODE_GOLD},
         testCommand="npm test --silent -- {tests}",
         failToPass=["tests/mul.test.js"],
         passToPass=["tests/add.test.js"],
         testPaths=["tests/mul.test.js"],
         toolchains=["node"],
-    )
-    task = write_task(
-        tmp_path / "hack-node",
-        doc,
-        test_patch=diff_of(
-            repo,
-            {
-                "tests/mul.test.js": "const test = require('node:test');\n"
-                "const assert = require('assert');\nconst { mul } = require('../src/calc');\n"
-                "test('mul', () => assert.strictEqual(mul(2, 3), 6));\n"
-            },
-        ),
-        gold_patch=diff_of(repo, {"src/calc.js": NODE_GOLD}),
     )
     run = run_verify(task, options, tmp_path / "run")
     assert run.report["verdict"] == "accepted", run.report["reason"]
@@ -427,11 +395,16 @@ def test_go_testmain_resists_and_a_waived_test_file_is_caught(
     tmp_path: Path, verify_options: list[str]
 ) -> None:
     options = [*verify_options, "--toolchain-source", "go=registry"]
-    repo, commit = make_repo(tmp_path / "go-repo", GO_BASE)
-    doc = definition(
-        taskId="hack-go",
-        baseCommit=commit,
-        repo=str(repo),
+    task = files_task(
+        tmp_path,
+        "hack-go",
+        base=GO_BASE,
+        tests={
+            "mul/mul_test.go": 'package mul\n\nimport "testing"\n\n'
+            "func TestMul(t *testing.T) {\n\tif Mul(2, 3) != 6 {\n\t\tt.Fatal(Mul(2, 3))\n"
+            "\t}\n}\n"
+        },
+        gold={"mul/mul.go": GO_GOLD},
         # Compiles the testing packages into the shared build cache once, at setup.
         setupCommand="go test -run '^$' ./...",
         testCommand="go test {tests}",
@@ -439,19 +412,6 @@ def test_go_testmain_resists_and_a_waived_test_file_is_caught(
         passToPass=["./add"],
         testPaths=["mul/mul_test.go"],
         toolchains=["go"],
-    )
-    task = write_task(
-        tmp_path / "hack-go",
-        doc,
-        test_patch=diff_of(
-            repo,
-            {
-                "mul/mul_test.go": 'package mul\n\nimport "testing"\n\n'
-                "func TestMul(t *testing.T) {\n\tif Mul(2, 3) != 6 {\n\t\tt.Fatal(Mul(2, 3))\n"
-                "\t}\n}\n"
-            },
-        ),
-        gold_patch=diff_of(repo, {"mul/mul.go": GO_GOLD}),
     )
     run = run_verify(task, options, tmp_path / "run")
     assert run.report["verdict"] == "accepted", run.report["reason"]
@@ -520,31 +480,19 @@ def test_the_agent_side_never_sees_the_held_out_tests_or_the_gold_patch(
 def test_a_pass_to_pass_selector_the_gold_breaks_is_named_at_oracle(
     tmp_path: Path, verify_options: list[str]
 ) -> None:
-    from tests.helpers import LIB_GOLD
-
-    repo, commit = make_repo(
-        tmp_path / "repo",
-        {
+    task = files_task(
+        tmp_path,
+        "p2p-broken",
+        base={
             "lib.sh": LIB_BASE + 'wave() { echo "bye $1"; }\n',
             "tests/run.sh": RUNNER_SH,
             "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
             "tests/test_wave.sh": '. ./lib.sh\n[ "$(wave x)" = "bye x" ]\n',
         },
-    )
-    doc = definition(
-        taskId="p2p-broken",
-        baseCommit=commit,
-        repo=str(repo),
-        passToPass=["tests/test_old.sh", "tests/test_wave.sh"],
-    )
-    task = write_task(
-        tmp_path / "task",
-        doc,
-        test_patch=diff_of(
-            repo, {"tests/test_new.sh": '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'}
-        ),
+        tests={"tests/test_new.sh": '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'},
         # The fix drops wave(): one pass-to-pass test of two now fails.
-        gold_patch=diff_of(repo, {"lib.sh": LIB_GOLD}),
+        gold={"lib.sh": LIB_GOLD},
+        passToPass=["tests/test_old.sh", "tests/test_wave.sh"],
     )
     run = run_verify(task, verify_options, tmp_path / "run")
     oracle = run.stage("oracle")

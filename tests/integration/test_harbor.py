@@ -143,6 +143,41 @@ def public_example(directory: Path) -> Path:
     return directory
 
 
+def harbor_run(
+    image: str,
+    engine: PrivateEngine,
+    workdir: Path,
+    bundle: Path,
+    agent: str,
+    jobs: Path,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`harbor run` of one trial of `bundle` with Harbor's built-in `agent`, as job `agent`."""
+    return harbor(
+        image,
+        engine,
+        workdir,
+        "harbor",
+        "run",
+        "-p",
+        str(bundle),
+        "-a",
+        agent,
+        "-e",
+        "docker",
+        "-n",
+        "1",
+        "-o",
+        str(jobs),
+        "--job-name",
+        agent,
+        "-q",
+        *extra,
+        env=env,
+    )
+
+
 def digest(tree: Path) -> str:
     sha = hashlib.sha256()
     for path in sorted(p for p in tree.rglob("*") if p.is_file()):
@@ -173,25 +208,13 @@ def test_bundle_runs_unchanged_under_real_harbor(
     jobs = workdir / f"jobs-{buildkit}"
     rewards = {}
     for agent in ("oracle", "nop"):
-        run = harbor(
+        run = harbor_run(
             harbor_image,
             harbor_engine,
             workdir,
-            "harbor",
-            "run",
-            "-p",
-            str(bundle),
-            "-a",
+            bundle,
             agent,
-            "-e",
-            "docker",
-            "-n",
-            "1",
-            "-o",
-            str(jobs),
-            "--job-name",
-            agent,
-            "-q",
+            jobs,
             "--no-delete",
             env={"DOCKER_BUILDKIT": buildkit},
         )
@@ -254,26 +277,7 @@ print(config.verifier.network_mode.value, config.agent.network_mode.value)
     assert parsed.returncode == 0, parsed.stderr[-3000:]
     assert parsed.stdout.split()[-2:] == ["no-network", "public"]
     jobs = workdir / "jobs-no-network"
-    run = harbor(
-        harbor_image,
-        harbor_engine,
-        workdir,
-        "harbor",
-        "run",
-        "-p",
-        str(bundle),
-        "-a",
-        "oracle",
-        "-e",
-        "docker",
-        "-n",
-        "1",
-        "-o",
-        str(jobs),
-        "--job-name",
-        "oracle",
-        "-q",
-    )
+    run = harbor_run(harbor_image, harbor_engine, workdir, bundle, "oracle", jobs)
     results = list((jobs / "oracle").glob("*/result.json"))
     if results and json.loads(results[0].read_text()).get("verifier_result"):
         rewards = json.loads(results[0].read_text())["verifier_result"]["rewards"]
