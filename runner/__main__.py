@@ -1,3 +1,3 @@
-from runner.cli import main
+from runner.launch import main
 
 main()

@@ -36,6 +36,7 @@ from runner.errors import (
     RunnerError,
     UsageError,
 )
+from runner.launch import startup_finished
 from runner.models import Toolchain
 from runner.safeio import check_writable_file, read_regular, require_directory
 from runner.settings import (
@@ -185,13 +186,16 @@ def _stderr_logging(verbose: bool) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name=PROG)
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Compile SelfBench tasks into native Harbor bundles, build them with Docker and run the
     smoke, nop, oracle and determinism gates.
 
     Exit codes: 0 accepted, 1 rejected, 2 invalid input or usage, 3 infrastructure failure,
     130 interrupted.
     """
+    if ctx.invoked_subcommand != "verify":  # verify resumes it after its own imports
+        startup_finished()
 
 
 TASK_DIR = click.argument("task_dir", type=click.Path(path_type=Path))
@@ -608,6 +612,9 @@ def verify_command(
     from runner.events import EventLog
     from runner.pipeline import verify
 
+    if not plan_only:
+        import runner.engine  # noqa: F401  (docker-py: imported before the collector resumes)
+    startup_finished()
     _stderr_logging(verbose)
     output = Output(quiet=quiet)
     try:
@@ -1291,7 +1298,7 @@ def run_cli(args: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run_cli())
+    sys.exit(run_cli())  # (the installed command starts in runner.launch)
 
 
 # The many-task commands register themselves on the group (they import it from here).

@@ -43,7 +43,14 @@ from runner.plan import (
     ExecStep,
     ServicePlan,
 )
-from runner.runtime import BuildOutcome, BuildRequest, ExecOutcome, ImageInfo, LimitStats
+from runner.runtime import (
+    BuildOutcome,
+    BuildRequest,
+    ExecOutcome,
+    FileToPut,
+    ImageInfo,
+    LimitStats,
+)
 from runner.settings import BUILD_GRACE_SECONDS, STORAGE_SAMPLE_SECONDS, StorageLimit
 from runner.toolchains import Arch
 
@@ -388,10 +395,19 @@ class DockerEngine:
 
     @contextlib.contextmanager
     def container(
-        self, plan: ContainerPlan, *, env: Mapping[str, str], keep: bool
+        self,
+        plan: ContainerPlan,
+        *,
+        env: Mapping[str, str],
+        keep: bool,
+        files: Sequence[FileToPut] = (),
     ) -> Iterator[DockerContainer]:
         container = self._create(plan, env)
         try:
+            # Files known before the start go in before it: the engine copies into a created
+            # container while it starts others, not on the critical path after the start.
+            for file in files:
+                container.put_file(file.directory, file.name, file.data, mode=file.mode)
             try:
                 with engine_errors(f"starting container {plan.name}"):
                     self.api.start(container.id)

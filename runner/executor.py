@@ -56,6 +56,7 @@ from runner.plan import (
     TrialPlan,
     VerifyPlan,
 )
+from runner.predictions import PatchPredictions, prediction_key, tree_digest
 from runner.render import render_derived_base, render_toolchain_context
 from runner.report import (
     BuildData,
@@ -83,7 +84,15 @@ from runner.reward import (
     parse_details,
     parse_reward,
 )
-from runner.runtime import BuildRequest, Container, Engine, ExecOutcome, ImageInfo, Service
+from runner.runtime import (
+    BuildRequest,
+    Container,
+    Engine,
+    ExecOutcome,
+    FileToPut,
+    ImageInfo,
+    Service,
+)
 from runner.settings import (
     DEFAULT_MAX_LOG_BYTES,
     HELPER_BUILD_TIMEOUT_SECONDS,
@@ -94,6 +103,8 @@ from runner.settings import (
 from runner.toolchains import Arch, load_catalog
 
 log = logging.getLogger(__name__)
+
+PREDICTED_DIR = "predicted"  # a gate's verifier run on its predicted patch, until confirmed
 
 Progress = Callable[[str, str], None]
 
@@ -189,6 +200,17 @@ class _TrialRun:
     reward_problem: str | None = None
 
 
+@dataclass(kw_only=True)
+class _Prediction:
+    """The oracle's verifier run on the patch its agent side is predicted to collect, beside
+    that agent side. Its results are kept apart (under `<gate>/predicted/`) until the collected
+    patch is known."""
+
+    key: str
+    patch: bytes | None  # None: nothing to predict (the agent side runs first, as without)
+    future: Future[tuple[_TrialRun, StageResult, GateData]] | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecutionEnv:
     """Runner-only values a plan names but does not hold (they may be secret or large)."""
@@ -196,6 +218,8 @@ class ExecutionEnv:
     proxies: Mapping[str, str]
     extra_ca_pem: bytes | None
     fetch_artifact: FetchArtifact
+    # Patches the oracle's agent side made before (None: the verifier always waits for it).
+    predictions: PatchPredictions | None = None
 
 
 @dataclass(kw_only=True)
@@ -542,25 +566,40 @@ class Executor:
                 self._trial_without_agent(trial, stage, data, evidence, stack)
             else:
                 opening: list[Future[Container]] = []
+                prediction = self._predict(trial)
 
                 def agent_started() -> None:
                     # The verifier container (and its services) start once the agent's has,
                     # while the agent works: the agent side is the longest path, and the engine
                     # starts one container faster than several at once (measured on 20.10:
-                    # 0.23 s alone, 0.44 s for three together).
-                    opening.append(self._opener.submit(self._open_verifier, trial, stage, stack))
+                    # 0.23 s alone, 0.44 s for three together). With a prediction, the
+                    # predicted run's verifier is already starting.
+                    if prediction is None:
+                        opening.append(
+                            self._opener.submit(self._open_verifier, trial, stage, stack)
+                        )
 
                 try:
                     self._agent_side(trial, trial.agent, stage, data, evidence, agent_started)
                     self._after_smoke()
-                    if evidence.patch is not None:
-                        verifier = opening[0].result()
+                    if evidence.patch is not None and not self._predicted_run_counts(
+                        trial, stage, data, evidence, prediction
+                    ):
+                        verifier = (
+                            opening[0].result()
+                            if opening
+                            else self._open_verifier(trial, stage, stack)
+                        )
                         self._verifier_side(trial, stage, data, evidence, verifier)
                 finally:
-                    # Whatever happened, the container must be in the stack before it unwinds.
+                    # Whatever happened, the container must be in the stack before it unwinds
+                    # (and the predicted run's container removed before the stage ends).
                     for future in opening:
                         with contextlib.suppress(Exception):
                             future.result()
+                    if prediction is not None and prediction.future is not None:
+                        with contextlib.suppress(Exception):
+                            prediction.future.result()
         self._judge_trial(trial, stage, data, evidence)
         if (
             stage.status is Status.FAILED
@@ -570,6 +609,142 @@ class Executor:
             and gates.tests_failed(trial.gate, evidence.reward)
         ):
             self._online(trial, stage, data, evidence.patch)
+
+    def _prediction_key(self, trial: TrialPlan) -> str | None:
+        """What makes the agent side's patch: the agent image (by id), the solution's files and
+        the solve and collect steps. None: not predictable (no image id, no solution)."""
+        build = self.stages["build"].data
+        image = build.images.get("agent") if isinstance(build, BuildData) else None
+        if image is None or image.id is None or not trial.solution_dir or trial.solve is None:
+            return None
+        assert trial.collect is not None and trial.agent is not None
+        try:
+            solution = tree_digest(Path(trial.solution_dir))
+        except OSError:
+            return None
+        return prediction_key(
+            {
+                "task": self.plan.task_id,
+                "image": image.id,
+                "solution": solution,
+                "workdir": trial.agent.workdir,
+                "env": trial.agent.env,
+                "solve": trial.solve.model_dump(exclude={"timeout_seconds"}),
+                "collect": trial.collect.model_dump(exclude={"timeout_seconds"}),
+                "patch": trial.agent_patch,
+            }
+        )
+
+    def _predict(self, trial: TrialPlan) -> _Prediction | None:
+        """Start the verifier on the predicted patch, if there is one (see runner.predictions);
+        the agent side runs meanwhile."""
+        store = self.env.predictions
+        key = self._prediction_key(trial) if store is not None else None
+        if store is None or key is None:
+            return None
+        prediction = _Prediction(key=key, patch=store.predict(key))
+        if prediction.patch is not None:
+            log.debug(
+                "%s: verifying the predicted patch (%d bytes) beside the agent side",
+                trial.gate,
+                len(prediction.patch),
+            )
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predicted")
+            prediction.future = pool.submit(self._predicted_run, trial, prediction.patch)
+            pool.shutdown(wait=False)
+        return prediction
+
+    def _predicted_run(
+        self, trial: TrialPlan, patch: bytes
+    ) -> tuple[_TrialRun, StageResult, GateData]:
+        gate = f"{trial.gate}/{PREDICTED_DIR}"
+        predicted = trial.model_copy(
+            update={
+                "gate": gate,
+                "verifier": trial.verifier.model_copy(
+                    update={"name": f"{trial.verifier.name}-predicted"}
+                ),
+            }
+        )
+        run = _TrialRun(
+            agent_log=self._path(gate, "agent.log"),
+            collect_log=self._path(gate, "collect.log"),
+            verifier_log=self._path(gate, "verifier.log"),
+            patch=patch,
+        )
+        scratch, data = StageResult(), GateData()
+        with contextlib.ExitStack() as stack:
+            verifier = self._open_verifier(predicted, scratch, stack, patch)
+            # Not gated on smoke, unlike the others: its result counts only after the caller
+            # has waited for smoke to pass (a red smoke skips the gate, whatever ran here).
+            if self._interrupted.is_set():
+                raise _SkippedError("skipped: interrupted")
+            self._verifier_side(predicted, scratch, data, run, verifier, patched=True)
+        return run, scratch, data
+
+    def _predicted_run_counts(
+        self,
+        trial: TrialPlan,
+        stage: StageResult,
+        data: GateData,
+        evidence: _TrialRun,
+        prediction: _Prediction | None,
+    ) -> bool:
+        """Record the collected patch for the next run; when it is byte-for-byte the predicted
+        one, the predicted run is this gate's verifier run: its logs move into place. Otherwise
+        (no prediction, another patch, or the predicted run did not finish) the caller verifies
+        the collected patch in a fresh verifier."""
+        if prediction is None or evidence.patch is None or self.env.predictions is None:
+            return False
+        self.env.predictions.record(prediction.key, evidence.patch, predicted=prediction.patch)
+        if prediction.future is None or prediction.patch is None:
+            return False
+        if evidence.patch != prediction.patch:
+            data.predicted_patch = "mismatched"
+            log.info(
+                "%s: the collected patch (%d bytes) is not the predicted one (%d bytes): it is "
+                "verified in a fresh verifier; the predicted run is set aside in %s",
+                trial.gate,
+                len(evidence.patch),
+                len(prediction.patch),
+                self.run_dir / trial.gate / PREDICTED_DIR,
+            )
+            return False
+        try:
+            run, scratch, predicted_data = prediction.future.result()
+        except _SkippedError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "%s: the predicted run did not finish (%s); verifying again", trial.gate, exc
+            )
+            return False
+        gate_dir = self.run_dir / trial.gate
+        moved = gate_dir / PREDICTED_DIR
+        for name in ("verifier.log", "logs"):
+            if (moved / name).exists():
+                (moved / name).rename(gate_dir / name)
+        shutil.rmtree(moved, ignore_errors=True)
+        old, new = str(moved), str(gate_dir)
+        stage.logs.extend(path.replace(old, new, 1) for path in scratch.logs)
+        stage.truncated.extend(
+            Truncation(
+                path=t.path.replace(old, new, 1),
+                original_bytes=t.original_bytes,
+                kept_bytes=t.kept_bytes,
+            )
+            for t in scratch.truncated
+        )
+        evidence.test = run.test
+        evidence.reward, evidence.details = run.reward, run.details
+        evidence.reward_problem = run.reward_problem
+        data.verifier_exit_code = predicted_data.verifier_exit_code
+        data.timed_out = predicted_data.timed_out
+        data.predicted_patch = "confirmed"
+        log.debug(
+            "%s: the collected patch is the predicted one: its verifier run counts", trial.gate
+        )
+        return True
 
     def _online(self, trial: TrialPlan, stage: StageResult, data: GateData, patch: bytes) -> None:
         """The red gate's run again with the internet on: a test that fails only because the
@@ -612,7 +787,7 @@ class Executor:
             opened: list[Container] = []
 
             def smoke(smoke_stage: StageResult) -> None:
-                opened.append(self._open_verifier(trial, stage, stack))
+                opened.append(self._open_verifier(trial, stage, stack, run.patch))
                 self._smoke_in(opened[0], trial.verifier, smoke_stage)
 
             try:
@@ -622,16 +797,25 @@ class Executor:
             self._after_smoke()
             verifier = opened[0]
         else:
-            verifier = self._open_verifier(trial, stage, stack)
+            verifier = self._open_verifier(trial, stage, stack, run.patch)
             self._after_smoke()
-        self._verifier_side(trial, stage, data, run, verifier)
+        self._verifier_side(trial, stage, data, run, verifier, patched=True)
 
     def _open_verifier(
-        self, trial: TrialPlan, stage: StageResult, stack: contextlib.ExitStack
+        self,
+        trial: TrialPlan,
+        stage: StageResult,
+        stack: contextlib.ExitStack,
+        patch: bytes | None = None,
     ) -> Container:
+        """The trial's verifier container, started (with its services). A patch known already
+        goes in before the start (then `_verifier_side(..., patched=True)`)."""
         network = stack.enter_context(self._services(trial.services, trial.gate, stage))
+        files = () if patch is None else (_patch_file(patch),)
         verifier = stack.enter_context(
-            self.engine.container(trial.verifier, env=self.env.proxies, keep=self.plan.keep)
+            self.engine.container(
+                trial.verifier, env=self.env.proxies, keep=self.plan.keep, files=files
+            )
         )
         if network is not None and trial.verifier.network != network:
             verifier.connect(network)  # a public verifier also joins its services' network
@@ -772,11 +956,17 @@ class Executor:
         data: GateData,
         run: _TrialRun,
         verifier: Container,
+        *,
+        patched: bool = False,
     ) -> None:
+        """test.sh on `run.patch` (copied in now, unless `patched`: it went in before the
+        start), then the verifier's logs out."""
         assert run.patch is not None
         limit = trial.log_bytes or self.plan.max_log_bytes
         log.debug("%s: verifier side starts (agent patch %d bytes)", trial.gate, len(run.patch))
-        verifier.put_file("/opt/selfbench", "agent.patch", run.patch)
+        if not patched:
+            file = _patch_file(run.patch)
+            verifier.put_file(file.directory, file.name, file.data)
         stage.logs.append(str(run.verifier_log))
         with self._verifier_slots:
             log.debug("%s: test.sh starts", trial.gate)
@@ -986,8 +1176,8 @@ class Executor:
         )
         scratch = StageResult()
         with contextlib.ExitStack() as stack:
-            verifier = self._open_verifier(trial, scratch, stack)
-            self._verifier_side(trial, scratch, GateData(), run, verifier)
+            verifier = self._open_verifier(trial, scratch, stack, patch)
+            self._verifier_side(trial, scratch, GateData(), run, verifier, patched=True)
         return run
 
     # ---- determinism -----------------------------------------------------------------------
@@ -1060,6 +1250,11 @@ class Executor:
             data.perturbations,
             str(self.run_dir / "determinism"),
         )
+
+
+def _patch_file(patch: bytes) -> FileToPut:
+    """Where test.sh reads the agent's patch."""
+    return FileToPut(directory="/opt/selfbench", name="agent.patch", data=patch)
 
 
 def _last_meaningful(path: Path) -> str:

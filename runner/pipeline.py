@@ -44,6 +44,7 @@ from runner.executor import (
 from runner.gates import decide_verdict, verdict_reason
 from runner.models import Toolchain
 from runner.plan import EngineFacts, RunIdentity, VerifyPlan, plan_verify
+from runner.predictions import PatchPredictions
 from runner.report import (
     AuditData,
     AuditMetrics,
@@ -59,7 +60,7 @@ from runner.report import (
 )
 from runner.runtime import Engine
 from runner.safeio import is_within, require_directory, write_atomic
-from runner.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
+from runner.settings import STORAGE_SAMPLE_SECONDS, VerifySettings, cache_root
 from runner.taskdir import AuthoredTask, load_authored_task
 from runner.toolchains import Arch, load_catalog
 from runner.validation import safe_dir_name
@@ -91,6 +92,7 @@ def default_env(settings: VerifySettings) -> ExecutionEnv:
         proxies=dict(settings.build.proxies),
         extra_ca_pem=settings.build.extra_ca_pem,
         fetch_artifact=fetch,
+        predictions=PatchPredictions(cache_root()),
     )
 
 

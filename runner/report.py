@@ -157,6 +157,11 @@ class GateData(_Model):
     # A red gate retried with the internet on (the tests run without it by default): whether it
     # then passed, i.e. the tests need the network. None: not retried.
     passes_online: bool | None = None
+    # The oracle's verifier ran on the patch its agent side made last time, beside this run's
+    # agent side: "confirmed" (the collected patch was byte-for-byte that one, so that run is
+    # this gate's), "mismatched" (it was not: the collected patch was verified afresh), None (no
+    # prediction).
+    predicted_patch: Literal["confirmed", "mismatched"] | None = None
 
 
 class ProbeResult(_Model):

@@ -6,7 +6,7 @@ interface with docker-py, and the unit tests implement it with a fake.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -62,6 +62,16 @@ class LimitStats:
     oom_kills: int = -1
 
 
+@dataclass(frozen=True, kw_only=True)
+class FileToPut:
+    """A file copied into a container before it starts."""
+
+    directory: str
+    name: str
+    data: bytes
+    mode: int = 0o644
+
+
 @dataclass(kw_only=True)
 class ExecOutcome:
     exit_code: int | None
@@ -103,8 +113,16 @@ class Engine(Protocol):
         self, request: BuildRequest, log_path: Path, *, limit: int, on_line: Callable[[str], None]
     ) -> BuildOutcome: ...
     def container(
-        self, plan: ContainerPlan, *, env: Mapping[str, str], keep: bool
-    ) -> contextlib.AbstractContextManager[Container]: ...
+        self,
+        plan: ContainerPlan,
+        *,
+        env: Mapping[str, str],
+        keep: bool,
+        files: Sequence[FileToPut] = (),
+    ) -> contextlib.AbstractContextManager[Container]:
+        """Create, put `files` in, start; remove on exit unless `keep`."""
+        ...
+
     def network(
         self, name: str, *, labels: Mapping[str, str], keep: bool
     ) -> contextlib.AbstractContextManager[str]: ...

@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.logs import Truncation
 from runner.plan import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
-from runner.runtime import BuildOutcome, BuildRequest, ExecOutcome, ImageInfo
+from runner.runtime import BuildOutcome, BuildRequest, ExecOutcome, FileToPut, ImageInfo
 
 NOP_REWARD = {
     "reward": 0,
@@ -210,7 +210,12 @@ class FakeEngine:
 
     @contextlib.contextmanager
     def container(
-        self, plan: ContainerPlan, *, env: Mapping[str, str], keep: bool
+        self,
+        plan: ContainerPlan,
+        *,
+        env: Mapping[str, str],
+        keep: bool,
+        files: Sequence[FileToPut] = (),
     ) -> Iterator[FakeContainer]:
         role = plan.labels.get("org.selfbench.side", "smoke")
         key = f"{plan.labels['org.selfbench.kind']}/{role}"
@@ -219,6 +224,8 @@ class FakeEngine:
         if key in self.script.create_raises:
             raise self.script.create_raises[key]
         container = FakeContainer(self, plan)
+        for file in files:
+            container.put_file(file.directory, file.name, file.data, mode=file.mode)
         with self._lock:
             self.live.add(plan.name)
         try:
