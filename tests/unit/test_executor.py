@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,14 @@ from runner.errors import EngineError, ExitCode, Interrupted
 from runner.executor import ExecutionEnv
 from runner.pipeline import VerifyOutcome, verify
 from runner.plan import ExecStep
+from runner.predictions import PatchPredictions
 from runner.report import Status, Verdict
 from runner.runtime import ExecOutcome
 from runner.settings import BuildEnvironment, VerifySettings
 from tests.fakes import (
     NOP_REWARD,
+    ORACLE_REWARD,
+    Action,
     FakeContainer,
     FakeEngine,
     Script,
@@ -528,3 +532,125 @@ def test_a_missing_service_image_is_infrastructure(tmp_path: Path) -> None:
     ).report
     assert report.verdict is Verdict.INFRASTRUCTURE_FAILED
     assert report.stages.smoke.detail.startswith(f"service db's image {DB_IMAGE} is not present")
+
+
+# ---- predicted patches -------------------------------------------------------------------------
+
+GOLD = b"diff --git a/x b/x\n"  # what the fake oracle's collect step leaves
+
+
+def rewards_only(good: bytes) -> Action:
+    """A verifier whose tests pass only on `good` (the patch test.sh was given)."""
+
+    def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        given = container.files.get("/opt/selfbench/agent.patch")
+        reward = ORACLE_REWARD if given == good else NOP_REWARD
+        return writes_reward(reward)(container, step)
+
+    return action
+
+
+def predicting(tmp_path: Path, engine: FakeEngine, task: Path) -> VerifyOutcome:
+    return verify(
+        task,
+        settings(tmp_path, hack_gate=False, repeat=0),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: engine,
+        env=replace(ENV, predictions=PatchPredictions(tmp_path / "cache")),
+    )
+
+
+def only_prediction(tmp_path: Path) -> Path:
+    [entry] = (tmp_path / "cache" / "predicted-patches").glob("*.patch")
+    return entry
+
+
+def test_the_oracle_verifier_runs_on_the_predicted_patch_and_counts_when_it_matches(
+    tmp_path: Path,
+) -> None:
+    task = bash_task(tmp_path).directory
+    first = predicting(tmp_path, FakeEngine(), task)
+    assert first.report.verdict is Verdict.ACCEPTED, first.report.reason
+    assert first.report.stages.oracle.data.predicted_patch is None
+    assert only_prediction(tmp_path).read_bytes() == GOLD
+
+    engine = FakeEngine()
+    second = predicting(tmp_path, engine, task)
+    assert second.report.verdict is Verdict.ACCEPTED, second.report.reason
+    oracle = second.report.stages.oracle
+    assert oracle.data.predicted_patch == "confirmed"
+    # One oracle verifier: the predicted run's (created before the agent side collected), and
+    # its logs are the gate's own.
+    creations = [e for e in engine.events if e.startswith("create oracle/")]
+    assert creations.count("create oracle/verifier") == 1
+    assert engine.events.index("create oracle/verifier") < engine.events.index(
+        next(e for e in engine.events if e.startswith("exec oracle/collect"))
+    )
+    assert second.run_dir is not None
+    gate = second.run_dir / "oracle"
+    assert not (gate / "predicted").exists()
+    assert (gate / "logs" / "verifier" / "reward.json").is_file()
+    assert str(gate / "logs" / "verifier" / "reward.json") in oracle.logs
+    assert (gate / "agent.patch").read_bytes() == GOLD
+    assert engine.live == set()
+
+
+def test_a_wrong_prediction_never_decides_the_oracle(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    script = Script(actions={"oracle/verifier": rewards_only(GOLD)})
+    predicting(tmp_path, FakeEngine(script), task)
+    entry = only_prediction(tmp_path)
+
+    # A planted patch the tests fail on: the collected (gold) one is verified afresh.
+    entry.write_bytes(b"diff --git a/planted b/planted\n")
+    engine = FakeEngine(script)
+    outcome = predicting(tmp_path, engine, task)
+    oracle = outcome.report.stages.oracle
+    assert oracle.status is Status.PASSED, oracle.detail
+    assert oracle.data.predicted_patch == "mismatched"
+    assert [e for e in engine.events if e == "create oracle/verifier"] == [
+        "create oracle/verifier"
+    ] * 2
+    assert outcome.run_dir is not None
+    set_aside = outcome.run_dir / "oracle" / "predicted" / "logs" / "verifier" / "reward.json"
+    assert json.loads(set_aside.read_text())["reward"] == 0  # it ran, and was not used
+    assert (
+        json.loads((outcome.run_dir / "oracle/logs/verifier/reward.json").read_text())["reward"]
+        == 1
+    )
+    # The key changed its patch: not predicted next time, then predicted again once two runs
+    # in a row agree.
+    assert entry.read_bytes() == GOLD
+    assert (
+        predicting(tmp_path, FakeEngine(script), task).report.stages.oracle.data.predicted_patch
+        is None
+    )
+    assert (
+        predicting(tmp_path, FakeEngine(script), task).report.stages.oracle.data.predicted_patch
+        == "confirmed"
+    )
+
+
+def test_a_planted_passing_patch_cannot_pass_a_red_oracle(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    good = b"diff --git a/fixed b/fixed\n"  # the tests pass on this patch only, not on the gold
+    script = Script(actions={"oracle/verifier": rewards_only(good)})
+    assert (
+        predicting(tmp_path, FakeEngine(script), task).report.stages.oracle.status is Status.FAILED
+    )
+    only_prediction(tmp_path).write_bytes(good)
+    outcome = predicting(tmp_path, FakeEngine(script), task)
+    assert outcome.report.verdict is Verdict.REJECTED
+    assert outcome.report.stages.oracle.status is Status.FAILED
+    assert outcome.report.stages.oracle.data.predicted_patch == "mismatched"
+
+
+def test_a_red_smoke_skips_the_oracle_whatever_its_predicted_run_did(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    predicting(tmp_path, FakeEngine(), task)
+    engine = FakeEngine(Script(actions={"smoke/smoke": exits(1)}))
+    outcome = predicting(tmp_path, engine, task)
+    assert outcome.report.stages.oracle.status is Status.SKIPPED
+    assert outcome.report.stages.oracle.detail == "skipped: smoke did not pass"
+    assert outcome.report.verdict is Verdict.REJECTED
+    assert engine.live == set()
