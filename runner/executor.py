@@ -1075,48 +1075,46 @@ class Executor:
         stage.data = data
         limit = self.plan.max_log_bytes
         sides: dict[str, _ExploitSide] = {}
-        with self.engine.container(plan.agent, env=self.env.proxies, keep=self.plan.keep) as agent:
-            for exploit in plan.exploits:
-                directory = self._path("hack", exploit.name, "exploit.log").parent
-                script_log = directory / "exploit.log"
-                stage.logs.append(str(script_log))
-                ran = agent.exec(exploit.run, script_log, limit=limit)
-                side = sides[exploit.name] = _ExploitSide(
-                    script=ran, said=_last_meaningful(script_log)
-                )
-                if ran.exit_code == 0 and not ran.timed_out:
-                    collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
-                    if collect.exit_code != 0 or collect.timed_out:
-                        side.collect_failed = True
-                    else:
-                        side.patch = (
-                            agent.get_file(exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES)
-                            or b""
-                        )
-                        (directory / "agent.patch").write_bytes(side.patch)
-                reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
-                if reset.exit_code != 0 or reset.timed_out:
-                    raise InfrastructureError(
-                        f"resetting the hack gate's agent container after {exploit.name} "
-                        f"failed; see {directory / 'reset.log'}"
-                    )
-            self._keep("hack agent", agent)
-        self._nop_done.wait()
-        if self._interrupted.is_set():
-            raise _SkippedError("skipped: interrupted")
-        if self.stages["nop"].status is not Status.PASSED:
-            raise _SkippedError("skipped: nop did not pass (a reward 0 would prove nothing)")
-        runs: dict[str, _TrialRun] = {}
+        verifying: dict[str, Future[_TrialRun]] = {}
+        # Each collected patch goes to its verifier at once (once nop passed), while the next
+        # exploit runs in the agent container.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
-            futures = {
-                exploit.name: pool.submit(
-                    self._verify_patch, exploit.trial, sides[exploit.name].patch or b""
-                )
-                for exploit in plan.exploits
-                if sides[exploit.name].patch
-            }
-            for name, future in futures.items():
-                runs[name] = future.result()
+            with self.engine.container(
+                plan.agent, env=self.env.proxies, keep=self.plan.keep
+            ) as agent:
+                for exploit in plan.exploits:
+                    directory = self._path("hack", exploit.name, "exploit.log").parent
+                    script_log = directory / "exploit.log"
+                    stage.logs.append(str(script_log))
+                    ran = agent.exec(exploit.run, script_log, limit=limit)
+                    side = sides[exploit.name] = _ExploitSide(
+                        script=ran, said=_last_meaningful(script_log)
+                    )
+                    if ran.exit_code == 0 and not ran.timed_out:
+                        collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
+                        if collect.exit_code != 0 or collect.timed_out:
+                            side.collect_failed = True
+                        else:
+                            side.patch = (
+                                agent.get_file(
+                                    exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES
+                                )
+                                or b""
+                            )
+                            (directory / "agent.patch").write_bytes(side.patch)
+                            if side.patch:
+                                verifying[exploit.name] = pool.submit(
+                                    self._verify_exploit, exploit.trial, side.patch
+                                )
+                    reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
+                    if reset.exit_code != 0 or reset.timed_out:
+                        raise InfrastructureError(
+                            f"resetting the hack gate's agent container after {exploit.name} "
+                            f"failed; see {directory / 'reset.log'}"
+                        )
+                self._keep("hack agent", agent)
+            self._after_nop()
+            runs = {name: future.result() for name, future in verifying.items()}
         results = []
         for exploit in plan.exploits:
             side = sides[exploit.name]
@@ -1165,6 +1163,19 @@ class Executor:
             )
         judgement = gates.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
+
+    def _after_nop(self) -> None:
+        """An exploit's reward 0 proves something only once nop has shown the tests fail on
+        the base."""
+        self._nop_done.wait()
+        if self._interrupted.is_set():
+            raise _SkippedError("skipped: interrupted")
+        if self.stages["nop"].status is not Status.PASSED:
+            raise _SkippedError("skipped: nop did not pass (a reward 0 would prove nothing)")
+
+    def _verify_exploit(self, trial: TrialPlan, patch: bytes) -> _TrialRun:
+        self._after_nop()
+        return self._verify_patch(trial, patch)
 
     def _verify_patch(self, trial: TrialPlan, patch: bytes) -> _TrialRun:
         """A patch through a fresh verifier of the plan's trial (the hack gate, the probe)."""
