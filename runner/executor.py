@@ -611,13 +611,12 @@ class Executor:
             self._online(trial, stage, data, evidence.patch)
 
     def _prediction_key(self, trial: TrialPlan) -> str | None:
-        """What makes the agent side's patch: the agent image (by id), the solution's files and
-        the solve and collect steps. None: not predictable (no image id, no solution)."""
-        build = self.stages["build"].data
-        image = build.images.get("agent") if isinstance(build, BuildData) else None
-        if image is None or image.id is None or not trial.solution_dir or trial.solve is None:
+        """What makes the agent side's patch: the agent image (its tag, a digest of its build
+        inputs, so a prediction outlives a rebuild of the same inputs), the solution's files and
+        the solve and collect steps. None: not predictable (no solution)."""
+        if trial.agent is None or not trial.solution_dir or trial.solve is None:
             return None
-        assert trial.collect is not None and trial.agent is not None
+        assert trial.collect is not None
         try:
             solution = tree_digest(Path(trial.solution_dir))
         except OSError:
@@ -625,7 +624,7 @@ class Executor:
         return prediction_key(
             {
                 "task": self.plan.task_id,
-                "image": image.id,
+                "image": trial.agent.image,
                 "solution": solution,
                 "workdir": trial.agent.workdir,
                 "env": trial.agent.env,

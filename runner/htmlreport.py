@@ -13,6 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from runner.report import Report, Status
+from runner.templatecache import bytecode_cache
 
 # Where a failing build step comes from, by what its text runs.
 STEP_SOURCES = (
@@ -136,6 +137,7 @@ def ansi_html(text: str) -> str:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("runner", "templates"),
+        bytecode_cache=bytecode_cache(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

@@ -42,6 +42,7 @@ from runner.resources import dockerfiles_dir
 from runner.reward import DETAIL_KEYS, REWARD_KEYS
 from runner.settings import DEFAULT_MAX_LOG_BYTES, CompileOptions
 from runner.shell import expand_tests, quote
+from runner.templatecache import bytecode_cache
 from runner.toolchains import Catalog, ToolchainSpec
 
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
@@ -92,6 +93,7 @@ def _shell(value: str) -> str:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(dockerfiles_dir())),
+        bytecode_cache=bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=False,
