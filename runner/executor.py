@@ -656,15 +656,8 @@ class Executor:
     def _predicted_run(
         self, trial: TrialPlan, patch: bytes
     ) -> tuple[_TrialRun, StageResult, GateData]:
-        gate = f"{trial.gate}/{PREDICTED_DIR}"
-        predicted = trial.model_copy(
-            update={
-                "gate": gate,
-                "verifier": trial.verifier.model_copy(
-                    update={"name": f"{trial.verifier.name}-predicted"}
-                ),
-            }
-        )
+        predicted = _predicted_trial(trial)
+        gate = predicted.gate
         run = _TrialRun(
             agent_log=self._path(gate, "agent.log"),
             collect_log=self._path(gate, "collect.log"),
@@ -720,7 +713,7 @@ class Executor:
             return False
         gate_dir = self.run_dir / trial.gate
         moved = gate_dir / PREDICTED_DIR
-        for name in ("verifier.log", "logs"):
+        for name in ("verifier.log", "logs", "services"):
             if (moved / name).exists():
                 (moved / name).rename(gate_dir / name)
         shutil.rmtree(moved, ignore_errors=True)
@@ -740,6 +733,14 @@ class Executor:
         data.verifier_exit_code = predicted_data.verifier_exit_code
         data.timed_out = predicted_data.timed_out
         data.predicted_patch = "confirmed"
+        prefix = f"{trial.gate}/{PREDICTED_DIR} "
+        with self._lock:  # a kept container of the run that counts is the gate's own
+            self.kept = [
+                k.model_copy(update={"label": f"{trial.gate} {k.label[len(prefix) :]}"})
+                if k.label.startswith(prefix)
+                else k
+                for k in self.kept
+            ]
         log.debug(
             "%s: the collected patch is the predicted one: its verifier run counts", trial.gate
         )
@@ -1260,6 +1261,39 @@ class Executor:
             data.perturbations,
             str(self.run_dir / "determinism"),
         )
+
+
+def _predicted_trial(trial: TrialPlan) -> TrialPlan:
+    """The trial's verifier side under names of its own (its container, its services' network
+    and containers), so that a fresh verifier can run beside it when the prediction was wrong;
+    it logs under `<gate>/predicted/`."""
+
+    def renamed(name: str) -> str:
+        return f"{name}-{PREDICTED_DIR}"
+
+    services = trial.services
+    verifier = trial.verifier.model_copy(update={"name": renamed(trial.verifier.name)})
+    if services is not None:
+        if verifier.network == services.network:
+            verifier = verifier.model_copy(update={"network": renamed(services.network)})
+        services = services.model_copy(
+            update={
+                "network": renamed(services.network),
+                "services": [
+                    s.model_copy(update={"container": renamed(s.container)})
+                    for s in services.services
+                ],
+            }
+        )
+    return trial.model_copy(
+        update={
+            "gate": f"{trial.gate}/{PREDICTED_DIR}",
+            "verifier": verifier,
+            "services": services,
+            "online_verifier": None,
+            "online_services": None,
+        }
+    )
 
 
 def _patch_file(patch: bytes) -> FileToPut:

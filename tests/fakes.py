@@ -245,6 +245,7 @@ class FakeEngine:
     @contextlib.contextmanager
     def service(self, plan: ServicePlan, *, network: str, keep: bool) -> Iterator[FakeService]:
         self.record(f"service {plan.name} on {network}")
+        self.record(f"service container {plan.container}")
         yield FakeService(plan.name, self.script.service_states.get(plan.name, ["healthy"]))
         self.record(f"service removed {plan.name}")
 

@@ -579,13 +579,12 @@ def test_the_oracle_verifier_runs_on_the_predicted_patch_and_counts_when_it_matc
     assert second.report.verdict is Verdict.ACCEPTED, second.report.reason
     oracle = second.report.stages.oracle
     assert oracle.data.predicted_patch == "confirmed"
-    # One oracle verifier: the predicted run's (created before the agent side collected), and
-    # its logs are the gate's own.
+    # One oracle verifier: the predicted run's (started without waiting for the agent side),
+    # and its logs are the gate's own.
     creations = [e for e in engine.events if e.startswith("create oracle/")]
     assert creations.count("create oracle/verifier") == 1
-    assert engine.events.index("create oracle/verifier") < engine.events.index(
-        next(e for e in engine.events if e.startswith("exec oracle/collect"))
-    )
+    [tests] = [e for e in engine.events if e.startswith("exec oracle/verifier")]
+    assert tests.endswith("-predicted")
     assert second.run_dir is not None
     gate = second.run_dir / "oracle"
     assert not (gate / "predicted").exists()
@@ -654,3 +653,62 @@ def test_a_red_smoke_skips_the_oracle_whatever_its_predicted_run_did(tmp_path: P
     assert outcome.report.stages.oracle.detail == "skipped: smoke did not pass"
     assert outcome.report.verdict is Verdict.REJECTED
     assert engine.live == set()
+
+
+def test_a_predicted_run_with_services_has_names_of_its_own(tmp_path: Path) -> None:
+    from runner.runtime import ImageInfo
+
+    task = bash_task(tmp_path, name="with-db", environment=CONTRACT).directory
+    script = Script(actions={"oracle/verifier": rewards_only(GOLD)})
+
+    def engine() -> FakeEngine:
+        made = FakeEngine(script)
+        made.images[DB_IMAGE] = ImageInfo(id="sha256:db", labels={})
+        return made
+
+    predicting(tmp_path, engine(), task)
+    only_prediction(tmp_path).write_bytes(b"diff --git a/planted b/planted\n")
+    mispredicted = engine()
+    outcome = predicting(tmp_path, mispredicted, task)
+    assert outcome.report.stages.oracle.status is Status.PASSED, outcome.report.stages.oracle.detail
+    assert outcome.report.stages.oracle.data.predicted_patch == "mismatched"
+    # Both oracle verifiers ran with their services at once: networks and containers apart.
+    networks = [
+        e.split()[1]
+        for e in mispredicted.events
+        if e.startswith("network selfbench-with-db-oracle-")
+    ]
+    containers = [
+        e.split()[2]
+        for e in mispredicted.events
+        if e.startswith("service container ") and "-oracle-" in e
+    ]
+    assert len(networks) == len(set(networks)) == 2
+    assert len(containers) == len(set(containers)) == 2
+    assert any(n.endswith("-predicted") for n in networks)
+
+    confirmed = engine()
+    predicting(tmp_path, confirmed, task)  # the key is unstable now: the agent side first
+    outcome = predicting(tmp_path, confirmed, task)
+    assert outcome.report.stages.oracle.data.predicted_patch == "confirmed"
+    assert outcome.run_dir is not None
+    assert (outcome.run_dir / "oracle" / "services" / "db.log").is_file()
+    assert (
+        str(outcome.run_dir / "oracle" / "services" / "db.log") in outcome.report.stages.oracle.logs
+    )
+
+
+def test_kept_containers_of_a_predicted_run_carry_the_gate_s_labels(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    predicting(tmp_path, FakeEngine(), task)
+    confirmed = verify(
+        task,
+        settings(tmp_path, hack_gate=False, repeat=0, keep=True),
+        progress=lambda stage, message: None,
+        engine_factory=FakeEngine,
+        env=replace(ENV, predictions=PatchPredictions(tmp_path / "cache")),
+    ).report
+    assert confirmed.stages.oracle.data.predicted_patch == "confirmed"
+    kept = {k.label: k.name for k in confirmed.kept}
+    assert sorted(kept) == ["nop verifier", "oracle agent", "oracle verifier"]
+    assert kept["oracle verifier"].endswith("-predicted")
