@@ -99,14 +99,26 @@ def test_postgres_service_task_is_accepted_and_isolated_from_the_agent(
         extra_base={"tests/test_old.sh": OLD_TEST},
         environment=contract(pinned),
     )
+    # A first run records the oracle's patch: the kept run below verifies it as predicted (its
+    # verifier and services under names of their own, beside the agent side).
+    first = run_verify(
+        task.directory,
+        options(verify_options),
+        tmp_path / "first",
+        "--no-hack-gate",
+        "--repeat",
+        "0",
+    )
+    assert first.code == 0, first.report["reason"]
     run = run_verify(task.directory, options(verify_options), tmp_path / "run", "--keep")
     try:
         assert run.code == 0, run.report["reason"]
-        build = run.stage("build")["data"]
+        assert run.stage("oracle")["data"]["predictedPatch"] == "confirmed"
+        build = first.stage("build")["data"]
         assert build["baseImage"] == pinned["base"]
         assert pinned["base"].split("@")[1] in " ".join(build["baseImageDigests"])
         # Root setup ran once: the verifier build found the agent's layer in the cache.
-        log = (tmp_path / "run" / "build" / "verifier.log").read_text()
+        log = (tmp_path / "first" / "build" / "verifier.log").read_text()
         step = re.search(
             r"Step \d+/\d+ : RUN bash /opt/selfbench-environment/root-setup.sh\n(.*)", log
         )
