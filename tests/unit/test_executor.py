@@ -229,11 +229,12 @@ def test_interrupt_during_the_build(tmp_path: Path) -> None:
 def test_signal_while_gates_run(tmp_path: Path) -> None:
     """A real SIGTERM to this process while the verifiers run: the main thread is interrupted,
     running stages say so, and the run is cleaned up."""
-    started = threading.Event()
+    started, released = threading.Event(), threading.Event()
 
     def slow(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        # Still running when the report is made (a fixed sleep raced the report under load).
         started.set()
-        time.sleep(1.0)
+        released.wait(30)
         return ExecOutcome(exit_code=0, seconds=1.0)
 
     def kill_soon() -> None:
@@ -242,8 +243,11 @@ def test_signal_while_gates_run(tmp_path: Path) -> None:
 
     engine = FakeEngine(Script(actions={"nop/verifier": slow, "oracle/verifier": slow}))
     threading.Thread(target=kill_soon, daemon=True).start()
-    with interrupts():
-        outcome = run(tmp_path, engine)
+    try:
+        with interrupts():
+            outcome = run(tmp_path, engine)
+    finally:
+        released.set()
     report = outcome.report
     assert report.interrupted
     assert report.reason.startswith("interrupted (SIGTERM)")
