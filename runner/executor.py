@@ -574,7 +574,7 @@ class Executor:
                     # starts one container faster than several at once (measured on 20.10:
                     # 0.23 s alone, 0.44 s for three together). With a prediction, the
                     # predicted run's verifier is already starting.
-                    if prediction is None:
+                    if prediction is None or prediction.future is None:
                         opening.append(
                             self._opener.submit(self._open_verifier, trial, stage, stack)
                         )

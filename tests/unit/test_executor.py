@@ -29,6 +29,7 @@ from tests.fakes import (
     FakeContainer,
     FakeEngine,
     Script,
+    collect_patch,
     exits,
     raises,
     writes_reward,
@@ -716,3 +717,22 @@ def test_kept_containers_of_a_predicted_run_carry_the_gate_s_labels(tmp_path: Pa
     kept = {k.label: k.name for k in confirmed.kept}
     assert sorted(kept) == ["nop verifier", "oracle agent", "oracle verifier"]
     assert kept["oracle verifier"].endswith("-predicted")
+
+
+def test_without_a_prediction_yet_the_verifier_still_starts_while_the_agent_works(
+    tmp_path: Path,
+) -> None:
+    seen: list[bool] = []
+
+    def collect(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and "create oracle/verifier" not in engine.events:
+            time.sleep(0.01)
+        seen.append("create oracle/verifier" in engine.events)
+        return collect_patch(GOLD)(container, step)
+
+    engine = FakeEngine(Script(actions={"oracle/collect": collect}))
+    outcome = predicting(tmp_path, engine, bash_task(tmp_path).directory)
+    assert outcome.report.stages.oracle.status is Status.PASSED
+    assert outcome.report.stages.oracle.data.predicted_patch is None
+    assert seen == [True]  # opened during the agent side, not after it
