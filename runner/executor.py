@@ -656,23 +656,17 @@ class Executor:
     def _predicted_run(
         self, trial: TrialPlan, patch: bytes
     ) -> tuple[_TrialRun, StageResult, GateData]:
-        predicted = _predicted_trial(trial)
-        gate = predicted.gate
-        run = _TrialRun(
-            agent_log=self._path(gate, "agent.log"),
-            collect_log=self._path(gate, "collect.log"),
-            verifier_log=self._path(gate, "verifier.log"),
-            patch=patch,
-        )
         scratch, data = StageResult(), GateData()
-        with contextlib.ExitStack() as stack:
-            verifier = self._open_verifier(predicted, scratch, stack, patch)
-            # Not gated on smoke, unlike the others: its result counts only after the caller
-            # has waited for smoke to pass (a red smoke skips the gate, whatever ran here).
-            if self._interrupted.is_set():
-                raise _SkippedError("skipped: interrupted")
-            self._verifier_side(predicted, scratch, data, run, verifier, patched=True)
+        # Not gated on smoke, unlike the others: its result counts only after the caller has
+        # waited for smoke to pass (a red smoke skips the gate, whatever ran here).
+        run = self._verify_patch(
+            _predicted_trial(trial), patch, scratch, data, before_tests=self._unless_interrupted
+        )
         return run, scratch, data
+
+    def _unless_interrupted(self) -> None:
+        if self._interrupted.is_set():
+            raise _SkippedError("skipped: interrupted")
 
     def _predicted_run_counts(
         self,
@@ -1177,18 +1171,30 @@ class Executor:
         self._after_nop()
         return self._verify_patch(trial, patch)
 
-    def _verify_patch(self, trial: TrialPlan, patch: bytes) -> _TrialRun:
-        """A patch through a fresh verifier of the plan's trial (the hack gate, the probe)."""
+    def _verify_patch(
+        self,
+        trial: TrialPlan,
+        patch: bytes,
+        scratch: StageResult | None = None,
+        data: GateData | None = None,
+        *,
+        before_tests: Callable[[], None] | None = None,
+    ) -> _TrialRun:
+        """A patch through a fresh verifier of the plan's trial (the hack gate, the probe, a
+        predicted run), its logs and data in `scratch` and `data` when the caller keeps them."""
         run = _TrialRun(
             agent_log=self._path(trial.gate, "agent.log"),
             collect_log=self._path(trial.gate, "collect.log"),
             verifier_log=self._path(trial.gate, "verifier.log"),
             patch=patch,
         )
-        scratch = StageResult()
+        scratch = StageResult() if scratch is None else scratch
+        data = GateData() if data is None else data
         with contextlib.ExitStack() as stack:
             verifier = self._open_verifier(trial, scratch, stack, patch)
-            self._verifier_side(trial, scratch, GateData(), run, verifier, patched=True)
+            if before_tests is not None:
+                before_tests()
+            self._verifier_side(trial, scratch, data, run, verifier, patched=True)
         return run
 
     # ---- determinism -----------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import LIB_GOLD, RUNNER_SH, bash_task, files_task
+from tests.helpers import LIB_BASE, LIB_GOLD, RUNNER_SH, bash_task, files_task
 from tests.integration.conftest import ROOT, Run, run_verify
 
 SHOUT = '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
@@ -47,7 +47,7 @@ def test_a_test_that_depends_on_the_order_of_its_selectors(
         tmp_path,
         "flaky-order",
         base={
-            "lib.sh": '#!/usr/bin/env bash\ngreet() { echo "hello $1"; }\n',
+            "lib.sh": LIB_BASE,
             "tests/run.sh": RUNNER_SH,
             "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
         },

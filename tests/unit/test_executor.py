@@ -555,10 +555,10 @@ def rewards_only(good: bytes) -> Action:
     return action
 
 
-def predicting(tmp_path: Path, engine: FakeEngine, task: Path) -> VerifyOutcome:
+def predicting(tmp_path: Path, engine: FakeEngine, task: Path, **changes: object) -> VerifyOutcome:
     return verify(
         task,
-        settings(tmp_path, hack_gate=False, repeat=0),
+        settings(tmp_path, hack_gate=False, repeat=0, **changes),
         progress=lambda stage, message: None,
         engine_factory=lambda: engine,
         env=replace(ENV, predictions=PatchPredictions(tmp_path / "cache")),
@@ -706,13 +706,7 @@ def test_a_predicted_run_with_services_has_names_of_its_own(tmp_path: Path) -> N
 def test_kept_containers_of_a_predicted_run_carry_the_gate_s_labels(tmp_path: Path) -> None:
     task = bash_task(tmp_path).directory
     predicting(tmp_path, FakeEngine(), task)
-    confirmed = verify(
-        task,
-        settings(tmp_path, hack_gate=False, repeat=0, keep=True),
-        progress=lambda stage, message: None,
-        engine_factory=FakeEngine,
-        env=replace(ENV, predictions=PatchPredictions(tmp_path / "cache")),
-    ).report
+    confirmed = predicting(tmp_path, FakeEngine(), task, keep=True).report
     assert confirmed.stages.oracle.data.predicted_patch == "confirmed"
     kept = {k.label: k.name for k in confirmed.kept}
     assert sorted(kept) == ["nop verifier", "oracle agent", "oracle verifier"]
