@@ -28,6 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from bench_warm_verify import default_options  # noqa: E402
 
 from tests.engines import PrivateEngine, private_engine  # noqa: E402
+from tests.harbor import harbor_run  # noqa: E402
 
 STANDIN = "selfbench-bench/harbor-standin:ubuntu-24.04"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -87,39 +88,7 @@ def harbor_trial(
     """One `harbor run` (wall seconds, reward)."""
     jobs = workdir / "jobs"
     started = time.perf_counter()
-    result = subprocess.run(
-        [
-            "docker",
-            "run",
-            "--rm",
-            "-v",
-            f"{engine.socket}:/var/run/docker.sock",
-            "-v",
-            f"{workdir}:{workdir}",
-            "-w",
-            str(workdir),
-            image,
-            "harbor",
-            "run",
-            "-p",
-            str(bundle),
-            "-a",
-            agent,
-            "-e",
-            "docker",
-            "-n",
-            "1",
-            "-o",
-            str(jobs),
-            "--job-name",
-            job,
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1800,
-    )
+    result = harbor_run(image, engine, workdir, bundle, agent, jobs, job=job, timeout=1800)
     wall = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(

@@ -30,6 +30,7 @@ from runner.compiler import compile_task
 from runner.settings import CompileOptions
 from runner.taskdir import load_authored_task
 from tests.engines import PrivateEngine, private_engine
+from tests.harbor import harbor, harbor_run
 from tests.helpers import bash_task
 from tests.integration.conftest import HOST_CA, ROOT
 
@@ -108,32 +109,6 @@ def harbor_engine(
         yield engine
 
 
-def harbor(
-    image: str, engine: PrivateEngine, workdir: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environment = [arg for key, value in (env or {}).items() for arg in ("-e", f"{key}={value}")]
-    return subprocess.run(
-        [
-            "docker",
-            "run",
-            "--rm",
-            *environment,
-            "-v",
-            f"{engine.socket}:/var/run/docker.sock",
-            "-v",
-            f"{workdir}:{workdir}",
-            "-w",
-            str(workdir),
-            image,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=1500,
-    )
-
-
 def public_example(directory: Path) -> Path:
     """The example task, its contract declaring testsNetwork: public."""
     shutil.copytree(ROOT / "examples" / "bash-calc", directory)
@@ -141,41 +116,6 @@ def public_example(directory: Path) -> Path:
     definition["environment"] = {"testsNetwork": "public"}
     (directory / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
     return directory
-
-
-def harbor_run(
-    image: str,
-    engine: PrivateEngine,
-    workdir: Path,
-    bundle: Path,
-    agent: str,
-    jobs: Path,
-    *extra: str,
-    env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """`harbor run` of one trial of `bundle` with Harbor's built-in `agent`, as job `agent`."""
-    return harbor(
-        image,
-        engine,
-        workdir,
-        "harbor",
-        "run",
-        "-p",
-        str(bundle),
-        "-a",
-        agent,
-        "-e",
-        "docker",
-        "-n",
-        "1",
-        "-o",
-        str(jobs),
-        "--job-name",
-        agent,
-        "-q",
-        *extra,
-        env=env,
-    )
 
 
 def digest(tree: Path) -> str:
