@@ -80,6 +80,15 @@ class Run:
         return {name: stage["status"] for name, stage in self.report["stages"].items()}
 
 
+@pytest.fixture
+def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache directory of the test's own for the verifies it runs: no patch predicted from
+    an earlier run (a predicted oracle verifier has a container name of its own)."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(directory))
+    return directory
+
+
 def run_verify(
     target: Path, options: list[str], run_dir: Path, *extra: str, timeout: float = 900
 ) -> Run:

@@ -17,10 +17,8 @@ FAST = ("--no-hack-gate", "--repeat", "0")
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(directory))
-    return directory / "predicted-patches"
+def cache(fresh_cache: Path) -> Path:
+    return fresh_cache / "predicted-patches"
 
 
 def predicted(run: Run) -> str | None:

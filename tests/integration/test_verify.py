@@ -243,7 +243,10 @@ def test_sigterm_removes_what_the_run_created(
 
 
 def test_clean_removes_leftovers_by_label(
-    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+    tmp_path: Path,
+    verify_options: list[str],
+    docker_client: docker.DockerClient,
+    fresh_cache: Path,
 ) -> None:
     task = bash_task(tmp_path, name="kept")
     run = run_verify(task.directory, verify_options, tmp_path / "run", "--keep")
