@@ -40,6 +40,8 @@ MAX_CONTEXT_FILES = 100_000
 MANIFEST = ".selfbench-manifest.json"
 COMPOSE_FILE = "tests/docker-compose.yaml"
 MAX_MANIFEST_BYTES = 1024 * 1024
+CENSUS_NAME = "expected-tests.json"  # in tests/
+CONTEXT_EXCLUDES = frozenset({CENSUS_NAME})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +77,10 @@ def _require_regular(path: Path) -> None:
         raise InvalidTaskError(f"is {kind}; expected a regular file", path=str(path))
 
 
-def context_digest(context: Path) -> str:
-    """What a build of `context` depends on: every entry's path, type, mode and content."""
+def context_digest(context: Path, exclude: frozenset[str] = frozenset()) -> str:
+    """What a build of `context` depends on: every entry's path, type, mode and content, but the
+    `exclude`d top-level files (the census: the executor puts the one a run needs into each
+    verifier container, so a sealed bundle and its unsealed self share their images)."""
     digest = hashlib.sha256()
     count = 0
     for directory, dirnames, filenames in os.walk(context, followlinks=False):
@@ -86,6 +90,8 @@ def context_digest(context: Path) -> str:
         ):
             path = Path(directory) / name
             relative = path.relative_to(context).as_posix()
+            if relative in exclude:
+                continue
             info = os.lstat(path)
             count += 1
             if count > MAX_CONTEXT_FILES:
@@ -128,7 +134,9 @@ def load_bundle(root: Path) -> Bundle:
         context = root / name
         if context.is_symlink() or not context.is_dir():
             raise InvalidTaskError("must be a directory", path=str(context))
-        digests[name] = context_digest(context)
+        digests[name] = context_digest(
+            context, CONTEXT_EXCLUDES if name == VERIFIER_CONTEXT else frozenset()
+        )
     from runner.render import default_smoke_script
     from runner.toolchains import load_catalog
 

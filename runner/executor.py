@@ -27,6 +27,17 @@ from pydantic import BaseModel
 
 from runner import gates
 from runner.buildlog import is_task_step
+from runner.census import (
+    Census,
+    CensusError,
+    PolicyChange,
+    build_census,
+    first_problem,
+    ids_changed,
+    read_policy,
+    read_run,
+    summarize,
+)
 from runner.errors import (
     EngineError,
     InfrastructureError,
@@ -57,7 +68,7 @@ from runner.plan import (
     VerifyPlan,
 )
 from runner.predictions import PatchPredictions, prediction_key, tree_digest
-from runner.render import render_derived_base, render_toolchain_context
+from runner.render import UNSEALED_CENSUS, render_derived_base, render_toolchain_context
 from runner.report import (
     BuildData,
     DeterminismData,
@@ -228,6 +239,8 @@ class Execution:
     kept: list[KeptContainer] = field(default_factory=list)
     interrupted: str | None = None  # the signal's name
     storage_mechanism: str | None = None
+    # The tests nop and oracle saw, once both passed (sealed into the bundle afterwards).
+    census: Census | None = None
 
 
 class Executor:
@@ -256,6 +269,9 @@ class Executor:
         self._smoke_done = threading.Event()
         self._nop_done = threading.Event()
         self._smoke_passed = False
+        self._census: Census | None = None
+        self._census_ready = threading.Event()
+        self._census_missing = "nop did not pass (a reward 0 would prove nothing)"
         self._opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
         self._verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
 
@@ -290,6 +306,7 @@ class Executor:
         finally:
             self._smoke_done.set()
             self._nop_done.set()
+            self._census_ready.set()
             self._cleanup()
             pool.shutdown(wait=interrupted is None, cancel_futures=True)
             self._opener.shutdown(wait=interrupted is None, cancel_futures=True)
@@ -309,6 +326,7 @@ class Executor:
             kept=self.kept,
             interrupted=interrupted,
             storage_mechanism=self.storage_mechanism,
+            census=self._census,
         )
 
     def _stage(self, name: str, body: Callable[[StageResult], None]) -> None:
@@ -535,6 +553,7 @@ class Executor:
         """Determinism (the flakiness probe) starts as soon as the oracle passed, beside the
         hack gate."""
         self._stage("oracle", partial(self._trial, self.plan.trial("oracle")))
+        self._seal()
         if self._interrupted.is_set():
             return
         if self.stages["oracle"].status is Status.PASSED:
@@ -545,6 +564,50 @@ class Executor:
                 if self.stages["oracle"].detail != "skipped: smoke did not pass"
                 else "skipped: smoke did not pass"
             )
+
+    def _seal(self) -> None:
+        """The census of the tests nop and the oracle saw, once both passed: every later
+        verifier (the probe's, the hack gate's, `grade`'s) grades by it."""
+        try:
+            self._nop_done.wait()
+            if self._interrupted.is_set():
+                return
+            if self.stages["nop"].status is not Status.PASSED:
+                return
+            if self.stages["oracle"].status is not Status.PASSED:
+                self._census_missing = (
+                    "oracle did not pass (there is no census of its tests to grade by)"
+                )
+                return
+            oracle = self.run_dir / "oracle" / "logs" / "verifier"
+            fail_to_pass = read_run(oracle, "fail_to_pass")
+            if fail_to_pass is None:
+                self._census_missing = "the oracle's verifier left no evidence of its tests"
+                return
+            try:
+                self._census = build_census(
+                    nop_fail_to_pass=read_run(
+                        self.run_dir / "nop" / "logs" / "verifier", "fail_to_pass"
+                    ),
+                    oracle_fail_to_pass=fail_to_pass,
+                    oracle_pass_to_pass=read_run(oracle, "pass_to_pass"),
+                    run_id=self.plan.run_id,
+                    runner_version=self.plan.runner_version,
+                )
+            except CensusError as exc:
+                self._census_missing = str(exc)
+        finally:
+            self._census_ready.set()
+
+    def _census_file(self, trial: TrialPlan) -> FileToPut:
+        """The census a verifier grades by: none yet for nop and the oracle (they record), the
+        sealed one for every other (put in before the start, whatever the image holds)."""
+        if trial.census == "sealed":
+            assert self._census is not None, "a sealed trial ran before the census existed"
+            data = self._census.to_json().encode()
+        else:
+            data = UNSEALED_CENSUS
+        return FileToPut(directory="/tests", name="expected-tests.json", data=data, mode=0o600)
 
     def _nop(self) -> None:
         try:
@@ -805,7 +868,8 @@ class Executor:
         """The trial's verifier container, started (with its services). A patch known already
         goes in before the start (then `_verifier_side(..., patched=True)`)."""
         network = stack.enter_context(self._services(trial.services, trial.gate, stage))
-        files = () if patch is None else (_patch_file(patch),)
+        census = self._census_file(trial)
+        files = (census,) if patch is None else (census, _patch_file(patch))
         verifier = stack.enter_context(
             self.engine.container(
                 trial.verifier, env=self.env.proxies, keep=self.plan.keep, files=files
@@ -1010,9 +1074,16 @@ class Executor:
                     )
                     for name in ("fail_to_pass", "pass_to_pass")
                 },
+                problems={
+                    name: problem
+                    for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
+                    if (problem := first_problem(self._verifier_dir(trial), name))
+                },
             )
         )
-        directory = self.run_dir / trial.gate / "logs" / "verifier"
+        directory = self._verifier_dir(trial)
+        data.evidence = summarize(directory)
+        data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
         data.discarded = _discarded(directory)
         data.selectors = _selectors(directory)
         data.pass_to_pass_selectors = _selectors(directory, name=PASS_TO_PASS_SELECTORS_FILE)
@@ -1031,9 +1102,13 @@ class Executor:
                 + (" ..." if len(passing) > 5 else "")
             )
         if data.discarded and status is not Status.PASSED:
-            shown = ", ".join(data.discarded[:5]) + (" ..." if len(data.discarded) > 5 else "")
-            detail += f"; test.sh undid the patch's changes to the test harness: {shown}"
+            detail += "; the verifier's patch policy undid " + undone_words(
+                data.undone, data.discarded
+            )
         stage.set(status, detail)
+
+    def _verifier_dir(self, trial: TrialPlan) -> Path:
+        return self.run_dir / trial.gate / "logs" / "verifier"
 
     def _read_reward(
         self, gate: str, stage: StageResult
@@ -1107,7 +1182,7 @@ class Executor:
                             f"failed; see {directory / 'reset.log'}"
                         )
                 self._keep("hack agent", agent)
-            self._after_nop()
+            self._after_census()
             runs = {name: future.result() for name, future in verifying.items()}
         results = []
         for exploit in plan.exploits:
@@ -1140,6 +1215,8 @@ class Executor:
                     detail=detail,
                     reward=run.reward if run else None,
                     discarded=_discarded(verifier_dir),
+                    undone=[c for c in read_policy(verifier_dir) if c.verdict != "keep"],
+                    evidence=summarize(verifier_dir) if run else None,
                     patch=patch,
                     patch_bytes=side.patch_bytes,
                 )
@@ -1158,17 +1235,18 @@ class Executor:
         judgement = gates.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
 
-    def _after_nop(self) -> None:
+    def _after_census(self) -> None:
         """An exploit's reward 0 proves something only once nop has shown the tests fail on
-        the base."""
-        self._nop_done.wait()
+        the base, and the oracle has shown which tests a fix makes pass (the census every later
+        verifier grades by)."""
+        self._census_ready.wait()
         if self._interrupted.is_set():
             raise _SkippedError("skipped: interrupted")
-        if self.stages["nop"].status is not Status.PASSED:
-            raise _SkippedError("skipped: nop did not pass (a reward 0 would prove nothing)")
+        if self._census is None:
+            raise _SkippedError(f"skipped: {self._census_missing}")
 
     def _verify_exploit(self, trial: TrialPlan, patch: bytes) -> _TrialRun:
-        self._after_nop()
+        self._after_census()
         return self._verify_patch(trial, patch)
 
     def _verify_patch(
@@ -1208,7 +1286,9 @@ class Executor:
             repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
         )
         stage.data = data
-        judgement = gates.judge_determinism(oracle.reward, details)
+        judgement = gates.judge_determinism(
+            oracle.reward, details, ids_changed(self.run_dir / "oracle" / "logs" / "verifier")
+        )
         if judgement.passed and self.plan.probe is not None:
             judgement = self._probe(self.plan.probe, data, stage)
         stage.set(judgement.status, judgement.detail)
@@ -1300,6 +1380,13 @@ def _predicted_trial(trial: TrialPlan) -> TrialPlan:
             "online_services": None,
         }
     )
+
+
+def undone_words(undone: list[PolicyChange], discarded: list[str], limit: int = 5) -> str:
+    """`path (why), ...` for the first changes the policy undid."""
+    why = {c.path: c.reason for c in undone}
+    shown = [f"{p} ({why[p]})" if p in why else p for p in discarded[:limit]]
+    return ", ".join(shown) + (" ..." if len(discarded) > limit else "")
 
 
 def _patch_file(patch: bytes) -> FileToPut:

@@ -224,18 +224,26 @@ class TrialEvidence:
     # The last meaningful line each test command printed (`fail_to_pass`, `pass_to_pass`):
     # a red gate quotes the failing one.
     last_lines: Mapping[str, str] = field(default_factory=dict)
+    # The first problem the per-test evidence found in each run (a red gate says it first).
+    problems: Mapping[str, str] = field(default_factory=dict)
 
 
-def _quote(reward: Reward, gate: str, lines: Mapping[str, str]) -> str:
-    """`: <the failing command's last line>` for a red gate, or ''."""
+def _quote(
+    reward: Reward, gate: str, lines: Mapping[str, str], problems: Mapping[str, str]
+) -> str:
+    """`: <what the evidence found>` (else the failing command's last line) for a red gate, or
+    ''."""
     if gate == "nop" and reward.pass_to_pass != 1:
-        line = lines.get("pass_to_pass")
+        run = "pass_to_pass"
     elif gate == "oracle" and reward.fail_to_pass != 1:
-        line = lines.get("fail_to_pass")
+        run = "fail_to_pass"
     elif gate == "oracle" and reward.pass_to_pass != 1:
-        line = lines.get("pass_to_pass")
+        run = "pass_to_pass"
+    elif gate == "oracle" and reward.deterministic != 1:
+        run = "fail_to_pass_repeat"
     else:
-        line = None
+        return ""
+    line = problems.get(run) or lines.get(run)
     if not line:
         return ""
     return f": {line[:300]}"
@@ -285,7 +293,7 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
         )
     ok, detail = evaluate_gate(e.gate, e.reward, e.details)
     if not ok:
-        detail += _quote(e.reward, e.gate, e.last_lines)
+        detail += _quote(e.reward, e.gate, e.last_lines, e.problems)
     detail = _with_notes(detail, e.limits, **notes)
     return _passed(detail) if ok else _failed(detail)
 
@@ -356,8 +364,16 @@ def judge_probe(
     return _failed(f"{detail}; see {where}")
 
 
-def judge_determinism(reward: Reward, details: VerifierDetails | None) -> Judgement:
+def judge_determinism(
+    reward: Reward, details: VerifierDetails | None, changed_ids: Sequence[str] = ()
+) -> Judgement:
     ok, detail = evaluate_gate("determinism", reward, details)
+    if ok and changed_ids:
+        shown = ", ".join(changed_ids[:5]) + (" ..." if len(changed_ids) > 5 else "")
+        return _failed(
+            "the fail-to-pass tests' ids changed between the two runs (a census of them could "
+            f"not grade an agent): {shown}"
+        )
     return _passed(detail) if ok else _failed(detail)
 
 

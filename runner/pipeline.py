@@ -24,6 +24,7 @@ from runner import __version__
 from runner.artifacts import fetch_registry_artifact
 from runner.audit import AuditResult, audit
 from runner.bundle import Bundle, is_bundle, load_bundle
+from runner.census import seal
 from runner.compiler import compile_task
 from runner.errors import (
     Interrupted,
@@ -51,6 +52,7 @@ from runner.report import (
     CompileData,
     InputProblem,
     Report,
+    ReportCensus,
     ReportSettings,
     Stages,
     Status,
@@ -122,6 +124,7 @@ class _Run:
     internal: str | None = None
     interrupted: str | None = None
     execution: Execution | None = None
+    sealed: Path | None = None  # the bundle with the census sealed in
 
 
 # ---- run directory ---------------------------------------------------------------------------
@@ -419,6 +422,7 @@ def _run_stages(
         )
         run.execution = executor.run()
         run.interrupted = run.execution.interrupted
+        _seal(run)
         with contextlib.suppress(OSError):
             from runner.cachebudget import record_use
 
@@ -426,6 +430,19 @@ def _run_stages(
     finally:
         engine.close()
     return plan
+
+
+def _seal(run: _Run) -> None:
+    """The census the run's nop and oracle made, sealed into its bundle (a compiled bundle given
+    as the target is copied into the run directory first: the input is never changed)."""
+    execution = run.execution
+    if execution is None or execution.census is None or run.bundle is None:
+        return
+    assert run.run_dir is not None
+    try:
+        run.sealed = seal(run.bundle.root, execution.census, run.run_dir / "bundle")
+    except OSError as exc:
+        log.warning("the census could not be sealed into the bundle: %s", exc)
 
 
 def _docker_engine() -> Engine:
@@ -460,6 +477,19 @@ def _stage_model(stages: Stages, name: str, result: StageResult) -> None:
     ]
     if result.data is not None:
         stage.data = result.data  # type: ignore[assignment]
+
+
+def _census_info(run: _Run) -> ReportCensus | None:
+    census = run.execution.census if run.execution else None
+    if census is None or run.sealed is None:
+        return None
+    return ReportCensus(
+        file=str(run.sealed / "tests" / "expected-tests.json"),
+        fail_to_pass=census.fail_to_pass.mode,
+        pass_to_pass=census.pass_to_pass.mode,
+        fail_to_pass_tests=len(census.fail_to_pass.tests),
+        pass_to_pass_tests=len(census.pass_to_pass.tests),
+    )
 
 
 def _tests_network(run: _Run) -> str | None:
@@ -526,7 +556,8 @@ def _report(run: _Run) -> Report:
         run_id=run.run_id,
         started_at=run.started_at,
         run_dir=str(run.run_dir) if run.run_dir else None,
-        bundle=str(run.bundle.root) if run.bundle else None,
+        bundle=str(run.sealed or run.bundle.root) if run.bundle else None,
+        census=_census_info(run),
         settings=ReportSettings(
             base_image=build.base_image,
             extra_ca_certs=str(build.extra_ca_certs) if build.extra_ca_certs else None,

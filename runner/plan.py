@@ -222,6 +222,9 @@ class TrialPlan(_Frozen):
     # test that needs the network (None when the task declares testsNetwork: public).
     online_verifier: ContainerPlan | None = None
     online_services: GateServices | None = None
+    # Which census the verifier grades by: `unsealed` records the tests it sees (nop and oracle,
+    # which make the census); `sealed` grades by the one they made (every later verifier).
+    census: Literal["unsealed", "sealed"] = "unsealed"
 
 
 class ExploitPlan(_Frozen):
@@ -339,6 +342,9 @@ class VerifyPlan(_Frozen):
     trials: list[TrialPlan]
     hack: HackPlan | None = None  # None: --no-hack-gate, or no exploit applies
     probe: ProbePlan | None = None  # None: --repeat 0
+    # `grade`: any agent patch through a fresh verifier graded by the sealed census, the path the
+    # hack gate's exploits and the probe's runs take.
+    grade: TrialPlan | None = None
     hack_gate: bool = True
     # Both verifiers run at once only when twice the task's cpus fit the engine: a suite slowed
     # by contention could otherwise time out, a false red.
@@ -667,8 +673,9 @@ def plan_verify(
         gate: str, key: str, label: str, test: ExecStep, cpuset: str | None = None
     ) -> TrialPlan:
         """A verifier of its own for a patch the runner hands it (an exploit's, the oracle's
-        again): no agent side."""
+        again, one to grade), graded by the sealed census: no agent side."""
         return TrialPlan(
+            census="sealed",
             gate=gate,
             agent=None,
             solution_dir=None,
@@ -780,8 +787,12 @@ def plan_verify(
             attribution=attribution,
             fail_to_pass=list(bundle.exploit_facts.fail_to_pass) if bundle.exploit_facts else [],
         )
+    grade = side_trial("grade", "grade", "grade", verifier_test).model_copy(
+        update={"log_bytes": None}
+    )
     return VerifyPlan(
         task_id=task_id,
+        grade=grade,
         run_id=run.run_id,
         bundle=str(bundle.root),
         facts=facts,

@@ -35,11 +35,12 @@ from runner.harbor import (
     TaskToml,
     VerifierConfig,
 )
-from runner.harness import HARNESS_GLOBS, HARNESS_KEYS, HARNESS_NAMES, command_files, selector_files
+from runner.harness import command_files, selector_files
 from runner.models import TaskDefinition, Toolchain
 from runner.patches import PatchInfo, repository_path
-from runner.resources import dockerfiles_dir
+from runner.resources import dockerfiles_dir, verifier_dir
 from runner.reward import DETAIL_KEYS, REWARD_KEYS
+from runner.runners import expected_runners
 from runner.settings import DEFAULT_MAX_LOG_BYTES, CompileOptions
 from runner.shell import expand_tests, quote
 from runner.templatecache import bytecode_cache
@@ -48,6 +49,12 @@ from runner.toolchains import Catalog, ToolchainSpec
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
 MANIFEST = ".selfbench-manifest.json"
 SCRIPTS = ("setup.sh", "smoke.sh", "root-setup.sh")
+TASK_DOCUMENT = "tests/selfbench-task.json"
+CENSUS_FILE = "tests/expected-tests.json"
+VERIFIER_ASSETS = "tests/selfbench"
+# The census placeholder a bundle is compiled with: the verification that accepts the task seals
+# the tests it saw into it (runner.census).
+UNSEALED_CENSUS = b'{"schemaVersion": 1, "sealed": false}\n'
 DEFAULT_BASE_IMAGE = "ubuntu:24.04"  # the seed's base for tasks that pin none
 COMPOSE_FILE = "tests/docker-compose.yaml"
 
@@ -137,6 +144,59 @@ def _upstream_url(spec: ToolchainSpec) -> str:
     )
 
 
+def harness_paths(definition: TaskDefinition, held_out: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the files the test command runs, the files its selectors name outside the held-out
+    tests): the harness the verifier restores and write-protects."""
+    commands = command_files(definition.test_command, definition.workdir)
+    selectors = [
+        p
+        for p in selector_files(
+            [*definition.fail_to_pass, *definition.pass_to_pass], definition.workdir
+        )
+        if p not in held_out and p not in commands
+    ]
+    return commands, selectors
+
+
+def verifier_task(
+    data: RenderInput, held_out: Sequence[str], harness: tuple[list[str], list[str]]
+) -> str:
+    """tests/selfbench-task.json: what the verifier's helper needs to know of the task (data,
+    never code: it is read by JSON::PP, and no value of it reaches a shell)."""
+    definition = data.definition
+    contract = definition.environment
+    workdir = v.normalize_repo_path(definition.workdir)
+    gold_files = sorted({v.normalize_repo_path(p) for c in data.gold.changes for p in c.paths})
+    test_dirs = sorted({posixpath.dirname(p) for p in held_out if posixpath.dirname(p)})
+    document = {
+        "schemaVersion": 1,
+        "taskId": definition.task_id,
+        "workdir": workdir,
+        "heldOut": list(held_out),
+        "testDirs": test_dirs,
+        "commandFiles": harness[0],
+        "selectorFiles": harness[1],
+        "harnessAllow": list(contract.harness_allow) if contract else [],
+        "harnessProtect": list(contract.harness_protect) if contract else [],
+        "goldFiles": gold_files,
+        "failToPass": list(definition.fail_to_pass),
+        "passToPass": list(definition.pass_to_pass),
+        "expectedRunners": expected_runners(definition.test_command),
+    }
+    return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+
+
+def verifier_assets() -> dict[str, bytes]:
+    """The verifier's helper and its reporters (tests/selfbench/, /opt/selfbench-verifier/ in the
+    image): the same bytes in every bundle."""
+    root = verifier_dir()
+    assets = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.name.startswith(".") and "__pycache__" not in path.parts:
+            assets[f"{VERIFIER_ASSETS}/{path.relative_to(root).as_posix()}"] = path.read_bytes()
+    return assets
+
+
 def held_out_paths(definition: TaskDefinition, tests: PatchInfo) -> list[str]:
     paths = {repository_path(definition.workdir, p) for p in definition.test_paths}
     paths.update(v.normalize_repo_path(p) for p in tests.files)
@@ -144,15 +204,6 @@ def held_out_paths(definition: TaskDefinition, tests: PatchInfo) -> list[str]:
 
 
 MAX_SELECTOR_RUNS = 64
-
-
-def harness_case_pattern() -> str:
-    """The harness file names as one bash `case` pattern (fixed names, never task input)."""
-    patterns = sorted(HARNESS_NAMES) + list(HARNESS_GLOBS)
-    for pattern in patterns:
-        if not re.fullmatch(r"[A-Za-z0-9._*-]+", pattern):
-            raise ValueError(f"harness pattern {pattern!r} is not safe in a case pattern")
-    return "|".join(patterns)
 
 
 def _alone(selectors: Sequence[str]) -> list[str]:
@@ -241,6 +292,7 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
     manifest_changes = data.gold.manifest_changes()
     manifest_paths = sorted({p for c in manifest_changes for p in c.paths})
     held_out = held_out_paths(definition, data.tests)
+    harness = harness_paths(definition, held_out)
     context = {
         "task_id": dockerfile_value(definition.task_id),
         "compiler_revision": COMPILER_REVISION,
@@ -253,23 +305,6 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "smoke_command": (contract.smoke_command or "").strip() if contract else "",
         "manifest_paths": manifest_paths,
         "held_out_paths": held_out,
-        "held_out_excludes": [v.glob_escape(p) for p in held_out],
-        "harness_paths": list(
-            dict.fromkeys(
-                command_files(definition.test_command, definition.workdir)
-                + [
-                    p
-                    for p in selector_files(
-                        [*definition.fail_to_pass, *definition.pass_to_pass], definition.workdir
-                    )
-                    if p not in held_out
-                ]
-            )
-        ),
-        "harness_keys": sorted(HARNESS_KEYS.items()),
-        "harness_protect": list(contract.harness_protect) if contract else [],
-        "harness_allow": list(contract.harness_allow) if contract else [],
-        "harness_case": harness_case_pattern(),
         "fail_to_pass_command": _selection(definition, definition.fail_to_pass),
         # Each selector alone, when a selection of several fails: at most the first 64.
         "fail_to_pass_selectors": _alone(definition.fail_to_pass),
@@ -299,6 +334,9 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "tests/Dockerfile": text("verifier.Dockerfile.j2"),
         "tests/test.sh": text("test.sh.j2"),
         "tests/test.patch": data.test_patch,
+        TASK_DOCUMENT: verifier_task(data, held_out, harness).encode(),
+        CENSUS_FILE: UNSEALED_CENSUS,
+        **verifier_assets(),
         "solution/solve.sh": text("solve.sh.j2"),
         "solution/gold.patch": data.gold_patch,
     }
@@ -429,7 +467,8 @@ def executable_files(files: Mapping[str, bytes]) -> frozenset[str]:
     return frozenset(
         name
         for name in files
-        if name in ("tests/test.sh", "solution/solve.sh")
+        if name in ("tests/test.sh", "solution/solve.sh", f"{VERIFIER_ASSETS}/verifier.pl")
+        or name.startswith(f"{VERIFIER_ASSETS}/hooks/bin/")
         or any(name == f"{d}/{s}" for d in CONTEXT_DIRS for s in SCRIPTS)
     )
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from runner.census import EvidenceSummary, PolicyChange
 from runner.coupling import CouplingItem
 from runner.errors import ExitCode, Problem
 from runner.reward import Reward, VerifierDetails
@@ -148,8 +149,13 @@ class GateData(_Model):
     reward: Reward | None = None
     details: VerifierDetails | None = None
     limits: LimitsData | None = None
-    # Agent (or gold) changes to the test harness that test.sh undid before the tests ran.
+    # Agent (or gold) changes the verifier's patch policy undid before the tests ran (paths),
+    # and why each (the policy: only source and data changes stay).
     discarded: list[str] = Field(default_factory=list)
+    undone: list[PolicyChange] = Field(default_factory=list)
+    # The per-test evidence of the verifier's runs: per selector what ran, passed, failed and was
+    # skipped; "exit-code evidence only" for a runner the verifier does not know.
+    evidence: EvidenceSummary | None = None
     # Each fail-to-pass selector run alone (when several failed together): its exit code.
     selectors: list[SelectorResult] = Field(default_factory=list)
     # Each pass-to-pass selector run alone (when several failed together).
@@ -210,6 +216,8 @@ class ExploitResult(_Model):
     detail: str = ""
     reward: Reward | None = None
     discarded: list[str] = Field(default_factory=list)  # what test.sh undid
+    undone: list[PolicyChange] = Field(default_factory=list)
+    evidence: EvidenceSummary | None = None
     patch: str | None = None  # the collected patch, in the run directory
     patch_bytes: int | None = None
 
@@ -297,6 +305,18 @@ class ReportSettings(_Model):
     keep: bool = False
 
 
+class ReportCensus(_Model):
+    """The census sealed into the run's bundle: the tests its nop and oracle saw, by which every
+    later verifier (Harbor's too) grades an agent. `exit-code` for a runner the verifier does
+    not know (exit-code evidence only)."""
+
+    file: str
+    fail_to_pass: str
+    pass_to_pass: str
+    fail_to_pass_tests: int
+    pass_to_pass_tests: int
+
+
 class Report(_Model):
     schema_version: Literal[2] = 2
     task_id: str | None
@@ -313,6 +333,7 @@ class Report(_Model):
     bundle: str | None = None
     settings: ReportSettings = Field(default_factory=ReportSettings)
     kept: list[KeptContainer] = Field(default_factory=list)
+    census: ReportCensus | None = None
 
     @property
     def exit_code(self) -> ExitCode:

@@ -16,3 +16,8 @@ def dockerfiles_dir() -> Path:
     raise FileNotFoundError(
         "selfbench-runner's dockerfiles/ templates are missing from the install"
     )
+
+
+def verifier_dir() -> Path:
+    """The verifier's helper and reporters, copied into every bundle's tests/selfbench/."""
+    return dockerfiles_dir() / "verifier"

@@ -1,0 +1,41 @@
+// The verifier's reporter for `node --test`: one JSON line per test with its outcome, and the
+// run's end. Suites are left out (their tests are the evidence); a file that failed as a whole
+// is kept.
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { relative, absolute } = require('./evidence.cjs');
+
+export default async function* selfbenchReporter(source) {
+  const stacks = new Map();
+  let failed = false;
+  yield `${JSON.stringify({ runner: 'node-test', t: 'start', version: process.version })}\n`;
+  for await (const event of source) {
+    const data = event.data || {};
+    const file = data.file || '';
+    if (event.type === 'test:start') {
+      const stack = stacks.get(file) || [];
+      stack.length = data.nesting || 0;
+      stack.push(data.name);
+      stacks.set(file, stack);
+      continue;
+    }
+    if (event.type !== 'test:pass' && event.type !== 'test:fail') continue;
+    const details = data.details || {};
+    const stack = (stacks.get(file) || []).slice(0, data.nesting || 0);
+    const isSuite = details.type === 'suite';
+    let outcome = event.type === 'test:pass' ? 'passed' : 'failed';
+    if (data.skip !== undefined || data.todo !== undefined) outcome = 'skipped';
+    if (outcome === 'failed') failed = true;
+    if (isSuite && outcome !== 'failed') continue;
+    const names = [...stack, data.name];
+    yield `${JSON.stringify({
+      runner: 'node-test',
+      t: 'test',
+      id: `${relative(file)} > ${names.join(' > ')}`,
+      file: absolute(file),
+      outcome: isSuite ? 'error' : outcome,
+    })}\n`;
+  }
+  yield `${JSON.stringify({ runner: 'node-test', t: 'finish', status: failed ? 1 : 0 })}\n`;
+}

@@ -1,0 +1,62 @@
+// The verifier's vitest reporter (vitest 1 to 4): one line per test with its outcome, a line for
+// a test file that failed to run or an unhandled error, and the run's end.
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const { write, relative, absolute } = require('./evidence.cjs');
+
+const STATES = { pass: 'passed', fail: 'failed', skip: 'skipped', todo: 'skipped' };
+
+function walk(task, names, file, out) {
+  for (const child of task.tasks || []) {
+    const path = [...names, child.name];
+    if (child.type === 'suite') {
+      walk(child, path, file, out);
+      if (child.result && child.result.state === 'fail' && !(child.tasks || []).length) {
+        out.push({ id: `${file} > ${path.join(' > ')}`, outcome: 'error' });
+      }
+      continue;
+    }
+    let state = child.result ? child.result.state : undefined;
+    if (!state || state === 'run' || state === 'queued') {
+      state = child.mode === 'skip' || child.mode === 'todo' ? 'skip' : undefined;
+    }
+    out.push({ id: `${file} > ${path.join(' > ')}`, outcome: STATES[state] || 'error' });
+  }
+}
+
+export default class SelfbenchVitestReporter {
+  constructor() {
+    this.done = false;
+  }
+
+  onInit() {
+    write('vitest', { t: 'start' });
+  }
+
+  record(files, errors) {
+    if (this.done) return;
+    this.done = true;
+    for (const task of files || []) {
+      const file = relative(task.filepath);
+      const out = [];
+      walk(task, [], file, out);
+      const failedToRun =
+        task.result && task.result.state === 'fail' && !out.some((t) => t.outcome === 'failed');
+      if (failedToRun) out.push({ id: `${file} > [the test file failed to run]`, outcome: 'error' });
+      for (const test of out) write('vitest', { t: 'test', file: absolute(task.filepath), ...test });
+    }
+    if (errors && errors.length) {
+      write('vitest', { t: 'test', id: '[unhandled errors]', outcome: 'error' });
+    }
+    write('vitest', { t: 'finish', status: errors && errors.length ? 1 : 0 });
+  }
+
+  onTestRunEnd(testModules, errors) {
+    this.record((testModules || []).map((module) => module.task).filter(Boolean), errors);
+  }
+
+  onFinished(files, errors) {
+    this.record(files, errors);
+  }
+}

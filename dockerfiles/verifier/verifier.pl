@@ -1,0 +1,1130 @@
+#!/usr/bin/perl
+# The verifier's trusted helper, run by tests/test.sh as root (and once at image build time).
+# Perl because it is the one interpreter every verifier image has: Debian's and Ubuntu's git
+# depends on perl, and JSON::PP is part of its core. It never loads a module from the tree.
+#
+#   prepare-image TASK      build time: evidence hooks into every Python site directory, the
+#                           module names that resolve outside /app, ownership of /app
+#   apply-policy TASK       the agent's patch onto /app, then the patch policy on the applied
+#                           tree (default deny: only source and data changes stay)
+#   lockdown TASK           after test.patch: the harness root-owned and read-only, the
+#                           prepared tree recorded so each test run starts from it
+#   reset TASK              between two test runs: back to the prepared tree
+#   collect TASK NAME KIND EXIT LOG
+#                           one test run's per-test evidence, judged; prints passed=0|1
+#   grade TASK              the runs' evidence summarised in /logs/verifier/evidence.json
+#   go-filter FILE          `go test -json` on stdin: raw events to FILE, their text to stdout
+#
+# TASK is /tests/selfbench-task.json (rendered by the compiler). The census of the tests this
+# task's verification saw is /tests/expected-tests.json; unsealed until the runner seals it.
+use strict;
+use warnings;
+use Cwd qw(realpath);
+use Fcntl qw(O_RDONLY O_NOFOLLOW O_WRONLY O_CREAT O_TRUNC S_ISREG S_ISDIR S_ISLNK);
+use File::Basename qw(basename dirname);
+use File::Find ();
+use JSON::PP ();
+use POSIX ();
+
+my $APP = '/app';
+my $STATE = '/opt/selfbench-verifier/state';
+my $LOGS = '/logs/verifier';
+my $WORK = '/opt/selfbench/work';
+my $EVIDENCE_ROOT = '/var/lib/selfbench-evidence';
+my $CENSUS = '/tests/expected-tests.json';
+my $TRUSTED_MANIFESTS = '/opt/selfbench-trusted/manifests.txt';
+my $MAX_EVIDENCE_BYTES = 64 * 1024 * 1024;
+my $MAX_TESTS = 200_000;
+my $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
+
+# ---- small helpers ----------------------------------------------------------------------------
+
+sub say_line { print STDERR "selfbench: @_\n" }
+
+sub fail { say_line(@_); exit 2 }
+
+# read_file PATH [LIMIT]: a regular file's bytes, never through a link (undef when absent).
+sub read_file {
+    my ($path, $limit) = @_;
+    $limit //= $MAX_EVIDENCE_BYTES;
+    sysopen(my $fh, $path, O_RDONLY | O_NOFOLLOW) or return undef;
+    my @st = stat($fh);
+    return undef unless @st && S_ISREG($st[2]);
+    my $data = '';
+    while (length($data) < $limit) {
+        my $got = sysread($fh, my $chunk, 1 << 20);
+        last unless $got;
+        $data .= $chunk;
+    }
+    close $fh;
+    return length($data) > $limit ? substr($data, 0, $limit) : $data;
+}
+
+sub write_file {
+    my ($path, $data) = @_;
+    my $tmp = "$path.tmp$$";
+    unlink $tmp;
+    sysopen(my $fh, $tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644)
+      or fail("cannot write $tmp: $!");
+    print {$fh} $data;
+    close $fh or fail("cannot write $tmp: $!");
+    rename $tmp, $path or fail("cannot write $path: $!");
+}
+
+sub read_json {
+    my ($path) = @_;
+    my $raw = read_file($path);
+    return undef unless defined $raw;
+    my $doc = eval { $JSON->decode($raw) };
+    return ref($doc) eq 'HASH' ? $doc : undef;
+}
+
+sub write_json { write_file($_[0], JSON::PP->new->utf8->canonical->pretty->encode($_[1])) }
+
+sub task { my $doc = read_json($_[0]); fail("cannot read $_[0]") unless $doc; return $doc }
+
+# git ARGS...: git as root on /app, its configuration and hooks out of anyone's reach but
+# root's (the global config of a writable $HOME, fsmonitor, hooks, filters never run).
+sub git_env {
+    return (
+        HOME => '/root', GIT_CONFIG_GLOBAL => '/dev/null', GIT_TERMINAL_PROMPT => '0',
+        GIT_LITERAL_PATHSPECS => '1', GIT_OPTIONAL_LOCKS => '0', GIT_ASKPASS => '/bin/false',
+    );
+}
+
+my @GIT = (
+    'git', '-C', $APP, '-c', 'core.fsmonitor=false', '-c', 'core.hooksPath=/dev/null',
+    '-c', 'core.untrackedCache=false', '-c', 'core.quotePath=false', '-c', 'diff.external=',
+    '-c', 'core.sshCommand=false',
+);
+
+# git_out INDEX ARGS...: stdout of git (INDEX: a GIT_INDEX_FILE or undef); dies on failure.
+sub git_run {
+    my ($index, $input, @args) = @_;
+    local %ENV = (%ENV, git_env());
+    delete @ENV{qw(GIT_DIR GIT_WORK_TREE GIT_EXTERNAL_DIFF GIT_SSH GIT_SSH_COMMAND PAGER)};
+    if (defined $index) { $ENV{GIT_INDEX_FILE} = $index } else { delete $ENV{GIT_INDEX_FILE} }
+    my $pid = open(my $out, '-|') // fail("cannot fork: $!");
+    if ($pid == 0) {
+        if (defined $input) {
+            open(STDIN, '<', $input) or exit 127;
+        } else {
+            open(STDIN, '<', '/dev/null') or exit 127;
+        }
+        exec(@GIT, @args) or exit 127;
+    }
+    local $/;
+    my $data = <$out> // '';
+    close $out;
+    return ($? >> 8, $data);
+}
+
+sub git_out {
+    my ($index, @args) = @_;
+    my ($code, $data) = git_run($index, undef, @args);
+    fail("git @args failed (exit $code)") if $code != 0;
+    return $data;
+}
+
+sub git_ok { my ($index, @args) = @_; my ($code) = git_run($index, undef, @args); return $code == 0 }
+
+sub zsplit { my @parts = split /\0/, $_[0]; return @parts }
+
+# ---- the patch policy ---------------------------------------------------------------------------
+# Every path the agent's patch adds, changes, deletes or renames (both sides), from git's view of
+# the applied tree, is classified. Only source and data changes stay; everything that
+# configures, extends or replaces a tool is undone wherever it sits, whatever its extension.
+
+my %SOURCE_EXT = map { $_ => 1 } qw(
+  py pyi pyx pxd pxi js jsx mjs cjs ts tsx mts cts vue svelte astro go s rs c h cc cpp cxx hpp hh
+  hxx inl ipp m mm java kt scala sc groovy rb erb rake php phtml swift cs fs fsx vb lua pl pm r jl
+  ex exs erl hrl hs lhs ml mli clj cljs cljc edn dart zig nim sh bash zsh fish ps1 psm1 sql css
+  scss sass less styl pcss html htm xhtml hbs handlebars mustache ejs pug jade njk jinja jinja2 j2
+  tmpl tpl liquid twig graphql gql proto thrift avdl wat asm f f90 ada adb ads d v sv vhd tcl awk
+  vim el lisp scm rkt elm purs res resi re rei cr gleam sol
+);
+my %DATA_EXT = map { $_ => 1 } qw(
+  json jsonc json5 ndjson jsonl yaml yml txt text md mdx markdown rst adoc asciidoc org csv tsv
+  psv xml xsd xsl xslt dtd svg ics vcf geojson topojson wkt diff patch log po pot pem crt
+);
+# Data whose bytes are binary by nature (no NUL check).
+my %BINARY_DATA_EXT = map { $_ => 1 } qw(
+  png jpg jpeg gif webp bmp ico icns tif tiff avif heic pdf ttf otf woff woff2 eot mp3 wav ogg
+  flac mp4 webm mov mo sqlite db
+);
+my %COMPILED_EXT = map { $_ => 1 } qw(
+  pyc pyo pyd so dylib dll node wasm class jar war ear o obj a lib exe bin elc beam rlib whl egg
+  zip tar gz tgz bz2 xz 7z zst lz4 br dmg iso deb rpm apk
+);
+my %INSTALLED_DIRS = map { $_ => 1 } qw(
+  node_modules bower_components jspm_packages site-packages dist-packages __pycache__ vendor
+  __pypackages__
+);
+my %TEST_DIRS = map { $_ => 1 } qw(
+  test tests __tests__ __mocks__ __fixtures__ __snapshots__ spec specs testing testdata fixtures
+  e2e
+);
+my %MANIFESTS = map { $_ => 1 } qw(
+  package.json package-lock.json npm-shrinkwrap.json yarn.lock pnpm-lock.yaml pnpm-workspace.yaml
+  bun.lock bun.lockb deno.json deno.jsonc deno.lock pyproject.toml setup.py setup.cfg Pipfile
+  Pipfile.lock poetry.lock uv.lock pdm.lock environment.yml environment.yaml go.mod go.sum go.work
+  go.work.sum Cargo.toml Cargo.lock Gemfile Gemfile.lock composer.json composer.lock pom.xml
+  build.gradle build.gradle.kts settings.gradle settings.gradle.kts gradle.properties mix.exs
+  mix.lock Package.swift Package.resolved pubspec.yaml pubspec.lock packages.config
+  Directory.Build.props Directory.Packages.props MANIFEST.in vcpkg.json conanfile.txt conanfile.py
+  meson.build CMakeLists.txt
+);
+my @MANIFEST_GLOBS = (
+  qr/^requirements.*\.(txt|in)$/, qr/^constraints.*\.txt$/, qr/^pylock(\..+)?\.toml$/,
+  qr/\.gemspec$/, qr/\.(cs|fs|vb)proj$/, qr/\.sln$/, qr/\.cmake$/,
+);
+my %CONFIGS = map { $_ => 1 } qw(
+  Makefile makefile GNUmakefile Dockerfile Containerfile docker-compose.yml docker-compose.yaml
+  compose.yml compose.yaml justfile Justfile Taskfile.yml Taskfile.yaml Rakefile Gruntfile.js
+  Gulpfile.js gulpfile.js BUILD BUILD.bazel WORKSPACE WORKSPACE.bazel MODULE.bazel build.rs
+  rust-toolchain rust-toolchain.toml tsconfig.json jsconfig.json angular.json nx.json project.json
+  workspace.json lerna.json turbo.json rush.json tox.ini pytest.ini pytest.toml noxfile.py
+  jasmine.json mocha.opts cypress.json nodemon.json manage.py
+);
+my @CONFIG_GLOBS = (
+  qr/^[^.]+.*\.config\.[^.]+$/, qr/\.conf(\.[^.]+)?$/, qr/\.(cfg|ini|toml|properties|mk|bzl)$/,
+  qr/^tsconfig\..+\.json$/, qr/^jsconfig\..+\.json$/, qr/\.workspace\.[^.]+$/,
+);
+my %HOOKS = map { $_ => 1 } qw(conftest.py sitecustomize.py usercustomize.py);
+my @HOOK_GLOBS = (
+  qr/^setupTests\./, qr/\.setup\.[^.]+$/, qr/^(jest|vitest|test)[-_.]setup/i,
+  qr/^global[-_]?(setup|teardown)\./i,
+);
+my @TEST_FILES = (
+  qr/^test_.+\.py$/, qr/_tests?\.py$/, qr/^tests?\.py$/, qr/_test\.go$/, qr/\.(test|spec)\.[^\/]+$/,
+  qr/_spec\.[^.]+$/, qr/(Test|Tests|Spec)\.(java|kt|scala|groovy|cs)$/, qr/_test\.(rb|exs|rs)$/,
+);
+
+sub extension {
+    my ($name) = @_;
+    return $name =~ /\.([A-Za-z0-9+_-]+)$/ ? lc $1 : '';
+}
+
+sub glob_match {
+    # A contract pattern, bash [[ == ]] style: `*` crosses `/`, `?` one character.
+    my ($path, $pattern) = @_;
+    my $re = join '', map {
+        $_ eq '*' ? '.*' : $_ eq '?' ? '.' : quotemeta($_)
+    } split /(\*|\?)/, $pattern;
+    return $path =~ /\A$re\z/s;
+}
+
+sub under {
+    my ($path, $dir) = @_;
+    return $path eq $dir || index($path, "$dir/") == 0;
+}
+
+sub has_binary_content {
+    my ($path) = @_;
+    sysopen(my $fh, "$APP/$path", O_RDONLY | O_NOFOLLOW) or return 0;
+    sysread($fh, my $head, 8000);
+    close $fh;
+    return defined $head && index($head, "\0") >= 0;
+}
+
+my %shadowed;
+sub load_shadowed {
+    return if %shadowed;
+    my $raw = read_file("$STATE/python-shadowed.txt") // '';
+    $shadowed{$_} = 1 for grep { length } split /\n/, $raw;
+    $shadowed{'(loaded)'} = 1;
+}
+
+# python_module NAME-OF-FILE: the top-level import name a new file would define, if any.
+sub python_top_level {
+    my ($path) = @_;
+    my $dir = dirname($path);
+    my $name = basename($path);
+    return ($1, $dir) if $name =~ /^([A-Za-z_][A-Za-z0-9_]*)\.py[iw]?$/ && $name ne '__init__.py';
+    if ($name eq '__init__.py' && $dir ne '.') {
+        my $package = basename($dir);
+        return ($package, dirname($dir)) if $package =~ /^[A-Za-z_][A-Za-z0-9_]*$/;
+    }
+    return;
+}
+
+sub is_package_dir {
+    my ($dir) = @_;
+    return 0 if $dir eq '.' || $dir eq '';
+    return -f "$APP/$dir/__init__.py";
+}
+
+# classify TASK PATH STATUS NEWMODE: (verdict, reason). verdict: keep | undo | held-out.
+sub classify {
+    my ($task, $path, $status, $new_mode) = @_;
+    my $name = basename($path);
+    my @parts = split m{/}, $path;
+    my @dirs = @parts[0 .. $#parts - 1];
+    for my $held (@{ $task->{heldOut} }) {
+        return ('held-out', 'a held-out test path') if under($path, $held);
+    }
+    for my $pattern (@{ $task->{harnessAllow} }) {
+        return ('keep', 'allowed by the contract (harnessAllow)') if glob_match($path, $pattern);
+    }
+    if ($status ne 'D') {
+        return ('undo', 'a symbolic link') if $new_mode eq '120000';
+        return ('undo', 'a submodule') if $new_mode eq '160000';
+    }
+    for my $named (@{ $task->{commandFiles} }) {
+        return ('undo', 'run by the test command') if $path eq $named;
+    }
+    for my $named (@{ $task->{selectorFiles} }) {
+        return ('undo', 'named by a test selector') if $path eq $named;
+    }
+    for my $pattern (@{ $task->{harnessProtect} }) {
+        return ('undo', 'listed in the contract (harnessProtect)') if glob_match($path, $pattern);
+    }
+    for my $part (@parts) {
+        return ('undo', 'a dotfile or dot-directory (tool configuration)') if $part =~ /^\./;
+    }
+    for my $dir (@dirs) {
+        return ('undo', 'installed or vendored packages') if $INSTALLED_DIRS{$dir};
+        return ('undo', 'packaging metadata or entry points')
+          if $dir =~ /\.(dist-info|egg-info|egg)$/;
+    }
+    my $ext = extension($name);
+    return ('undo', 'packaging metadata or entry points') if $ext eq 'pth' || $ext eq 'egg-link';
+    return ('undo', 'a compiled or binary artifact') if $COMPILED_EXT{$ext};
+    return ('undo', 'a dependency manifest or lockfile')
+      if $MANIFESTS{$name} || grep { $name =~ $_ } @MANIFEST_GLOBS;
+    return ('undo', 'tool configuration') if $CONFIGS{$name} || grep { $name =~ $_ } @CONFIG_GLOBS;
+    return ('undo', 'a test-runner hook') if $HOOKS{$name} || grep { $name =~ $_ } @HOOK_GLOBS;
+    my $gold = $task->{goldSet}{$path};
+    unless ($gold) {
+        for my $dir (@dirs) {
+            return ('undo', 'inside a test directory (the held-out tests decide)') if $TEST_DIRS{$dir};
+        }
+        return ('undo', 'a test file (the held-out tests decide)') if grep { $name =~ $_ } @TEST_FILES;
+        if ($name eq '__init__.py' || $name eq '__init__.pyi') {
+            my $dir = dirname($path);
+            for my $test_dir (@{ $task->{testDirs} }) {
+                return ('undo', 'a package initialiser beside the tests') if under($test_dir, $dir);
+            }
+        }
+        if ($status eq 'A') {
+            my ($module, $parent) = python_top_level($path);
+            if (defined $module && !is_package_dir($parent)) {
+                load_shadowed();
+                return ('undo', "shadows the module $module that resolves outside /app")
+                  if $shadowed{$module};
+            }
+        }
+    }
+    if ($SOURCE_EXT{$ext} || $DATA_EXT{$ext}) {
+        return ('undo', 'binary content in a text file')
+          if $status ne 'D' && has_binary_content($path);
+        return ('keep', $SOURCE_EXT{$ext} ? 'source' : 'data');
+    }
+    return ('keep', 'data') if $BINARY_DATA_EXT{$ext};
+    return ('keep', 'changed by the reference solution too') if $gold;
+    return ('undo', 'not recognised as source code or data');
+}
+
+sub remove_new {
+    my ($path) = @_;
+    my $full = "$APP/$path";
+    unlink $full if -l $full || -e $full;
+    my $dir = dirname($path);
+    while ($dir ne '.' && $dir ne '') {
+        last unless rmdir "$APP/$dir";  # only while empty
+        $dir = dirname($dir);
+    }
+}
+
+sub cmd_apply_policy {
+    my ($task_path) = @_;
+    my $task = task($task_path);
+    $task->{goldSet} = { map { $_ => 1 } @{ $task->{goldFiles} } };
+    my $patch = '/opt/selfbench/agent.patch';
+    my $index = "$WORK/policy.index";
+    system('mkdir', '-p', $WORK);
+    chmod 0700, $WORK;
+    unlink $index;
+    # The tree as it stands (post-setup, before the patch): what every undo goes back to.
+    git_out($index, 'add', '--all');
+    my $before = git_out($index, 'write-tree');
+    chomp $before;
+    write_file("$WORK/before-tree", "$before\n");
+    my @policy;
+    if (-s $patch) {
+        my ($code) = git_run($index, undef, 'apply', '--index', '--binary', '--whitespace=nowarn',
+          $patch);
+        if ($code != 0) {
+            say_line('agent.patch does not apply');
+            write_json("$LOGS/policy.json", { applied => JSON::PP::false, changes => [] });
+            return 1;
+        }
+    }
+    # git's view of the applied tree against the tree before it: every path, both sides of a
+    # rename, whatever .gitignore says (the index took the patch's own paths).
+    my $raw = git_out($index, 'diff-index', '--cached', '--raw', '--no-renames', '-z', $before);
+    my @fields = zsplit($raw);
+    my (@undo, %trusted);
+    for my $line (split /\n/, read_file($TRUSTED_MANIFESTS) // '') {
+        my ($blob, $mode, $path) = split /\t/, $line, 3;
+        $trusted{$path} = [$mode, $blob] if defined $path;
+    }
+    while (@fields) {
+        my $meta = shift @fields;
+        my $path = shift @fields // last;
+        my ($old_mode, $new_mode, undef, undef, $status) = split / /, substr($meta, 1);
+        $status = substr($status, 0, 1);
+        my ($verdict, $reason) = classify($task, $path, $status, $new_mode);
+        push @policy, { path => $path, status => $status, verdict => $verdict, reason => $reason };
+        push @undo, [$path, $status, $verdict] if $verdict ne 'keep';
+    }
+    my @discarded;
+    for my $item (@undo) {
+        my ($path, $status, $verdict) = @$item;
+        if ($trusted{$path}) {
+            # A manifest the reference solution changed: the verifier's dependencies come from
+            # its dependency-setup pass, so the trusted version is the one that pass used.
+            my ($mode, $blob) = @{ $trusted{$path} };
+            git_out($index, 'update-index', '--add', '--cacheinfo', "$mode,$blob,$path");
+            git_out($index, 'checkout-index', '--force', '--', $path);
+        } elsif ($status eq 'A') {
+            git_ok($index, 'rm', '--cached', '--quiet', '--', $path);
+            remove_new($path);
+        } else {
+            git_out($index, 'checkout', $before, '--', $path);
+        }
+        push @discarded, $path;
+    }
+    write_file("$LOGS/discarded.txt", join('', map { "$_\n" } @discarded));
+    write_json("$LOGS/policy.json", { applied => JSON::PP::true, changes => \@policy });
+    say_line(scalar(@discarded) . ' change(s) undone by the patch policy') if @discarded;
+    return 0;
+}
+
+# ---- lockdown and reset -------------------------------------------------------------------------
+
+sub tracked_harness {
+    my ($task) = @_;
+    my @found;
+    my $raw = git_out(undef, 'ls-files', '-z');
+    for my $path (zsplit($raw)) {
+        next unless -f "$APP/$path" && !-l "$APP/$path";
+        my ($verdict, $reason) = classify({ %$task, harnessAllow => [], goldSet => {} }, $path, 'M',
+          '100644');
+        next if $verdict eq 'keep';
+        next if $reason =~ /^(shadows|not recognised|binary content)/;
+        push @found, $path;
+    }
+    return @found;
+}
+
+sub cmd_lockdown {
+    my ($task_path) = @_;
+    my $task = task($task_path);
+    $task->{goldSet} = {};
+    my %files = map { $_ => 1 } (tracked_harness($task), @{ $task->{commandFiles} },
+      @{ $task->{selectorFiles} });
+    for my $held (@{ $task->{heldOut} }) {
+        my $full = "$APP/$held";
+        next unless -e $full && !-l $full;
+        if (-d $full) {
+            File::Find::find({ no_chdir => 1, wanted => sub {
+                return if -l $_;
+                (my $rel = $_) =~ s{^\Q$APP\E/}{};
+                $files{$rel} = 1 if -f $_;
+            } }, $full);
+        } else {
+            $files{$held} = 1;
+        }
+    }
+    my %dirs;
+    for my $path (sort keys %files) {
+        my $full = "$APP/$path";
+        next if -l $full || !-f $full;
+        chown 0, 0, $full;
+        my $mode = (stat $full)[2] & 07777;
+        chmod(($mode & ~0222) | 0444, $full);
+        my $dir = dirname($path);
+        while ($dir ne '.' && $dir ne '') { $dirs{$dir} = 1; $dir = dirname($dir) }
+    }
+    # The directories that hold them: root's and sticky, so the tests may create files there
+    # but never replace, rename or remove one of root's.
+    for my $dir ('.', sort keys %dirs) {
+        my $full = $dir eq '.' ? $APP : "$APP/$dir";
+        next if -l $full || !-d $full;
+        chown 0, 0, $full;
+        chmod 01777, $full;
+    }
+    # The prepared tree, for the reset before each later run.
+    my $index = "$WORK/prepared.index";
+    unlink $index;
+    git_out($index, 'add', '--all');
+    my $tree = git_out($index, 'write-tree');
+    write_file("$WORK/prepared-tree", $tree);
+    my $ignored = git_out($index, 'ls-files', '--others', '--ignored', '--exclude-standard',
+      '--directory', '-z');
+    write_file("$WORK/prepared-ignored", $ignored);
+    write_file("$WORK/protected", join('', map { "$_\n" } sort keys %files));
+    return 0;
+}
+
+sub cmd_reset {
+    my ($task_path) = @_;
+    my $index = "$WORK/prepared.index";
+    return 0 unless -f $index;
+    my %baseline = map { $_ => 1 } zsplit(read_file("$WORK/prepared-ignored") // '');
+    # New files (ignored ones too) go; changed and deleted ones come back.
+    for my $path (zsplit(git_out($index, 'ls-files', '--others', '--exclude-standard', '-z'))) {
+        remove_new($path);
+    }
+    my $ignored = git_out($index, 'ls-files', '--others', '--ignored', '--exclude-standard',
+      '--directory', '-z');
+    for my $path (zsplit($ignored)) {
+        next if $baseline{$path};
+        (my $clean = $path) =~ s{/$}{};
+        next if $clean eq '' || $clean =~ m{(^|/)\.\.(/|$)};
+        system('rm', '-rf', '--', "$APP/$clean");
+    }
+    my @changed = zsplit(git_out($index, 'diff-files', '--name-only', '-z'));
+    if (@changed) {
+        my ($code) = git_run($index, undef, 'checkout-index', '--force', '--', @changed);
+        fail('cannot restore the prepared tree') if $code != 0;
+        my %protected = map { $_ => 1 } split /\n/, read_file("$WORK/protected") // '';
+        my (undef, undef, $uid, $gid) = getpwnam('verifier');
+        for my $path (@changed) {
+            my $full = "$APP/$path";
+            next if -l $full || !-f $full;
+            if ($protected{$path}) {
+                chmod((((stat $full)[2] & 07777) & ~0222) | 0444, $full);
+            } elsif (defined $uid) {
+                chown $uid, $gid, $full;  # as before the run: the tests' own to change
+            }
+        }
+    }
+    return 0;
+}
+
+# ---- evidence -----------------------------------------------------------------------------------
+# Per-test outcomes come from reporters loaded from outside /app (pytest and unittest through
+# the site directories, jest, vitest, mocha and node --test through node's preload, go test
+# through -json), or from the runner's own output where it has no reporter to load (bun test,
+# cargo test). Outcomes: passed, failed, skipped, error.
+
+my %FINISHING = map { $_ => 1 } qw(pytest unittest jest vitest mocha node-test go bun cargo);
+
+sub normalize_abs {
+    my ($path) = @_;
+    my @out;
+    for my $part (split m{/}, $path) {
+        next if $part eq '' || $part eq '.';
+        if ($part eq '..') { pop @out; next }
+        push @out, $part;
+    }
+    return '/' . join('/', @out);
+}
+
+sub workdir_abs { my ($task) = @_; return normalize_abs("$APP/$task->{workdir}") }
+
+# The evidence directory's files, each a regular file read without following links.
+sub evidence_files {
+    my ($dir) = @_;
+    opendir(my $dh, $dir) or return ();
+    my @names = sort grep { /^[A-Za-z0-9._-]+\.jsonl$/ } readdir $dh;
+    closedir $dh;
+    return map { "$dir/$_" } @names;
+}
+
+sub json_lines {
+    my ($path) = @_;
+    my $raw = read_file($path) // return ();
+    my @events;
+    for my $line (split /\n/, $raw) {
+        next unless $line =~ /^\{/;
+        my $event = eval { $JSON->decode($line) };
+        push @events, $event if ref($event) eq 'HASH';
+    }
+    return @events;
+}
+
+my %RANK = (error => 4, failed => 3, passed => 2, skipped => 1);
+
+sub add_test {
+    my ($run, $runner, $id, $file, $outcome) = @_;
+    return unless defined $id && length $id && $outcome && $RANK{$outcome};
+    my $key = "$runner\0$id";
+    my $tests = $run->{tests};
+    if (my $seen = $tests->{$key}) {
+        # The same id reported twice (a retry, a parallel worker): the worst outcome counts,
+        # except that a later pass after a retry does not hide a failure.
+        $seen->{outcome} = $outcome if $RANK{$outcome} > $RANK{ $seen->{outcome} };
+        return;
+    }
+    return if keys(%$tests) >= $MAX_TESTS;
+    $tests->{$key} = { id => $id, runner => $runner, outcome => $outcome,
+      (defined $file ? (file => $file) : ()) };
+}
+
+sub read_hook_events {
+    my ($run, $dir) = @_;
+    for my $path (evidence_files($dir)) {
+        my $name = basename($path);
+        if ($name =~ /^go-/) { read_go_events($run, $path); next }
+        for my $event (json_lines($path)) {
+            my $runner = $event->{runner} // next;
+            next unless $runner =~ /^(pytest|unittest|jest|vitest|mocha|node-test)$/;
+            my $type = $event->{t} // '';
+            $run->{seen}{$runner} = 1;
+            if ($type eq 'test') {
+                add_test($run, $runner, $event->{id}, $event->{file}, $event->{outcome});
+            } elsif ($type eq 'finish') {
+                $run->{finished}{$runner} = 1;
+                $run->{runnerStatus}{$runner} = $event->{status} if defined $event->{status};
+            } elsif ($type eq 'plugin' && defined $event->{file}) {
+                push @{ $run->{plugins} }, $event->{file};
+            } elsif ($type eq 'start' && defined $event->{version}) {
+                $run->{versions}{$runner} = "$event->{version}";
+            }
+        }
+    }
+}
+
+sub read_go_events {
+    my ($run, $path) = @_;
+    my (%started, %done);
+    for my $event (json_lines($path)) {
+        my $action = $event->{Action} // next;
+        my $package = $event->{Package} // next;
+        $run->{seen}{go} = 1;
+        my $test = $event->{Test};
+        if (defined $test && length $test) {
+            my $id = "$package $test";
+            my %map = (pass => 'passed', fail => 'failed', skip => 'skipped');
+            if ($map{$action}) {
+                add_test($run, 'go', $id, $package, $map{$action});
+            } elsif ($action eq 'run') {
+                $started{$id} = $package;
+            }
+            $done{$id} = 1 if $map{$action};
+        } elsif ($action =~ /^(pass|fail|skip)$/) {
+            $run->{goPackages}{$package} = $action;
+            if ($action eq 'fail' && defined $event->{FailedBuild}) {
+                add_test($run, 'go', "$package [build failed]", $package, 'error');
+            }
+        } elsif ($action eq 'build-fail') {
+            add_test($run, 'go', "$package [build failed]", $package, 'error');
+        }
+    }
+    # A test that started and never ended: its binary exited under it (os.Exit, a crash).
+    for my $id (sort keys %started) {
+        add_test($run, 'go', $id, $started{$id}, 'error') unless $done{$id};
+    }
+    my @packages = keys %{ $run->{goPackages} // {} };
+    $run->{finished}{go} = 1 if @packages && !grep { !defined } @packages;
+}
+
+sub strip_ansi { my ($text) = @_; $text =~ s/\e\[[0-9;?]*[A-Za-z]//g; $text =~ s/\r//g; return $text }
+
+# bun test prints one line per test: "(pass) suite > name [0.1ms]" (off a terminal), under a
+# "path/to/file.test.ts:" header per file, and a summary ("Ran N tests across M files").
+sub read_bun_log {
+    my ($run, $task, $log) = @_;
+    my $raw = read_file($log) // return;
+    my $file;
+    my $wd = workdir_abs($task);
+    for my $line (split /\n/, strip_ansi($raw)) {
+        if ($line =~ /^(\S.*\.(?:test|spec|_test|_spec)\.[A-Za-z]+|\S.*\.[cm]?[jt]sx?):$/) {
+            $file = normalize_abs("$wd/$1");
+            next;
+        }
+        if ($line =~ /^\s*\((pass|fail|skip|todo)\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/) {
+            my %map = (pass => 'passed', fail => 'failed', skip => 'skipped', todo => 'skipped');
+            $run->{seen}{bun} = 1;
+            add_test($run, 'bun', (defined $file ? "$file > " : '') . $2, $file, $map{$1});
+        } elsif ($line =~ /^\s*Ran \d+ tests? across \d+ files?/) {
+            $run->{seen}{bun} = 1;
+            $run->{finished}{bun} = 1;
+        }
+    }
+}
+
+# cargo test: "test path::name ... ok|FAILED|ignored" per test under "Running <target> (...)"
+# or "Doc-tests <crate>", and one "test result:" line per test binary.
+sub read_cargo_log {
+    my ($run, $task, $log) = @_;
+    my $raw = read_file($log) // return;
+    my ($target, $open) = ('', 0);
+    my $results = 0;
+    for my $line (split /\n/, strip_ansi($raw)) {
+        if ($line =~ /^\s*Running (?:\S+ )?(\S+)(?: \((\S+)\))?\s*$/) {
+            $target = $2 // $1;
+            $target =~ s{^.*/}{};
+            $target =~ s/-[0-9a-f]{16}(\.exe)?$//;
+            next;
+        }
+        if ($line =~ /^\s*Doc-tests (\S+)/) { $target = "doc:$1"; next }
+        if ($line =~ /^running \d+ tests?$/) { $open++; $run->{seen}{cargo} = 1; next }
+        if ($line =~ /^test (.+?) \.\.\. (ok|FAILED|ignored|ignored, .*)$/) {
+            my $outcome = $2 eq 'ok' ? 'passed' : $2 eq 'FAILED' ? 'failed' : 'skipped';
+            $run->{seen}{cargo} = 1;
+            add_test($run, 'cargo', "$target $1", $target, $outcome);
+        } elsif ($line =~ /^test result: /) {
+            $results++;
+        }
+    }
+    $run->{finished}{cargo} = 1 if $open && $results >= $open;
+}
+
+# ---- attribution: which tests a selector selected -----------------------------------------------
+
+sub go_module_of {
+    my ($dir) = @_;
+    my $at = $dir;
+    while (index($at, $APP) == 0) {
+        if (-f "$at/go.mod" && !-l "$at/go.mod") {
+            my $raw = read_file("$at/go.mod", 1 << 20) // '';
+            return ($at, $1) if $raw =~ /^\s*module\s+"?([^\s"]+)"?/m;
+            return;
+        }
+        last if $at eq $APP;
+        $at = dirname($at);
+    }
+    return;
+}
+
+# matcher TASK RUNNER SELECTOR: (sub TEST -> bool, strict). strict: the selector names a path
+# that exists, so a run in which it matched no test is evidence that nothing of it ran.
+sub matcher {
+    my ($task, $runner, $selector) = @_;
+    my $wd = workdir_abs($task);
+    if ($runner eq 'go') {
+        my $wild = $selector =~ s{/\.\.\.$}{}r;
+        my $wildcard = $wild ne $selector || $selector eq '...';
+        my $prefix;
+        if ($selector =~ m{^\.} || $selector =~ m{^/}) {
+            my $dir = normalize_abs($selector =~ m{^/} ? $wild : "$wd/" . ($wild eq '.' ? '' : $wild));
+            $dir = $wd if $selector eq './...' || $selector eq '.';
+            my ($root, $module) = go_module_of($dir);
+            return (undef, 0) unless defined $module;
+            my $rel = substr($dir, length $root);
+            $rel =~ s{^/}{};
+            $prefix = $rel eq '' ? $module : "$module/$rel";
+        } elsif ($selector =~ m{^[A-Za-z0-9._~/-]+$} && $selector =~ m{[./]}) {
+            $prefix = $wild;
+        } else {
+            return (undef, 0);
+        }
+        return (sub {
+            my ($test) = @_;
+            my $pkg = $test->{file} // return 0;
+            return $pkg eq $prefix || ($wildcard && index($pkg, "$prefix/") == 0);
+        }, 1);
+    }
+    return (undef, 0) if $runner eq 'cargo';
+    my ($path, $rest) = ($selector, undef);
+    if ($runner eq 'pytest' && $selector =~ /^(.*?)::(.+)$/) { ($path, $rest) = ($1, $2) }
+    $path =~ s/:\d+(:\d+)?$// if $runner ne 'pytest';
+    my $abs = normalize_abs($path =~ m{^/} ? $path : "$wd/$path");
+    if (length $path && -e $abs) {
+        return (sub {
+            my ($test) = @_;
+            my $file = $test->{file} // return 0;
+            return 0 unless $file eq $abs || index($file, "$abs/") == 0;
+            return 1 unless defined $rest;
+            my (undef, $tail) = split /::/, $test->{id}, 2;
+            return 0 unless defined $tail;
+            return $tail eq $rest || index($tail, "${rest}::") == 0 || index($tail, "${rest}[") == 0;
+        }, 1);
+    }
+    if ($runner eq 'unittest' && $selector =~ /^[A-Za-z_][A-Za-z0-9_.]*$/) {
+        return (sub {
+            my ($test) = @_;
+            return $test->{id} eq $selector || index($test->{id}, "$selector.") == 0;
+        }, 1);
+    }
+    if ($runner =~ /^(jest|vitest|bun|mocha|node-test)$/ && length $path) {
+        # jest, vitest and bun take a selector as a pattern over test file paths.
+        return (sub {
+            my ($test) = @_;
+            my $file = $test->{file} // return 0;
+            return index($file, $path) >= 0;
+        }, 0);
+    }
+    return (undef, 0);
+}
+
+# ---- judging one run ----------------------------------------------------------------------------
+
+sub census {
+    my $doc = read_json($CENSUS);
+    return undef unless $doc && $doc->{sealed};
+    return $doc;
+}
+
+sub available_hooks {
+    my $doc = read_json("$STATE/hooks.json") // {};
+    return $doc->{runners} // [];
+}
+
+sub shorten {
+    my ($list, $limit) = @_;
+    $limit //= 5;
+    my @shown = @$list[0 .. ($#$list < $limit - 1 ? $#$list : $limit - 1)];
+    return join(', ', @shown) . (@$list > $limit ? ', ...' : '');
+}
+
+sub cmd_collect {
+    my ($task_path, $name, $kind, $exit, $log) = @_;
+    my $task = task($task_path);
+    my $dir = "$EVIDENCE_ROOT/$name";
+    my $run = { tests => {}, seen => {}, finished => {}, plugins => [] };
+    read_hook_events($run, $dir) if -d $dir && !-l $dir;
+    my %expected = map { $_ => 1 } @{ $task->{expectedRunners} };
+    read_bun_log($run, $task, $log) if $expected{bun};
+    read_cargo_log($run, $task, $log) if $expected{cargo};
+    my $sealed = census();
+    my $command_is_true = ($kind eq 'p2p' && !@{ $task->{passToPass} });
+    my @runners;
+    my $mode;
+    my @problems;
+    if ($command_is_true) {
+        $mode = 'none';
+    } elsif ($sealed) {
+        my $selection = $sealed->{ $kind =~ /^p2p/ ? 'passToPass' : 'failToPass' } // {};
+        $mode = $selection->{mode} // 'exit-code';
+        @runners = @{ $selection->{runners} // [] } if $mode eq 'per-test';
+        $mode = 'exit-code' if $mode eq 'per-test' && !@runners;
+        $mode = 'exit-code' if $mode eq 'none';
+    } else {
+        @runners = sort keys %{ $run->{seen} };
+        if (@runners) {
+            $mode = 'per-test';
+        } else {
+            my %hooks = map { $_ => 1 } @{ available_hooks() };
+            my @wanted = grep { $hooks{$_} } sort keys %expected;
+            if (@wanted) {
+                $mode = 'per-test';
+                @runners = @wanted;
+            } else {
+                $mode = 'exit-code';
+            }
+        }
+    }
+    my %counted = map { $_ => 1 } @runners;
+    my @tests = sort { $a->{id} cmp $b->{id} } grep { $counted{ $_->{runner} } } values %{ $run->{tests} };
+    my %count = (passed => 0, failed => 0, skipped => 0, error => 0);
+    $count{ $_->{outcome} }++ for @tests;
+    my @failing = map { $_->{id} } grep { $_->{outcome} eq 'failed' || $_->{outcome} eq 'error' } @tests;
+    my (%by_id);
+    $by_id{ $_->{id} } = $_ for @tests;
+    my ($base, $alone) = $kind =~ /^(f2p|p2p)(?:-alone:(\d+))?$/ or fail("unknown kind $kind");
+    my $list = $base eq 'p2p' ? $task->{passToPass} : $task->{failToPass};
+    my @selectors = defined $alone ? ($list->[$alone] // fail("no selector $alone")) : @$list;
+    my @attribution;
+    my $runner_for_match = $runners[0] // '';
+    for my $selector (@selectors) {
+        my ($match, $strict) = $mode eq 'per-test' ? matcher($task, $runner_for_match, $selector) : (undef, 0);
+        my $entry = { selector => $selector, attributed => $match ? JSON::PP::true : JSON::PP::false };
+        if ($match) {
+            my @mine = grep { $match->($_) } @tests;
+            my %c = (passed => 0, failed => 0, skipped => 0, error => 0);
+            $c{ $_->{outcome} }++ for @mine;
+            $entry->{$_} = $c{$_} for keys %c;
+            $entry->{ran} = scalar @mine;
+            $entry->{tests} = [ map { $_->{id} } @mine ];
+            $entry->{strict} = $strict ? JSON::PP::true : JSON::PP::false;
+        }
+        push @attribution, $entry;
+    }
+    my (@missing, @not_passed);
+    if ($mode eq 'per-test') {
+        if (!@tests && !%{ $run->{seen} }) {
+            push @problems, 'no per-test results from ' . join(' or ', @runners)
+              . ': the suite did not run, or ended before it reported';
+        } else {
+            my @unfinished = grep { $FINISHING{$_} && !$run->{finished}{$_} } @runners;
+            push @problems, join(', ', @unfinished) . ' did not finish its run (it ended early)'
+              if @unfinished;
+            push @problems, scalar(@failing) . ' test(s) failed: ' . shorten(\@failing) if @failing;
+            push @problems, "the runner exited $exit although no test failed" if $exit != 0 && !@failing;
+            push @problems, 'exit 0 but failures were reported' if $exit == 0 && @failing;
+        }
+        my @plugins = grep { index($_, "$APP/") == 0 } @{ $run->{plugins} };
+        if (@plugins) {
+            my %prepared = map { ("$APP/$_" => 1) } zsplit(
+              git_out("$WORK/prepared.index", 'ls-files', '-z'));
+            my @planted = grep { !$prepared{$_} } @plugins;
+            push @problems, 'a test-runner plugin was loaded from a file that appeared during the run: '
+              . shorten(\@planted) if @planted;
+        }
+        if ($sealed && !defined $alone) {
+            my @required = $base eq 'p2p' ? @{ $sealed->{passToPass}{tests} // [] }
+              : (@{ $sealed->{failToPass}{tests} // [] }, @{ $sealed->{failedAtNop} // [] });
+            # A test id the census holds once per line of JSON: at most what MAX_TESTS allows.
+            splice(@required, $MAX_TESTS) if @required > $MAX_TESTS;
+            my %done;
+            for my $id (@required) {
+                next if $done{$id}++;
+                my $test = $by_id{$id};
+                if (!$test) { push @missing, $id; next }
+                next if $test->{outcome} eq 'passed';
+                next if $base eq 'p2p' && $test->{outcome} eq 'skipped';
+                push @not_passed, $id unless $test->{outcome} eq 'failed' || $test->{outcome} eq 'error';
+            }
+            push @problems, scalar(@missing) . ' expected test(s) did not run: ' . shorten(\@missing)
+              if @missing;
+            push @problems, scalar(@not_passed) . ' expected test(s) were skipped: ' . shorten(\@not_passed)
+              if @not_passed;
+        } elsif ($base eq 'f2p' || defined $alone) {
+            push @problems, 'no test passed' if !$count{passed} && !@problems;
+            for my $entry (@attribution) {
+                next unless $entry->{attributed} && $entry->{strict};
+                push @problems, "no test of selector $entry->{selector} passed"
+                  if !$entry->{passed} && !@failing;
+            }
+        }
+    } elsif ($mode eq 'exit-code') {
+        push @problems, "exit $exit" if $exit != 0;
+    }
+    my $passed = !@problems && ($mode eq 'none' || $exit == 0) ? 1 : 0;
+    my $doc = {
+        name => $name, kind => $kind, exitCode => $exit + 0, mode => $mode,
+        runners => \@runners, sealed => $sealed ? JSON::PP::true : JSON::PP::false,
+        complete => (!grep { $FINISHING{$_} && !$run->{finished}{$_} } @runners) ? JSON::PP::true : JSON::PP::false,
+        counts => \%count, tests => [ map { { id => $_->{id}, outcome => $_->{outcome},
+          (defined $_->{file} ? (file => $_->{file}) : ()) } } @tests ],
+        selectors => \@attribution, missing => \@missing, problems => \@problems,
+        passed => $passed ? JSON::PP::true : JSON::PP::false,
+        versions => $run->{versions} // {},
+    };
+    system('mkdir', '-p', "$LOGS/evidence");
+    write_json("$LOGS/evidence/$name.json", $doc);
+    print "passed=$passed\n";
+    return 0;
+}
+
+sub cmd_grade {
+    my ($task_path) = @_;
+    my $task = task($task_path);
+    my %runs;
+    for my $name (qw(fail_to_pass fail_to_pass_repeat pass_to_pass)) {
+        my $doc = read_json("$LOGS/evidence/$name.json");
+        $runs{$name} = $doc if $doc;
+    }
+    my ($mode, @runners) = ('exit-code');
+    for my $doc (grep { defined } @runs{qw(fail_to_pass pass_to_pass)}) {
+        next if $doc->{mode} eq 'none';
+        $mode = $doc->{mode};
+        @runners = @{ $doc->{runners} };
+        last;
+    }
+    my @selectors;
+    for my $pair (['fail_to_pass', 'failToPass'], ['pass_to_pass', 'passToPass']) {
+        my ($run, $key) = @$pair;
+        my $doc = $runs{$run} or next;
+        for my $entry (@{ $doc->{selectors} }) {
+            push @selectors, { kind => $key, %$entry };
+            delete $selectors[-1]{tests};
+        }
+    }
+    my $census = census();
+    write_json("$LOGS/evidence.json", {
+        schemaVersion => 1,
+        mode => $mode,
+        runners => \@runners,
+        sealed => $census ? JSON::PP::true : JSON::PP::false,
+        runs => { map { $_ => { passed => $runs{$_}{passed}, exitCode => $runs{$_}{exitCode},
+          counts => $runs{$_}{counts}, problems => $runs{$_}{problems},
+          complete => $runs{$_}{complete} } } sort keys %runs },
+        selectors => \@selectors,
+    });
+    return 0;
+}
+
+# ---- build time ---------------------------------------------------------------------------------
+
+my $HOOKS = '/opt/selfbench-verifier/hooks';
+my @SKIP_ROOTS = qw(/proc /sys /dev /run /tmp /var/tmp /var/cache /var/lib/apt /var/lib/dpkg /opt/selfbench-verifier);
+
+sub find_site_dirs {
+    my @found;
+    my %skip = map { $_ => 1 } @SKIP_ROOTS;
+    File::Find::find({ no_chdir => 1, wanted => sub {
+        my $path = $File::Find::name;
+        if ($skip{$path} || -l $path) { $File::Find::prune = 1; return }
+        return unless -d _;
+        my $name = basename($path);
+        if ($name eq 'node_modules' || $name eq '.git') { $File::Find::prune = 1; return }
+        if ($name eq 'site-packages' || $name eq 'dist-packages') {
+            push @found, $path;
+            $File::Find::prune = 1;
+        }
+    } }, '/');
+    return sort @found;
+}
+
+sub interpreters_for {
+    my ($site) = @_;
+    my @candidates;
+    if ($site =~ m{^(.*)/lib(?:64)?/python(\d+)(?:\.(\d+))?t?/(?:site|dist)-packages$}) {
+        my ($prefix, $major, $minor) = ($1, $2, $3);
+        my $version = defined $minor ? "$major.$minor" : $major;
+        push @candidates, "$prefix/bin/python$version", "$prefix/bin/python$major", "$prefix/bin/python";
+        push @candidates, "/usr/bin/python$version" if $prefix eq '/usr/local' || $prefix eq '/usr';
+    }
+    return grep { -x $_ && -f $_ } @candidates;
+}
+
+my $LIST_MODULES = <<'PY';
+import os, pkgutil, sys
+names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
+for entry in sys.path:
+    if not entry or not os.path.isdir(entry):
+        continue
+    real = os.path.realpath(entry)
+    inside = real == "/app" or real.startswith("/app/")
+    if inside and "site-packages" not in real and "dist-packages" not in real:
+        continue
+    for info in pkgutil.iter_modules([entry]):
+        names.add(info.name)
+print("\n".join(sorted(n for n in names if n.isidentifier())))
+PY
+
+sub run_capture {
+    my (@argv) = @_;
+    my $pid = open(my $out, '-|') // return (127, '');
+    if ($pid == 0) {
+        open(STDIN, '<', '/dev/null');
+        open(STDERR, '>', '/dev/null');
+        chdir '/';
+        exec(@argv) or exit 127;
+    }
+    local $/;
+    my $data = <$out> // '';
+    close $out;
+    return ($? >> 8, $data);
+}
+
+sub which {
+    my ($name) = @_;
+    for my $dir (split /:/, $ENV{PATH} // '') {
+        next if $dir eq '' || $dir !~ m{^/} || index($dir, '/opt/selfbench-verifier') == 0;
+        return "$dir/$name" if -x "$dir/$name" && -f "$dir/$name";
+    }
+    return undef;
+}
+
+sub cmd_prepare_image {
+    my ($task_path) = @_;
+    my $task = task($task_path);
+    system('mkdir', '-p', $STATE) == 0 or fail("cannot create $STATE");
+    my (%shadowed, @sites, $pytest);
+    $shadowed{$_} = 1 for qw(selfbench_evidence_boot selfbench_pytest_evidence);
+    for my $site (find_site_dirs()) {
+        next if index($site, '/opt/selfbench-verifier') == 0;
+        for my $file (qw(selfbench_evidence_boot.py selfbench_pytest_evidence.py selfbench-evidence.pth)) {
+            system('install', '-m', '0644', '-o', 'root', '-g', 'root', "$HOOKS/python/$file", "$site/$file") == 0
+              or fail("cannot install the evidence hooks into $site");
+        }
+        push @sites, $site;
+        $pytest = 1 if -d "$site/_pytest";
+        for my $python (interpreters_for($site)) {
+            my ($code, $names) = run_capture($python, '-I', '-c', $LIST_MODULES);
+            next if $code != 0;
+            $shadowed{$_} = 1 for grep { /^[A-Za-z_][A-Za-z0-9_]*$/ } split /\n/, $names;
+        }
+    }
+    write_file("$STATE/python-shadowed.txt", join('', map { "$_\n" } sort keys %shadowed));
+    write_file("$STATE/python-sites.txt", join('', map { "$_\n" } @sites));
+    my @runners;
+    push @runners, 'unittest' if @sites;
+    push @runners, 'pytest' if $pytest;
+    push @runners, qw(jest vitest mocha node-test) if which('node');
+    push @runners, 'go' if which('go');
+    push @runners, 'bun' if which('bun');
+    push @runners, 'cargo' if which('cargo');
+    write_json("$STATE/hooks.json", { runners => \@runners, sites => \@sites });
+    lock_app_ownership();
+    return 0;
+}
+
+# /app is the verifier's, except its git directory and the packages setup installed there
+# (node_modules, virtualenvs, site-packages): root's, so no test run can change what a later
+# one loads. Each node_modules keeps a cache directory the tests may write (vite, babel).
+sub lock_app_ownership {
+    my (undef, undef, $uid, $gid) = getpwnam('verifier');
+    fail('no verifier user') unless defined $uid;
+    my (@give, @installed);
+    File::Find::find({ no_chdir => 1, wanted => sub {
+        my $path = $File::Find::name;
+        my $name = basename($path);
+        if (!-l $path && -d _) {
+            if ($path eq "$APP/.git") { $File::Find::prune = 1; return }
+            if ($name eq 'node_modules' || $name eq 'site-packages' || $name eq 'dist-packages'
+                || -f "$path/pyvenv.cfg") {
+                push @installed, $path;
+                $File::Find::prune = 1;
+                return;
+            }
+        }
+        push @give, $path;
+    } }, $APP);
+    while (my @batch = splice(@give, 0, 2000)) {
+        system('chown', '-h', "$uid:$gid", '--', @batch) == 0 or fail('chown failed');
+    }
+    system('chmod', '-R', 'go-w', "$APP/.git");
+    for my $tree (@installed) {
+        next unless basename($tree) eq 'node_modules';
+        for my $cache (qw(.cache .vite)) {
+            my $dir = "$tree/$cache";
+            next if -l $dir;
+            mkdir $dir unless -d $dir;
+            system('chown', '-R', "$uid:$gid", '--', $dir);
+        }
+    }
+}
+
+# ---- go test -json, for people ------------------------------------------------------------------
+
+sub cmd_go_filter {
+    my ($file) = @_;
+    open(my $raw, '>>', $file) or fail("cannot write $file: $!");
+    $raw->autoflush(1);
+    STDOUT->autoflush(1);
+    my $decoder = JSON::PP->new->utf8;
+    while (my $line = <STDIN>) {
+        print {$raw} $line;
+        if ($line =~ /^\{/) {
+            my $event = eval { $decoder->decode($line) };
+            if (ref($event) eq 'HASH') {
+                if (defined $event->{Output}) {
+                    my $text = $event->{Output};
+                    utf8::encode($text);
+                    print $text;
+                }
+                next;
+            }
+        }
+        print $line;
+    }
+    close $raw;
+    return 0;
+}
+
+# ---- main ---------------------------------------------------------------------------------------
+
+my %COMMANDS = (
+    'prepare-image' => [\&cmd_prepare_image, 1],
+    'apply-policy' => [\&cmd_apply_policy, 1],
+    'lockdown' => [\&cmd_lockdown, 1],
+    'reset' => [\&cmd_reset, 1],
+    'collect' => [\&cmd_collect, 5],
+    'grade' => [\&cmd_grade, 1],
+    'go-filter' => [\&cmd_go_filter, 1],
+);
+
+my $command = shift @ARGV // '';
+my $entry = $COMMANDS{$command} or fail("usage: verifier.pl COMMAND ARGS (one of "
+  . join(', ', sort keys %COMMANDS) . ')');
+fail("$command takes $entry->[1] argument(s)") if @ARGV != $entry->[1];
+umask 022;
+exit($entry->[0]->(@ARGV) // 0);
