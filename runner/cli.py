@@ -689,6 +689,80 @@ def _usage_report(error: RunnerError) -> Any:
     )
 
 
+# ---- grade -------------------------------------------------------------------------------------
+
+
+@cli.command("grade")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option(
+    "--patch",
+    "patch_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The agent's patch (a git diff of /app, as Harbor collects it; empty: nothing done).",
+)
+@BASE_IMAGE
+@EXTRA_CA
+@TOOLCHAIN_SOURCE
+@TOOLCHAIN_MIRROR
+@BUILD_NETWORK
+@logs_root_option(
+    f"Root of run directories: a grade writes <root>/<taskId>/grade-<id>/ (env {ENV_LOGS_ROOT})."
+)
+@click.option(
+    "--run-dir", type=click.Path(path_type=Path), help="An exact run directory instead."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--keep", is_flag=True, help="Keep the verifier container.")
+@PIDS_LIMIT
+@MAX_LOG_SIZE
+@STORAGE_LIMIT
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+def grade_command(
+    target: Path,
+    patch_path: Path,
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    build_network: str | None,
+    logs_root: Path,
+    run_dir: Path | None,
+    as_json: bool,
+    keep: bool,
+    pids_limit: int,
+    max_log_size: int,
+    storage_limit: str,
+    quiet: bool,
+) -> int:
+    """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
+    patch policy undid and the per-test evidence, through a fresh verifier exactly as the gates
+    run it. Exit 0 when the patch earns reward 1, 1 when it does not."""
+    from runner.grading import grade
+
+    import runner.engine  # noqa: F401  (docker-py: imported before the collector resumes)
+
+    output = Output(quiet=quiet)
+    settings = VerifySettings(
+        build=_build_environment(base_image, extra_ca_certs, sources, mirrors, build_network),
+        logs_root=logs_root,
+        run_dir=run_dir,
+        keep=keep,
+        pids_limit=pids_limit,
+        max_log_bytes=max_log_size,
+        storage_limit=StorageLimit(storage_limit),
+        hack_gate=False,
+        repeat=0,
+    )
+    with interrupts():
+        report = grade(target, patch_path, settings, progress=output.progress)
+    if as_json:
+        click.echo(report.to_json(), nl=False)
+    if not quiet or not as_json:
+        output.grade_summary(report)
+    return int(report.exit_code)
+
+
 # ---- prepare, schema, clean --------------------------------------------------------------------
 
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from runner.errors import Problem
 
 if TYPE_CHECKING:  # the report's models and rich load only when a run has something to show
+    from runner.census import EvidenceSummary
+    from runner.grading import GradeReport
     from runner.report import Report
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "error": "yellow", "skipped": "dim"}
@@ -93,6 +95,12 @@ class Output:
         if self.github:
             self._github(report)
 
+    def grade_summary(self, report: GradeReport) -> None:
+        with self._lock:
+            self._end_group()
+        for line in grade_lines(report):
+            print(line, file=self.file)
+
     def _rich_summary(self, report: Report) -> None:
         from rich.markup import escape
         from rich.table import Table
@@ -149,6 +157,46 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"  error: {_problem_line(error)}")
     if report.run_dir:
         lines.append(f"  logs and report: {report.run_dir}")
+    return lines
+
+
+def evidence_lines(evidence: EvidenceSummary | None, indent: str = "  ") -> list[str]:
+    """The per-test evidence of a verifier run, a line per selector."""
+    if evidence is None:
+        return []
+    if evidence.mode == "exit-code":
+        return [f"{indent}evidence: exit-code evidence only (no per-test reporter for this runner)"]
+    lines = [
+        f"{indent}evidence: per test, from {', '.join(evidence.runners) or 'the runner'}"
+        + (" (graded by the sealed census)" if evidence.sealed else "")
+    ]
+    for selector in evidence.selectors:
+        kind = "fail-to-pass" if selector.kind == "failToPass" else "pass-to-pass"
+        if selector.attributed:
+            counts = (
+                f"ran {selector.ran}, passed {selector.passed}, failed "
+                f"{(selector.failed or 0) + (selector.error or 0)}, skipped {selector.skipped}"
+            )
+        else:
+            counts = "judged with its selection (its tests are not told apart)"
+        lines.append(f"{indent}  {kind} {selector.selector}: {counts}")
+    for run in evidence.runs:
+        for problem in run.problems[:3]:
+            lines.append(f"{indent}  {run.name}: {problem}")
+    return lines
+
+
+def grade_lines(report: GradeReport) -> list[str]:
+    lines = [f"{report.task_id or '?'}: {report.verdict} ({report.detail})"]
+    if report.census == "unsealed":
+        lines.append("  census: none sealed in this bundle (graded by the evidence rules alone)")
+    lines += evidence_lines(report.evidence)
+    for change in report.undone[:20]:
+        lines.append(f"  undone: {change.path} ({change.reason})")
+    if len(report.undone) > 20:
+        lines.append(f"  undone: ... {len(report.undone) - 20} more")
+    if report.run_dir:
+        lines.append(f"  logs: {report.run_dir}")
     return lines
 
 

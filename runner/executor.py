@@ -1189,6 +1189,16 @@ class Executor:
             side = sides[exploit.name]
             run = runs.get(exploit.name)
             verifier_dir = self.run_dir / "hack" / exploit.name / "logs" / "verifier"
+            policy = read_policy(verifier_dir)
+            undone = [c for c in policy if c.verdict != "keep"]
+            problem = next(
+                (
+                    p
+                    for name in ("fail_to_pass", "pass_to_pass")
+                    if (p := first_problem(verifier_dir, name))
+                ),
+                None,
+            )
             outcome, detail = gates.judge_exploit(
                 gates.ExploitEvidence(
                     name=exploit.name,
@@ -1201,6 +1211,9 @@ class Executor:
                     test=run.test if run else None,
                     reward=run.reward if run else None,
                     reward_problem=run.reward_problem if run else None,
+                    undone=undone_words(undone, [c.path for c in undone]) if undone else "",
+                    kept_changes=any(c.verdict == "keep" for c in policy) or not policy,
+                    problem=problem,
                 ),
                 not_applicable=NOT_APPLICABLE,
             )
@@ -1215,7 +1228,7 @@ class Executor:
                     detail=detail,
                     reward=run.reward if run else None,
                     discarded=_discarded(verifier_dir),
-                    undone=[c for c in read_policy(verifier_dir) if c.verdict != "keep"],
+                    undone=undone,
                     evidence=summarize(verifier_dir) if run else None,
                     patch=patch,
                     patch_bytes=side.patch_bytes,
@@ -1274,6 +1287,71 @@ class Executor:
                 before_tests()
             self._verifier_side(trial, scratch, data, run, verifier, patched=True)
         return run
+
+    # ---- grade -----------------------------------------------------------------------------
+
+    def grade(self, patch: bytes, census: Census | None) -> tuple[StageResult, StageResult]:
+        """`grade`: the bundle's images (built, or found in the cache), then `patch` through a
+        fresh verifier graded by `census` (recorded afresh when the bundle has none): the path
+        every exploit of the hack gate takes. Returns (build, grade) results."""
+        grade = StageResult()
+        self._census = census
+        self._census_ready.set()
+        try:
+            self._stage("build", self._build)
+            if self.stages["build"].status is Status.PASSED:
+                assert self.plan.grade is not None
+                trial = self.plan.grade
+                if census is None:
+                    trial = trial.model_copy(update={"census": "unsealed"})
+                data = GateData()
+                grade.data = data
+                started = time.monotonic()
+                run = self._verify_patch(trial, patch, grade, data)
+                grade.seconds = round(time.monotonic() - started, 3)
+                self._save_patch(trial, grade, data, run)
+                self._judge_grade(trial, grade, data, run)
+            else:
+                grade.detail = "skipped: build did not pass"
+        except (KeyboardInterrupt, Interrupted):
+            self._interrupted.set()
+            raise
+        finally:
+            self._cleanup()
+        return self.stages["build"], grade
+
+    def _judge_grade(
+        self, trial: TrialPlan, stage: StageResult, data: GateData, run: _TrialRun
+    ) -> None:
+        directory = self._verifier_dir(trial)
+        data.reward, data.details = run.reward, run.details
+        data.limits = gates.limits_data(run.test, run.details, self.storage_mechanism)
+        data.evidence = summarize(directory)
+        data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
+        data.discarded = _discarded(directory)
+        if run.reward is None:
+            if run.test is not None and run.test.timed_out:
+                stage.set(
+                    Status.FAILED,
+                    f"the verifier timed out after {int(trial.test.timeout_seconds)}s: reward 0",
+                )
+            else:
+                stage.set(
+                    Status.ERROR,
+                    f"the verifier wrote no reward.json ({run.reward_problem or 'no file'}); "
+                    f"see {run.verifier_log}",
+                )
+            return
+        detail = gates.grade_detail(
+            run.reward,
+            problems={
+                name: problem
+                for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
+                if (problem := first_problem(directory, name))
+            },
+            undone=undone_words(data.undone, data.discarded) if data.discarded else "",
+        )
+        stage.set(Status.PASSED if run.reward.reward == 1 else Status.FAILED, detail)
 
     # ---- determinism -----------------------------------------------------------------------
 

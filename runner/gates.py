@@ -364,6 +364,31 @@ def judge_probe(
     return _failed(f"{detail}; see {where}")
 
 
+def grade_detail(reward: Reward, *, problems: Mapping[str, str], undone: str) -> str:
+    """One sentence for `grade`: the reward, and why when it is 0."""
+    if reward.reward == 1:
+        detail = "reward 1: the fail-to-pass tests pass, twice, and pass-to-pass still passes"
+    elif reward.patch_applied != 1:
+        detail = "reward 0: the patch does not apply to the post-setup tree"
+    elif reward.setup_completed != 1:
+        detail = "reward 0: setup did not complete in the verifier image"
+    elif reward.fail_to_pass != 1:
+        detail = "reward 0: fail-to-pass did not pass"
+        if problems.get("fail_to_pass"):
+            detail += f" ({problems['fail_to_pass']})"
+    elif reward.deterministic != 1:
+        detail = "reward 0: fail-to-pass passed once, then failed on the repeat"
+        if problems.get("fail_to_pass_repeat"):
+            detail += f" ({problems['fail_to_pass_repeat']})"
+    else:
+        detail = "reward 0: pass-to-pass failed"
+        if problems.get("pass_to_pass"):
+            detail += f" ({problems['pass_to_pass']})"
+    if undone:
+        detail += f"; the patch policy undid {undone}"
+    return detail
+
+
 def judge_determinism(
     reward: Reward, details: VerifierDetails | None, changed_ids: Sequence[str] = ()
 ) -> Judgement:
@@ -392,6 +417,11 @@ class ExploitEvidence:
     test: ExecOutcome | None
     reward: Reward | None
     reward_problem: str | None
+    # What the patch policy undid (`path (why), ...`), whether any change of the patch was
+    # left, and the first problem the per-test evidence found.
+    undone: str = ""
+    kept_changes: bool = True
+    problem: str | None = None
 
 
 def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOutcome, str]:
@@ -415,7 +445,14 @@ def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOu
         return "earned-reward", "reward 1 without a fix"
     if e.reward.patch_applied != 1:
         return "not-applicable", "its patch did not apply on the post-setup tree"
-    return "resisted", "reward 0"
+    if not e.kept_changes and e.undone:
+        return "resisted", f"undone by the patch policy: {e.undone}"
+    detail = "reward 0"
+    if e.problem:
+        detail += f": {e.problem}"
+    if e.undone:
+        detail += f"; the patch policy undid {e.undone}"
+    return "resisted", detail
 
 
 def judge_hack(results: Sequence[tuple[str, str, str, str | None, str]]) -> Judgement:

@@ -702,9 +702,12 @@ def plan_verify(
     if settings.hack_gate and facts_for_exploits is not None:
         from runner.exploits import choose
 
-        # Only the reward matters: test.sh stops at the first failing command.
+        # Only the reward matters: test.sh stops at the first failing command, and runs no
+        # test at all when the patch policy undid every change (the tree nop showed fails).
         test_step = side_test.model_copy(
-            update={"env": {**side_test.env, "SELFBENCH_REWARD_ONLY": "1"}}
+            update={
+                "env": {**side_test.env, "SELFBENCH_REWARD_ONLY": "1", "SELFBENCH_SKIP_EMPTY": "1"}
+            }
         )
         exploits = []
         for index, exploit in enumerate(choose(facts_for_exploits)):

@@ -264,7 +264,7 @@ sub classify {
         return ('held-out', 'a held-out test path') if under($path, $held);
     }
     for my $pattern (@{ $task->{harnessAllow} }) {
-        return ('keep', 'allowed by the contract (harnessAllow)') if glob_match($path, $pattern);
+        return ('keep', 'allowed by the contract: harnessAllow') if glob_match($path, $pattern);
     }
     if ($status ne 'D') {
         return ('undo', 'a symbolic link') if $new_mode eq '120000';
@@ -277,12 +277,13 @@ sub classify {
         return ('undo', 'named by a test selector') if $path eq $named;
     }
     for my $pattern (@{ $task->{harnessProtect} }) {
-        return ('undo', 'listed in the contract (harnessProtect)') if glob_match($path, $pattern);
+        return ('undo', 'listed in the contract: harnessProtect') if glob_match($path, $pattern);
     }
     for my $part (@parts) {
-        return ('undo', 'a dotfile or dot-directory (tool configuration)') if $part =~ /^\./;
+        return ('undo', 'a dotfile or dot-directory, which configures tools') if $part =~ /^\./;
     }
     for my $dir (@dirs) {
+        return ('undo', 'a compiled or binary artifact') if $dir eq '__pycache__';
         return ('undo', 'installed or vendored packages') if $INSTALLED_DIRS{$dir};
         return ('undo', 'packaging metadata or entry points')
           if $dir =~ /\.(dist-info|egg-info|egg)$/;
@@ -297,9 +298,9 @@ sub classify {
     my $gold = $task->{goldSet}{$path};
     unless ($gold) {
         for my $dir (@dirs) {
-            return ('undo', 'inside a test directory (the held-out tests decide)') if $TEST_DIRS{$dir};
+            return ('undo', 'inside a test directory, where the held-out tests decide') if $TEST_DIRS{$dir};
         }
-        return ('undo', 'a test file (the held-out tests decide)') if grep { $name =~ $_ } @TEST_FILES;
+        return ('undo', 'a test file, where the held-out tests decide') if grep { $name =~ $_ } @TEST_FILES;
         if ($name eq '__init__.py' || $name eq '__init__.pyi') {
             my $dir = dirname($path);
             for my $test_dir (@{ $task->{testDirs} }) {
@@ -378,10 +379,11 @@ sub cmd_apply_policy {
         push @policy, { path => $path, status => $status, verdict => $verdict, reason => $reason };
         push @undo, [$path, $status, $verdict] if $verdict ne 'keep';
     }
-    my @discarded;
+    my (@discarded, $restored_trusted);
     for my $item (@undo) {
         my ($path, $status, $verdict) = @$item;
         if ($trusted{$path}) {
+            $restored_trusted++;
             # A manifest the reference solution changed: the verifier's dependencies come from
             # its dependency-setup pass, so the trusted version is the one that pass used.
             my ($mode, $blob) = @{ $trusted{$path} };
@@ -395,10 +397,13 @@ sub cmd_apply_policy {
         }
         push @discarded, $path;
     }
+    my $kept = grep { $_->{verdict} eq 'keep' } @policy;
     write_file("$LOGS/discarded.txt", join('', map { "$_\n" } @discarded));
-    write_json("$LOGS/policy.json", { applied => JSON::PP::true, changes => \@policy });
+    write_json("$LOGS/policy.json", { applied => JSON::PP::true, kept => $kept + 0,
+      undone => scalar(@discarded), changes => \@policy });
     say_line(scalar(@discarded) . ' change(s) undone by the patch policy') if @discarded;
-    return 0;
+    # 3: nothing of the patch is left, and the tree is exactly the one nop tested.
+    return $kept || $restored_trusted ? 0 : 3;
 }
 
 # ---- lockdown and reset -------------------------------------------------------------------------
