@@ -709,9 +709,7 @@ def _usage_report(error: RunnerError) -> Any:
 @logs_root_option(
     f"Root of run directories: a grade writes <root>/<taskId>/grade-<id>/ (env {ENV_LOGS_ROOT})."
 )
-@click.option(
-    "--run-dir", type=click.Path(path_type=Path), help="An exact run directory instead."
-)
+@click.option("--run-dir", type=click.Path(path_type=Path), help="An exact run directory instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--keep", is_flag=True, help="Keep the verifier container.")
 @PIDS_LIMIT
@@ -738,9 +736,8 @@ def grade_command(
     """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
     patch policy undid and the per-test evidence, through a fresh verifier exactly as the gates
     run it. Exit 0 when the patch earns reward 1, 1 when it does not."""
-    from runner.grading import grade
-
     import runner.engine  # noqa: F401  (docker-py: imported before the collector resumes)
+    from runner.grading import grade
 
     output = Output(quiet=quiet)
     settings = VerifySettings(

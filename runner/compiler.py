@@ -68,6 +68,10 @@ BUNDLE_PATTERNS = (
     "tests/test.sh",
     "tests/test.patch",
     "tests/dependency-setup.patch",
+    "tests/selfbench-task.json",
+    "tests/expected-tests.json",
+    "tests/selfbench",
+    "tests/selfbench/*",
 )
 
 

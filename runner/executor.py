@@ -581,8 +581,11 @@ class Executor:
                 return
             oracle = self.run_dir / "oracle" / "logs" / "verifier"
             fail_to_pass = read_run(oracle, "fail_to_pass")
+            self._census_missing = ""
             if fail_to_pass is None:
-                self._census_missing = "the oracle's verifier left no evidence of its tests"
+                # A verifier that records no evidence (a bundle compiled before it did): later
+                # verifiers judge as nop and the oracle did.
+                log.warning("the oracle's verifier left no evidence of its tests: no census")
                 return
             try:
                 self._census = build_census(
@@ -602,11 +605,8 @@ class Executor:
     def _census_file(self, trial: TrialPlan) -> FileToPut:
         """The census a verifier grades by: none yet for nop and the oracle (they record), the
         sealed one for every other (put in before the start, whatever the image holds)."""
-        if trial.census == "sealed":
-            assert self._census is not None, "a sealed trial ran before the census existed"
-            data = self._census.to_json().encode()
-        else:
-            data = UNSEALED_CENSUS
+        census = self._census if trial.census == "sealed" else None
+        data = census.to_json().encode() if census is not None else UNSEALED_CENSUS
         return FileToPut(directory="/tests", name="expected-tests.json", data=data, mode=0o600)
 
     def _nop(self) -> None:
@@ -1255,7 +1255,7 @@ class Executor:
         self._census_ready.wait()
         if self._interrupted.is_set():
             raise _SkippedError("skipped: interrupted")
-        if self._census is None:
+        if self._census is None and self._census_missing:
             raise _SkippedError(f"skipped: {self._census_missing}")
 
     def _verify_exploit(self, trial: TrialPlan, patch: bytes) -> _TrialRun:

@@ -228,9 +228,7 @@ class TrialEvidence:
     problems: Mapping[str, str] = field(default_factory=dict)
 
 
-def _quote(
-    reward: Reward, gate: str, lines: Mapping[str, str], problems: Mapping[str, str]
-) -> str:
+def _quote(reward: Reward, gate: str, lines: Mapping[str, str], problems: Mapping[str, str]) -> str:
     """`: <what the evidence found>` (else the failing command's last line) for a red gate, or
     ''."""
     if gate == "nop" and reward.pass_to_pass != 1:

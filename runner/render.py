@@ -144,7 +144,9 @@ def _upstream_url(spec: ToolchainSpec) -> str:
     )
 
 
-def harness_paths(definition: TaskDefinition, held_out: Sequence[str]) -> tuple[list[str], list[str]]:
+def harness_paths(
+    definition: TaskDefinition, held_out: Sequence[str]
+) -> tuple[list[str], list[str]]:
     """(the files the test command runs, the files its selectors name outside the held-out
     tests): the harness the verifier restores and write-protects."""
     commands = command_files(definition.test_command, definition.workdir)

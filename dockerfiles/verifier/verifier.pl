@@ -1047,6 +1047,11 @@ sub cmd_prepare_image {
     push @runners, 'go' if which('go');
     push @runners, 'bun' if which('bun');
     push @runners, 'cargo' if which('cargo');
+    # A wrapper for a program the image does not have would only change "not found" into a
+    # program that exists and fails.
+    for my $program (qw(node go)) {
+        unlink "$HOOKS/bin/$program" unless which($program);
+    }
     write_json("$STATE/hooks.json", { runners => \@runners, sites => \@sites });
     lock_app_ownership();
     return 0;

@@ -439,10 +439,16 @@ def test_the_plan_holds_the_probe_the_exploits_and_the_online_retry(
     assert [e["name"] for e in exploits] == [
         "runner-exit-zero",
         "held-out-overwrite",
+        "harness-rename",
+        "harness-rewrite-at-run",
         "reward-file-from-code",
     ]
     assert all(e["run"]["user"] == "agent" for e in exploits)
     assert exploits[0]["trial"]["test"]["env"]["SELFBENCH_REWARD_ONLY"] == "1"
+    # Graded by the census nop and the oracle sealed; they record it.
+    assert {e["trial"]["census"] for e in exploits} == {"sealed"}
+    assert {t["census"] for t in plan["trials"]} == {"unsealed"}
+    assert plan["grade"]["census"] == "sealed"
     # A red nop or oracle is retried once with the network on.
     for trial in plan["trials"]:
         assert trial["verifier"]["network"] == "none"

@@ -87,19 +87,25 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
     # verifier, before any test; nop's patch is empty without an agent container.
     created = sorted(e for e in events if e.startswith("create "))
     exploits = [e.name for e in report.stages.hack.data.exploits]
-    assert exploits == ["runner-exit-zero", "held-out-overwrite", "reward-file-from-code"]
+    assert exploits == [
+        "runner-exit-zero",
+        "held-out-overwrite",
+        "harness-rename",
+        "harness-rewrite-at-run",
+        "reward-file-from-code",
+    ]
     assert created == [
         "create determinism/verifier",  # the flakiness probe's one perturbed run (--repeat 1)
         "create hack/agent",
-        *["create hack/verifier"] * 3,
+        *["create hack/verifier"] * 5,
         "create nop/verifier",
         "create oracle/agent",
         "create oracle/verifier",
     ]
     # An exploit's verifier runs only once nop has shown that the tests fail on the base.
     assert at("exec hack/verifier as root") > at("exec nop/verifier as root")
-    assert sum(e.startswith("exec hack/exploit as agent") for e in events) == 3
-    assert sum(e.startswith("exec hack/reset as root") for e in events) == 3
+    assert sum(e.startswith("exec hack/exploit as agent") for e in events) == 5
+    assert sum(e.startswith("exec hack/reset as root") for e in events) == 5
     # The oracle's agent side (the longest path) gets its container before its verifier.
     assert at("create oracle/agent") < at("create oracle/verifier")
     smoke = at("exec smoke/smoke as verifier")
@@ -265,6 +271,8 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
     assert sorted(k.label for k in report.kept) == [
         "determinism/probe-1 verifier",
         "hack agent",
+        "hack/harness-rename verifier",
+        "hack/harness-rewrite-at-run verifier",
         "hack/held-out-overwrite verifier",
         "hack/reward-file-from-code verifier",
         "hack/runner-exit-zero verifier",
@@ -273,7 +281,7 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
         "oracle verifier",
     ]
     assert all(k.enter.startswith("docker exec -it selfbench-demo-task-") for k in report.kept)
-    assert len(engine.live) == 8
+    assert len(engine.live) == 10
     assert engine.cleanups == []
 
 
@@ -287,7 +295,7 @@ def test_an_exploit_that_earns_a_reward_rejects_the_task(tmp_path: Path) -> None
     assert report.reason.startswith(
         "hack: the verifier can be gamed: exploit runner-exit-zero earned reward 1 without a fix"
     )
-    assert [e.outcome for e in report.stages.hack.data.exploits] == ["earned-reward"] * 3
+    assert [e.outcome for e in report.stages.hack.data.exploits] == ["earned-reward"] * 5
 
 
 def test_no_hack_gate_skips_it_and_still_accepts(tmp_path: Path) -> None:

@@ -18,11 +18,13 @@ from runner.harbor import COLLECT_COMMAND
 from runner.models import TaskDefinition
 from runner.patches import parse_patch
 from runner.render import (
+    VERIFIER_ASSETS,
     RenderInput,
     held_out_paths,
     render_bundle,
     task_toml,
 )
+from runner.resources import verifier_dir
 from runner.settings import CompileOptions
 from runner.shell import expand_tests, quote
 from runner.taskdir import load_authored_task
@@ -41,7 +43,17 @@ def rendered_example(options: CompileOptions | None = None) -> dict[str, bytes]:
 
 
 def test_golden_bundle() -> None:
-    files = rendered_example()
+    rendered = rendered_example()
+    # The verifier's helper and reporters are the same bytes in every bundle: checked against
+    # their source below, not copied into the golden tree.
+    assets = {n: c for n, c in rendered.items() if n.startswith(f"{VERIFIER_ASSETS}/")}
+    source = verifier_dir()
+    assert assets == {
+        f"{VERIFIER_ASSETS}/{p.relative_to(source).as_posix()}": p.read_bytes()
+        for p in source.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    files = {n: c for n, c in rendered.items() if n not in assets}
     if os.environ.get("UPDATE_GOLDEN"):
         for name, content in files.items():
             (GOLDEN / name).parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,15 @@ if (process.env.SELFBENCH_EVIDENCE_DIR && !globalThis.__selfbenchPreload) {
   const { write, relative, absolute } = require('./evidence.cjs');
 
   const hasOption = (argv, name) => argv.some((a) => a === name || a.startsWith(`${name}=`));
+  // The outermost test runner of the verifier's run records; a run its tests start (jest's and
+  // vitest's own end-to-end tests start the CLI again) does not.
+  const OWNER = 'SELFBENCH_EVIDENCE_OWNER';
+  const claim = (runner) => {
+    const held = process.env[OWNER];
+    if (held && held !== `${runner}:${process.pid}`) return false;
+    process.env[OWNER] = `${runner}:${process.pid}`;
+    return true;
+  };
 
   // vitest: its CLI reads process.argv; add the reporter (and vitest's default, unless the
   // command names reporters itself).
@@ -20,7 +29,7 @@ if (process.env.SELFBENCH_EVIDENCE_DIR && !globalThis.__selfbenchPreload) {
   } catch (error) {
     main = '';
   }
-  if (/\/vitest\/vitest\.m?js$/.test(main)) {
+  if (/\/vitest\/vitest\.m?js$/.test(main) && claim('vitest')) {
     if (!hasOption(process.argv, '--reporter')) process.argv.push('--reporter=default');
     process.argv.push(`--reporter=${hooks}/vitest-reporter.mjs`);
   }
@@ -35,6 +44,7 @@ if (process.env.SELFBENCH_EVIDENCE_DIR && !globalThis.__selfbenchPreload) {
   function wrapJestCli(exported) {
     const original = exported.run;
     const run = function (maybeArgv, project) {
+      if (!claim('jest')) return original.call(this, maybeArgv, project);
       const argv = jestArgv(Array.isArray(maybeArgv) ? maybeArgv : process.argv.slice(2));
       return original.call(this, argv, project);
     };
@@ -61,9 +71,11 @@ if (process.env.SELFBENCH_EVIDENCE_DIR && !globalThis.__selfbenchPreload) {
     });
   }
 
+  let mochaRunner = null;
   function attachMocha(runner) {
-    if (runner.__selfbench) return;
+    if (runner.__selfbench || mochaRunner || !claim('mocha')) return;
     runner.__selfbench = true;
+    mochaRunner = runner;
     write('mocha', { t: 'start' });
     runner.on('pass', (test) => record('mocha', test, 'passed'));
     runner.on('pending', (test) => record('mocha', test, 'skipped'));

@@ -6,6 +6,8 @@ results are recorded, one JSON line per test, in that directory.
 
 import os
 
+OWNER = "SELFBENCH_EVIDENCE_OWNER"
+
 
 def _boot() -> None:
     directory = os.environ.get("SELFBENCH_EVIDENCE_DIR")
@@ -53,14 +55,26 @@ def _hook_unittest(directory: str) -> None:
     if getattr(base, "_selfbench_hooked", False):
         return
     writer = _Writer(directory, "unittest")
-    started = [False]
+    owner: list[object] = []
 
-    def record(test: object, outcome: str) -> None:
-        if not started[0]:
-            started[0] = True
-            import sys
+    def claim(result: object) -> bool:
+        """The first result of the outermost run records (a run the tests start, nested here or
+        in a subprocess, does not)."""
+        if owner:
+            return owner[0] is result
+        held = os.environ.get(OWNER)
+        if held and held != f"unittest:{os.getpid()}":
+            return False
+        os.environ[OWNER] = f"unittest:{os.getpid()}"
+        owner.append(result)
+        import sys
 
-            writer.write(t="start", runner="unittest", version=sys.version.split()[0])
+        writer.write(t="start", runner="unittest", version=sys.version.split()[0])
+        return True
+
+    def record(result: object, test: object, outcome: str) -> None:
+        if not claim(result):
+            return
         test_id = test.id() if hasattr(test, "id") else str(test)
         writer.write(t="test", runner="unittest", id=test_id, file=_source_file(test),
                      outcome=outcome)
@@ -69,7 +83,7 @@ def _hook_unittest(directory: str) -> None:
         original = getattr(base, name)
 
         def method(self, test, *args, **kwargs):  # type: ignore[no-untyped-def]
-            record(test, outcome)
+            record(self, test, outcome)
             return original(self, test, *args, **kwargs)
 
         setattr(base, name, method)
@@ -88,14 +102,15 @@ def _hook_unittest(directory: str) -> None:
     def add_subtest(self, test, subtest, err):  # type: ignore[no-untyped-def]
         if err is not None:
             failed = issubclass(err[0], test.failureException)
-            record(subtest, "failed" if failed else "error")
+            record(self, subtest, "failed" if failed else "error")
         return original_subtest(self, test, subtest, err)
 
     base.addSubTest = add_subtest  # type: ignore[method-assign]
     original_stop = base.stopTestRun
 
     def stop_test_run(self):  # type: ignore[no-untyped-def]
-        writer.write(t="finish", runner="unittest", status=0 if self.wasSuccessful() else 1)
+        if owner and owner[0] is self:
+            writer.write(t="finish", runner="unittest", status=0 if self.wasSuccessful() else 1)
         return original_stop(self)
 
     base.stopTestRun = stop_test_run  # type: ignore[method-assign]

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 _DIRECTORY = os.environ.get("SELFBENCH_EVIDENCE_DIR", "")
+OWNER = "SELFBENCH_EVIDENCE_OWNER"
 _state: dict[str, Any] = {"handle": None, "outcomes": {}, "root": None, "active": False}
 
 
@@ -28,6 +29,20 @@ def _write(**event: object) -> None:
         pass
 
 
+def _claim() -> bool:
+    """The outermost test session of the verifier's run records; a session its tests start (a
+    subprocess with the owner set, or a nested run in this process) does not."""
+    owner = os.environ.get(OWNER)
+    if owner and owner != f"pytest:{os.getpid()}":
+        return False
+    os.environ[OWNER] = f"pytest:{os.getpid()}"
+    return True
+
+
+def _ours(config: Any) -> bool:
+    return _state["active"] and _state.get("config") is config
+
+
 def _file_of(nodeid: str) -> str | None:
     root = _state["root"]
     if root is None:
@@ -38,7 +53,10 @@ def _file_of(nodeid: str) -> str | None:
 def pytest_configure(config: Any) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller records
         return
+    if _state["active"] or not _claim():
+        return  # a pytest run inside the tests' own (pytester): not the run being graded
     _state["active"] = True
+    _state["config"] = config
     _state["root"] = str(getattr(config, "rootpath", None) or config.rootdir)
     import pytest
 
@@ -58,13 +76,26 @@ def pytest_plugin_registered(plugin: object, manager: object) -> None:
         _plugin(plugin)
 
 
+def pytest_sessionstart(session: Any) -> None:
+    if _ours(session.config):
+        _state["session"] = session
+
+
+def _recording() -> bool:
+    return _state["active"] and _state.get("session") is not None and not _state.get("done")
+
+
 def pytest_collectreport(report: Any) -> None:
+    if not _recording():
+        return
     if report.failed:
         nodeid = report.nodeid or "<collection>"
         _write(t="test", runner="pytest", id=nodeid, file=_file_of(nodeid), outcome="error")
 
 
 def pytest_runtest_logreport(report: Any) -> None:
+    if not _recording():
+        return
     outcomes = _state["outcomes"]
     nodeid = report.nodeid
     current = outcomes.get(nodeid)
@@ -86,12 +117,17 @@ def pytest_runtest_logreport(report: Any) -> None:
 
 
 def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
+    if not _recording():
+        return
     outcome = _state["outcomes"].pop(nodeid, None)
     if outcome is not None:
         _write(t="test", runner="pytest", id=nodeid, file=_file_of(nodeid), outcome=outcome)
 
 
 def pytest_sessionfinish(session: Any, exitstatus: object) -> None:
+    if not _ours(session.config) or _state.get("done"):
+        return
+    _state["done"] = True
     for nodeid, outcome in list(_state["outcomes"].items()):
         _write(t="test", runner="pytest", id=nodeid, file=_file_of(nodeid), outcome=outcome)
     _state["outcomes"].clear()
