@@ -256,7 +256,7 @@ sub is_package_dir {
 
 # classify TASK PATH STATUS NEWMODE: (verdict, reason). verdict: keep | undo | held-out.
 sub classify {
-    my ($task, $path, $status, $new_mode) = @_;
+    my ($task, $path, $status, $new_mode, $by_name) = @_;
     my $name = basename($path);
     my @parts = split m{/}, $path;
     my @dirs = @parts[0 .. $#parts - 1];
@@ -307,7 +307,7 @@ sub classify {
                 return ('undo', 'a package initialiser beside the tests') if under($test_dir, $dir);
             }
         }
-        if ($status eq 'A') {
+        if ($status eq 'A' && !$by_name) {
             my ($module, $parent) = python_top_level($path);
             if (defined $module && !is_package_dir($parent)) {
                 load_shadowed();
@@ -318,7 +318,7 @@ sub classify {
     }
     if ($SOURCE_EXT{$ext} || $DATA_EXT{$ext}) {
         return ('undo', 'binary content in a text file')
-          if $status ne 'D' && has_binary_content($path);
+          if $status ne 'D' && !$by_name && has_binary_content($path);
         return ('keep', $SOURCE_EXT{$ext} ? 'source' : 'data');
     }
     return ('keep', 'data') if $BINARY_DATA_EXT{$ext};
@@ -415,9 +415,8 @@ sub tracked_harness {
     for my $path (zsplit($raw)) {
         next unless -f "$APP/$path" && !-l "$APP/$path";
         my ($verdict, $reason) = classify({ %$task, harnessAllow => [], goldSet => {} }, $path, 'M',
-          '100644');
-        next if $verdict eq 'keep';
-        next if $reason =~ /^(shadows|not recognised|binary content)/;
+          '100644', 1);
+        next if $verdict eq 'keep' || $reason =~ /^not recognised/;
         push @found, $path;
     }
     return @found;

@@ -51,7 +51,18 @@ def test_a_gold_patch_that_rewrites_the_runner_is_blocked_and_undone(
     assert compiled.report["verdict"] == "rejected", compiled.report["reason"]
     oracle = compiled.stage("oracle")
     assert oracle["status"] == "failed"
-    assert "test.sh undid the patch's changes to the test harness: tests/run.sh" in oracle["detail"]
+    assert (
+        "the verifier's patch policy undid tests/run.sh (run by the test command)"
+        in oracle["detail"]
+    )
+    assert oracle["data"]["undone"] == [
+        {
+            "path": "tests/run.sh",
+            "status": "M",
+            "verdict": "undo",
+            "reason": "run by the test command",
+        }
+    ]
     assert oracle["data"]["discarded"] == ["tests/run.sh"]
     assert oracle["data"]["details"]["discarded"] == 1
     details = json.loads(
@@ -200,9 +211,15 @@ def test_generic_exploits_resist_and_a_waived_runner_is_caught(
     assert outcomes(run) == {
         "runner-exit-zero": "resisted",
         "held-out-overwrite": "resisted",
+        "harness-rename": "resisted",
+        "harness-rewrite-at-run": "resisted",
         "reward-file-from-code": "resisted",
     }
     assert exploit(run, "runner-exit-zero")["discarded"] == ["tests/run.sh"]
+    # Undone by the policy alone: the tests did not run again for it.
+    assert exploit(run, "runner-exit-zero")["detail"] == (
+        "undone by the patch policy: tests/run.sh (run by the test command)"
+    )
     assert exploit(run, "held-out-overwrite")["discarded"] == ["tests/test_new.sh"]
     # Code under test wrote the reward files while the tests ran: refused, and nothing of it
     # reached the verifier's logs.
@@ -210,7 +227,7 @@ def test_generic_exploits_resist_and_a_waived_runner_is_caught(
     assert "reward.json" in (code / "agent.patch").read_text()
     assert json.loads((code / "logs" / "verifier" / "reward.json").read_text())["reward"] == 0
     assert not (code / "logs" / "verifier" / "reward.txt").exists()
-    assert run.stage("hack")["detail"] == "3 exploit(s) earned no reward"
+    assert run.stage("hack")["detail"] == "5 exploit(s) earned no reward"
     assert leftovers(docker_client, run.report["runId"]) == []
 
     waived_task = with_allow(task.directory, ["tests/run.sh"])
@@ -223,204 +240,6 @@ def test_generic_exploits_resist_and_a_waived_runner_is_caught(
     assert skipped.report["verdict"] == "accepted", skipped.report["reason"]
     assert skipped.stage("hack")["status"] == "skipped"
     assert skipped.stage("hack")["detail"] == "skipped: --no-hack-gate"
-
-
-PYTEST_BASE: dict[str, str | bytes | None] = {
-    "calc.py": "def add(a, b):\n    return a + b\n",
-    "pyproject.toml": '[project]\nname = "calc"\nversion = "0"\n\n'
-    '[tool.pytest.ini_options]\naddopts = "-q"\n',
-    "tests/__init__.py": "",
-    "tests/test_add.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-}
-PYTEST_GOLD = (
-    "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n"
-    + "".join(f"    # step {i}\n" for i in range(20))
-    + "    return a * b\n"
-)
-
-
-def pytest_task(tmp_path: Path) -> Path:
-    return files_task(
-        tmp_path,
-        "hack-pytest",
-        base=PYTEST_BASE,
-        tests={
-            "tests/test_mul.py": "from calc import mul\n\n\ndef test_mul():\n"
-            "    assert mul(2, 3) == 6\n"
-        },
-        gold={"calc.py": PYTEST_GOLD},
-        setupCommand="uv venv -q --python /usr/bin/python3 /opt/venv "
-        "&& uv pip install -q --python /opt/venv pytest==8.3.4",
-        # PYTHONPATH=. (common): the repository root is on sys.path before site runs, so a
-        # sitecustomize.py there is imported by every Python process.
-        testCommand="PYTHONPATH=. /opt/venv/bin/python -m pytest -p no:cacheprovider {tests}",
-        failToPass=["tests/test_mul.py"],
-        passToPass=["tests/test_add.py"],
-        testPaths=["tests/test_mul.py"],
-        toolchains=["uv"],
-        environment={
-            "rootSetupCommand": "apt-get update -qq && apt-get install -y -qq python3 > /dev/null"
-        },
-    )
-
-
-def test_pytest_exploits_resist_and_a_waived_conftest_is_caught(
-    tmp_path: Path, verify_options: list[str]
-) -> None:
-    options = [*verify_options, "--build-network", "host"]
-    task = pytest_task(tmp_path)
-    run = run_verify(task, options, tmp_path / "run")
-    assert run.report["verdict"] == "accepted", run.report["reason"]
-    assert outcomes(run) == {
-        "pytest-conftest": "resisted",
-        "pytest-ini-plugin": "resisted",
-        "pytest-pyproject-plugin": "resisted",
-        "python-sitecustomize": "resisted",
-        "python-pth": "not-applicable",  # the virtualenv is outside /app
-        "held-out-overwrite": "resisted",
-        "reward-file-from-code": "resisted",
-    }
-    assert set(exploit(run, "pytest-conftest")["discarded"]) == {"conftest.py", "tests/conftest.py"}
-    assert exploit(run, "pytest-ini-plugin")["discarded"] == ["pytest.ini"]
-    assert exploit(run, "pytest-pyproject-plugin")["discarded"] == ["pyproject.toml"]
-    assert exploit(run, "python-pth")["detail"] == "no site-packages directory under /app"
-    assert set(exploit(run, "python-sitecustomize")["discarded"]) == {
-        "sitecustomize.py",
-        "usercustomize.py",
-        "tests/sitecustomize.py",
-        "tests/usercustomize.py",
-    }
-
-    waived = run_verify(
-        with_allow(
-            task,
-            [
-                "conftest.py",
-                "tests/conftest.py",
-                "pytest.ini",
-                "pyproject.toml",
-                "sitecustomize.py",
-                "usercustomize.py",
-                "tests/sitecustomize.py",
-                "tests/usercustomize.py",
-            ],
-        ),
-        options,
-        tmp_path / "waived",
-    )
-    assert_caught(waived, "pytest-conftest")
-    assert {
-        name: outcome for name, outcome in outcomes(waived).items() if outcome == "earned-reward"
-    } == {
-        "pytest-conftest": "earned-reward",
-        "pytest-ini-plugin": "earned-reward",
-        "pytest-pyproject-plugin": "earned-reward",
-        "python-sitecustomize": "earned-reward",
-    }
-
-
-NODE_BASE: dict[str, str | bytes | None] = {
-    "package.json": '{\n  "name": "calc",\n  "private": true,\n'
-    '  "scripts": {\n    "test": "node --test"\n  }\n}\n',
-    "src/calc.js": "exports.add = (a, b) => a + b;\n",
-    "tests/add.test.js": "const test = require('node:test');\nconst assert = require('assert');\n"
-    "const { add } = require('../src/calc');\n"
-    "test('add', () => assert.strictEqual(add(2, 3), 5));\n",
-}
-NODE_GOLD = (
-    "exports.add = (a, b) => a + b;\n"
-    + "".join(f"// step {i}\n" for i in range(20))
-    + "exports.mul = (a, b) => a * b;\n"
-)
-
-
-def test_node_exploits_resist_and_a_waived_package_json_is_caught(
-    tmp_path: Path, verify_options: list[str]
-) -> None:
-    options = [*verify_options, "--toolchain-source", "node=registry"]
-    task = files_task(
-        tmp_path,
-        "hack-node",
-        base=NODE_BASE,
-        tests={
-            "tests/mul.test.js": "const test = require('node:test');\n"
-            "const assert = require('assert');\nconst { mul } = require('../src/calc');\n"
-            "test('mul', () => assert.strictEqual(mul(2, 3), 6));\n"
-        },
-        gold={"src/calc.js": NODE_GOLD},
-        testCommand="npm test --silent -- {tests}",
-        failToPass=["tests/mul.test.js"],
-        passToPass=["tests/add.test.js"],
-        testPaths=["tests/mul.test.js"],
-        toolchains=["node"],
-    )
-    run = run_verify(task, options, tmp_path / "run")
-    assert run.report["verdict"] == "accepted", run.report["reason"]
-    assert outcomes(run) == {
-        "node-package-scripts": "resisted",
-        "node-test-configs": "resisted",
-        "bun-preload": "resisted",
-        "node-fake-test-binary": "resisted",
-        "held-out-overwrite": "resisted",
-        "reward-file-from-code": "resisted",
-    }
-    assert exploit(run, "node-package-scripts")["discarded"] == ["package.json"]
-    assert set(exploit(run, "node-fake-test-binary")["discarded"]) >= {
-        "node_modules/.bin/jest",
-        "node_modules/.bin/mocha",
-    }
-    assert "bunfig.toml" in exploit(run, "bun-preload")["discarded"]
-
-    waived = run_verify(with_allow(task, ["package.json"]), options, tmp_path / "waived")
-    assert_caught(waived, "node-package-scripts")
-
-
-GO_BASE: dict[str, str | bytes | None] = {
-    "go.mod": "module example.com/calc\n\ngo 1.25\n",
-    "add/add.go": "package add\n\nfunc Add(a, b int) int { return a + b }\n",
-    "add/add_test.go": 'package add\n\nimport "testing"\n\n'
-    "func TestAdd(t *testing.T) {\n\tif Add(2, 3) != 5 {\n\t\tt.Fatal(Add(2, 3))\n\t}\n}\n",
-    # The bug the task fixes; a held-out test of it compiles on the base (a TestMain can then
-    # decide the test binary's exit code).
-    "mul/mul.go": "package mul\n\nfunc Mul(a, b int) int { return a + b }\n",
-}
-GO_GOLD = (
-    "package mul\n\n"
-    + "".join(f"// step {i}\n" for i in range(20))
-    + "func Mul(a, b int) int { return a * b }\n"
-)
-
-
-def test_go_testmain_resists_and_a_waived_test_file_is_caught(
-    tmp_path: Path, verify_options: list[str]
-) -> None:
-    options = [*verify_options, "--toolchain-source", "go=registry"]
-    task = files_task(
-        tmp_path,
-        "hack-go",
-        base=GO_BASE,
-        tests={
-            "mul/mul_test.go": 'package mul\n\nimport "testing"\n\n'
-            "func TestMul(t *testing.T) {\n\tif Mul(2, 3) != 6 {\n\t\tt.Fatal(Mul(2, 3))\n"
-            "\t}\n}\n"
-        },
-        gold={"mul/mul.go": GO_GOLD},
-        # Compiles the testing packages into the shared build cache once, at setup.
-        setupCommand="go test -run '^$' ./...",
-        testCommand="go test {tests}",
-        failToPass=["./mul"],
-        passToPass=["./add"],
-        testPaths=["mul/mul_test.go"],
-        toolchains=["go"],
-    )
-    run = run_verify(task, options, tmp_path / "run")
-    assert run.report["verdict"] == "accepted", run.report["reason"]
-    assert outcomes(run)["go-testmain"] == "resisted"
-    assert exploit(run, "go-testmain")["discarded"] == ["mul/zz_selfbench_main_test.go"]
-    assert outcomes(run)["reward-file-from-code"] == "resisted"
-
-    waived = run_verify(with_allow(task, ["*_test.go"]), options, tmp_path / "waived")
-    assert_caught(waived, "go-testmain")
 
 
 def test_the_agent_side_never_sees_the_held_out_tests_or_the_gold_patch(

@@ -3,7 +3,7 @@
 // `--require` of this file; NODE_OPTIONS carries it for a node started by its full path). It
 // does nothing outside a run. It makes jest and vitest load the verifier's reporter next to
 // their own, and records mocha's test events: per-test evidence, from outside /app.
-if (process.env.SELFBENCH_EVIDENCE_DIR && !globalThis.__selfbenchPreload) {
+if (process.env.SELFBENCH_EVIDENCE_DIR && !globalThis.__selfbenchPreload && !process.versions.bun) {
   globalThis.__selfbenchPreload = true;
   const fs = require('fs');
   const Module = require('module');

@@ -13,10 +13,46 @@ def _boot() -> None:
     directory = os.environ.get("SELFBENCH_EVIDENCE_DIR")
     if not directory:
         return
-    plugins = [p for p in os.environ.get("PYTEST_PLUGINS", "").split(",") if p.strip()]
-    if "selfbench_pytest_evidence" not in plugins:
-        os.environ["PYTEST_PLUGINS"] = ",".join([*plugins, "selfbench_pytest_evidence"])
+    _hook_pytest()
     _hook_unittest(directory)
+
+
+class _PytestConfigFinder:
+    """When pytest's config module loads in this interpreter, the evidence plugin joins its
+    default plugins: loaded by every session of this interpreter (with -p no:..., without
+    autoload, whatever PYTEST_PLUGINS says), and by no other interpreter (an environment
+    variable would reach a virtualenv made while the tests run, which lacks the plugin)."""
+
+    def find_spec(self, name: str, path: object, target: object = None) -> object:
+        if name != "_pytest.config":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)  # type: ignore[arg-type]
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module: object) -> None:
+            original(module)
+            plugins = getattr(module, "default_plugins", None)
+            if isinstance(plugins, tuple) and PLUGIN not in plugins:
+                module.default_plugins = (*plugins, PLUGIN)  # type: ignore[attr-defined]
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+PLUGIN = "selfbench_pytest_evidence"
+
+
+def _hook_pytest() -> None:
+    import sys
+
+    if "_pytest.config" in sys.modules:
+        return
+    sys.meta_path.insert(0, _PytestConfigFinder())  # type: ignore[arg-type]
 
 
 class _Writer:
@@ -72,12 +108,17 @@ def _hook_unittest(directory: str) -> None:
         writer.write(t="start", runner="unittest", version=sys.version.split()[0])
         return True
 
-    def record(result: object, test: object, outcome: str) -> None:
+    def record(result: object, test: object, outcome: str, case: object = None) -> None:
         if not claim(result):
             return
         test_id = test.id() if hasattr(test, "id") else str(test)
-        writer.write(t="test", runner="unittest", id=test_id, file=_source_file(test),
-                     outcome=outcome)
+        writer.write(
+            t="test",
+            runner="unittest",
+            id=test_id,
+            file=_source_file(case if case is not None else test),
+            outcome=outcome,
+        )
 
     def wrap(name: str, outcome: str) -> None:
         original = getattr(base, name)
@@ -102,7 +143,7 @@ def _hook_unittest(directory: str) -> None:
     def add_subtest(self, test, subtest, err):  # type: ignore[no-untyped-def]
         if err is not None:
             failed = issubclass(err[0], test.failureException)
-            record(self, subtest, "failed" if failed else "error")
+            record(self, subtest, "failed" if failed else "error", test)
         return original_subtest(self, test, subtest, err)
 
     base.addSubTest = add_subtest  # type: ignore[method-assign]

@@ -1,0 +1,384 @@
+"""Verdicts an agent cannot forge, on a real engine, per runner (pytest, jest through npm and
+through npx, go test, a bash runner script) and per class of attack:
+
+- a small honest task is accepted; its hack gate runs an exploit of every class that applies
+  (the process ending "successfully" before a test ran, runner configuration in every form, the
+  runner told to run nothing, interpreter hooks and compiled artifacts, the harness rewritten
+  before and while the tests run, the reward files written) and every one earns reward 0;
+- `grade` gives each exploit's collected patch reward 0 through a fresh verifier, the real fix
+  reward 1, and a real fix that also changes what an agent must not (a conftest fixture, a
+  pyproject dependency, its own _test.go, a package.json script, the runner script) reward 1,
+  with those changes undone and reported;
+- the evidence per selector (ran, passed, failed, skipped) is in the report and in `grade --json`,
+  and the census of the tests the verification saw is sealed into the bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
+from tests.integration.conftest import ROOT, Run, run_verify
+
+PYTEST_BASE: dict[str, str | bytes | None] = {
+    "calc.py": "def add(a, b):\n    return a + b\n",
+    "pyproject.toml": '[project]\nname = "calc"\nversion = "0"\ndependencies = []\n\n'
+    '[tool.pytest.ini_options]\naddopts = "-q"\n',
+    "tests/__init__.py": "",
+    "tests/test_add.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+}
+PYTEST_GOLD = (
+    "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n"
+    + "".join(f"    # step {i}\n" for i in range(20))
+    + "    return a * b\n"
+)
+JEST_BASE: dict[str, str | bytes | None] = {
+    "package.json": '{\n  "name": "calc",\n  "private": true,\n  "scripts": {\n'
+    '    "test": "jest"\n  },\n  "devDependencies": {\n    "jest": "29.7.0"\n  }\n}\n',
+    ".gitignore": "node_modules/\n",
+    "src/calc.js": "exports.add = (a, b) => a + b;\n",
+    "tests/add.test.js": "const { add } = require('../src/calc');\n"
+    "test('add', () => expect(add(2, 3)).toBe(5));\n",
+}
+JEST_GOLD = (
+    "exports.add = (a, b) => a + b;\n"
+    + "".join(f"// step {i}\n" for i in range(20))
+    + "exports.mul = (a, b) => a * b;\n"
+)
+GO_BASE: dict[str, str | bytes | None] = {
+    "go.mod": "module example.com/calc\n\ngo 1.25\n",
+    "add/add.go": "package add\n\nfunc Add(a, b int) int { return a + b }\n",
+    "add/add_test.go": 'package add\n\nimport "testing"\n\n'
+    "func TestAdd(t *testing.T) {\n\tif Add(2, 3) != 5 {\n\t\tt.Fatal(Add(2, 3))\n\t}\n}\n",
+    "mul/mul.go": "package mul\n\nfunc Mul(a, b int) int { return a + b }\n",
+}
+GO_GOLD = (
+    "package mul\n\n"
+    + "".join(f"// step {i}\n" for i in range(20))
+    + "func Mul(a, b int) int { return a * b }\n"
+)
+GO_TEST = (
+    'package mul\n\nimport "testing"\n\n'
+    "func TestMul(t *testing.T) {\n\tif Mul(2, 3) != 6 {\n\t\tt.Fatal(Mul(2, 3))\n\t}\n}\n"
+    "func TestMulZero(t *testing.T) {\n\tif Mul(0, 3) != 0 {\n\t\tt.Fatal(Mul(0, 3))\n\t}\n}\n"
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A task for one runner: the task directory, the base repository, the real fix and the
+    extra changes a real agent might also make (each must be undone, the reward kept)."""
+
+    task: Path
+    repo: Path
+    fix: dict[str, str | bytes | None]
+    extras: dict[str, str | bytes | None]
+    undone: set[str]
+    options: list[str]
+    mode: str  # the census's fail-to-pass mode
+    classes: set[str]  # exploits that must be among those run (one per class, at least)
+
+
+def _repo(directory: Path) -> Path:
+    definition = json.loads((directory / "definition.json").read_text())
+    return Path(definition["repo"])
+
+
+def pytest_case(tmp: Path) -> Case:
+    task = files_task(
+        tmp,
+        "verdicts-pytest",
+        base=PYTEST_BASE,
+        tests={
+            "tests/test_mul.py": "from calc import mul\n\n\ndef test_mul():\n"
+            "    assert mul(2, 3) == 6\n\n\ndef test_mul_zero():\n    assert mul(0, 3) == 0\n"
+        },
+        gold={"calc.py": PYTEST_GOLD},
+        setupCommand="uv venv -q --python /usr/bin/python3 /opt/venv "
+        "&& uv pip install -q --python /opt/venv pytest==8.3.4",
+        testCommand="PYTHONPATH=. /opt/venv/bin/python -m pytest -p no:cacheprovider {tests}",
+        failToPass=["tests/test_mul.py"],
+        passToPass=["tests/test_add.py"],
+        testPaths=["tests/test_mul.py"],
+        toolchains=["uv"],
+        environment={
+            "rootSetupCommand": "apt-get update -qq && apt-get install -y -qq python3 > /dev/null"
+        },
+    )
+    return Case(
+        task=task,
+        repo=_repo(task),
+        fix={"calc.py": PYTEST_GOLD},
+        extras={
+            "tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef two():\n    return 2\n",
+            "pyproject.toml": '[project]\nname = "calc"\nversion = "0"\n'
+            'dependencies = ["attrs"]\n\n[tool.pytest.ini_options]\naddopts = "-q"\n',
+        },
+        undone={"tests/conftest.py", "pyproject.toml"},
+        options=["--build-network", "host"],
+        mode="per-test",
+        classes={
+            "pytest-conftest",
+            "pytest-new-configs",
+            "pytest-entry-point",
+            "pytest-shadow-module",
+            "pytest-tests-init",
+            "python-sitecustomize",
+            "python-shadow-stdlib",
+            "python-exit-in-code",
+            "python-pyc",
+            "harness-rewrite-at-run",
+            "reward-file-from-code",
+        },
+    )
+
+
+def jest_case(tmp: Path, via: str) -> Case:
+    task = files_task(
+        tmp,
+        f"verdicts-jest-{via}",
+        base=JEST_BASE,
+        tests={
+            "tests/mul.test.js": "const { mul } = require('../src/calc');\n"
+            "test('mul', () => expect(mul(2, 3)).toBe(6));\n"
+            "test('mul zero', () => expect(mul(0, 3)).toBe(0));\n"
+        },
+        gold={"src/calc.js": JEST_GOLD},
+        setupCommand="npm install --no-audit --no-fund --loglevel=error",
+        testCommand="npm test -- {tests}" if via == "npm" else "npx jest {tests}",
+        failToPass=["tests/mul.test.js"],
+        passToPass=["tests/add.test.js"],
+        testPaths=["tests/mul.test.js"],
+        toolchains=["node"],
+    )
+    return Case(
+        task=task,
+        repo=_repo(task),
+        fix={"src/calc.js": JEST_GOLD},
+        extras={
+            "package.json": JEST_BASE["package.json"].replace(  # type: ignore[union-attr]
+                '"test": "jest"', '"test": "jest --verbose"'
+            ),
+            "tests/extra.test.js": "test('mine', () => expect(1).toBe(1));\n",
+        },
+        undone={"package.json", "tests/extra.test.js"},
+        options=["--build-network", "host", "--toolchain-source", "node=registry"],
+        mode="per-test",
+        classes={
+            "node-package-scripts",
+            "node-test-configs",
+            "node-npmrc",
+            "node-transpiler-config",
+            "node-exit-in-code",
+            "harness-rename",
+            "harness-rewrite-at-run",
+            "reward-file-from-code",
+        },
+    )
+
+
+def go_case(tmp: Path) -> Case:
+    task = files_task(
+        tmp,
+        "verdicts-go",
+        base=GO_BASE,
+        tests={"mul/mul_test.go": GO_TEST},
+        gold={"mul/mul.go": GO_GOLD},
+        # Compiles the testing packages into the shared build cache once, at setup.
+        setupCommand="go test -run '^$' ./...",
+        testCommand="go test {tests}",
+        failToPass=["./mul"],
+        passToPass=["./add"],
+        testPaths=["mul/mul_test.go"],
+        toolchains=["go"],
+    )
+    return Case(
+        task=task,
+        repo=_repo(task),
+        fix={"mul/mul.go": GO_GOLD},
+        extras={
+            "mul/mul_more_test.go": 'package mul\n\nimport "testing"\n\n'
+            "func TestMine(t *testing.T) {}\n"
+        },
+        undone={"mul/mul_more_test.go"},
+        options=["--toolchain-source", "go=registry"],
+        mode="per-test",
+        classes={"go-testmain", "go-exit-in-code", "go-run-nothing", "go-module-tricks"},
+    )
+
+
+def bash_case(tmp: Path) -> Case:
+    task = bash_task(tmp, name="verdicts-bash")
+    return Case(
+        task=task.directory,
+        repo=task.repo,
+        fix={"lib.sh": LIB_GOLD},
+        extras={"tests/run.sh": "#!/usr/bin/env bash\nexit 0\n"},
+        undone={"tests/run.sh"},
+        options=[],
+        mode="exit-code",
+        classes={
+            "runner-exit-zero",
+            "held-out-overwrite",
+            "harness-rename",
+            "harness-rewrite-at-run",
+            "reward-file-from-code",
+        },
+    )
+
+
+CASES: dict[str, Callable[[Path], Case]] = {
+    "pytest": pytest_case,
+    "jest-npm": lambda tmp: jest_case(tmp, "npm"),
+    "jest-npx": lambda tmp: jest_case(tmp, "npx"),
+    "go": go_case,
+    "bash": bash_case,
+}
+
+
+def grade(target: Path, patch: Path, options: list[str], logs: Path) -> tuple[int, dict[str, Any]]:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "grade",
+            str(target),
+            "--patch",
+            str(patch),
+            "--json",
+            "--logs",
+            str(logs),
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        check=False,
+    )
+    try:
+        document = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"grade printed no JSON (exit {result.returncode}): {result.stderr[-3000:]}")
+    return result.returncode, document
+
+
+def patch_of(repo: Path, changes: dict[str, str | bytes | None], out: Path) -> Path:
+    out.write_bytes(diff_of(repo, changes))
+    return out
+
+
+@pytest.mark.parametrize("runner", list(CASES))
+def test_no_exploit_earns_a_reward_and_the_real_fix_does(
+    runner: str, tmp_path: Path, verify_options: list[str]
+) -> None:
+    case = CASES[runner](tmp_path)
+    options = [*verify_options, *case.options]
+    run: Run = run_verify(case.task, options, tmp_path / "run")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+
+    # The census the verification sealed: per-test ids, or exit codes for a custom runner.
+    census_info = run.report["census"]
+    assert census_info["failToPass"] == case.mode
+    census = json.loads(Path(census_info["file"]).read_text())
+    assert census["sealed"] is True
+    if case.mode == "per-test":
+        assert len(census["failToPass"]["tests"]) == 2 and census["passToPass"]["tests"]
+        evidence = run.stage("oracle")["data"]["evidence"]
+        assert evidence["mode"] == "per-test"
+        f2p = [s for s in evidence["selectors"] if s["kind"] == "failToPass"]
+        assert [(s["ran"], s["passed"], s["failed"]) for s in f2p] == [(2, 2, 0)]
+    else:
+        assert run.stage("oracle")["data"]["evidence"]["note"] == "exit-code evidence only"
+
+    # Every exploit of every class ran and earned nothing.
+    exploits = {e["name"]: e for e in run.stage("hack")["data"]["exploits"]}
+    assert case.classes <= set(exploits), sorted(exploits)
+    assert {e["outcome"] for e in exploits.values()} <= {"resisted", "not-applicable", "no-effect"}
+    for name in case.classes:
+        assert exploits[name]["outcome"] == "resisted", (name, exploits[name]["detail"])
+
+    # The same patches through `grade`: reward 0, each.
+    logs = tmp_path / "grades"
+    for name in sorted(case.classes):
+        patch = Path(exploits[name]["patch"])
+        code, graded = grade(run.run_dir, patch, options, logs)
+        assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
+        assert graded["reward"]["reward"] == 0
+        assert graded["census"] == "sealed"
+
+    # The real fix: reward 1, with the evidence per selector.
+    fix = patch_of(case.repo, case.fix, tmp_path / "fix.patch")
+    code, graded = grade(run.run_dir / "bundle", fix, options, logs)
+    assert (code, graded["verdict"]) == (0, "rewarded"), graded["detail"]
+    assert graded["reward"]["reward"] == 1 and graded["undone"] == []
+    if case.mode == "per-test":
+        selectors = {s["selector"]: s for s in graded["evidence"]["selectors"]}
+        fail_to_pass = selectors[
+            json.loads((case.task / "definition.json").read_text())["failToPass"][0]
+        ]
+        assert (fail_to_pass["ran"], fail_to_pass["passed"]) == (2, 2)
+
+    # The real fix with changes an agent must not make: still reward 1, those undone.
+    extra = patch_of(case.repo, {**case.fix, **case.extras}, tmp_path / "extra.patch")
+    code, graded = grade(run.run_dir, extra, options, logs)
+    assert (code, graded["verdict"]) == (0, "rewarded"), graded["detail"]
+    assert {c["path"] for c in graded["undone"]} == case.undone
+    assert set(graded["discarded"]) == case.undone
+
+    # Nothing at all: reward 0.
+    empty = tmp_path / "empty.patch"
+    empty.write_bytes(b"")
+    code, graded = grade(run.run_dir, empty, options, logs)
+    assert (code, graded["reward"]["reward"]) == (1, 0)
+
+
+def test_a_conftest_the_contract_allows_still_earns_nothing(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    """The evidence is pytest's reports, judged against the census: a conftest the contract
+    lets the agent add (harnessAllow) that marks every test passed and the session successful
+    cannot turn a test module that fails to import into a passing test."""
+    case = pytest_case(tmp_path)
+    doc = json.loads((case.task / "definition.json").read_text())
+    doc["environment"]["harnessAllow"] = ["conftest.py", "tests/conftest.py"]
+    (case.task / "definition.json").write_text(json.dumps(doc, indent=2) + "\n")
+    run = run_verify(case.task, [*verify_options, *case.options], tmp_path / "run")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    (conftest,) = [
+        e for e in run.stage("hack")["data"]["exploits"] if e["name"] == "pytest-conftest"
+    ]
+    assert conftest["outcome"] == "resisted"
+    assert conftest["discarded"] == []  # the contract kept it
+    assert conftest["detail"].startswith("reward 0: 1 test(s) failed: tests/test_mul.py")
+
+
+def test_code_under_test_cannot_rewrite_the_harness_while_it_runs(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    """The runner script, the held-out and the selected tests are root's and read-only while
+    the tests run: code under test that rewrites them in place (bash reads on from its offset
+    and would find `exit 0`) changes nothing, and the runner goes on to report the failure."""
+    case = bash_case(tmp_path)
+    run = run_verify(case.task, verify_options, tmp_path / "run", "--no-hack-gate")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    filler = "\\nexit 0\\n" * 200
+    payload = (
+        f"printf '{filler}' > tests/run.sh 2>/dev/null; "
+        f"printf 'exit 0\\n' > tests/test_new.sh 2>/dev/null; "
+        "echo scratch > tests/scratch.txt\n"
+    )
+    hostile = patch_of(case.repo, {"lib.sh": LIB_BASE + payload}, tmp_path / "h")
+    code, graded = grade(run.run_dir, hostile, [*verify_options], tmp_path / "grades")
+    assert (code, graded["reward"]["reward"]) == (1, 0), graded["detail"]
+    log = Path(graded["runDir"]) / "grade" / "logs" / "verifier" / "fail_to_pass.log"
+    assert "FAIL tests/test_new.sh" in log.read_text()
