@@ -279,14 +279,14 @@ sub classify {
     for my $pattern (@{ $task->{harnessProtect} }) {
         return ('undo', 'listed in the contract: harnessProtect') if glob_match($path, $pattern);
     }
-    for my $part (@parts) {
-        return ('undo', 'a dotfile or dot-directory, which configures tools') if $part =~ /^\./;
-    }
     for my $dir (@dirs) {
         return ('undo', 'a compiled or binary artifact') if $dir eq '__pycache__';
         return ('undo', 'installed or vendored packages') if $INSTALLED_DIRS{$dir};
         return ('undo', 'packaging metadata or entry points')
           if $dir =~ /\.(dist-info|egg-info|egg)$/;
+    }
+    for my $part (@parts) {
+        return ('undo', 'a dotfile or dot-directory, which configures tools') if $part =~ /^\./;
     }
     my $ext = extension($name);
     return ('undo', 'packaging metadata or entry points') if $ext eq 'pth' || $ext eq 'egg-link';
@@ -659,7 +659,7 @@ sub read_cargo_log {
     my ($target, $open) = ('', 0);
     my $results = 0;
     for my $line (split /\n/, strip_ansi($raw)) {
-        if ($line =~ /^\s*Running (?:\S+ )?(\S+)(?: \((\S+)\))?\s*$/) {
+        if ($line =~ /^\s*Running (?:unittests )?(\S+)(?: \(([^)]+)\))?\s*$/) {
             $target = $2 // $1;
             $target =~ s{^.*/}{};
             $target =~ s/-[0-9a-f]{16}(\.exe)?$//;
@@ -1119,6 +1119,47 @@ sub cmd_go_filter {
     return 0;
 }
 
+# ---- pure entry points (the runner's unit tests drive them) -------------------------------------
+
+# classify TASK SHADOWED: "STATUS<TAB>MODE<TAB>PATH" lines on stdin, one JSON verdict per line out
+# (SHADOWED: a file of module names that resolve outside /app; `-` for the image's).
+sub cmd_classify {
+    my ($task_path, $shadow_file) = @_;
+    my $task = task($task_path);
+    $task->{goldSet} = { map { $_ => 1 } @{ $task->{goldFiles} } };
+    if ($shadow_file ne '-') {
+        my $raw = read_file($shadow_file) // fail("cannot read $shadow_file");
+        $shadowed{$_} = 1 for grep { length } split /\n/, $raw;
+        $shadowed{'(loaded)'} = 1;
+    }
+    while (my $line = <STDIN>) {
+        chomp $line;
+        my ($status, $mode, $path) = split /\t/, $line, 3;
+        next unless defined $path;
+        my ($verdict, $reason) = classify($task, $path, $status, $mode);
+        print $JSON->encode({ path => $path, verdict => $verdict, reason => $reason }), "\n";
+    }
+    return 0;
+}
+
+# parse RUNNER FILE TASK: the tests a runner's output (bun, cargo) or go's -json events report.
+sub cmd_parse {
+    my ($runner, $file, $task_path) = @_;
+    my $task = task($task_path);
+    my $run = { tests => {}, seen => {}, finished => {}, plugins => [] };
+    if ($runner eq 'bun') { read_bun_log($run, $task, $file) }
+    elsif ($runner eq 'cargo') { read_cargo_log($run, $task, $file) }
+    elsif ($runner eq 'go') { read_go_events($run, $file) }
+    else { fail("parse takes bun, cargo or go") }
+    my @tests = sort { $a->{id} cmp $b->{id} } values %{ $run->{tests} };
+    print JSON::PP->new->utf8->canonical->pretty->encode({
+        tests => [ map { { id => $_->{id}, outcome => $_->{outcome},
+          (defined $_->{file} ? (file => $_->{file}) : ()) } } @tests ],
+        finished => $run->{finished}{$runner} ? JSON::PP::true : JSON::PP::false,
+    });
+    return 0;
+}
+
 # ---- main ---------------------------------------------------------------------------------------
 
 my %COMMANDS = (
@@ -1129,6 +1170,8 @@ my %COMMANDS = (
     'collect' => [\&cmd_collect, 5],
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 1],
+    'classify' => [\&cmd_classify, 2],
+    'parse' => [\&cmd_parse, 3],
 );
 
 my $command = shift @ARGV // '';

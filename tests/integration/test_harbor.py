@@ -32,7 +32,7 @@ from runner.taskdir import load_authored_task
 from tests.engines import PrivateEngine, private_engine
 from tests.harbor import harbor, harbor_run
 from tests.helpers import bash_task
-from tests.integration.conftest import HOST_CA, ROOT
+from tests.integration.conftest import HOST_CA, ROOT, run_verify
 
 pytestmark = pytest.mark.harbor
 STANDIN = "selfbench-test/harbor-standin:ubuntu-24.04"
@@ -75,9 +75,11 @@ def workdir() -> Iterator[Path]:
 def standin(base_image: str, docker_client: docker.DockerClient, workdir: Path) -> Path:
     options = [
         "--toolchains",
-        "uv",
+        "uv,go",
         "--toolchain-source",
         "uv=registry",
+        "--toolchain-source",
+        "go=registry",
         "--base-image",
         base_image,
     ]
@@ -87,7 +89,9 @@ def standin(base_image: str, docker_client: docker.DockerClient, workdir: Path) 
     runner("prepare", *options, "-q")
     context = workdir / "standin"
     context.mkdir(exist_ok=True)
-    (context / "Dockerfile").write_text(f"FROM {derived}\nENV SELFBENCH_UV_SOURCE=registry\n")
+    (context / "Dockerfile").write_text(
+        f"FROM {derived}\nENV SELFBENCH_UV_SOURCE=registry SELFBENCH_GO_SOURCE=registry\n"
+    )
     for chunk in docker_client.api.build(path=str(context), tag=STANDIN, decode=True, rm=True):
         assert "error" not in chunk, chunk
     tar = workdir / "standin.tar"
@@ -193,6 +197,46 @@ def test_bundle_runs_unchanged_under_real_harbor(
         "setup_completed",
     }
     assert digest(bundle) == before
+
+
+def test_a_sealed_bundle_grades_by_its_census_under_harbor(
+    harbor_image: str,
+    harbor_engine: PrivateEngine,
+    workdir: Path,
+    verify_options: list[str],
+) -> None:
+    """A go test task verified by the runner (its census of test ids sealed into the bundle),
+    then run by real Harbor unchanged: the same test.sh grades Harbor's oracle 1 and nop 0 by
+    the sealed ids, with per-test evidence and nothing of the runner present."""
+    from tests.integration.test_verdicts import go_case
+
+    case = go_case(workdir / "sealed-task")
+    definition = json.loads((case.task / "definition.json").read_text())
+    definition["environment"] = {"testsNetwork": "public"}
+    (case.task / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
+    verified = run_verify(
+        case.task, [*verify_options, *case.options], workdir / "sealed-run", "--no-hack-gate"
+    )
+    assert verified.report["verdict"] == "accepted", verified.report["reason"]
+    bundle = Path(verified.report["bundle"])
+    census = json.loads((bundle / "tests" / "expected-tests.json").read_text())
+    assert census["sealed"] and census["failToPass"]["mode"] == "per-test"
+    jobs = workdir / "jobs-sealed"
+    rewards, evidence = {}, {}
+    for agent in ("oracle", "nop"):
+        run = harbor_run(
+            harbor_image, harbor_engine, workdir, bundle, agent, jobs, job=f"sealed-{agent}"
+        )
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        result = trial(jobs, f"sealed-{agent}")
+        assert result["exception_info"] is None, result["exception_info"]
+        rewards[agent] = result["verifier_result"]["rewards"]["reward"]
+        (summary,) = list((jobs / f"sealed-{agent}").glob("*/verifier/evidence.json"))
+        evidence[agent] = json.loads(summary.read_text())
+    assert rewards == {"oracle": 1, "nop": 0}
+    assert evidence["oracle"]["mode"] == "per-test" and evidence["oracle"]["sealed"] is True
+    assert evidence["oracle"]["runners"] == ["go"]
+    assert evidence["nop"]["runs"]["fail_to_pass"]["passed"] is False
 
 
 def test_the_default_bundle_asks_harbor_for_a_verifier_without_network(

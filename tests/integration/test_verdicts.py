@@ -40,9 +40,12 @@ PYTEST_GOLD = (
     + "".join(f"    # step {i}\n" for i in range(20))
     + "    return a * b\n"
 )
+JEST_PACKAGE = (
+    '{\n  "name": "calc",\n  "private": true,\n  "scripts": {\n'
+    '    "test": "jest"\n  },\n  "devDependencies": {\n    "jest": "29.7.0"\n  }\n}\n'
+)
 JEST_BASE: dict[str, str | bytes | None] = {
-    "package.json": '{\n  "name": "calc",\n  "private": true,\n  "scripts": {\n'
-    '    "test": "jest"\n  },\n  "devDependencies": {\n    "jest": "29.7.0"\n  }\n}\n',
+    "package.json": JEST_PACKAGE,
     ".gitignore": "node_modules/\n",
     "src/calc.js": "exports.add = (a, b) => a + b;\n",
     "tests/add.test.js": "const { add } = require('../src/calc');\n"
@@ -164,9 +167,7 @@ def jest_case(tmp: Path, via: str) -> Case:
         repo=_repo(task),
         fix={"src/calc.js": JEST_GOLD},
         extras={
-            "package.json": JEST_BASE["package.json"].replace(  # type: ignore[union-attr]
-                '"test": "jest"', '"test": "jest --verbose"'
-            ),
+            "package.json": JEST_PACKAGE.replace('"test": "jest"', '"test": "jest --verbose"'),
             "tests/extra.test.js": "test('mine', () => expect(1).toBe(1));\n",
         },
         undone={"package.json", "tests/extra.test.js"},

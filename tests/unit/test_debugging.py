@@ -190,3 +190,64 @@ def test_report_html_shows_the_probe_and_the_exploits() -> None:
     assert "TZ=&lt;+14&gt;-14 (as Pacific/Kiritimati)" in page
     assert "failed: fail-to-pass" in page and "tests/test_tz.py" in page
     assert "pytest-conftest" in page and "&lt;conftest&gt;" in page and "earned-reward" in page
+
+
+def test_report_html_shows_the_evidence_per_selector_and_what_the_policy_undid() -> None:
+    from runner.census import (
+        Counts,
+        EvidenceSummary,
+        PolicyChange,
+        RunSummary,
+        SelectorSummary,
+    )
+    from runner.report import GateData
+
+    made = report(oracle=(Status.FAILED, "fail-to-pass tests still fail"))
+    made.stages.oracle.data = GateData(
+        evidence=EvidenceSummary(
+            mode="per-test",
+            runners=["pytest"],
+            runs=[
+                RunSummary(
+                    name="fail_to_pass",
+                    passed=False,
+                    exit_code=1,
+                    complete=False,
+                    counts=Counts(passed=1),
+                    problems=["pytest did not finish its run (it ended early)"],
+                )
+            ],
+            selectors=[
+                SelectorSummary(
+                    kind="failToPass",
+                    selector="tests/test_<mul>.py",
+                    attributed=True,
+                    ran=3,
+                    passed=1,
+                    failed=1,
+                    skipped=1,
+                    error=0,
+                ),
+                SelectorSummary(kind="passToPass", selector="-k add", attributed=False),
+            ],
+        ),
+        undone=[
+            PolicyChange(
+                path="conftest.py", status="A", verdict="undo", reason="a test-runner hook"
+            )
+        ],
+    )
+    page = render_html(ReportView(report=made))
+    assert EXTERNAL.search(page) is None
+    assert "per test, from pytest" in page and "tests/test_&lt;mul&gt;.py" in page
+    assert "judged with its selection" in page
+    assert "pytest did not finish its run (it ended early)" in page
+    assert "conftest.py" in page and "a test-runner hook" in page
+    exit_only = report(oracle=(Status.PASSED, "ok"))
+    exit_only.stages.oracle.data = GateData(
+        evidence=EvidenceSummary(mode="exit-code", note="exit-code evidence only"),
+        reward=None,
+    )
+    exit_only.stages.oracle.data.details = None
+    page = render_html(ReportView(report=exit_only))
+    assert "exit-code evidence only" in page
