@@ -96,7 +96,21 @@ my @GIT = (
     'git', '-C', $APP, '-c', 'core.fsmonitor=false', '-c', 'core.hooksPath=/dev/null',
     '-c', 'core.untrackedCache=false', '-c', 'core.quotePath=false', '-c', 'diff.external=',
     '-c', 'core.sshCommand=false',
+    # A file's size and mtime say whether it changed since the image's index was written: its
+    # inode and ctime do not survive the image's layers (and the build's chown).
+    '-c', 'core.checkStat=minimal', '-c', 'core.trustctime=false',
 );
+
+# start_index PATH [FROM]: an index to work in, started from FROM (the image's own index by
+# default), so `git add --all` hashes only what changed since, not the whole tree.
+sub start_index {
+    my ($index, $from) = @_;
+    $from //= "$APP/.git/index";
+    unlink $index;
+    if (-f $from && !-l $from) {
+        system('cp', '--', $from, $index) == 0 or fail("cannot copy $from");
+    }
+}
 
 # git_out INDEX ARGS...: stdout of git (INDEX: a GIT_INDEX_FILE or undef); dies on failure.
 sub git_run {
@@ -345,7 +359,7 @@ sub cmd_apply_policy {
     my $index = "$WORK/policy.index";
     system('mkdir', '-p', $WORK);
     chmod 0700, $WORK;
-    unlink $index;
+    start_index($index);
     # The tree as it stands (post-setup, before the patch): what every undo goes back to.
     git_out($index, 'add', '--all');
     my $before = git_out($index, 'write-tree');
@@ -422,6 +436,29 @@ sub tracked_harness {
     return @found;
 }
 
+# protect_file PATH: root's and read-only. Left alone when it is already (the image build did
+# it for the tracked harness): changing an image file's owner copies the whole file up.
+sub protect_file {
+    my ($full) = @_;
+    my @st = lstat $full;
+    return unless @st && S_ISREG($st[2]);
+    my $mode = $st[2] & 07777;
+    return if $st[4] == 0 && $st[5] == 0 && !($mode & 0222) && ($mode & 0444) == 0444;
+    chown 0, 0, $full;
+    chmod(($mode & ~0222) | 0444, $full);
+}
+
+# protect_dir PATH: root's and sticky, so the tests may create files there but never replace,
+# rename or remove one of root's.
+sub protect_dir {
+    my ($full) = @_;
+    my @st = lstat $full;
+    return unless @st && S_ISDIR($st[2]);
+    return if $st[4] == 0 && ($st[2] & 07777) == 01777;
+    chown 0, 0, $full;
+    chmod 01777, $full;
+}
+
 sub cmd_lockdown {
     my ($task_path) = @_;
     my $task = task($task_path);
@@ -445,23 +482,14 @@ sub cmd_lockdown {
     for my $path (sort keys %files) {
         my $full = "$APP/$path";
         next if -l $full || !-f $full;
-        chown 0, 0, $full;
-        my $mode = (stat $full)[2] & 07777;
-        chmod(($mode & ~0222) | 0444, $full);
+        protect_file($full);
         my $dir = dirname($path);
         while ($dir ne '.' && $dir ne '') { $dirs{$dir} = 1; $dir = dirname($dir) }
     }
-    # The directories that hold them: root's and sticky, so the tests may create files there
-    # but never replace, rename or remove one of root's.
-    for my $dir ('.', sort keys %dirs) {
-        my $full = $dir eq '.' ? $APP : "$APP/$dir";
-        next if -l $full || !-d $full;
-        chown 0, 0, $full;
-        chmod 01777, $full;
-    }
+    protect_dir($_ eq '.' ? $APP : "$APP/$_") for ('.', sort keys %dirs);
     # The prepared tree, for the reset before each later run.
     my $index = "$WORK/prepared.index";
-    unlink $index;
+    start_index($index, "$WORK/policy.index");
     git_out($index, 'add', '--all');
     my $tree = git_out($index, 'write-tree');
     write_file("$WORK/prepared-tree", $tree);
@@ -1052,7 +1080,8 @@ sub cmd_prepare_image {
         unlink "$HOOKS/bin/$program" unless which($program);
     }
     write_json("$STATE/hooks.json", { runners => \@runners, sites => \@sites });
-    lock_app_ownership();
+    $task->{goldSet} = {};
+    lock_app_ownership($task);
     return 0;
 }
 
@@ -1060,8 +1089,19 @@ sub cmd_prepare_image {
 # (node_modules, virtualenvs, site-packages): root's, so no test run can change what a later
 # one loads. Each node_modules keeps a cache directory the tests may write (vite, babel).
 sub lock_app_ownership {
+    my ($task) = @_;
     my (undef, undef, $uid, $gid) = getpwnam('verifier');
     fail('no verifier user') unless defined $uid;
+    # The tracked harness (configuration, manifests, test files, the files the test command runs
+    # and the selectors name) stays root's and read-only, in the image already.
+    my %harness = map { ("$APP/$_" => 1) } (tracked_harness($task), @{ $task->{commandFiles} },
+      @{ $task->{selectorFiles} });
+    my %harness_dirs;
+    for my $file (keys %harness) {
+        my $dir = dirname($file);
+        while (length($dir) > length($APP)) { $harness_dirs{$dir} = 1; $dir = dirname($dir) }
+    }
+    $harness_dirs{$APP} = 1 if %harness;
     my (@give, @installed);
     File::Find::find({ no_chdir => 1, wanted => sub {
         my $path = $File::Find::name;
@@ -1075,11 +1115,16 @@ sub lock_app_ownership {
                 return;
             }
         }
+        return if $harness{$path} || $harness_dirs{$path};
         push @give, $path;
     } }, $APP);
     while (my @batch = splice(@give, 0, 2000)) {
         system('chown', '-h', "$uid:$gid", '--', @batch) == 0 or fail('chown failed');
     }
+    for my $file (keys %harness) {
+        protect_file($file) if -f $file && !-l $file;
+    }
+    protect_dir($_) for keys %harness_dirs;
     system('chmod', '-R', 'go-w', "$APP/.git");
     for my $tree (@installed) {
         next unless basename($tree) eq 'node_modules';

@@ -117,7 +117,6 @@ run_tests() {
   runuser -u verifier -- env -u SELFBENCH_PREPARE_ONLY -u SELFBENCH_MAX_LOG_BYTES \
     -u SELFBENCH_REWARD_ONLY -u SELFBENCH_SELECTOR_ORDER -u SELFBENCH_SKIP_EMPTY -u BASH_ENV \
     -u ENV -u CDPATH \
-    -u PYTEST_PLUGINS -u PYTEST_DISABLE_PLUGIN_AUTOLOAD \
     PATH="$test_path" HOME=/home/verifier USER=verifier LOGNAME=verifier \
     TMPDIR="$scratch" PYTHONPYCACHEPREFIX="$scratch/pycache" SELFBENCH_EVIDENCE_DIR="$evidence" \
     NODE_OPTIONS="--require /opt/selfbench-verifier/hooks/node/preload.cjs${NODE_OPTIONS:+ $NODE_OPTIONS}" \
