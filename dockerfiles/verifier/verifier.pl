@@ -430,7 +430,10 @@ sub tracked_harness {
         next unless -f "$APP/$path" && !-l "$APP/$path";
         my ($verdict, $reason) = classify({ %$task, harnessAllow => [], goldSet => {} }, $path, 'M',
           '100644', 1);
-        next if $verdict eq 'keep' || $reason =~ /^not recognised/;
+        # Manifests and lockfiles stay writable: tools write them while they run (bun opens
+        # package.json for writing; cargo refreshes Cargo.lock), and each run starts from the
+        # prepared tree again anyway.
+        next if $verdict eq 'keep' || $reason =~ /^(not recognised|a dependency manifest)/;
         push @found, $path;
     }
     return @found;
@@ -914,8 +917,6 @@ sub cmd_collect {
                   if !$entry->{passed} && !@failing;
             }
         }
-    } elsif ($mode eq 'exit-code') {
-        push @problems, "exit $exit" if $exit != 0;
     }
     my $passed = !@problems && ($mode eq 'none' || $exit == 0) ? 1 : 0;
     my $doc = {

@@ -68,10 +68,21 @@ def test_compiled_bundle_is_verified_as_it_is(tmp_path: Path, verify_options: li
     bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
     )
+    before = (bundle / "tests" / "expected-tests.json").read_bytes()
     run = run_verify(bundle, verify_options, tmp_path / "run")
     assert run.code == 0, run.stderr
     assert run.stage("audit")["status"] == "skipped"
-    assert run.report["bundle"] == str(bundle)
+    # The census is sealed into a copy in the run directory; the input is never changed.
+    assert run.report["bundle"] == str(tmp_path / "run" / "bundle")
+    assert (bundle / "tests" / "expected-tests.json").read_bytes() == before
+    sealed = json.loads((tmp_path / "run" / "bundle" / "tests" / "expected-tests.json").read_text())
+    assert sealed["sealed"] is True and sealed["failToPass"]["mode"] == "exit-code"
+    manifest = json.loads((tmp_path / "run" / "bundle" / ".selfbench-manifest.json").read_text())
+    assert manifest["census"]["file"] == "tests/expected-tests.json"
+    # Both bundles build the same images: the census is not an input of the verifier's tag.
+    again = run_verify(tmp_path / "run" / "bundle", verify_options, tmp_path / "again")
+    assert again.code == 0, again.stderr
+    assert again.stage("build")["data"]["images"]["verifier"]["cached"] is True
 
 
 def test_nop_red_when_new_tests_already_pass(tmp_path: Path, verify_options: list[str]) -> None:
@@ -260,6 +271,8 @@ def test_clean_removes_leftovers_by_label(
         "hack0-verifier",
         "hack1-verifier",
         "hack2-verifier",
+        "hack3-verifier",
+        "hack4-verifier",
         "nop-verifier",
         "oracle-agent",
         "oracle-verifier",
@@ -270,6 +283,8 @@ def test_clean_removes_leftovers_by_label(
     assert {k["label"] for k in run.report["kept"]} == {
         "determinism/probe-1 verifier",
         "hack agent",
+        "hack/harness-rename verifier",
+        "hack/harness-rewrite-at-run verifier",
         "hack/held-out-overwrite verifier",
         "hack/reward-file-from-code verifier",
         "hack/runner-exit-zero verifier",
