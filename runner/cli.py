@@ -736,7 +736,6 @@ def grade_command(
     """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
     patch policy undid and the per-test evidence, through a fresh verifier exactly as the gates
     run it. Exit 0 when the patch earns reward 1, 1 when it does not."""
-    import runner.engine  # noqa: F401  (docker-py: imported before the collector resumes)
     from runner.grading import grade
 
     output = Output(quiet=quiet)

@@ -1,0 +1,192 @@
+"""The census (what the verification saw, sealed into the bundle), the runners a test command
+names, and `grade`'s refusals before any Docker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.census import (
+    CensusError,
+    RunEvidence,
+    build_census,
+    ids_changed,
+    read_census,
+    seal,
+    summarize,
+)
+from runner.runners import expected_runners
+from tests.helpers import bash_task, compiled
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(name: str, kind: str, mode: str, tests: dict[str, str], **extra: object) -> RunEvidence:
+    return RunEvidence.model_validate(
+        {
+            "name": name,
+            "kind": kind,
+            "exitCode": 0 if all(o != "failed" for o in tests.values()) else 1,
+            "mode": mode,
+            "runners": ["pytest"] if mode == "per-test" else [],
+            "tests": [{"id": i, "outcome": o} for i, o in tests.items()],
+            **extra,
+        }
+    )
+
+
+def test_the_census_holds_the_oracles_passing_ids_and_what_failed_at_nop() -> None:
+    nop = run(
+        "fail_to_pass", "f2p", "per-test", {"t::a": "failed", "t::b": "passed", "t::z": "error"}
+    )
+    oracle = run(
+        "fail_to_pass",
+        "f2p",
+        "per-test",
+        {"t::a": "passed", "t::b": "passed", "t::s": "skipped"},
+        selectors=[{"selector": "t.py", "attributed": True, "tests": ["t::a", "t::b", "t::s"]}],
+    )
+    p2p = run("pass_to_pass", "p2p", "per-test", {"o::x": "passed", "o::y": "skipped"})
+    census = build_census(
+        nop_fail_to_pass=nop,
+        oracle_fail_to_pass=oracle,
+        oracle_pass_to_pass=p2p,
+        run_id="r",
+        runner_version="v",
+    )
+    assert census.fail_to_pass.tests == ["t::a", "t::b"]  # a skipped test is not required
+    assert census.fail_to_pass.selectors == {"t.py": ["t::a", "t::b"]}
+    assert census.failed_at_nop == ["t::a"]  # t::z never passed at the oracle: not required
+    assert census.pass_to_pass.tests == ["o::x", "o::y"]
+    assert read_census(census.to_json().encode()) == census
+    assert read_census(b'{"schemaVersion": 1, "sealed": false}\n') is None
+    assert read_census(b"not json") is None
+
+
+def test_exit_code_runs_make_an_exit_code_census_and_no_pass_makes_none() -> None:
+    custom = run("fail_to_pass", "f2p", "exit-code", {})
+    census = build_census(
+        nop_fail_to_pass=None,
+        oracle_fail_to_pass=custom,
+        oracle_pass_to_pass=run("pass_to_pass", "p2p", "none", {}),
+        run_id="r",
+        runner_version="v",
+    )
+    assert census.exit_code_only
+    assert census.pass_to_pass.mode == "none"
+    with pytest.raises(CensusError, match="no passing test"):
+        build_census(
+            nop_fail_to_pass=None,
+            oracle_fail_to_pass=run("fail_to_pass", "f2p", "per-test", {"t::a": "skipped"}),
+            oracle_pass_to_pass=None,
+            run_id="r",
+            runner_version="v",
+        )
+
+
+def write_runs(directory: Path, *runs: RunEvidence) -> Path:
+    evidence = directory / "evidence"
+    evidence.mkdir(parents=True)
+    for item in runs:
+        (evidence / f"{item.name}.json").write_text(item.model_dump_json(by_alias=True))
+    return directory
+
+
+def test_the_summary_and_unstable_ids(tmp_path: Path) -> None:
+    directory = write_runs(
+        tmp_path,
+        run(
+            "fail_to_pass",
+            "f2p",
+            "per-test",
+            {"t::a[0x7f01]": "passed"},
+            selectors=[{"selector": "t.py", "attributed": True, "ran": 1, "passed": 1}],
+        ),
+        run("fail_to_pass_repeat", "f2p", "per-test", {"t::a[0x7f02]": "passed"}),
+    )
+    summary = summarize(directory)
+    assert summary is not None and summary.mode == "per-test" and summary.note is None
+    assert [(s.selector, s.ran, s.passed) for s in summary.selectors] == [("t.py", 1, 1)]
+    assert ids_changed(directory) == ["t::a[0x7f01]", "t::a[0x7f02]"]
+    assert summarize(tmp_path / "nothing") is None
+
+
+def test_sealing_a_compiled_bundle_copies_it_and_records_the_digest(tmp_path: Path) -> None:
+    task = bash_task(tmp_path)
+    from runner.settings import CompileOptions
+    from runner.taskdir import load_authored_task
+
+    bundle = compiled(
+        load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
+    )
+    before = (bundle / "tests" / "expected-tests.json").read_bytes()
+    census = build_census(
+        nop_fail_to_pass=None,
+        oracle_fail_to_pass=run("fail_to_pass", "f2p", "exit-code", {}),
+        oracle_pass_to_pass=None,
+        run_id="r1",
+        runner_version="v",
+    )
+    out = seal(bundle, census, tmp_path / "run" / "bundle")
+    assert (bundle / "tests" / "expected-tests.json").read_bytes() == before
+    assert read_census((out / "tests" / "expected-tests.json").read_bytes()) == census
+    manifest = json.loads((out / ".selfbench-manifest.json").read_text())
+    assert manifest["census"]["runId"] == "r1" and len(manifest["census"]["sha256"]) == 64
+    original = json.loads((bundle / ".selfbench-manifest.json").read_text())
+    assert "census" not in original
+
+
+@pytest.mark.parametrize(
+    ("command", "runners"),
+    [
+        ("pytest {tests}", ["pytest"]),
+        ("PYTHONPATH=. /opt/venv/bin/python -m pytest -q {tests}", ["pytest"]),
+        ("uv run pytest {tests}", ["pytest"]),
+        ("python -m unittest {tests}", ["unittest"]),
+        ("python manage.py test {tests}", ["unittest"]),
+        ("npx jest {tests}", ["jest"]),
+        ("pnpm exec vitest run {tests}", ["vitest"]),
+        ("node_modules/.bin/mocha {tests}", ["mocha"]),
+        ("bun test {tests}", ["bun"]),
+        ("node --test {tests}", ["node-test"]),
+        ("go test -race {tests}", ["go"]),
+        ("cargo test {tests}", ["cargo"]),
+        ("npm test -- {tests}", []),  # found by the evidence it leaves instead
+        ("bash tests/run.sh {tests}", []),
+        ("make test TESTS={tests}", []),
+    ],
+)
+def test_the_runners_a_command_names(command: str, runners: list[str]) -> None:
+    assert expected_runners(command) == runners
+
+
+def grade_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "grade", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_grade_refuses_what_is_no_bundle_and_a_missing_patch(tmp_path: Path) -> None:
+    patch = tmp_path / "agent.patch"
+    patch.write_text("")
+    result = grade_cli(str(tmp_path), "--patch", str(patch))
+    assert result.returncode == 2
+    assert "is neither a compiled bundle (task.toml) nor a run directory" in result.stderr
+    task = bash_task(tmp_path / "t")
+    from runner.settings import CompileOptions
+    from runner.taskdir import load_authored_task
+
+    bundle = compiled(
+        load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
+    )
+    result = grade_cli(str(bundle), "--patch", str(tmp_path / "missing.patch"))
+    assert result.returncode == 2
+    assert "missing.patch" in result.stderr and "--patch" in result.stderr
