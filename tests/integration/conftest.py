@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,12 +47,16 @@ def base_image(docker_client: docker.DockerClient) -> str:
         return "ubuntu:24.04"
     except docker.errors.ImageNotFound:
         pass
-    result = subprocess.run(
-        [str(ROOT / "scripts" / "make-base-image.sh")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    # One worker makes it while the other waits (the suite runs on two): the script is
+    # idempotent, and the second finds the image made.
+    with open(tempfile.gettempdir() + "/selfbench-test-base-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(
+            [str(ROOT / "scripts" / "make-base-image.sh")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if result.returncode != 0:
         pytest.fail(f"cannot make the local base image: {result.stderr[-2000:]}")
     return result.stdout.strip().splitlines()[-1]

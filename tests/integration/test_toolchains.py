@@ -288,6 +288,7 @@ def test_uv_and_node_upstream_layout_through_a_mirror(
     assert "v22.14.0" in smoke.splitlines()
 
 
+@pytest.mark.serial  # acts on every runner container or image of the engine
 def test_prepare_warms_the_layers_tasks_use(
     tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
 ) -> None:

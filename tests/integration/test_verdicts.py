@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,14 +309,19 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     for name in case.classes:
         assert exploits[name]["outcome"] == "resisted", (name, exploits[name]["detail"])
 
-    # The same patches through `grade`: reward 0, each.
+    # The same patches through `grade`: reward 0, each (two at a time: each is a fresh
+    # verifier of its own).
     logs = tmp_path / "grades"
-    for name in sorted(case.classes):
-        patch = Path(exploits[name]["patch"])
-        code, graded = grade(run.run_dir, patch, options, logs)
-        assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
-        assert graded["reward"]["reward"] == 0
-        assert graded["census"] == "sealed"
+    names = sorted(case.classes)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        graded_all = pool.map(
+            lambda name: grade(run.run_dir, Path(exploits[name]["patch"]), options, logs / name),
+            names,
+        )
+        for name, (code, graded) in zip(names, graded_all, strict=True):
+            assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
+            assert graded["reward"]["reward"] == 0
+            assert graded["census"] == "sealed"
 
     # The real fix: reward 1, with the evidence per selector.
     fix = patch_of(case.repo, case.fix, tmp_path / "fix.patch")

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import docker
+import pytest
 
 from runner.settings import CompileOptions
 from runner.taskdir import load_authored_task
@@ -197,6 +198,7 @@ def test_memory_limit_applies(tmp_path: Path, verify_options: list[str]) -> None
     assert run.stage("oracle")["data"]["details"]["oom_kills"] >= 1
 
 
+@pytest.mark.serial  # acts on every runner container or image of the engine
 def test_sigterm_removes_what_the_run_created(
     tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
 ) -> None:
@@ -253,6 +255,7 @@ def test_sigterm_removes_what_the_run_created(
     assert json.loads((tmp_path / "report.json").read_text())["runId"] == report["runId"]
 
 
+@pytest.mark.serial  # acts on every runner container or image of the engine
 def test_clean_removes_leftovers_by_label(
     tmp_path: Path,
     verify_options: list[str],
