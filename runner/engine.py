@@ -818,16 +818,24 @@ class DockerContainer:
             "for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do "
             '[ -r "$f" ] && { echo "oom $(sed -n "s/^oom_kill //p" "$f")"; break; }; done'
         )
-        try:
-            exec_id = self.api.exec_create(self.id, ["sh", "-c", script], user="root")["Id"]
-            output = self.api.exec_start(exec_id).decode(errors="replace")
-        except (DockerException, *TRANSIENT):
-            return LimitStats()
-        values = dict(
-            (parts[0], int(parts[1]))
-            for parts in (line.split() for line in output.splitlines())
-            if len(parts) == 2 and parts[1].isdigit()
-        )
+        values: dict[str, int] = {}
+        # The reading is a process in the container: right after a fork bomb the pids limit can
+        # still refuse it while the bomb's children live on (seen: the reading failed under load
+        # while 31 `sleep 5` held every pid), so it is tried again for a few seconds.
+        for pause in (0.0, 0.2, 0.5, 1.0, 2.0, 3.0):
+            time.sleep(pause)
+            try:
+                exec_id = self.api.exec_create(self.id, ["sh", "-c", script], user="root")["Id"]
+                output = self.api.exec_start(exec_id).decode(errors="replace")
+            except (DockerException, *TRANSIENT):
+                output = ""
+            values = dict(
+                (parts[0], int(parts[1]))
+                for parts in (line.split() for line in output.splitlines())
+                if len(parts) == 2 and parts[1].isdigit()
+            )
+            if values or not self.running():
+                break
         return LimitStats(pids_limit_hits=values.get("pids", -1), oom_kills=values.get("oom", -1))
 
     # ---- files ---------------------------------------------------------------------------
@@ -901,13 +909,15 @@ class DockerContainer:
         with contextlib.suppress(NotFound, APIError, *TRANSIENT):
             self.api.remove_container(self.id, force=True, v=True)
 
+    def running(self) -> bool:
+        try:
+            return bool(self.api.inspect_container(self.id)["State"]["Running"])
+        except (DockerException, *TRANSIENT):
+            return False
+
     def enter_hint(self) -> str:
         """How a person gets a shell in this container's state."""
-        try:
-            running = bool(self.api.inspect_container(self.id)["State"]["Running"])
-        except (DockerException, *TRANSIENT):
-            running = False
-        if running:
+        if self.running():
             return f"docker exec -it {self.name} bash"
         # Starting an exited gate container would rerun its command: open its state instead.
         return f"docker run -it --rm --user root $(docker commit {self.name}) bash"

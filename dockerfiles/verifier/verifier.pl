@@ -616,6 +616,8 @@ sub read_hook_events {
                 $run->{runnerStatus}{$runner} = $event->{status} if defined $event->{status};
             } elsif ($type eq 'plugin' && defined $event->{file}) {
                 push @{ $run->{plugins} }, $event->{file};
+            } elsif ($type eq 'tamper' && defined $event->{what}) {
+                push @{ $run->{tampered} }, "$event->{what}" if @{ $run->{tampered} // [] } < 20;
             } elsif ($type eq 'start' && defined $event->{version}) {
                 $run->{versions}{$runner} = "$event->{version}";
             }
@@ -882,6 +884,10 @@ sub cmd_collect {
             push @problems, scalar(@failing) . ' test(s) failed: ' . shorten(\@failing) if @failing;
             push @problems, "the runner exited $exit although no test failed" if $exit != 0 && !@failing;
             push @problems, 'exit 0 but failures were reported' if $exit == 0 && @failing;
+        }
+        if (@{ $run->{tampered} // [] }) {
+            push @problems, 'the runner\'s results were rewritten while the tests ran: '
+              . shorten($run->{tampered}, 3);
         }
         my @plugins = grep { index($_, "$APP/") == 0 } @{ $run->{plugins} };
         if (@plugins) {

@@ -5,6 +5,11 @@ JSON line per test with its final outcome, the files of the plugins and conftest
 Only the outermost session of the verifier's run records: its recorder is registered with that
 session's plugin manager alone, so a session the tests start (pytester's, inline or in a
 subprocess) reports nothing here; pytest-xdist workers report to their controller.
+
+It also watches for results rewritten in the process: a test whose call raised (not a skip, not
+an expected failure) reported as passed by the time it is logged (a hookwrapper, anyone's, that
+changes the report), and pytest's own functions replaced while the tests ran (code under test
+patching the runner). Either is written as a `tamper` event: the verifier fails the run.
 """
 
 from __future__ import annotations
@@ -30,13 +35,51 @@ def _claim() -> bool:
     return True
 
 
+# pytest's functions that produce a test's outcome and report: replaced while the tests run,
+# they can report anything.
+_WATCHED = (
+    ("_pytest.runner", "call_and_report"),
+    ("_pytest.runner", "runtestprotocol"),
+    ("_pytest.runner", "call_runtest_hook"),
+    ("_pytest.runner", "pytest_runtest_makereport"),
+    ("_pytest.runner", "CallInfo"),
+    ("_pytest.reports", "TestReport"),
+    ("_pytest.python", "pytest_pyfunc_call"),
+    ("_pytest.skipping", "pytest_runtest_makereport"),
+    ("_pytest.main", "pytest_runtestloop"),
+    ("_pytest.outcomes", "fail"),
+    ("_pytest.outcomes", "skip"),
+    ("_pytest.outcomes", "exit"),
+)
+_WATCHED_METHODS = (
+    ("_pytest.reports", "TestReport", "from_item_and_call"),
+    ("_pytest.python", "Function", "runtest"),
+)
+
+
+def _watched() -> dict[str, int]:
+    found: dict[str, int] = {}
+    for module_name, name in _WATCHED:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            found[f"{module_name}.{name}"] = id(getattr(module, name))
+    for module_name, cls, name in _WATCHED_METHODS:
+        owner = getattr(sys.modules.get(module_name), cls, None)
+        if owner is not None and name in vars(owner):
+            found[f"{module_name}.{cls}.{name}"] = id(vars(owner)[name])
+    return found
+
+
 class _Recorder:
     def __init__(self, config: Any) -> None:
         self.config = config
         self.root = str(getattr(config, "rootpath", None) or config.rootdir)
         self.outcomes: dict[str, str] = {}
+        # (nodeid, phase): how the call itself ended, when it did not pass ("raised", "skipped").
+        self.raised: dict[tuple[str, str], str] = {}
         self.handle: Any = None
         self.done = False
+        self.watched = _watched()
 
     def write(self, **event: object) -> None:
         try:
@@ -63,6 +106,25 @@ class _Recorder:
 
     # ---- hooks of this session's plugin manager only ----
 
+    import pytest as _pytest_module
+
+    @_pytest_module.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> Any:
+        """Innermost: what the call itself did, before any wrapper sees the report."""
+        excinfo = getattr(call, "excinfo", None)
+        if excinfo is not None:
+            import _pytest.outcomes as outcomes
+
+            if excinfo.errisinstance(outcomes.XFailed):
+                pass  # pytest.xfail(): an expected failure, reported as such
+            elif excinfo.errisinstance(outcomes.Skipped):
+                self.raised[(item.nodeid, call.when)] = "skipped"
+            else:
+                self.raised[(item.nodeid, call.when)] = "raised"
+        yield
+
+    del _pytest_module
+
     def pytest_plugin_registered(self, plugin: object, manager: object) -> None:
         self.plugin(plugin)
 
@@ -74,6 +136,15 @@ class _Recorder:
         nodeid = report.nodeid
         current = self.outcomes.get(nodeid)
         xfail = hasattr(report, "wasxfail")
+        ended = self.raised.pop((nodeid, report.when), None)
+        if report.passed and not xfail and ended is not None:
+            self.write(
+                t="tamper",
+                runner="pytest",
+                what=f"{nodeid} {ended} in its {report.when} but was reported passed",
+            )
+            self.outcomes[nodeid] = "failed"
+            return
         if report.when == "call":
             if report.passed:
                 outcome = "passed"  # an xpass that is not strict passes
@@ -101,6 +172,14 @@ class _Recorder:
         for nodeid, outcome in list(self.outcomes.items()):
             self.test(nodeid, outcome)
         self.outcomes.clear()
+        now = _watched()
+        changed = sorted(name for name, ident in self.watched.items() if now.get(name) != ident)
+        if changed:
+            self.write(
+                t="tamper",
+                runner="pytest",
+                what="pytest's own code was replaced while the tests ran: " + ", ".join(changed),
+            )
         self.write(t="finish", runner="pytest", status=int(exitstatus))  # type: ignore[call-overload]
 
 
