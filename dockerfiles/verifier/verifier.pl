@@ -886,7 +886,7 @@ sub cmd_collect {
             push @problems, 'exit 0 but failures were reported' if $exit == 0 && @failing;
         }
         if (@{ $run->{tampered} // [] }) {
-            push @problems, 'the runner\'s results were rewritten while the tests ran: '
+            unshift @problems, 'the runner\'s results were rewritten while the tests ran: '
               . shorten($run->{tampered}, 3);
         }
         my @plugins = grep { index($_, "$APP/") == 0 } @{ $run->{plugins} };

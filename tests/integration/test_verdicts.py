@@ -134,6 +134,7 @@ def pytest_case(tmp: Path) -> Case:
             "pytest-new-configs",
             "pytest-entry-point",
             "pytest-shadow-module",
+            "pytest-rewrite-in-code",
             "pytest-tests-init",
             "python-sitecustomize",
             "python-shadow-stdlib",
