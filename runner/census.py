@@ -46,6 +46,8 @@ class TestResult(_Model):
     id: str
     outcome: Outcome
     file: str | None = None
+    # The assertions that passed in it, where the runner counts them (jest's expect() calls).
+    asserts: int | None = None
 
 
 class SelectorEvidence(_Model):
@@ -105,6 +107,9 @@ class SelectionCensus(_Model):
     runners: list[str] = Field(default_factory=list)
     tests: list[str] = Field(default_factory=list)
     selectors: dict[str, list[str]] = Field(default_factory=dict)
+    # The tests that passed assertions at the oracle (where the runner counts them): each must
+    # pass at least one again (an agent must not take the assertions away).
+    asserts: dict[str, int] = Field(default_factory=dict)
 
 
 class Census(_Model):
@@ -178,6 +183,7 @@ def build_census(
             selectors={
                 s.selector: [t for t in s.tests if t in seen] for s in f2p.selectors if s.attributed
             },
+            asserts={t.id: t.asserts for t in f2p.tests if t.outcome == "passed" and t.asserts},
         )
         failed_at_nop = (
             [t for t in nop_fail_to_pass.ids("failed", "error") if t in seen]

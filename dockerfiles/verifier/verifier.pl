@@ -584,7 +584,7 @@ sub json_lines {
 my %RANK = (error => 4, failed => 3, passed => 2, skipped => 1);
 
 sub add_test {
-    my ($run, $runner, $id, $file, $outcome) = @_;
+    my ($run, $runner, $id, $file, $outcome, $asserts) = @_;
     return unless defined $id && length $id && $outcome && $RANK{$outcome};
     my $key = "$runner\0$id";
     my $tests = $run->{tests};
@@ -596,7 +596,8 @@ sub add_test {
     }
     return if keys(%$tests) >= $MAX_TESTS;
     $tests->{$key} = { id => $id, runner => $runner, outcome => $outcome,
-      (defined $file ? (file => $file) : ()) };
+      (defined $file ? (file => $file) : ()),
+      (defined $asserts && $asserts =~ /^\d+$/ ? (asserts => $asserts + 0) : ()) };
 }
 
 sub read_hook_events {
@@ -610,7 +611,8 @@ sub read_hook_events {
             my $type = $event->{t} // '';
             $run->{seen}{$runner} = 1;
             if ($type eq 'test') {
-                add_test($run, $runner, $event->{id}, $event->{file}, $event->{outcome});
+                add_test($run, $runner, $event->{id}, $event->{file}, $event->{outcome},
+                  $event->{asserts});
             } elsif ($type eq 'finish') {
                 $run->{finished}{$runner} = 1;
                 $run->{runnerStatus}{$runner} = $event->{status} if defined $event->{status};
@@ -903,11 +905,17 @@ sub cmd_collect {
             # A test id the census holds once per line of JSON: at most what MAX_TESTS allows.
             splice(@required, $MAX_TESTS) if @required > $MAX_TESTS;
             my %done;
+            my $asserted = $base eq 'p2p' ? {} : ($sealed->{failToPass}{asserts} // {});
+            my @unasserted;
             for my $id (@required) {
                 next if $done{$id}++;
                 my $test = $by_id{$id};
                 if (!$test) { push @missing, $id; next }
-                next if $test->{outcome} eq 'passed';
+                if ($test->{outcome} eq 'passed') {
+                    push @unasserted, $id
+                      if ($asserted->{$id} // 0) > 0 && defined $test->{asserts} && !$test->{asserts};
+                    next;
+                }
                 next if $base eq 'p2p' && $test->{outcome} eq 'skipped';
                 push @not_passed, $id unless $test->{outcome} eq 'failed' || $test->{outcome} eq 'error';
             }
@@ -915,6 +923,8 @@ sub cmd_collect {
               if @missing;
             push @problems, scalar(@not_passed) . ' expected test(s) were skipped: ' . shorten(\@not_passed)
               if @not_passed;
+            push @problems, scalar(@unasserted) . ' expected test(s) passed without one assertion'
+              . ' (they asserted at the oracle): ' . shorten(\@unasserted) if @unasserted;
         } elsif ($base eq 'f2p' || defined $alone) {
             push @problems, 'no test passed' if !$count{passed} && !@problems;
             for my $entry (@attribution) {
@@ -930,7 +940,8 @@ sub cmd_collect {
         runners => \@runners, sealed => $sealed ? JSON::PP::true : JSON::PP::false,
         complete => (!grep { $FINISHING{$_} && !$run->{finished}{$_} } @runners) ? JSON::PP::true : JSON::PP::false,
         counts => \%count, tests => [ map { { id => $_->{id}, outcome => $_->{outcome},
-          (defined $_->{file} ? (file => $_->{file}) : ()) } } @tests ],
+          (defined $_->{file} ? (file => $_->{file}) : ()),
+          (defined $_->{asserts} ? (asserts => $_->{asserts}) : ()) } } @tests ],
         selectors => \@attribution, missing => \@missing, problems => \@problems,
         passed => $passed ? JSON::PP::true : JSON::PP::false,
         versions => $run->{versions} // {},

@@ -190,3 +190,28 @@ def test_grade_refuses_what_is_no_bundle_and_a_missing_patch(tmp_path: Path) -> 
     result = grade_cli(str(bundle), "--patch", str(tmp_path / "missing.patch"))
     assert result.returncode == 2
     assert "missing.patch" in result.stderr and "--patch" in result.stderr
+
+
+def test_the_census_keeps_how_many_assertions_each_fail_to_pass_test_passed() -> None:
+    oracle = RunEvidence.model_validate(
+        {
+            "name": "fail_to_pass",
+            "kind": "f2p",
+            "exitCode": 0,
+            "mode": "per-test",
+            "runners": ["jest"],
+            "tests": [
+                {"id": "a > asserts", "outcome": "passed", "asserts": 2},
+                {"id": "a > throws only", "outcome": "passed", "asserts": 0},
+                {"id": "a > not counted", "outcome": "passed"},
+            ],
+        }
+    )
+    census = build_census(
+        nop_fail_to_pass=None,
+        oracle_fail_to_pass=oracle,
+        oracle_pass_to_pass=None,
+        run_id="r",
+        runner_version="v",
+    )
+    assert census.fail_to_pass.asserts == {"a > asserts": 2}

@@ -38,6 +38,9 @@ class SelfbenchJestReporter {
         id: `${file} > ${names.join(' > ')}`,
         file: absolute(result.testFilePath),
         outcome: OUTCOMES[assertion.status] || 'failed',
+        // How many expect() calls passed: a test that asserted at the oracle and passes with
+        // none has had its assertions taken away.
+        asserts: typeof assertion.numPassingAsserts === 'number' ? assertion.numPassingAsserts : undefined,
       });
     }
     const broken =
