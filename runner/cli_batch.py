@@ -314,27 +314,9 @@ def _find_tasks(roots: list[Path]) -> list[Path]:
 
 
 def _changed_tasks(tasks: list[Path], ref: str) -> list[Path]:
-    import subprocess
+    from runner.gitrepo import changed_paths
 
-    if ref.startswith("-"):
-        raise UsageError("a git ref cannot start with '-'", field="--changed-since")
-    top = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
-    )
-    if top.returncode != 0:
-        raise UsageError("--changed-since needs a git checkout", field="--changed-since")
-    diff = subprocess.run(
-        ["git", "diff", "--name-only", "--no-renames", f"{ref}...HEAD", "--"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if diff.returncode != 0:
-        raise UsageError(
-            f"git diff {ref}...HEAD failed: {diff.stderr.strip()[:300]}", field="--changed-since"
-        )
-    root = Path(top.stdout.strip()).resolve()
-    changed = [root / line for line in diff.stdout.splitlines() if line]
+    _, changed = changed_paths(ref)
     return [t for t in tasks if any(c.is_relative_to(t.resolve()) for c in changed)]
 
 

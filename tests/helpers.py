@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,43 @@ def git(cwd: Path, *args: str) -> str:
         env={**os.environ, **GIT_ENV},
     )
     return result.stdout.strip()
+
+
+@contextlib.contextmanager
+def git_daemon(base: Path) -> Iterator[str]:
+    """A real git server (`git daemon`) exporting the repositories below `base` on a
+    loopback port; stopped by its pid."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [
+            "git",
+            "daemon",
+            "--export-all",
+            "--reuseaddr",
+            f"--base-path={base}",
+            "--listen=127.0.0.1",
+            f"--port={port}",
+            str(base),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("git daemon did not start") from None
+                time.sleep(0.1)
+        yield f"git://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def write_files(root: Path, files: dict[str, str | bytes | None]) -> None:

@@ -12,7 +12,7 @@ from runner.compiler import refresh_bundle
 from runner.errors import InvalidTaskError, RepositoryError
 from runner.settings import CompileOptions
 from runner.taskdir import load_authored_task
-from tests.helpers import bash_task, compiled, git
+from tests.helpers import bash_task, compiled, git, git_daemon
 
 OPTIONS = CompileOptions()
 
@@ -71,20 +71,25 @@ def test_label_repo_needs_repo_option(tmp_path: Path) -> None:
     assert compiled(loaded, repo=str(task.repo), out=tmp_path / "b", options=OPTIONS)
 
 
-def test_remote_url_is_cloned_once_into_the_cache(
+def test_a_remote_url_is_fetched_once_into_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A real git server (git daemon on a loopback port): the commit is fetched by id into the
+    runner's store once; the second compile finds it there and asks the server nothing."""
     monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(tmp_path / "cache"))
     task = bash_task(tmp_path)
     git(task.repo, "config", "uploadpack.allowAnySHA1InWant", "true")
-    url = f"file://{task.repo}"
-    loaded = load_authored_task(task.directory)
-    out = compiled(loaded, repo=url, out=tmp_path / "b", options=OPTIONS)
-    assert (out / "environment/repo.tar.gz").is_file()
-    clones = list((tmp_path / "cache" / "repos").iterdir())
-    assert len(clones) == 1
+    with git_daemon(task.repo.parent) as base_url:
+        url = f"{base_url}/{task.repo.name}"
+        loaded = load_authored_task(task.directory)
+        out = compiled(loaded, repo=url, out=tmp_path / "b", options=OPTIONS)
+        assert (out / "environment/repo.tar.gz").is_file()
+        store = tmp_path / "cache" / "git" / "store.git"
+        pinned = git(store, "for-each-ref", "--format=%(refname)", "refs/selfbench/commits")
+        assert pinned.strip() == f"refs/selfbench/commits/{task.commit}"
+    # The server is gone: the store answers alone.
     compiled(loaded, repo=url, out=tmp_path / "b2", options=OPTIONS)
-    assert list((tmp_path / "cache" / "repos").iterdir()) == clones
+    assert tree(tmp_path / "b2") == tree(out)
 
 
 def test_refuses_to_overwrite_foreign_directories(tmp_path: Path) -> None:
@@ -187,7 +192,7 @@ def test_archive_is_made_once_per_commit(tmp_path: Path, isolated_cache: Path) -
     task = bash_task(tmp_path)
     loaded = load_authored_task(task.directory)
     out = compiled(loaded, repo=None, out=tmp_path / "b1", options=OPTIONS)
-    cached = isolated_cache / "archives" / f"{task.commit}.tar.gz"
+    (cached,) = (isolated_cache / "archives").iterdir()
     assert cached.read_bytes() == (out / "environment" / "repo.tar.gz").read_bytes()
     made = cached.stat().st_mtime_ns
     compiled(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)

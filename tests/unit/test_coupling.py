@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.coupling import candidates, coupling
-from runner.gitrepo import present_in_tree
+from runner.gitrepo import present_in_tree, resolve_repository
 from runner.patches import PatchInfo, parse_patch
 from tests.helpers import make_repo
 
@@ -170,8 +170,9 @@ def test_names_already_in_the_base_tree_are_found_by_one_git_grep(tmp_path: Path
             "b/c.txt": "MAX_SIZE = 3\n",
         },
     )
+    store = resolve_repository(str(repo), "", commit)
     found = present_in_tree(
-        repo, commit, ["_existing", "missing key: %s", "MAX_SIZE", "_brand_new", "-e", "--version"]
+        store, commit, ["_existing", "missing key: %s", "MAX_SIZE", "_brand_new", "-e", "--version"]
     )
     assert found == {"_existing", "missing key: %s", "MAX_SIZE"}
-    assert present_in_tree(repo, commit, []) == frozenset()
+    assert present_in_tree(store, commit, []) == frozenset()
