@@ -1247,11 +1247,35 @@ def _forwarded(child: ChildOptions) -> tuple[list[str], dict[str, Any]]:
     "are taken.",
 )
 @click.option(
+    "--allow-repo-url",
+    "repo_urls",
+    multiple=True,
+    metavar="PATTERN",
+    help="Git URLs requests may name, as a shell-style pattern matched against the whole URL "
+    "(repeatable), e.g. 'https://git.example.org/team/*'. Without it every git URL is refused: "
+    "the sidecar fetches from the host, so an open list would let a request reach any address.",
+)
+@click.option(
     "--max-body",
     type=ByteSize(),
     default=64 * 1024 * 1024,
     show_default="64MiB",
     help="Largest request (HTTP body or mailbox file); larger is refused (413).",
+)
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(0.5, 600),
+    default=10.0,
+    show_default=True,
+    help="Seconds a client has to send a request's line and headers (then 408 and closed); a "
+    "body's pieces get three times as long each.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 65536),
+    default=128,
+    show_default=True,
+    help="HTTP connections at once; more are closed as they open, requests beyond answer 503.",
 )
 @click.option(
     "--grace-period",
@@ -1276,7 +1300,10 @@ def serve_command(
     jobs: int,
     token_file: Path | None,
     repo_roots: tuple[Path, ...],
+    repo_urls: tuple[str, ...],
     max_body: int,
+    header_timeout: float,
+    max_connections: int,
     grace_period: float,
     poll_interval: float,
     child: ChildOptions,
@@ -1298,6 +1325,15 @@ def serve_command(
     for root in repo_roots:
         if not root.is_dir():
             raise UsageError("is not a directory", path=str(root), field="--allow-repo-root")
+    from runner.gitrepo import is_remote
+
+    for pattern in repo_urls:
+        if not is_remote(pattern) or any(ch in pattern for ch in "\n\r\0"):
+            raise UsageError(
+                f"{pattern!r} is not a git URL pattern (https://, ssh://, git:// or "
+                "user@host:path)",
+                field="--allow-repo-url",
+            )
     forwarded, digest_settings = _forwarded(child)
     from runner.sidecar.run import SidecarOptions, run_sidecar
 
@@ -1308,7 +1344,10 @@ def serve_command(
         jobs=jobs,
         token=token,
         allow_repo_roots=tuple(r.resolve() for r in repo_roots),
+        allow_repo_urls=repo_urls,
         max_body=max_body,
+        header_timeout=header_timeout,
+        max_connections=max_connections,
         grace_seconds=grace_period,
         poll_seconds=poll_interval,
         verify_args=tuple(forwarded),

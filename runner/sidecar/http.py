@@ -2,17 +2,18 @@
 and server-sent stage events, cancellation, health and Prometheus metrics.
 
 Every bad request is a 4xx with a JSON error body (`{"error": {code, message, problems}}`);
-bodies are limited before they are read (413), and with a token every request needs
-`Authorization: Bearer <token>` (401).
+bodies are limited while they are read (413) and requests that frame their body twice refused
+(400); request headers have a deadline (408) and connections a bound; with a token every
+request needs `Authorization: Bearer <token>` (401).
 """
 
 import asyncio
 import hmac
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import h11
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -21,6 +22,7 @@ from fastapi.routing import APIRoute
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runner import __version__
 from runner.sidecar.metrics import Metrics
@@ -35,9 +37,12 @@ from runner.sidecar.request import (
     VerificationStatus,
 )
 from runner.sidecar.service import SOURCE_HTTP, RequestRefusedError, Service
-from runner.sidecar.store import Job
+from runner.sidecar.store import JobSummary
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
+HEADER_TIMEOUT_SECONDS = 10.0  # the request line and every header
+BODY_IDLE_SECONDS = 30.0  # between two pieces of a body
+MAX_CONNECTIONS = 128
 _ID = re.compile(NAME_PATTERN)
 EVENT_POLL_SECONDS = 0.25
 
@@ -64,19 +69,32 @@ def _error_json(
 
 
 class Guard:
-    """Pure ASGI middleware in front of everything: the bearer token, then the body limit
-    (from Content-Length at once, and counted while a chunked body streams in)."""
+    """Pure ASGI middleware in front of everything: the bearer token, then the body.
 
-    def __init__(self, app: ASGIApp, *, token: str | None, max_body: int) -> None:
+    A request that declares both `Content-Length` and `Transfer-Encoding` is refused (RFC 9112
+    6.3: a server may, and the two framings disagreeing is how requests are smuggled past a
+    limit). Every body, whatever its framing, is read here, counted against the limit while it
+    streams in, with a deadline on each piece, and handed on whole."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        max_body: int,
+        body_idle_seconds: float = BODY_IDLE_SECONDS,
+    ) -> None:
         self.app = app
         self.token = token.encode() if token else None
         self.max_body = max_body
+        self.body_idle_seconds = body_idle_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.lower(): v for k, v in scope.get("headers") or []}
+        raw_headers = [(k.lower(), v) for k, v in scope.get("headers") or []]
+        headers = dict(raw_headers)
         if self.token is not None:
             given = headers.get(b"authorization", b"")
             scheme, _, credential = given.partition(b" ")
@@ -91,67 +109,158 @@ class Guard:
                 )
                 await response(scope, receive, send)
                 return
-        length = headers.get(b"content-length")
-        if length is not None:
-            try:
-                declared = int(length)
-            except ValueError:
-                declared = -1
+        lengths = {v.strip() for k, v in raw_headers if k == b"content-length"}
+        if lengths and b"transfer-encoding" in headers:
+            await self._refuse(
+                scope,
+                receive,
+                send,
+                400,
+                "bad-request",
+                "a request with both Content-Length and Transfer-Encoding is refused (RFC 9112)",
+            )
+            return
+        if len(lengths) > 1:
+            await self._refuse(
+                scope, receive, send, 400, "bad-request", "Content-Length is given twice"
+            )
+            return
+        if lengths:
+            (length,) = lengths
+            declared = int(length) if length.isdigit() and len(length) < 19 else -1
             if declared < 0:
-                await _error_json(400, "bad-request", "Content-Length is not a number")(
-                    scope, receive, send
+                await self._refuse(
+                    scope, receive, send, 400, "bad-request", "Content-Length is not a number"
                 )
                 return
             if declared > self.max_body:
                 await self._too_large(scope, receive, send)
                 return
-        if length is None and scope.get("method") in ("POST", "PUT", "PATCH"):
-            # A body of unknown length (chunked): read it here, up to the limit, then hand it
-            # on. (An exception raised from receive() inside FastAPI becomes its own 400.)
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return  # the client went away
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_body:
-                    await self._too_large(scope, receive, send)
-                    return
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-            body = b"".join(chunks)
-            replayed = False
-
-            async def replay() -> Message:
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
+        if not lengths and b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)  # no body
             return
-        await self.app(scope, receive, send)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), self.body_idle_seconds)
+            except TimeoutError:
+                await self._refuse(
+                    scope,
+                    receive,
+                    send,
+                    408,
+                    "timeout",
+                    f"no part of the body came for {self.body_idle_seconds:g} s",
+                )
+                return
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await self._too_large(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _refuse(
+        scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str
+    ) -> None:
+        # The connection closes after: what is left of this request's bytes is not read.
+        await _error_json(status, code, message, headers={"Connection": "close"})(
+            scope, receive, send
+        )
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await _error_json(
+        await self._refuse(
+            scope,
+            receive,
+            send,
             413,
             "too-large",
             f"the request body is larger than {self.max_body} bytes",
-            headers={"Connection": "close"},
-        )(scope, receive, send)
+        )
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the bounds it lacks: a connection that does not
+    finish its request line and headers within `header_timeout` seconds (on its first request
+    or a later one on the same connection) is closed with 408, and connections beyond
+    `max_connections` are closed as they open. (uvicorn's keep-alive timeout only starts after
+    a response, so a client that sends half a header line held its connection forever.)"""
+
+    header_timeout: float = HEADER_TIMEOUT_SECONDS
+    max_connections: int = MAX_CONNECTIONS
+    _header_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def bounded(cls, *, header_timeout: float, max_connections: int) -> type[H11Protocol]:
+        return type(
+            "BoundedH11Protocol",
+            (cls,),
+            {"header_timeout": header_timeout, "max_connections": max_connections},
+        )
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            transport.close()
+            return
+        self._await_headers()
+
+    def _await_headers(self) -> None:
+        self._stop_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def _stop_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            )
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:
+            self._stop_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_timer()
+        super().connection_lost(exc)
 
 
 def create_app(
     service: Service,
     metrics: Metrics,
     *,
-    archive_root: Path,
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
+    body_idle_seconds: float = BODY_IDLE_SECONDS,
 ) -> Any:
     app = FastAPI(
         title="selfbench-runner sidecar",
@@ -201,9 +310,10 @@ def create_app(
 
     def job_or_404(
         verification_id: Annotated[str, PathParam(max_length=256)],
-    ) -> Job:
+    ) -> JobSummary:
         # No id that breaks the request pattern was ever stored: such an id is unknown.
-        job = service.store.get(verification_id) if _ID.fullmatch(verification_id) else None
+        # A summary: a GET never copies or parses the (possibly large) request.
+        job = service.store.summary(verification_id) if _ID.fullmatch(verification_id) else None
         if job is None:
             raise HTTPException(
                 404,
@@ -246,8 +356,8 @@ def create_app(
         """Queue a verification (recorded before this answers). A repeated id with the same
         body answers 200 with that job; with another body, 409."""
         try:
-            before = service.store.get(body.id)
-            job = service.submit(body, source=SOURCE_HTTP, archive_root=archive_root)
+            before = service.store.summary(body.id)
+            job = service.submit(body, source=SOURCE_HTTP)
         except RequestRefusedError as exc:
             status = {"stopping": 503, "conflict": 409, "repository-refused": 403}.get(
                 exc.code, 400
@@ -271,7 +381,7 @@ def create_app(
         response_model_exclude_none=True,
         responses={404: {"model": ErrorEnvelope, "description": "Unknown id"}, **errors},
     )
-    def status(job: Annotated[Job, Depends(job_or_404)]) -> Any:
+    def status(job: Annotated[JobSummary, Depends(job_or_404)]) -> Any:
         """The job's state, each stage's progress, and the response (report) once done."""
         return service.store.status(job)
 
@@ -284,7 +394,7 @@ def create_app(
         },
     )
     async def events(
-        request: Request, job: Annotated[Job, Depends(job_or_404)]
+        request: Request, job: Annotated[JobSummary, Depends(job_or_404)]
     ) -> AsyncIterator[ServerSentEvent]:
         """Server-sent events, one per stage change (`event: stage`, data: {stage, status,
         detail, seconds}) and of the job itself (`event: job`); the stream ends with the
@@ -308,7 +418,7 @@ def create_app(
                         "at": event.at,
                     },
                 )
-            current = await asyncio.to_thread(service.store.get, job.id)
+            current = await asyncio.to_thread(service.store.summary, job.id)
             if current is None or (current.state.finished and not batch):
                 return
             if await request.is_disconnected():
@@ -326,7 +436,7 @@ def create_app(
             **errors,
         },
     )
-    def cancel(job: Annotated[Job, Depends(job_or_404)]) -> Any:
+    def cancel(job: Annotated[JobSummary, Depends(job_or_404)]) -> Any:
         """Cancel: a queued job never runs; a running one is interrupted and its containers
         are removed. The response is `error` with code `cancelled`."""
         if job.state.finished:
@@ -358,7 +468,7 @@ def create_app(
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     del invalid, http_error, submit, status, events, cancel, health, prometheus
-    return Guard(app, token=token, max_body=max_body)
+    return Guard(app, token=token, max_body=max_body, body_idle_seconds=body_idle_seconds)
 
 
 def openapi_document(app: Guard) -> dict[str, Any]:

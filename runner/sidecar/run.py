@@ -30,7 +30,10 @@ class SidecarOptions:
     jobs: int
     token: str | None
     allow_repo_roots: tuple[Path, ...]
+    allow_repo_urls: tuple[str, ...]
     max_body: int
+    header_timeout: float
+    max_connections: int
     grace_seconds: float
     poll_seconds: float
     verify_args: tuple[str, ...]
@@ -59,6 +62,7 @@ def run_sidecar(
             digest_settings=options.digest_settings,
             base_image=options.base_image,
             allow_repo_roots=options.allow_repo_roots,
+            allow_repo_urls=options.allow_repo_urls,
             grace_seconds=options.grace_seconds,
         ),
         store,
@@ -122,14 +126,14 @@ def _start_http(
 ) -> tuple[Any, threading.Thread]:
     import uvicorn
 
-    from runner.sidecar.http import create_app
+    from runner.sidecar.http import BoundedH11Protocol, create_app
 
     app = create_app(
         service,
         metrics,
-        archive_root=options.state_dir.resolve(),
         token=options.token,
         max_body=options.max_body,
+        body_idle_seconds=3 * options.header_timeout,
     )
     config = uvicorn.Config(
         app,
@@ -137,7 +141,12 @@ def _start_http(
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=5,
         server_header=False,
+        http=BoundedH11Protocol.bounded(
+            header_timeout=options.header_timeout, max_connections=options.max_connections
+        ),
+        limit_concurrency=options.max_connections,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import fnmatch
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from runner.sidecar.request import (
     payload_digest,
 )
 from runner.sidecar.store import ConflictError, Job, Store
+from runner.stages import STAGE_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ DIGEST_THREADS = 2
 KILL_WAIT_SECONDS = 20.0  # how long a verification may take to remove its containers
 SOURCE_HTTP = "http"
 SOURCE_MAILBOX = "mailbox"
+_STAGE_STATUSES = frozenset({"running", "passed", "failed", "error", "skipped"})
 
 
 class RequestRefusedError(Exception):
@@ -135,6 +138,7 @@ class ServiceConfig:
     digest_settings: dict[str, Any] = field(default_factory=dict)
     base_image: str | None = None  # its image id joins the digest
     allow_repo_roots: tuple[Path, ...] = ()
+    allow_repo_urls: tuple[str, ...] = ()  # shell-style patterns of the whole URL
     grace_seconds: float = 30.0
     python: str = sys.executable
 
@@ -268,12 +272,14 @@ class Service:
 
     # ---- requests ----------------------------------------------------------------------
 
-    def submit(self, request: VerificationRequest, *, source: str, archive_root: Path) -> Job:
-        """Record a request (committed before this returns) and wake the scheduler."""
+    def submit(self, request: VerificationRequest, *, source: str) -> Job:
+        """Record a request (committed before this returns) and wake the scheduler. Its
+        archive (the task, the run, progress and report) is in the state directory, whatever
+        channel it came through: nothing a sandbox writes can add to it."""
         if self.stopping:
             raise RequestRefusedError("stopping", "the sidecar is stopping; retry elsewhere")
         self.repository(request)
-        archive = archive_root / request.archive_path()
+        archive = self.config.state_dir / request.archive_path()
         try:
             job, new = self.store.add(request, source=source, archive=archive)
         except ConflictError as exc:
@@ -284,8 +290,9 @@ class Service:
         return job
 
     def repository(self, request: VerificationRequest) -> str | None:
-        """The repository this request may use: remote URLs as they are, local paths only
-        (absolute and) under an allowed root, resolved through symbolic links."""
+        """The repository this request may use: git URLs matching an --allow-repo-url
+        pattern, local paths only (absolute and) under an allowed root, resolved through
+        symbolic links."""
         from runner.gitrepo import is_remote
 
         spec = request.repo or request.definition_repo()
@@ -294,7 +301,17 @@ class Service:
             return None
         local = spec[len("file://") :] if spec.startswith("file://") else None
         if local is None and is_remote(spec):
-            return spec
+            # Fetched from this host: only where the operator said requests may point.
+            if any(fnmatch.fnmatchcase(spec, p) for p in self.config.allow_repo_urls):
+                return spec
+            allowed = (
+                "it matches no --allow-repo-url pattern"
+                if self.config.allow_repo_urls
+                else "this sidecar allows no git URLs (start it with --allow-repo-url PATTERN)"
+            )
+            raise RequestRefusedError(
+                "repository-refused", f"git URL {spec!r} refused: {allowed}", field=where
+            )
         path = Path(local if local is not None else spec)
         if not path.is_absolute():
             raise RequestRefusedError(
@@ -610,6 +627,9 @@ class Service:
         self._conclude(job.id, archive, code)
 
     def _stage_events(self, job_id: str, events: Sequence[LoggedEvent]) -> None:
+        # Only the report's stages and statuses: a line that names anything else did not come
+        # from verify (and would become a status line and a metric label of its own).
+        events = [e for e in events if e.stage in STAGE_NAMES and e.status in _STAGE_STATUSES]
         if not events:
             return
         self.store.add_events(job_id, list(events))

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runner.events import LoggedEvent
 from runner.sidecar.request import (
@@ -59,7 +60,25 @@ CREATE TABLE IF NOT EXISTS events (
     seconds REAL
 );
 CREATE INDEX IF NOT EXISTS events_job ON events (job_id, seq);
+CREATE TABLE IF NOT EXISTS deliveries (
+    job_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    delivered INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, channel)
+);
+CREATE TABLE IF NOT EXISTS answers (
+    channel TEXT NOT NULL,
+    id TEXT NOT NULL,
+    response TEXT NOT NULL,
+    PRIMARY KEY (channel, id)
+);
 """
+# Every column but the request (which may be tens of megabytes): what a status, an event
+# stream or the scheduler reads, without copying or parsing the request each time.
+_SUMMARY = (
+    "id, source, archive, task_id, digest, state, run_id, pid, attempts, cancel, created, "
+    "started, finished, verdict, response"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,10 +96,11 @@ class ConflictError(Exception):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Job:
+class JobSummary:
+    """A job without its request: what status reads, event streams and listings need."""
+
     id: str
     source: str
-    request: VerificationRequest
     archive: Path
     task_id: str | None
     digest: str | None
@@ -94,6 +114,11 @@ class Job:
     finished: float | None
     verdict: str | None
     response: VerificationResponse | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job(JobSummary):
+    request: VerificationRequest
 
 
 def _iso(stamp: float | None) -> str | None:
@@ -114,6 +139,11 @@ class Store:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA busy_timeout=10000")
             self._db.executescript(SCHEMA)
+            # A store written before deliveries had their own table: one channel per job.
+            self._db.execute(
+                "INSERT OR IGNORE INTO deliveries (job_id, channel, delivered) "
+                "SELECT id, source, delivered FROM jobs"
+            )
 
     def close(self) -> None:
         with self._lock:
@@ -143,6 +173,11 @@ class Store:
                     raise ConflictError(
                         f"request id {request.id!r} was already used for a different request"
                     )
+                # The same request through another channel: one job, answered in each.
+                db.execute(
+                    "INSERT OR IGNORE INTO deliveries (job_id, channel) VALUES (?, ?)",
+                    (request.id, source),
+                )
                 return self._job(row), False
             other = db.execute("SELECT id FROM jobs WHERE archive = ?", (str(archive),)).fetchone()
             if other is not None:
@@ -164,8 +199,19 @@ class Store:
                     time.time(),
                 ),
             )
+            db.execute(
+                "INSERT OR IGNORE INTO deliveries (job_id, channel) VALUES (?, ?)",
+                (request.id, source),
+            )
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (request.id,)).fetchone()
         return self._job(row), True
+
+    def summary(self, job_id: str) -> JobSummary | None:
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_SUMMARY} FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+        return self._summary(row) if row is not None else None
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
@@ -269,18 +315,50 @@ class Store:
             ).fetchone()
         return self._job(row) if row is not None else None
 
-    def undelivered(self, source: str) -> list[Job]:
-        """Finished jobs of `source` whose response was not yet handed over."""
+    def undelivered(self, channel: str) -> list[Job]:
+        """Finished jobs asked for through `channel` whose response it has not handed over."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT * FROM jobs WHERE source = ? AND delivered = 0 AND state IN (?, ?, ?)",
-                (source, JobState.DONE.value, JobState.ERROR.value, JobState.CANCELLED.value),
+                "SELECT jobs.* FROM jobs JOIN deliveries ON deliveries.job_id = jobs.id "
+                "WHERE deliveries.channel = ? AND deliveries.delivered = 0 "
+                "AND jobs.state IN (?, ?, ?)",
+                (channel, JobState.DONE.value, JobState.ERROR.value, JobState.CANCELLED.value),
             ).fetchall()
         return [self._job(row) for row in rows]
 
-    def delivered(self, job_id: str) -> None:
+    def asked(self, job_id: str, channel: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM deliveries WHERE job_id = ? AND channel = ?", (job_id, channel)
+            ).fetchone()
+        return row is not None
+
+    def delivered(self, job_id: str, channel: str) -> None:
         with self._transaction() as db:
-            db.execute("UPDATE jobs SET delivered = 1 WHERE id = ?", (job_id,))
+            db.execute(
+                "UPDATE deliveries SET delivered = 1 WHERE job_id = ? AND channel = ?",
+                (job_id, channel),
+            )
+
+    def final_answer(self, channel: str, answer_id: str, response: str) -> str:
+        """The response `channel` gives for `answer_id`: the first one recorded. A response
+        is final; the caller compares what it would say with what it already said."""
+        with self._transaction() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO answers (channel, id, response) VALUES (?, ?, ?)",
+                (channel, answer_id, response),
+            )
+            row = db.execute(
+                "SELECT response FROM answers WHERE channel = ? AND id = ?", (channel, answer_id)
+            ).fetchone()
+        return str(row["response"])
+
+    def answered(self, channel: str, answer_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT response FROM answers WHERE channel = ? AND id = ?", (channel, answer_id)
+            ).fetchone()
+        return None if row is None else str(row["response"])
 
     # ---- events ------------------------------------------------------------------------
 
@@ -313,7 +391,7 @@ class Store:
             for row in rows
         ]
 
-    def status(self, job: Job) -> VerificationStatus:
+    def status(self, job: JobSummary) -> VerificationStatus:
         stages: dict[str, StageProgress] = {}
         for event in self.events(job.id):
             if event.stage == "job":
@@ -338,25 +416,33 @@ class Store:
     # ---- rows --------------------------------------------------------------------------
 
     @staticmethod
-    def _job(row: sqlite3.Row) -> Job:
+    def _fields(row: sqlite3.Row) -> dict[str, Any]:
         response = row["response"]
-        return Job(
-            id=row["id"],
-            source=row["source"],
-            request=VerificationRequest.model_validate(json.loads(row["request"])),
-            archive=Path(row["archive"]),
-            task_id=row["task_id"],
-            digest=row["digest"],
-            state=JobState(row["state"]),
-            run_id=row["run_id"],
-            pid=row["pid"],
-            attempts=int(row["attempts"]),
-            cancel=bool(row["cancel"]),
-            created=float(row["created"]),
-            started=row["started"],
-            finished=row["finished"],
-            verdict=row["verdict"],
-            response=VerificationResponse.model_validate(json.loads(response))
+        return {
+            "id": row["id"],
+            "source": row["source"],
+            "archive": Path(row["archive"]),
+            "task_id": row["task_id"],
+            "digest": row["digest"],
+            "state": JobState(row["state"]),
+            "run_id": row["run_id"],
+            "pid": row["pid"],
+            "attempts": int(row["attempts"]),
+            "cancel": bool(row["cancel"]),
+            "created": float(row["created"]),
+            "started": row["started"],
+            "finished": row["finished"],
+            "verdict": row["verdict"],
+            "response": VerificationResponse.model_validate(json.loads(response))
             if response
             else None,
-        )
+        }
+
+    @classmethod
+    def _summary(cls, row: sqlite3.Row) -> JobSummary:
+        return JobSummary(**cls._fields(row))
+
+    @classmethod
+    def _job(cls, row: sqlite3.Row) -> Job:
+        request = VerificationRequest.model_validate(json.loads(row["request"]))
+        return Job(**cls._fields(row), request=request)

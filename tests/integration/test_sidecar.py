@@ -22,6 +22,7 @@ import docker
 import httpx
 import pytest
 
+from tests.hostile_repos import arm
 from tests.integration.conftest import ROOT, leftovers, run_verify
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
@@ -183,7 +184,9 @@ def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
     assert mailed["status"] == "done" and mailed["reused"] is False
     assert comparable(mailed["report"]) == comparable(direct.report)
     archive = Path(mailed["archive"])
-    assert archive == sidecar.mailbox.resolve() / "runs/run-1/authoring/c1/round-1/verify-1"
+    # Archived in the sidecar's state directory; the mailbox holds copies of responses only.
+    assert archive == sidecar.state.resolve() / "runs/run-1/authoring/c1/round-1/verify-1"
+    assert sorted(os.listdir(sidecar.mailbox)) == ["claimed", "rejected", "requests", "responses"]
     for name in ("request.json", "report.json", "response.json", "run/bundle", "task"):
         assert (archive / name).exists(), name
     assert json.loads((archive / "report.json").read_text()) == mailed["report"]
@@ -233,6 +236,40 @@ def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
     assert health == {"status": "ok", "engine": True, "queueDepth": 0, "running": 0}
 
 
+def test_a_repository_s_git_settings_never_run_through_verify_or_serve(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    """The example's repository, cloned and armed with every command-running git setting:
+    `verify --repo` and a served request naming it (inside --allow-repo-root) are accepted,
+    and no marker appears on the host."""
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    armed = repos / "calc"
+    subprocess.run(
+        ["git", "clone", "-q", str(EXAMPLE / "repo.bundle"), str(armed)],
+        check=True,
+        env={**os.environ, "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"},
+    )
+    markers = tmp_path / "markers"
+    names = arm(armed, markers)
+    direct = run_verify(EXAMPLE, verify_options, tmp_path / "direct", "--repo", str(armed))
+    assert direct.report["verdict"] == "accepted", direct.stderr
+    car = Sidecar(
+        tmp_path / "state", tmp_path / "mailbox", [*verify_options, "--allow-repo-root", str(repos)]
+    ).start()
+    try:
+        doc = payload("armed")
+        doc["repo"] = str(armed)
+        doc["task"]["instruction"] += "\nServed from an armed repository.\n"  # no reuse
+        put_request(car.mailbox, doc)
+        answer = wait_response(car.mailbox, "armed")
+        assert answer["status"] == "done", answer
+        assert answer["report"]["verdict"] == "accepted"
+    finally:
+        car.stop()
+    assert os.listdir(markers) == [], names
+
+
 def test_kill_9_mid_build_then_restart_answers_once_and_leaves_nothing(
     tmp_path: Path, sidecar: Sidecar, docker_client: docker.DockerClient
 ) -> None:
@@ -248,7 +285,7 @@ def test_kill_9_mid_build_then_restart_answers_once_and_leaves_nothing(
         assert time.monotonic() < deadline
         with sqlite3.connect(store) as db:
             row = db.execute("SELECT run_id, pid, state FROM jobs WHERE id = 'k1'").fetchone()
-        events = Path(sidecar.mailbox / "runs/run-1/authoring/c1/round-1/verify-1/events.jsonl")
+        events = Path(sidecar.state / "runs/run-1/authoring/c1/round-1/verify-1/events.jsonl")
         if (
             row
             and row[1]

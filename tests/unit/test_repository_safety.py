@@ -23,7 +23,9 @@ from tests.helpers import GIT_ENV, bash_task, git
 from tests.hostile_repos import arm, git_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-ATTRIBUTES: dict[str, str | bytes | None] = {".gitattributes": "* filter=evil diff=evil\n*.sh filter=evil2\n"}
+ATTRIBUTES: dict[str, str | bytes | None] = {
+    ".gitattributes": "* filter=evil diff=evil\n*.sh filter=evil2\n"
+}
 
 
 def cli(*args: str, cwd: Path | None = None, cache: Path) -> subprocess.CompletedProcess[str]:

@@ -3,9 +3,11 @@ mailbox protocol and the HTTP API's guards (a real uvicorn server on a free port
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -116,6 +118,20 @@ def test_lone_surrogates_survive_the_store(tmp_path: Path) -> None:
 # ---- the store ---------------------------------------------------------------------------
 
 
+def test_status_reads_never_touch_the_request(tmp_path: Path) -> None:
+    """A GET (status, event stream) reads a summary: a request of any size is neither copied
+    nor parsed again (here it is not even JSON any more, and the status still answers)."""
+    store = Store(tmp_path / "jobs.sqlite3")
+    store.add(make_request(id="big"), source="http", archive=tmp_path / "a")
+    with sqlite3.connect(tmp_path / "jobs.sqlite3") as db:
+        db.execute("UPDATE jobs SET request = 'x' WHERE id = 'big'")
+    summary = store.summary("big")
+    assert summary is not None and summary.state is JobState.QUEUED
+    assert store.status(summary).id == "big"
+    with pytest.raises(ValueError):
+        store.get("big")
+
+
 def test_a_repeated_id_is_the_same_job_and_another_body_a_conflict(tmp_path: Path) -> None:
     store = Store(tmp_path / "jobs.sqlite3")
     first, new = store.add(make_request(), source="http", archive=tmp_path / "a1")
@@ -168,11 +184,35 @@ def test_running_jobs_are_requeued_and_red_ones_never_reused(tmp_path: Path) -> 
 # ---- the repository policy ---------------------------------------------------------------
 
 
-def service_for(tmp_path: Path, roots: tuple[Path, ...] = ()) -> Service:
+def service_for(
+    tmp_path: Path, roots: tuple[Path, ...] = (), urls: tuple[str, ...] = ("https://git.invalid/*",)
+) -> Service:
     return Service(
-        ServiceConfig(state_dir=tmp_path / "state", allow_repo_roots=roots),
+        ServiceConfig(state_dir=tmp_path / "state", allow_repo_roots=roots, allow_repo_urls=urls),
         Store(tmp_path / "state" / "jobs.sqlite3"),
     )
+
+
+def test_git_urls_need_an_allowed_pattern(tmp_path: Path) -> None:
+    """The sidecar fetches from its host: a URL nobody allowed is never fetched."""
+    closed = service_for(tmp_path / "closed", urls=())
+    with pytest.raises(RequestRefusedError, match="allows no git URLs") as caught:
+        closed.repository(make_request(repo="https://git.invalid/x.git"))
+    assert caught.value.code == "repository-refused" and caught.value.field == "repo"
+    doc = request_doc()  # definition.repo is a URL too
+    with pytest.raises(RequestRefusedError, match="allows no git URLs") as caught:
+        closed.repository(VerificationRequest.model_validate(doc))
+    assert caught.value.field == "task.definition.repo"
+    team = service_for(tmp_path / "team", urls=("https://git.invalid/team/*",))
+    assert team.repository(make_request(repo="https://git.invalid/team/x.git")) is not None
+    for other in (
+        "https://git.invalid/other/x.git",
+        "https://git.invalid.evil.example/team/x.git",
+        "ssh://git.invalid/team/x.git",
+        "http://169.254.169.254/team/x.git",
+    ):
+        with pytest.raises(RequestRefusedError, match="matches no --allow-repo-url"):
+            team.repository(make_request(repo=other))
 
 
 def test_remote_repositories_pass_and_local_ones_need_an_allowed_root(tmp_path: Path) -> None:
@@ -244,8 +284,12 @@ def test_malformed_requests_get_an_error_response_and_the_loop_goes_on(tmp_path:
     assert "good" not in answers  # recorded, queued: answered when it has run
     job = service.store.get("good")
     assert job is not None and job.state is JobState.QUEUED
-    assert job.archive == box.resolve() / "runs/run-1/authoring/cand-1/round-1/verify-1"
-    assert next(p.name for p in (box / "rejected").iterdir()).endswith("a_b.json")
+    # Archived in the state directory: the mailbox holds copies of responses only.
+    assert job.archive == tmp_path / "state/runs/run-1/authoring/cand-1/round-1/verify-1"
+    assert not (box / "runs").exists()
+    rejected = sorted(p.name for p in (box / "rejected").iterdir())
+    assert [name.rsplit("-", 1)[1] for name in rejected] == ["a_b.json", "link.json"]
+    assert os.path.islink(box / "rejected" / next(n for n in rejected if "link" in n))
     assert sorted(os.listdir(box / "requests")) == ["..json", "notes.txt"]
     assert os.listdir(mailbox.claimed) == []
 
@@ -303,6 +347,132 @@ def test_a_repeated_mailbox_id_is_answered_from_the_store(tmp_path: Path) -> Non
     assert responses(box)["r"]["report"] == {"verdict": "rejected"}
 
 
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every entry below `root` (links as their target text), to see nothing changed."""
+    seen: dict[str, bytes | str] = {}
+    for path in sorted(root.rglob("*")):
+        key = str(path.relative_to(root))
+        if path.is_symlink():
+            seen[key] = "-> " + os.readlink(path)
+        elif path.is_file():
+            seen[key] = path.read_bytes()
+        else:
+            seen[key] = "dir"
+    return seen
+
+
+def finish(service: Service, request_id: str, verdict: str = "rejected") -> None:
+    """The job ends as the service ends it (its listeners, the mailbox's answer, run)."""
+    job = service.store.get(request_id)
+    assert job is not None
+    service.store.start(request_id, run_id="x")
+    done = VerificationResponse(id=request_id, status="done", report={"verdict": verdict})
+    service._finish(job, done, state=JobState.DONE, verdict=verdict)
+
+
+@pytest.mark.parametrize("swapped", ["responses", "claimed", "claimed/<sidecar>", "rejected"])
+def test_a_mailbox_directory_swapped_for_a_link_is_never_followed(
+    tmp_path: Path, swapped: str
+) -> None:
+    """The sandbox replaces one of the mailbox's directories with a link to a directory
+    outside: the sidecar writes, reads and removes nothing there, and keeps answering."""
+    box = tmp_path / "mb"
+    service = service_for(tmp_path)
+    mailbox = Mailbox(box, service)
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "keep" / "file.txt").write_text("precious")
+    (outside / "victim.json").write_text(json.dumps(request_doc(id="victim")))
+    (outside / "r.json").mkdir()  # a directory named like the response and the request
+    before = snapshot(outside)
+    target = box / swapped.replace("<sidecar>", mailbox.name)
+    os.rename(target, tmp_path / "moved-away")
+    target.symlink_to(outside, target_is_directory=True)
+    put(box, "r.json", json.dumps(request_doc(id="r")).encode())
+    put(box, "bad name.json", b"{}")
+    mailbox.poll()
+    finish(service, "r")
+    assert snapshot(outside) == before
+    assert service.store.get("victim") is None
+    assert responses(box)["r"]["report"] == {"verdict": "rejected"}
+    assert not (box / swapped.replace("<sidecar>", mailbox.name)).is_symlink()
+    displaced = [p for p in target.parent.iterdir() if p.name.startswith(".displaced-")]
+    assert [os.readlink(p) for p in displaced] == [str(outside)]
+
+
+def test_entries_that_are_not_files_are_answered_and_moved_aside_never_emptied(
+    tmp_path: Path,
+) -> None:
+    box = tmp_path / "mb"
+    mailbox = Mailbox(box, service_for(tmp_path))
+    (box / "requests" / "dir.json" / "inner").mkdir(parents=True)
+    (box / "requests" / "dir.json" / "inner" / "data.json").write_text("{}")
+    os.mkfifo(box / "requests" / "fifo.json")
+    with (box / "requests" / "huge.json").open("wb") as handle:
+        handle.truncate(65 * 1024 * 1024)  # sparse: larger than a request may be
+    (box / "requests" / "loop.json").symlink_to("loop.json")
+    put(box, "after.json", json.dumps(request_doc(id="after")).encode())
+    mailbox.poll()
+    answers = responses(box)
+    assert {k: v["error"]["code"] for k, v in answers.items()} == {
+        "dir": "unreadable",
+        "fifo": "unreadable",
+        "huge": "unreadable",
+        "loop": "unreadable",
+    }
+    assert "a directory" in answers["dir"]["error"]["message"]
+    assert "FIFO" in answers["fifo"]["error"]["message"]
+    assert "too large" in answers["huge"]["error"]["message"]
+    assert "symbolic link" in answers["loop"]["error"]["message"]
+    assert mailbox.service.store.get("after") is not None  # the loop went on
+    kept = {p.name.rsplit("-", 1)[1]: p for p in (box / "rejected").iterdir()}
+    assert set(kept) == {"dir.json", "fifo.json", "loop.json"}
+    assert (kept["dir.json"] / "inner" / "data.json").read_text() == "{}"
+    assert os.listdir(mailbox.claimed) == []
+
+
+def test_a_response_is_final_a_later_file_with_its_id_is_answered_apart(tmp_path: Path) -> None:
+    box = tmp_path / "mb"
+    service = service_for(tmp_path)
+    mailbox = Mailbox(box, service)
+    put(box, "r.json", json.dumps(request_doc(id="r")).encode())
+    mailbox.poll()
+    finish(service, "r", verdict="accepted")
+    final = (box / "responses" / "r.json").read_bytes()
+    # Another body, the same body again, something that is not a request, all with id r.
+    put(box, "r.json", json.dumps(request_doc(id="r", verify=7)).encode())
+    mailbox.poll()
+    put(box, "r.json", json.dumps(request_doc(id="r")).encode())
+    mailbox.poll()
+    (box / "responses" / "r.json").unlink()  # the sandbox removed the answer meanwhile
+    put(box, "r.json", b"not json")
+    mailbox.poll()
+    assert (box / "responses" / "r.json").read_bytes() == final
+    apart = sorted((box / "responses").glob("r+conflict-*.json"))
+    assert [p.name for p in apart] == [f"r+conflict-{n}.json" for n in (1, 2, 3)]
+    assert {json.loads(p.read_text())["error"]["code"] for p in apart} == {"conflict"}
+    assert os.listdir(mailbox.claimed) == []
+
+
+def test_one_id_through_http_and_the_mailbox_is_one_job_answered_in_each(tmp_path: Path) -> None:
+    box = tmp_path / "mb"
+    service = service_for(tmp_path)
+    mailbox = Mailbox(box, service)
+    service.submit(make_request(id="both"), source="http")
+    put(box, "both.json", json.dumps(request_doc(id="both")).encode())
+    mailbox.poll()
+    assert responses(box) == {}  # recorded, not run twice, not dropped
+    finish(service, "both", verdict="accepted")
+    assert responses(box)["both"]["report"] == {"verdict": "accepted"}
+    assert service.store.undelivered("mailbox") == []
+    # Finished through HTTP first, then asked through the mailbox: answered at once.
+    service.submit(make_request(id="late", verify=2), source="http")
+    finish(service, "late")
+    put(box, "late.json", json.dumps(request_doc(id="late", verify=2)).encode())
+    mailbox.poll()
+    assert responses(box)["late"]["report"] == {"verdict": "rejected"}
+
+
 def test_sidecar_names_are_stable_per_state_directory(tmp_path: Path) -> None:
     assert sidecar_name(tmp_path / "a") == sidecar_name(tmp_path / "a")
     assert sidecar_name(tmp_path / "a") != sidecar_name(tmp_path / "b")
@@ -345,6 +515,14 @@ def served(tmp_path: Path) -> Iterator[Served]:
                 "1MiB",
                 "--grace-period",
                 "5",
+                "--allow-repo-url",
+                "http://127.0.0.1:*/silent.git",
+                "--allow-repo-url",
+                "https://git.invalid/*",
+                "--header-timeout",
+                "1.5",
+                "--max-connections",
+                "16",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -373,6 +551,94 @@ def test_http_needs_the_token(served: Served) -> None:
         assert answer.status_code == 401
         assert answer.json()["error"]["code"] == "unauthorized"
         assert answer.headers["www-authenticate"] == "Bearer"
+
+
+def raw_exchange(served: Served, data: bytes, *, wait: float = 10.0) -> tuple[bytes, float]:
+    """Send raw bytes on a fresh connection; everything the server sends until it closes the
+    connection (or `wait` passes), and how long that took."""
+    host, port = served.url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        sock.sendall(data)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pass
+    return received, time.monotonic() - started
+
+
+def test_http_refuses_a_body_framed_twice(served: Served) -> None:
+    """Content-Length says a few bytes, chunked framing carries far more: refused before any
+    of it is read, whatever order the headers come in."""
+    body = b"4000000\r\n" + b"z" * 4096  # a 64 MiB chunk announced, only the start sent
+    for framing in (
+        b"Content-Length: 10\r\nTransfer-Encoding: chunked\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 10\r\n",
+    ):
+        request = (
+            b"POST /v1/verifications HTTP/1.1\r\nHost: x\r\n"
+            + f"Authorization: {AUTH['Authorization']}\r\n".encode()
+            + b"Content-Type: application/json\r\n"
+            + framing
+            + b"\r\n"
+            + body
+        )
+        answer, _ = raw_exchange(served, request)
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400"), answer[:200]
+        assert b"connection: close" in head.lower()
+        assert b"Content-Length and Transfer-Encoding" in payload
+    twice = (
+        b"POST /v1/verifications HTTP/1.1\r\nHost: x\r\n"
+        + f"Authorization: {AUTH['Authorization']}\r\n".encode()
+        + b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}"
+    )
+    answer, _ = raw_exchange(served, twice)
+    assert answer.startswith(b"HTTP/1.1 400")
+
+
+def test_http_headers_that_never_finish_are_timed_out(served: Served) -> None:
+    """Half a request line, or headers trickling in: 408 and closed after --header-timeout
+    (1.5 s here), on a fresh connection and on a kept-alive one after a first answer."""
+    answer, took = raw_exchange(served, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    assert answer.startswith(b"HTTP/1.1 408") and 1.0 < took < 8, (answer, took)
+    answer, took = raw_exchange(served, b"")
+    assert answer.startswith(b"HTTP/1.1 408") and took < 8
+    auth = f"Authorization: {AUTH['Authorization']}\r\n".encode()
+    kept = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\nGET /healthz HTTP/1.1\r\n"
+    answer, took = raw_exchange(served, kept)
+    assert answer.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 408" in answer and took < 8
+    # A body that stops coming: 408 after three times the header timeout.
+    stalled = (
+        b"POST /v1/verifications HTTP/1.1\r\nHost: x\r\n"
+        + f"Authorization: {AUTH['Authorization']}\r\n".encode()
+        + b"Content-Length: 100\r\n\r\n{"
+    )
+    answer, took = raw_exchange(served, stalled)
+    assert answer.startswith(b"HTTP/1.1 408") and 4.0 < took < 12, (answer[:100], took)
+    assert httpx.get(f"{served.url}/healthz", headers=AUTH).status_code == 200
+
+
+def test_http_connections_are_bounded(served: Served) -> None:
+    """Beyond --max-connections (16 here), a connection is closed as it opens; once the idle
+    ones are timed out, the server answers again."""
+    host, port = served.url.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port))) for _ in range(40)]
+    try:
+        time.sleep(0.5)
+        closed = 0
+        for sock in idle:
+            sock.settimeout(0.2)
+            with contextlib.suppress(TimeoutError):
+                closed += sock.recv(1) == b""
+        assert closed >= 40 - 16
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(2)
+    assert httpx.get(f"{served.url}/healthz", headers=AUTH).status_code == 200
 
 
 def test_http_bad_requests_are_json_4xx(served: Served) -> None:
