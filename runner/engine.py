@@ -31,6 +31,8 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from runner.buildlog import BuildStream
+from runner.dockerhost import Endpoint, SshTunnel
+from runner.dockerhost import resolve as resolve_endpoint
 from runner.errors import EngineError, InfrastructureError, TaskFailedError
 from runner.logs import CappedLog, Truncation, extract_capped
 from runner.plan import (
@@ -51,7 +53,12 @@ from runner.runtime import (
     ImageInfo,
     LimitStats,
 )
-from runner.settings import BUILD_GRACE_SECONDS, STORAGE_SAMPLE_SECONDS, StorageLimit
+from runner.settings import (
+    BUILD_GRACE_SECONDS,
+    STORAGE_SAMPLE_SECONDS,
+    StorageLimit,
+    docker_environment,
+)
 from runner.toolchains import Arch
 
 log = logging.getLogger(__name__)
@@ -115,18 +122,23 @@ def _owner_alive(owner: str) -> bool:
     return current == start
 
 
-def _connection_from_env(environment: Mapping[str, str] | None = None) -> dict[str, Any]:
-    from docker.context import ContextAPI
-    from docker.utils import kwargs_from_env
+def _connection(endpoint: Endpoint, env: Mapping[str, str]) -> dict[str, Any]:
+    """docker-py's client arguments for one endpoint."""
+    if endpoint.from_host_variable:
+        from docker.utils import kwargs_from_env
 
-    env = dict(environment) if environment is not None else None  # None: the process's
-    params: dict[str, Any] = dict(kwargs_from_env(environment=env))
-    if "base_url" not in params:
-        for key, value in ContextAPI.kwargs_from_context(environment=env).items():
-            params.setdefault(key, value)
-    if str(params.get("base_url", "")).startswith("ssh://"):
-        # The system's ssh client (its config, agent and known hosts), not paramiko.
-        params["use_ssh_client"] = True
+        # DOCKER_HOST with DOCKER_TLS_VERIFY / DOCKER_CERT_PATH, as docker.from_env() reads them.
+        return dict(kwargs_from_env(environment=dict(env)))
+    params: dict[str, Any] = {"base_url": endpoint.url}
+    if endpoint.tls_dir is not None:
+        from docker.tls import TLSConfig
+
+        cert, key, ca = (endpoint.tls_dir / n for n in ("cert.pem", "key.pem", "ca.pem"))
+        params["tls"] = TLSConfig(
+            client_cert=(str(cert), str(key)) if cert.is_file() else None,
+            ca_cert=str(ca) if ca.is_file() else None,
+            verify=endpoint.tls_verify,
+        )
     return params
 
 
@@ -141,21 +153,35 @@ class DockerEngine:
         environment: Mapping[str, str] | None = None,
     ) -> None:
         self.timeout = timeout
+        self._tunnel: SshTunnel | None = None
+        env = dict(environment) if environment is not None else docker_environment()
+        # Where the docker CLI would connect with this environment (DOCKER_HOST, DOCKER_CONTEXT,
+        # the current context), resolved once: every client this engine makes reuses it. An
+        # unknown context is a usage error here, never the default engine.
+        self.endpoint = Endpoint(url=base_url, name=base_url) if base_url else resolve_endpoint(env)
+        where = (
+            self.endpoint.url
+            if self.endpoint.name == self.endpoint.url
+            else f"context {self.endpoint.name} ({self.endpoint.url})"
+        )
         try:
-            # What docker.from_env() would connect to (DOCKER_HOST, TLS files, the current
-            # context; of `environment` when given), resolved once: every client this engine
-            # makes reuses it.
-            self._connection: dict[str, Any] = (
-                {"base_url": base_url} if base_url else _connection_from_env(environment)
-            )
+            self._connection: dict[str, Any] = _connection(self.endpoint, env)
+            url = str(self._connection.get("base_url", ""))
+            if url.startswith("ssh://"):
+                self._tunnel = SshTunnel(url)
+                self._connection["base_url"] = self._tunnel.open()
             self.client = docker.DockerClient(**self._connection, timeout=timeout)
             self._ping()
             info = self.client.info()
-        except (DockerException, *TRANSIENT, requests.exceptions.RequestException) as exc:
+        except (DockerException, *TRANSIENT, requests.exceptions.RequestException, OSError) as exc:
+            self._close_tunnel()
             raise InfrastructureError(
-                f"no Docker engine answers ({_explain(exc)}); start one (scripts/start-docker.sh "
-                "does on Debian) or set DOCKER_HOST"
+                f"no Docker engine answers at {where} ({_explain(exc)}); start one "
+                "(scripts/start-docker.sh does on Debian) or set DOCKER_HOST"
             ) from None
+        except BaseException:
+            self._close_tunnel()
+            raise
         self.api = self.client.api
         self.ncpu = int(info.get("NCPU") or 1)
         self.arch: Arch = "arm64" if info.get("Architecture") in ("aarch64", "arm64") else "amd64"
@@ -163,6 +189,11 @@ class DockerEngine:
         self._quota: bool | None = None
         self._remover = ThreadPoolExecutor(max_workers=2, thread_name_prefix="remove")
         self._removals: list[Future[None]] = []
+
+    def _close_tunnel(self) -> None:
+        if self._tunnel is not None:
+            self._tunnel.close()
+            self._tunnel = None
 
     def _new_api(self, timeout: float) -> docker.APIClient:
         """A client of its own for a long call: its read timeout outlasts the call, and closing
@@ -185,6 +216,7 @@ class DockerEngine:
         self._remover.shutdown(wait=False)
         with contextlib.suppress(Exception):
             self.client.close()
+        self._close_tunnel()
 
     # ---- facts ---------------------------------------------------------------------------
 
@@ -341,7 +373,10 @@ class DockerEngine:
             if isinstance(exc, APIError):
                 outcome.error = f"engine refused the build: {_explain(exc)}"
                 return outcome
-            if isinstance(exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException)):
+            if isinstance(
+                exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException, OSError)
+            ):
+                # OSError: a transport that breaks under the stream (a pipe, a reset socket).
                 raise EngineError(f"Docker engine failed during the build: {_explain(exc)}")
             raise exc
         if stream_state.succeeded:

@@ -24,6 +24,7 @@ ENV_LOGS_ROOT = "SELFBENCH_LOGS"
 ENV_STORAGE_LIMIT = "SELFBENCH_STORAGE_LIMIT"
 ENV_SIDECAR_TOKEN = "SELFBENCH_SIDECAR_TOKEN"
 ENV_SIDECAR_STATE = "SELFBENCH_SIDECAR_STATE"
+ENV_SSH_CONFIG = "SELFBENCH_SSH_CONFIG"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 
 # ---- defaults --------------------------------------------------------------------------------
@@ -76,6 +77,19 @@ def proxy_environment() -> dict[str, str]:
             if value:
                 env[variant] = value
     return env
+
+
+def ssh_config_file() -> Path | None:
+    """An ssh_config(5) file for ssh engines (`ssh -F`), instead of the user's own: keys,
+    known hosts and ports for a CI machine that has no ~/.ssh of its own."""
+    value = environment_value(ENV_SSH_CONFIG)
+    return Path(value) if value else None
+
+
+def docker_environment() -> dict[str, str]:
+    """The process's environment as the docker CLI reads it (DOCKER_HOST, DOCKER_CONTEXT,
+    DOCKER_CONFIG, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, HOME)."""
+    return dict(os.environ)
 
 
 def child_environment() -> dict[str, str]:

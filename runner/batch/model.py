@@ -59,17 +59,6 @@ class EngineSpec:
             field="--engine",
         )
 
-    def environment(self, base: dict[str, str]) -> dict[str, str]:
-        """The environment that points the docker SDK and CLI at this engine."""
-        if self.inherit:
-            return dict(base)
-        env = {k: v for k, v in base.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
-        if self.url is not None:
-            env["DOCKER_HOST"] = self.url
-        else:
-            env["DOCKER_CONTEXT"] = self.name
-        return env
-
 
 @dataclass(kw_only=True)
 class TaskOutcome:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +26,14 @@ from typing import Any
 
 from runner.batch.model import BatchResult, EngineSpec, TaskOutcome
 from runner.children import with_parent_death_signal
+from runner.dockerhost import Endpoint, SshTunnel, context_endpoint
+from runner.dockerhost import resolve as resolve_endpoint
 from runner.events import read_events
 from runner.settings import child_environment
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
+LOST_ENGINE_LOOK_SECONDS = 10.0
 
 
 @dataclass(kw_only=True)
@@ -40,6 +44,12 @@ class Engine:
     running: int = 0
     ran: int = 0
     lost_reason: str | None = None
+    tunnel: SshTunnel | None = None  # an ssh engine: one login for every task sent there
+    # Attempts that were running when the engine was lost: their containers are removed once
+    # it answers again.
+    stranded: list[str] = field(default_factory=list)
+    next_look: float = 0.0
+    cleaned: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +58,8 @@ class Engine:
             "tasks": self.ran,
             "alive": self.alive,
             "lostReason": self.lost_reason,
+            "strandedRuns": list(self.stranded),
+            "removedAfterLoss": self.cleaned,
         }
 
 
@@ -59,6 +71,7 @@ class Running:
     process: subprocess.Popen[bytes]
     run_dir: Path
     started: float
+    run_id: str = ""
     events_offset: int = 0
     stage: str = "starting"
 
@@ -114,6 +127,35 @@ def ping(engine: Engine) -> str | None:
         return exc.message
 
 
+def remove_runs(engine: Engine, run_ids: list[str]) -> int:
+    """Remove what these runs left on the engine (labelled by run id); how many objects."""
+    from runner.engine import DockerEngine
+    from runner.errors import RunnerError
+    from runner.plan import LABEL_RUN, LABEL_RUNNER
+
+    if not run_ids:
+        return 0
+    try:
+        docker_engine = DockerEngine(environment=engine.env, timeout=60)
+    except RunnerError:
+        return 0
+    try:
+        return sum(docker_engine.cleanup({LABEL_RUNNER: "1", LABEL_RUN: r}) for r in run_ids)
+    except RunnerError as exc:
+        log.warning("removing stranded runs on %s: %s", engine.spec.name, exc)
+        return 0
+    finally:
+        docker_engine.close()
+
+
+def _endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
+    if spec.inherit:
+        return resolve_endpoint(base)
+    if spec.url is not None:
+        return Endpoint(url=spec.url, name=spec.url, from_host_variable=True)
+    return context_endpoint(spec.name, base, field="--engine")
+
+
 def apply_budget(engine: Engine, budget: int) -> int:
     from runner.cachebudget import collect
     from runner.engine import DockerEngine
@@ -137,7 +179,12 @@ class Batch:
         self.options = options
         self.progress = progress
         base = child_environment()
-        self.engines = [Engine(spec=s, env=s.environment(base)) for s in options.engines]
+        # Every engine's endpoint resolved now, as the docker CLI resolves it: an unknown
+        # context name stops the batch before anything runs (exit 2), never a silent default.
+        self.engines = [
+            Engine(spec=s, env=_endpoint_of(s, base).environment(base)) for s in options.engines
+        ]
+        self.batch_id = uuid.uuid4().hex[:10]
         self.outcomes = [
             TaskOutcome(target=str(t), task_id=_declared_task_id(t)) for t in options.targets
         ]
@@ -150,13 +197,14 @@ class Batch:
         started = time.monotonic()
         state = _State(pending=list(range(len(self.outcomes))))
         for engine in self.engines:
-            reason = ping(engine)
+            reason = self._connect(engine)
             if reason is not None:
                 self._lose(engine, reason)
         try:
             while (state.pending or state.running) and not self.stop.is_set():
                 self._start_what_fits(state)
                 self._reap(state)
+                self._look_at_lost_engines()
                 if not any(e.alive for e in self.engines) and state.pending:
                     for index in state.pending:
                         outcome = self.outcomes[index]
@@ -169,6 +217,13 @@ class Batch:
                 time.sleep(POLL_SECONDS)
         finally:
             self._interrupt(state)
+            for engine in self.engines:
+                if engine.stranded:
+                    engine.next_look = 0.0
+            self._look_at_lost_engines(rejoin=False)
+            for engine in self.engines:
+                if engine.tunnel is not None:
+                    engine.tunnel.close()
         return BatchResult(
             tasks=self.outcomes,
             seconds=time.monotonic() - started,
@@ -195,6 +250,7 @@ class Batch:
         name = Path(outcome.target).resolve().name or f"task-{index}"
         run_dir = self.options.out / "runs" / f"{index:04d}-{name}" / f"attempt-{outcome.attempts}"
         run_dir.parent.mkdir(parents=True, exist_ok=True)
+        run_id = f"batch-{self.batch_id}-{index}-{outcome.attempts}"
         command = [
             self.options.python,
             "-m",
@@ -203,6 +259,8 @@ class Batch:
             outcome.target,
             "--run-dir",
             str(run_dir),
+            "--run-id",
+            run_id,
             "--events",
             str(run_dir.parent / f"attempt-{outcome.attempts}.events.jsonl"),
             "--json",
@@ -232,6 +290,7 @@ class Batch:
             process=process,
             run_dir=run_dir,
             started=time.monotonic(),
+            run_id=run_id,
         )
 
     def _reap(self, state: _State) -> None:
@@ -261,6 +320,7 @@ class Batch:
                 lost = ping(entry.engine)
                 if lost is not None:
                     self._lose(entry.engine, lost)
+                    entry.engine.stranded.append(entry.run_id)
                     outcome.moved += 1
                     self.progress.note(
                         f"{outcome.target}: engine {entry.engine.spec.name} stopped answering; "
@@ -304,6 +364,43 @@ class Batch:
         with contextlib.suppress(OSError):
             lines = path.read_text(errors="replace").strip().splitlines()
         return f"verify exited {code} without a report" + (f": {lines[-1]}" if lines else "")
+
+    def _connect(self, engine: Engine) -> str | None:
+        """Open an ssh engine's one login (again, after a loss), then ping. None: it answers."""
+        url = engine.env.get("DOCKER_HOST", "")
+        if engine.tunnel is not None or url.startswith("ssh://"):
+            from runner.errors import RunnerError
+
+            try:
+                if engine.tunnel is None:
+                    engine.tunnel = SshTunnel(url)
+                if not engine.tunnel.alive():
+                    engine.env = {**engine.env, "DOCKER_HOST": engine.tunnel.open()}
+            except RunnerError as exc:
+                return exc.message
+        return ping(engine)
+
+    def _look_at_lost_engines(self, *, rejoin: bool = True) -> None:
+        """A lost engine that answers again: the containers of the attempts it stranded are
+        removed, and it takes tasks again."""
+        now = time.monotonic()
+        for engine in self.engines:
+            if engine.alive or now < engine.next_look:
+                continue
+            engine.next_look = now + LOST_ENGINE_LOOK_SECONDS
+            if self._connect(engine) is not None:
+                continue
+            removed = remove_runs(engine, engine.stranded)
+            engine.cleaned += removed
+            if engine.stranded:
+                self.progress.note(
+                    f"engine {engine.spec.name} answers again: removed {removed} container(s), "
+                    f"network(s) and volume(s) of {len(engine.stranded)} stranded attempt(s)"
+                )
+            engine.stranded = []
+            if rejoin:
+                engine.alive = True
+                self.progress.note(f"engine {engine.spec.name} rejoins the pool")
 
     def _lose(self, engine: Engine, reason: str) -> None:
         if engine.alive:

@@ -41,12 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_engine_specs(text: str, name: str, url: str | None, capacity: int) -> None:
     spec = EngineSpec.parse(text, default_capacity=3)
     assert (spec.name, spec.url, spec.capacity) == (name, url, capacity)
-    env = spec.environment({"DOCKER_HOST": "unix:///old", "PATH": "/bin"})
-    assert env["PATH"] == "/bin"
-    if url:
-        assert env["DOCKER_HOST"] == url and "DOCKER_CONTEXT" not in env
-    else:
-        assert env["DOCKER_CONTEXT"] == name and "DOCKER_HOST" not in env
 
 
 @pytest.mark.parametrize("bad", ["x=0", "x=65", "x=two", "bad name", "ftp://x", "=3"])
@@ -204,12 +198,3 @@ def test_export_is_deterministic_and_checked(tmp_path: Path) -> None:
         check(tampered)
     with pytest.raises(UsageError, match="given twice"):
         export([run, run], tmp_path / "twice.tar.gz")
-
-
-def test_engine_connections_from_an_environment() -> None:
-    from runner.engine import _connection_from_env
-
-    ssh = _connection_from_env({"DOCKER_HOST": "ssh://ci@build-host"})
-    assert ssh["base_url"] == "ssh://ci@build-host" and ssh["use_ssh_client"] is True
-    tcp = _connection_from_env({"DOCKER_HOST": "tcp://10.0.0.2:2375"})
-    assert tcp["base_url"] == "tcp://10.0.0.2:2375" and "use_ssh_client" not in tcp

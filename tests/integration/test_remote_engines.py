@@ -1,0 +1,269 @@
+"""Engines where the README says they work, for real: a batch over a real sshd on 127.0.0.1
+(started by the test with its own config and keys) beside the local engine, over one ssh login;
+that ssh connection lost while a gate runs (an infrastructure failure, the task moves, the
+stranded containers removed once the engine answers again); and real Docker contexts made by
+the docker CLI in a DOCKER_CONFIG of the test's own (an unknown or dead one is an error, never
+the default engine)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from tests.integration.conftest import ROOT, leftovers
+
+EXAMPLE = ROOT / "examples" / "bash-calc"
+LOCAL = "unix:///var/run/docker.sock"
+
+
+@dataclass(frozen=True)
+class Sshd:
+    port: int
+    client_config: Path
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"ssh://root@127.0.0.1:{self.port}"
+
+    def logins(self) -> int:
+        return self.log.read_text(errors="replace").count("Accepted publickey")
+
+
+def keygen(path: Path) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    with open(tempfile.gettempdir() + "/selfbench-need-sshd.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        installed = subprocess.run(
+            [str(ROOT / "scripts" / "need-sshd.sh")], capture_output=True, text=True, check=False
+        )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    home = tmp_path / "ssh"
+    home.mkdir()
+    keygen(home / "host_key")
+    keygen(home / "client_key")
+    shutil.copy(home / "client_key.pub", home / "authorized_keys")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    (home / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {home}/host_key\n"
+        f"AuthorizedKeysFile {home}/authorized_keys\nPidFile {home}/sshd.pid\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUsePAM no\n"
+        "StrictModes no\nAllowStreamLocalForwarding yes\nLogLevel VERBOSE\n"
+        "MaxSessions 100\nMaxStartups 100\n"
+    )
+    host_key = (home / "host_key.pub").read_text().split()[:2]
+    (home / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_key)}\n")
+    client = home / "ssh_config"
+    client.write_text(
+        f"Host 127.0.0.1\n  IdentityFile {home}/client_key\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {home}/known_hosts\n  StrictHostKeyChecking yes\n"
+    )
+    log = home / "sshd.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["/usr/sbin/sshd", "-D", "-e", "-f", str(home / "sshd_config")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        yield Sshd(port=port, client_config=client, log=log)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def run_cli(
+    *args: str, env: dict[str, str], timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def example_copy(root: Path, name: str, **changes: Any) -> Path:
+    target = root / name
+    shutil.copytree(EXAMPLE, target)
+    path = target / "definition.json"
+    doc = json.loads(path.read_text())
+    doc.update(changes)
+    path.write_text(json.dumps(doc, indent=2))
+    return target
+
+
+def masters() -> list[int]:
+    """The pids of the runner's ssh master connections (their control sockets are its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (
+                argv[:1] == [b"ssh"]
+                and b"ControlMaster=yes" in argv
+                and any(b"/sb-ssh." in a for a in argv)
+            ):
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_batch_over_ssh_beside_the_local_engine_logs_in_once(
+    tmp_path: Path, sshd: Sshd, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    env = {**os.environ, "SELFBENCH_SSH_CONFIG": str(sshd.client_config)}
+    tasks = [str(example_copy(tmp_path, f"t{i}")) for i in range(2)]
+    out = tmp_path / "batch"
+    engines = ["--engine", f"{sshd.url}=1", "--engine", f"{LOCAL}=1"]
+    result = run_cli(
+        "batch", *tasks, "--jobs", "2", *engines, "--out", str(out), *verify_options, env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((out / "batch.json").read_text())
+    assert {t["engine"] for t in document["tasks"]} == {sshd.url, LOCAL}
+    assert all(t["verdict"] == "accepted" for t in document["tasks"])
+    # One login for the whole batch: the ping, the task's every API call, its cleanup.
+    assert sshd.logins() == 1, sshd.log.read_text()[-2000:]
+    assert masters() == []  # the connection ends with the batch
+    for task in document["tasks"]:
+        assert leftovers(docker_client, task["report"]["runId"]) == []
+
+
+def test_an_ssh_engine_lost_mid_run_is_cleaned_when_it_answers_again(
+    tmp_path: Path, sshd: Sshd, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """The ssh connection dies while the ssh engine's task runs a gate: that attempt is an
+    infrastructure failure (never an internal error), the task moves to the local engine, and
+    once the ssh engine answers again the attempt's containers there are removed."""
+    env = {**os.environ, "SELFBENCH_SSH_CONFIG": str(sshd.client_config)}
+    # A nop gate that takes a while: the connection is cut while its container runs.
+    slow = str(example_copy(tmp_path, "slow", testCommand="sleep 8; bash tests/run.sh {tests}"))
+    out = tmp_path / "lost"
+    cut: list[str] = []
+
+    def cut_when_a_gate_runs() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not cut:
+            # The raw listing (no inspect of each): containers come and go meanwhile.
+            running = docker_client.api.containers(
+                filters={"label": "org.selfbench.runner=1", "status": "running"}
+            )
+            mine = [
+                c["Labels"]["org.selfbench.run"]
+                for c in running
+                if c["Labels"].get("org.selfbench.run", "").startswith("batch-")
+            ]
+            pids = masters()
+            if mine and pids:
+                cut.append(mine[0])
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=cut_when_a_gate_runs, daemon=True)
+    killer.start()
+    result = run_cli(
+        "batch", slow, "--jobs", "1", "--engine", f"{sshd.url}=1", "--engine", f"{LOCAL}=1",
+        "--out", str(out), "--no-hack-gate", *verify_options, env=env,
+    )  # fmt: skip
+    killer.join(10)
+    assert cut, "the connection was never cut"
+    assert result.returncode == 0, result.stderr[-3000:]
+    document = json.loads((out / "batch.json").read_text())
+    (task,) = document["tasks"]
+    assert task["verdict"] == "accepted" and task["engine"] == LOCAL
+    assert document["moved"] == 1
+    first = out / "runs" / "0000-slow" / "attempt-1"
+    stderr = (first.parent / "attempt-1.stderr.log").read_text(errors="replace")
+    report_path = first.parent / "attempt-1.json"
+    report = json.loads(report_path.read_text()) if report_path.stat().st_size else {}
+    assert report.get("verdict", "infrastructure_failed") == "infrastructure_failed"
+    assert "internal error" not in stderr + json.dumps(report)
+    ssh_engine = next(e for e in document["engines"] if e["engine"] == sshd.url)
+    assert ssh_engine["removedAfterLoss"] >= 1, (document["engines"], result.stderr[-3000:])
+    assert leftovers(docker_client, cut[0]) == []
+    assert "answers again" in result.stderr
+    assert masters() == []
+
+
+def test_docker_contexts_are_resolved_as_the_cli_does(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    config = tmp_path / "docker-config"
+    for name, host in (("live", LOCAL), ("dead", f"unix://{tmp_path}/nothing.sock")):
+        subprocess.run(
+            ["docker", "context", "create", name, "--docker", f"host={host}"],
+            env={**os.environ, "DOCKER_CONFIG": str(config)},
+            check=True,
+            capture_output=True,
+        )
+    base = {k: v for k, v in os.environ.items() if k not in ("DOCKER_HOST", "DOCKER_CONTEXT")}
+    base["DOCKER_CONFIG"] = str(config)
+    gc = ("gc", "--cache-budget", "1TiB", "--dry-run")
+    assert run_cli(*gc, env={**base, "DOCKER_CONTEXT": "live"}).returncode == 0
+    dead = run_cli(*gc, env={**base, "DOCKER_CONTEXT": "dead"})
+    assert dead.returncode == 3
+    assert "context dead" in dead.stderr and "nothing.sock" in dead.stderr
+    unknown = run_cli(*gc, env={**base, "DOCKER_CONTEXT": "nowhere"})
+    assert unknown.returncode == 2
+    assert "'nowhere' does not exist" in unknown.stderr and str(config) in unknown.stderr
+    # The current context of the CLI's config decides when no variable does.
+    (config / "config.json").write_text(json.dumps({"currentContext": "dead"}))
+    assert run_cli(*gc, env=base).returncode == 3
+    # A batch naming a context: resolved up front, an unknown one stops it before any run.
+    refused = run_cli(
+        "batch", str(EXAMPLE), "--engine", "nowhere", "--out", str(tmp_path / "b"), env=base
+    )
+    assert refused.returncode == 2 and "'nowhere' does not exist" in refused.stderr
+    assert not (tmp_path / "b" / "runs").exists()
+    live = run_cli(
+        "batch", str(EXAMPLE), "--engine", "live", "--out", str(tmp_path / "ok"),
+        *verify_options, env=base,
+    )  # fmt: skip
+    assert live.returncode == 0, live.stderr[-3000:]
+    document = json.loads((tmp_path / "ok" / "batch.json").read_text())
+    assert [t["engine"] for t in document["tasks"]] == ["live"]
