@@ -473,6 +473,33 @@ def test_one_id_through_http_and_the_mailbox_is_one_job_answered_in_each(tmp_pat
     assert responses(box)["late"]["report"] == {"verdict": "rejected"}
 
 
+def test_progress_that_names_no_report_stage_is_dropped(tmp_path: Path) -> None:
+    """Only the report's stages and statuses become a job's progress (and metric labels)."""
+    from runner.events import LoggedEvent
+
+    service = service_for(tmp_path)
+    service.submit(make_request(id="p"), source="http")
+
+    def event(stage: str, status: str) -> LoggedEvent:
+        return LoggedEvent(seq=1, at="2026-01-01T00:00:00Z", stage=stage, status=status,
+                           detail="x", seconds=1.0)  # fmt: skip
+
+    service._stage_events(
+        "p",
+        [
+            event("oracle", "passed"),
+            event("job", "done"),
+            event('oracle"} 1\nforged', "passed"),
+            event("nop", "green"),
+        ],
+    )
+    job = service.store.summary("p")
+    assert job is not None
+    assert {k: v.status for k, v in service.store.status(job).stages.items()} == {
+        "oracle": "passed"
+    }
+
+
 def test_sidecar_names_are_stable_per_state_directory(tmp_path: Path) -> None:
     assert sidecar_name(tmp_path / "a") == sidecar_name(tmp_path / "a")
     assert sidecar_name(tmp_path / "a") != sidecar_name(tmp_path / "b")
