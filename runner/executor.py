@@ -344,6 +344,14 @@ class Executor:
             stage.set(Status.FAILED, exc.one_line())
         except RunnerError as exc:
             stage.set(Status.ERROR, exc.one_line())
+        except ConnectionError as exc:
+            # The transport to the engine broke under a call (a pipe, a reset, an ssh
+            # connection gone): an infrastructure failure, not a bug of the runner.
+            log.warning("stage %s: the connection to the Docker engine broke: %r", name, exc)
+            stage.set(
+                Status.ERROR,
+                f"the connection to the Docker engine broke: {type(exc).__name__}: {exc}",
+            )
         except Exception as exc:
             log.exception("internal error in stage %s", name)
             stage.set(

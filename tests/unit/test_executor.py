@@ -189,6 +189,19 @@ def test_engine_error_at_container_start_is_infrastructure_with_a_reason(tmp_pat
     assert report.exit_code is ExitCode.INFRASTRUCTURE
 
 
+def test_a_broken_engine_connection_is_infrastructure_never_an_internal_error(
+    tmp_path: Path,
+) -> None:
+    engine = FakeEngine(
+        Script(actions={"nop/verifier": raises(BrokenPipeError(32, "Broken pipe"))})
+    )
+    report = run(tmp_path, engine).report
+    assert report.verdict is Verdict.INFRASTRUCTURE_FAILED
+    assert report.stages.nop.status is Status.ERROR
+    assert report.stages.nop.detail.startswith("the connection to the Docker engine broke")
+    assert "internal error" not in (report.reason or "")
+
+
 def test_unexpected_exception_is_infrastructure_with_the_traceback_logged(tmp_path: Path) -> None:
     engine = FakeEngine(Script(actions={"nop/verifier": raises(RuntimeError("boom"))}))
     outcome = run(tmp_path, engine)
