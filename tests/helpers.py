@@ -41,6 +41,27 @@ def git(cwd: Path, *args: str) -> str:
     return result.stdout.strip()
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(
+    port: int, process: subprocess.Popen[Any], *, what: str, seconds: float = 20
+) -> None:
+    """Until a server the test started answers on 127.0.0.1:port (it must not exit first)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"{what} did not start on port {port}") from None
+            time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def git_daemon(base: Path) -> Iterator[str]:
     """A real git server (`git daemon`) exporting the repositories below `base` on a
@@ -63,15 +84,7 @@ def git_daemon(base: Path) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("git daemon did not start") from None
-                time.sleep(0.1)
+        wait_for_port(port, process, what="git daemon")
         yield f"git://127.0.0.1:{port}"
     finally:
         process.terminate()

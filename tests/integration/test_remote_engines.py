@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,12 +20,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import docker
 import pytest
 
+from tests.helpers import free_port, wait_for_port
 from tests.integration.conftest import ROOT, leftovers
+from tests.integration.test_batch import example_copy
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
 LOCAL = "unix:///var/run/docker.sock"
@@ -67,9 +67,7 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
     keygen(home / "host_key")
     keygen(home / "client_key")
     shutil.copy(home / "client_key.pub", home / "authorized_keys")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     (home / "sshd_config").write_text(
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {home}/host_key\n"
@@ -94,15 +92,10 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        try:
+            wait_for_port(port, process, what="sshd")
+        except RuntimeError as exc:
+            pytest.fail(f"{exc}: {log.read_text()[-2000:]}")
         yield Sshd(port=port, client_config=client, log=log)
     finally:
         process.terminate()
@@ -121,16 +114,6 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
-
-
-def example_copy(root: Path, name: str, **changes: Any) -> Path:
-    target = root / name
-    shutil.copytree(EXAMPLE, target)
-    path = target / "definition.json"
-    doc = json.loads(path.read_text())
-    doc.update(changes)
-    path.write_text(json.dumps(doc, indent=2))
-    return target
 
 
 def masters() -> list[int]:
