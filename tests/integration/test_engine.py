@@ -272,7 +272,8 @@ def test_stale_containers_of_dead_runners_are_reaped(
     with engine.container(stale, env={}, keep=True), engine.container(foreign, env={}, keep=True):
         pass
     assert engine.reap_stale() >= 1
-    names = [c.name for c in docker_client.containers.list(all=True)]
+    # The raw listing: other tests' containers come and go meanwhile (no inspect of each).
+    names = [n.lstrip("/") for c in docker_client.api.containers(all=True) for n in c["Names"]]
     assert stale.name not in names
     assert foreign.name in names
     engine.cleanup({LABEL_RUN: "test-engine-reap"})

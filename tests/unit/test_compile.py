@@ -188,11 +188,13 @@ def test_refresh_refuses_a_changed_prompt(tmp_path: Path) -> None:
         refresh_bundle(load_authored_task(task.directory), bundle, OPTIONS)
 
 
-def test_archive_is_made_once_per_commit(tmp_path: Path, isolated_cache: Path) -> None:
+def test_archive_is_made_once_per_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(cache))
     task = bash_task(tmp_path)
     loaded = load_authored_task(task.directory)
     out = compiled(loaded, repo=None, out=tmp_path / "b1", options=OPTIONS)
-    (cached,) = (isolated_cache / "archives").iterdir()
+    (cached,) = (cache / "archives").iterdir()
     assert cached.read_bytes() == (out / "environment" / "repo.tar.gz").read_bytes()
     made = cached.stat().st_mtime_ns
     compiled(loaded, repo=None, out=tmp_path / "b2", options=OPTIONS)
