@@ -1,3 +1,3 @@
-from runner.launch import main
+from runner.cli.launch import main
 
 main()

@@ -1,4 +1,4 @@
-"""A fake engine for the executor's unit tests: it implements runner.runtime.Engine in memory
+"""A fake engine for the executor's unit tests: it implements runner.plan.runtime.Engine in memory
 and plays a script (what each exec returns, what it writes, what it raises). Integration tests
 use the real engine; this one only lets the executor's logic be tested without Docker."""
 
@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.logs import Truncation
-from runner.plan import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
-from runner.runtime import BuildOutcome, BuildRequest, ExecOutcome, FileToPut, ImageInfo
+from runner.base.logs import Truncation
+from runner.plan.runtime import BuildOutcome, BuildRequest, ExecOutcome, FileToPut, ImageInfo
+from runner.plan.verify import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
 
 NOP_REWARD = {
     "reward": 0,
@@ -182,7 +182,7 @@ class FakeEngine:
         return self.images.get(ref)
 
     def pull(self, ref: str) -> ImageInfo:
-        from runner.errors import EngineError
+        from runner.base.errors import EngineError
 
         raise EngineError(f"pull access denied for {ref}")
 

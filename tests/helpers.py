@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.compiler import compile_task
-from runner.settings import CompileOptions
-from runner.taskdir import AuthoredTask
+from runner.compile.compiler import compile_task
+from runner.compile.taskdir import AuthoredTask
+from runner.model.settings import CompileOptions
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "test",

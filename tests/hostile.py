@@ -55,9 +55,9 @@ class Case:
 
 
 def make_fixture(root: Path) -> Fixture:
-    from runner.compiler import compile_task
-    from runner.settings import CompileOptions
-    from runner.taskdir import load_authored_task
+    from runner.compile.compiler import compile_task
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.settings import CompileOptions
 
     repo, commit = make_repo(
         root / "repo",

@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.errors import ExitCode, UsageError
-from runner.stages import STAGE_NAMES
+from runner.base.errors import ExitCode, UsageError
+from runner.model.stages import STAGE_NAMES
 
 _URL = re.compile(r"^(unix|tcp|ssh|npipe|http|https)://\S+$")
 _CONTEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")

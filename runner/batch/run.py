@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.children import with_parent_death_signal
 from runner.batch.model import BatchResult, EngineSpec, TaskOutcome
-from runner.children import with_parent_death_signal
-from runner.dockerhost import Endpoint, SshTunnel, context_endpoint
-from runner.dockerhost import resolve as resolve_endpoint
-from runner.events import read_events
-from runner.settings import child_environment
+from runner.engine.hosts import Endpoint, SshTunnel, context_endpoint
+from runner.engine.hosts import resolve as resolve_endpoint
+from runner.model.settings import child_environment
+from runner.run.events import read_events
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
@@ -117,8 +117,8 @@ def _declared_task_id(target: Path) -> str:
 
 def ping(engine: Engine) -> str | None:
     """None when the engine answers, else why not."""
-    from runner.engine import DockerEngine
-    from runner.errors import RunnerError
+    from runner.base.errors import RunnerError
+    from runner.engine.docker import DockerEngine
 
     try:
         DockerEngine(environment=engine.env, timeout=15).close()
@@ -129,9 +129,9 @@ def ping(engine: Engine) -> str | None:
 
 def remove_runs(engine: Engine, run_ids: list[str]) -> int:
     """Remove what these runs left on the engine (labelled by run id); how many objects."""
-    from runner.engine import DockerEngine
-    from runner.errors import RunnerError
-    from runner.plan import LABEL_RUN, LABEL_RUNNER
+    from runner.base.errors import RunnerError
+    from runner.engine.docker import DockerEngine
+    from runner.plan.verify import LABEL_RUN, LABEL_RUNNER
 
     if not run_ids:
         return 0
@@ -157,9 +157,9 @@ def _endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
 
 
 def apply_budget(engine: Engine, budget: int) -> int:
-    from runner.cachebudget import collect
-    from runner.engine import DockerEngine
-    from runner.errors import RunnerError
+    from runner.base.errors import RunnerError
+    from runner.engine.cachebudget import collect
+    from runner.engine.docker import DockerEngine
 
     try:
         docker_engine = DockerEngine(environment=engine.env, timeout=60)
@@ -278,7 +278,7 @@ class Batch:
                 stderr=stderr,
                 env=engine.env,
                 start_new_session=True,
-                preexec_fn=preexec,  # noqa: PLW1509 - see runner.children
+                preexec_fn=preexec,  # noqa: PLW1509 - see runner.base.children
             )
         engine.running += 1
         engine.ran += 1
@@ -369,7 +369,7 @@ class Batch:
         """Open an ssh engine's one login (again, after a loss), then ping. None: it answers."""
         url = engine.env.get("DOCKER_HOST", "")
         if engine.tunnel is not None or url.startswith("ssh://"):
-            from runner.errors import RunnerError
+            from runner.base.errors import RunnerError
 
             try:
                 if engine.tunnel is None:

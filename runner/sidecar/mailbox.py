@@ -36,8 +36,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runner.errors import InvalidTaskError
-from runner.safeio import DirectoryHandle
+from runner.base.errors import InvalidTaskError
+from runner.base.safeio import DirectoryHandle
 from runner.sidecar.request import (
     NAME_PATTERN,
     ErrorBody,

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from runner import validation as v
+from runner.base import validation as v
 
 # `^[A-Za-z0-9._-]{1,128}$`, and never dots only (`.`, `..` would be path tricks).
 NAME_PATTERN = r"^(?!\.+$)[A-Za-z0-9._-]{1,128}$"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.errors import UsageError
+from runner.base.errors import UsageError
 from runner.sidecar.mailbox import Mailbox
 from runner.sidecar.metrics import Metrics
 from runner.sidecar.service import Service, ServiceConfig

@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from runner import __version__
-from runner.children import with_parent_death_signal
-from runner.errors import RunnerError
-from runner.events import LoggedEvent, read_events
-from runner.safeio import is_within, write_atomic
-from runner.settings import child_environment
+from runner.base.children import with_parent_death_signal
+from runner.base.errors import RunnerError
+from runner.base.safeio import is_within, write_atomic
+from runner.model.settings import child_environment
+from runner.model.stages import STAGE_NAMES
+from runner.run.events import LoggedEvent, read_events
 from runner.sidecar.request import (
     ErrorBody,
     ErrorDetail,
@@ -43,7 +44,6 @@ from runner.sidecar.request import (
     payload_digest,
 )
 from runner.sidecar.store import ConflictError, Job, Store
-from runner.stages import STAGE_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class RequestRefusedError(Exception):
 
 
 class EngineOps:
-    """The few Docker calls the sidecar makes itself (through runner.engine)."""
+    """The few Docker calls the sidecar makes itself (through runner.engine.docker)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -83,7 +83,7 @@ class EngineOps:
         self._ping_ok = False
 
     def _get(self) -> Any:
-        from runner.engine import DockerEngine
+        from runner.engine.docker import DockerEngine
 
         if self._engine is None:
             self._engine = DockerEngine(timeout=30)
@@ -103,7 +103,7 @@ class EngineOps:
             return self._ping_ok
 
     def remove_run(self, run_id: str) -> int:
-        from runner.plan import LABEL_RUN, LABEL_RUNNER
+        from runner.plan.verify import LABEL_RUN, LABEL_RUNNER
 
         with self._lock:
             try:
@@ -293,7 +293,7 @@ class Service:
         """The repository this request may use: git URLs matching an --allow-repo-url
         pattern, local paths only (absolute and) under an allowed root, resolved through
         symbolic links."""
-        from runner.gitrepo import is_remote
+        from runner.compile.repository import is_remote
 
         spec = request.repo or request.definition_repo()
         where = "repo" if request.repo else "task.definition.repo"
@@ -430,7 +430,7 @@ class Service:
 
     def _digest(self, job: Job) -> str:
         """The payload digest, or "" when it cannot be known (no reuse then)."""
-        from runner.gitrepo import resolve_repository, tree_of
+        from runner.compile.repository import resolve_repository, tree_of
 
         request = job.request
         commit = request.base_commit()
@@ -488,7 +488,7 @@ class Service:
         return True
 
     def _launch(self, job_id: str, task_id: str | None, digest: str | None) -> None:
-        from runner.pipeline import new_run_id
+        from runner.run.pipeline import new_run_id
 
         run_id = new_run_id()
         if not self.store.start(job_id, run_id=run_id):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner.events import LoggedEvent
+from runner.run.events import LoggedEvent
 from runner.sidecar.request import (
     JobState,
     StageProgress,

@@ -11,11 +11,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from runner.engine import DockerEngine
-from runner.errors import EngineError
-from runner.plan import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits
-from runner.runtime import BuildRequest
-from runner.settings import StorageLimit
+from runner.base.errors import EngineError
+from runner.engine.docker import DockerEngine
+from runner.model.settings import StorageLimit
+from runner.plan.runtime import BuildRequest
+from runner.plan.verify import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits
 
 LIMITS = Limits(cpus=0.5, requested_cpus=0.5, memory_mb=128, storage_mb=512, pids=64)
 
@@ -285,8 +285,8 @@ def test_env_values_survive_dockerfile_quoting(tmp_path: Path, base_image: str) 
     Docker's own lexer (quotes, backslashes, `$` expansion) changes none of them."""
     import random
 
-    from runner.render import dockerfile_quote
-    from runner.validation import control_character
+    from runner.base.validation import control_character
+    from runner.compile.render import dockerfile_quote
 
     values = [
         "plain",

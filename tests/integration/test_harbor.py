@@ -26,9 +26,9 @@ from typing import Any
 import docker
 import pytest
 
-from runner.compiler import compile_task
-from runner.settings import CompileOptions
-from runner.taskdir import load_authored_task
+from runner.compile.compiler import compile_task
+from runner.compile.taskdir import load_authored_task
+from runner.model.settings import CompileOptions
 from tests.engines import PrivateEngine, private_engine
 from tests.harbor import harbor, harbor_run
 from tests.helpers import bash_task

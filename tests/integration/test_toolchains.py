@@ -23,9 +23,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from runner.artifacts import fetch_registry_artifact
-from runner.models import Toolchain
-from runner.toolchains import load_catalog
+from runner.model.task import Toolchain
+from runner.model.toolchains import load_catalog
+from runner.run.artifacts import fetch_registry_artifact
 from tests.helpers import bash_task, definition, diff_of, make_repo, write_task
 from tests.integration.conftest import ROOT, Run, run_verify
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import docker
 import pytest
 
-from runner.settings import CompileOptions
-from runner.taskdir import load_authored_task
+from runner.compile.taskdir import load_authored_task
+from runner.model.settings import CompileOptions
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, compiled
 from tests.integration.conftest import ROOT, leftovers, run_verify
 

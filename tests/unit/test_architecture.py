@@ -1,5 +1,6 @@
-"""The shape the design promises, checked on the source: only engine.py talks to Docker, the
-pure modules import nothing with side effects, and the old orchestrator class is gone."""
+"""The shape the design promises, checked on the source: the layers are packages and each
+imports only from the layers below it, only the engine package talks to Docker, the pure
+modules import nothing with side effects, and the old orchestrator class is gone."""
 
 from __future__ import annotations
 
@@ -12,24 +13,36 @@ PACKAGE = Path(__file__).resolve().parents[2] / "runner"
 # Pure logic: models, patches, audit, rendering, plans, judgement. No Docker, git, network,
 # subprocess or signals here.
 PURE = (
-    "validation",
-    "models",
-    "patches",
-    "audit",
-    "shell",
-    "render",
-    "plan",
-    "gates",
-    "exploits",
-    "stages",
-    "reward",
-    "buildlog",
-    "runtime",
+    "base/validation",
+    "model/task",
+    "model/shell",
+    "model/stages",
+    "model/reward",
+    "compile/patches",
+    "compile/audit",
+    "compile/render",
+    "compile/exploits",
+    "compile/harness",
+    "compile/coupling",
+    "plan/verify",
+    "plan/runtime",
+    "plan/debug",
+    "judge",
+    "engine/buildlog",
     "sidecar/request",
-    "debug",
-    "htmlreport",
-    "harness",
-    "coupling",
+    "present/html",
+)
+# The layers, bottom first: a module imports from its own layer or the ones before it. (The
+# sidecar, the batch and the CLI stand side by side at the top; the CLI starts the others.)
+LAYERS = (
+    ("base",),
+    ("model",),
+    ("compile",),
+    ("plan", "present"),
+    ("engine", "judge"),
+    ("run",),
+    ("batch", "sidecar"),
+    ("cli",),
 )
 SIDE_EFFECT_MODULES = {"docker", "requests", "subprocess", "socket", "signal", "urllib3"}
 
@@ -49,22 +62,56 @@ def modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
-def test_only_engine_imports_docker() -> None:
+def layer_of(path: Path) -> int | None:
+    relative = path.relative_to(PACKAGE)
+    top = relative.parts[0].removesuffix(".py")
+    for index, names in enumerate(LAYERS):
+        if top in names:
+            return index
+    return None
+
+
+def test_every_module_is_in_a_layer() -> None:
+    loose = [
+        str(p.relative_to(PACKAGE))
+        for p in modules()
+        if layer_of(p) is None and p.name not in ("__init__.py", "__main__.py")
+    ]
+    assert loose == []
+
+
+def test_each_layer_imports_only_from_the_layers_below() -> None:
+    upward = []
+    for path in modules():
+        mine = layer_of(path)
+        if mine is None:
+            continue
+        for name in imported_modules(path):
+            if not name.startswith("runner."):
+                continue
+            target = PACKAGE / name.removeprefix("runner.").replace(".", "/")
+            theirs = layer_of(target if target.is_dir() else target.with_suffix(".py"))
+            if theirs is not None and theirs > mine:
+                upward.append(f"{path.relative_to(PACKAGE)} -> {name}")
+    assert upward == []
+
+
+def test_only_the_engine_package_imports_docker() -> None:
     offenders = [
-        path.name
+        str(path.relative_to(PACKAGE))
         for path in modules()
-        if path.name != "engine.py"
+        if path.relative_to(PACKAGE).parts[0] != "engine"
         and any(name == "docker" or name.startswith("docker.") for name in imported_modules(path))
     ]
     assert offenders == []
-    assert "docker" in imported_modules(PACKAGE / "engine.py")
+    assert "docker" in imported_modules(PACKAGE / "engine" / "docker.py")
 
 
 @pytest.mark.parametrize("name", PURE)
 def test_pure_modules_have_no_side_effect_imports(name: str) -> None:
     imported = {n.split(".")[0] for n in imported_modules(PACKAGE / f"{name}.py")}
     assert imported & SIDE_EFFECT_MODULES == set()
-    assert "runner.engine" not in imported_modules(PACKAGE / f"{name}.py")
+    assert "runner.engine.docker" not in imported_modules(PACKAGE / f"{name}.py")
 
 
 def test_the_old_orchestrator_is_gone() -> None:
@@ -79,10 +126,10 @@ def test_environment_is_read_in_the_settings_module_only() -> None:
     readers = []
     for path in modules():
         text = path.read_text()
-        if ("os.environ" in text or "os.getenv" in text) and path.name not in (
-            "settings.py",
-            "gitrepo.py",  # passes the environment through to git, adding GIT_TERMINAL_PROMPT
-            "cli_output.py",  # GitHub Actions' own variables decide the output format
+        if ("os.environ" in text or "os.getenv" in text) and str(path.relative_to(PACKAGE)) not in (
+            "model/settings.py",
+            "compile/repository.py",  # passes the environment through to git, with its own
+            "cli/output.py",  # GitHub Actions' own variables decide the output format
         ):
-            readers.append(path.name)
+            readers.append(str(path.relative_to(PACKAGE)))
     assert readers == []

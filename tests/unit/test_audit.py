@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runner.audit import (
+from runner.compile.audit import (
     NO_TEST_FILES,
     PLACEHOLDER_COUNT,
     PLACEHOLDER_HARDCODED,
@@ -16,8 +16,8 @@ from runner.audit import (
     audit,
     placeholder_blockers,
 )
-from runner.models import TaskDefinition
-from runner.patches import PatchInfo, parse_patch
+from runner.compile.patches import PatchInfo, parse_patch
+from runner.model.task import TaskDefinition
 from tests.helpers import definition
 
 
@@ -199,9 +199,9 @@ def test_escaped_quote_does_not_open_a_string() -> None:
 
 
 def test_evidence_paths_must_exist_at_the_base_commit(tmp_path: Path) -> None:
-    from runner.compiler import compile_task
-    from runner.settings import CompileOptions
-    from runner.taskdir import load_authored_task
+    from runner.compile.compiler import compile_task
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.settings import CompileOptions
     from tests.helpers import bash_task
 
     evidence = [

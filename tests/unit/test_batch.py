@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import ExitCode, InvalidTaskError, UsageError
 from runner.batch.model import BatchResult, EngineSpec, TaskOutcome, junit_xml, markdown
-from runner.cachebudget import choose_removals, footprint, load_use, record_use
-from runner.errors import ExitCode, InvalidTaskError, UsageError
-from runner.export import Accepted, check, export
-from runner.taskdir import load_authored_task
+from runner.compile.taskdir import load_authored_task
+from runner.engine.cachebudget import choose_removals, footprint, load_use, record_use
+from runner.present.export import Accepted, check, export
 from tests.helpers import bash_task, compiled, git
 
 ROOT = Path(__file__).resolve().parents[2]

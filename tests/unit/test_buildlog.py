@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.buildlog import BuildStream, is_task_step
+from runner.engine.buildlog import BuildStream, is_task_step
 
 STREAMS = Path(__file__).resolve().parents[1] / "data" / "build-streams"
 

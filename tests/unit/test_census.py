@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.census import (
+from runner.model.census import (
     CensusError,
     RunEvidence,
     build_census,
@@ -19,7 +19,7 @@ from runner.census import (
     seal,
     summarize,
 )
-from runner.runners import expected_runners
+from runner.model.runners import expected_runners
 from tests.helpers import bash_task, compiled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,8 +117,8 @@ def test_the_summary_and_unstable_ids(tmp_path: Path) -> None:
 
 def test_sealing_a_compiled_bundle_copies_it_and_records_the_digest(tmp_path: Path) -> None:
     task = bash_task(tmp_path)
-    from runner.settings import CompileOptions
-    from runner.taskdir import load_authored_task
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.settings import CompileOptions
 
     bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
@@ -181,8 +181,8 @@ def test_grade_refuses_what_is_no_bundle_and_a_missing_patch(tmp_path: Path) -> 
     assert result.returncode == 2
     assert "is neither a compiled bundle (task.toml) nor a run directory" in result.stderr
     task = bash_task(tmp_path / "t")
-    from runner.settings import CompileOptions
-    from runner.taskdir import load_authored_task
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.settings import CompileOptions
 
     bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runner.cli import run_cli
-from runner.taskdir import load_authored_task
+from runner.cli.main import run_cli
+from runner.compile.taskdir import load_authored_task
 from tests.helpers import bash_task, compiled
 
 
@@ -242,12 +242,12 @@ def test_unexpected_exception_exits_3_with_the_traceback_saved(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Seen: any exception that is not a RunnerError exited 1, which reads as "rejected"."""
-    import runner.taskdir
+    import runner.compile.taskdir
 
     def broken(directory: Path) -> None:
         raise ValueError("a bug in the runner")
 
-    monkeypatch.setattr(runner.taskdir, "load_authored_task", broken)
+    monkeypatch.setattr(runner.compile.taskdir, "load_authored_task", broken)
     monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(tmp_path / "cache"))
     task = bash_task(tmp_path)
     code, _, err = run("audit", str(task.directory))
@@ -261,12 +261,12 @@ def test_unexpected_exception_exits_3_with_the_traceback_saved(
 def test_unexpected_exception_inside_verify_is_a_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import runner.pipeline
+    import runner.run.pipeline
 
     def broken(*args: object, **kwargs: object) -> None:
         raise KeyError("plan")
 
-    monkeypatch.setattr(runner.pipeline, "plan_verify", broken)
+    monkeypatch.setattr(runner.run.pipeline, "plan_verify", broken)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     task = bash_task(tmp_path)
     code, _, _ = run("verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r"))

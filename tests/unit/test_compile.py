@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.compiler import refresh_bundle
-from runner.errors import InvalidTaskError, RepositoryError
-from runner.settings import CompileOptions
-from runner.taskdir import load_authored_task
+from runner.base.errors import InvalidTaskError, RepositoryError
+from runner.compile.compiler import refresh_bundle
+from runner.compile.taskdir import load_authored_task
+from runner.model.settings import CompileOptions
 from tests.helpers import bash_task, compiled, git, git_daemon
 
 OPTIONS = CompileOptions()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from runner.contract import EnvironmentContract, image_parts, secret_problems
+from runner.model.contract import EnvironmentContract, image_parts, secret_problems
 
 DIGEST = "sha256:" + "a" * 64
 PLACEHOLDER_RULE = "a secret-named variable must hold a fixed placeholder literal"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.coupling import candidates, coupling
-from runner.gitrepo import present_in_tree, resolve_repository
-from runner.patches import PatchInfo, parse_patch
+from runner.compile.coupling import candidates, coupling
+from runner.compile.patches import PatchInfo, parse_patch
+from runner.compile.repository import present_in_tree, resolve_repository
 from tests.helpers import make_repo
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.debug import _failing_command, first_red, plan_debug
-from runner.errors import UsageError
-from runner.htmlreport import ReportView, ansi_html, dockerfile_line, render_html, step_source
-from runner.report import Report, Status, Verdict
-from runner.runlogs import follow, stage_logs
+from runner.base.errors import UsageError
+from runner.model.report import Report, Status, Verdict
+from runner.plan.debug import _failing_command, first_red, plan_debug
+from runner.present.html import ReportView, ansi_html, dockerfile_line, render_html, step_source
+from runner.present.runlogs import follow, stage_logs
 
 EXTERNAL = re.compile(
     r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//|ftp:)|<script|<link|@import|url\(""", re.I
@@ -125,9 +125,9 @@ def test_a_red_hack_gate_opens_the_verifier_of_the_exploit_that_won(
 ) -> None:
     from click.testing import CliRunner
 
-    from runner.cli import run_cli
-    from runner.plan import VerifyPlan
-    from runner.report import ExploitResult
+    from runner.cli.main import run_cli
+    from runner.model.report import ExploitResult
+    from runner.plan.verify import VerifyPlan
     from tests.helpers import bash_task
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
@@ -163,7 +163,7 @@ def test_a_red_hack_gate_opens_the_verifier_of_the_exploit_that_won(
 
 
 def test_report_html_shows_the_probe_and_the_exploits() -> None:
-    from runner.report import ExploitResult, ProbeResult
+    from runner.model.report import ExploitResult, ProbeResult
 
     made = report(determinism=(Status.FAILED, "flaky"), hack=(Status.FAILED, "gamed"))
     made.stages.determinism.data.probe = [
@@ -193,14 +193,14 @@ def test_report_html_shows_the_probe_and_the_exploits() -> None:
 
 
 def test_report_html_shows_the_evidence_per_selector_and_what_the_policy_undid() -> None:
-    from runner.census import (
+    from runner.model.census import (
         Counts,
         EvidenceSummary,
         PolicyChange,
         RunSummary,
         SelectorSummary,
     )
-    from runner.report import GateData
+    from runner.model.report import GateData
 
     made = report(oracle=(Status.FAILED, "fail-to-pass tests still fail"))
     made.stages.oracle.data = GateData(

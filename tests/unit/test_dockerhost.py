@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.dockerhost import DEFAULT_HOST, context_endpoint, resolve
-from runner.errors import UsageError
+from runner.base.errors import UsageError
+from runner.engine.hosts import DEFAULT_HOST, context_endpoint, resolve
 
 
 def docker_cli(config: Path, *args: str) -> None:

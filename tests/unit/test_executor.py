@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli import interrupts
-from runner.errors import EngineError, ExitCode, Interrupted
-from runner.executor import ExecutionEnv
-from runner.pipeline import VerifyOutcome, verify
-from runner.plan import ExecStep
-from runner.predictions import PatchPredictions
-from runner.report import Status, Verdict
-from runner.runtime import ExecOutcome
-from runner.settings import BuildEnvironment, VerifySettings
+from runner.base.errors import EngineError, ExitCode, Interrupted
+from runner.cli.common import interrupts
+from runner.model.predictions import PatchPredictions
+from runner.model.report import Status, Verdict
+from runner.model.settings import BuildEnvironment, VerifySettings
+from runner.plan.runtime import ExecOutcome
+from runner.plan.verify import ExecStep
+from runner.run.executor import ExecutionEnv
+from runner.run.pipeline import VerifyOutcome, verify
 from tests.fakes import (
     NOP_REWARD,
     ORACLE_REWARD,
@@ -420,7 +420,7 @@ def test_logs_root_keeps_runs_of_different_tasks_apart(tmp_path: Path) -> None:
 
 
 def test_exact_run_dir_must_be_new(tmp_path: Path) -> None:
-    from runner.errors import UsageError
+    from runner.base.errors import UsageError
 
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "report.json").write_text("{}")
@@ -444,7 +444,7 @@ CONTRACT = {
 
 
 def run_with_services(tmp_path: Path, engine: FakeEngine) -> VerifyOutcome:
-    from runner.runtime import ImageInfo
+    from runner.plan.runtime import ImageInfo
 
     engine.images[DB_IMAGE] = ImageInfo(id="sha256:db", labels={})
     task = bash_task(tmp_path, name="with-db", environment=CONTRACT)
@@ -491,7 +491,7 @@ def test_a_smoke_command_runs_in_its_own_container_with_its_own_services(
 ) -> None:
     """A contract's smoke command may write: it gets a container (and services) of its own,
     and the verifiers still wait for it."""
-    from runner.runtime import ImageInfo
+    from runner.plan.runtime import ImageInfo
 
     engine = FakeEngine()
     engine.images[DB_IMAGE] = ImageInfo(id="sha256:db", labels={})
@@ -517,7 +517,7 @@ def test_a_smoke_command_runs_in_its_own_container_with_its_own_services(
 
 
 def test_a_public_verifier_joins_its_services_network(tmp_path: Path) -> None:
-    from runner.runtime import ImageInfo
+    from runner.plan.runtime import ImageInfo
 
     engine = FakeEngine()
     engine.images[DB_IMAGE] = ImageInfo(id="sha256:db", labels={})
@@ -682,7 +682,7 @@ def test_a_red_smoke_skips_the_oracle_whatever_its_predicted_run_did(tmp_path: P
 
 
 def test_a_predicted_run_with_services_has_names_of_its_own(tmp_path: Path) -> None:
-    from runner.runtime import ImageInfo
+    from runner.plan.runtime import ImageInfo
 
     task = bash_task(tmp_path, name="with-db", environment=CONTRACT).directory
     script = Script(actions={"oracle/verifier": rewards_only(GOLD)})

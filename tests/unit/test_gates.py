@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from runner import gates
-from runner.gates import (
+from runner import judge as gates
+from runner.judge import (
     TrialEvidence,
     decide_verdict,
     evaluate_gate,
@@ -17,9 +17,9 @@ from runner.gates import (
     limits_data,
     verdict_reason,
 )
-from runner.report import LimitsData, Status, Verdict
-from runner.reward import Reward, VerifierDetails
-from runner.runtime import BuildOutcome, ExecOutcome, LimitStats
+from runner.model.report import LimitsData, Status, Verdict
+from runner.model.reward import Reward, VerifierDetails
+from runner.plan.runtime import BuildOutcome, ExecOutcome, LimitStats
 
 NOP_OK = Reward(
     reward=0, patch_applied=1, fail_to_pass=0, pass_to_pass=1, deterministic=0, setup_completed=1

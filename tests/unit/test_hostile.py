@@ -27,14 +27,14 @@ from dockerfile_parse import DockerfileParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.cli import run_cli
-from runner.compiler import render_input
-from runner.patches import PatchParseError, parse_patch, patch_problems
-from runner.render import dockerfile_quote, render_bundle
-from runner.settings import CompileOptions
-from runner.shell import quote
-from runner.taskdir import definition_problems, load_authored_task
-from runner.toolchains import load_catalog
+from runner.cli.main import run_cli
+from runner.compile.compiler import render_input
+from runner.compile.patches import PatchParseError, parse_patch, patch_problems
+from runner.compile.render import dockerfile_quote, render_bundle
+from runner.compile.taskdir import definition_problems, load_authored_task
+from runner.model.settings import CompileOptions
+from runner.model.shell import quote
+from runner.model.toolchains import load_catalog
 from tests.hostile import Case, Fixture, all_cases, make_fixture, write
 
 CASES = all_cases()

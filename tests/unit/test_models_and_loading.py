@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from runner.errors import ExitCode, InvalidTaskError
-from runner.taskdir import load_authored_task
+from runner.base.errors import ExitCode, InvalidTaskError
+from runner.compile.taskdir import load_authored_task
 from tests.helpers import bash_task, definition, write_task
 
 PATCH = (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.patches import is_manifest, parse_patch, patch_problems, repository_path
-from runner.validation import glob_escape, is_git_dir_name, normalize_repo_path, path_problem
+from runner.base.validation import glob_escape, is_git_dir_name, normalize_repo_path, path_problem
+from runner.compile.patches import is_manifest, parse_patch, patch_problems, repository_path
 from tests.helpers import diff_of, git, make_repo
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runner import predictions
-from runner.predictions import PatchPredictions, prediction_key, tree_digest
+from runner.model import predictions
+from runner.model.predictions import PatchPredictions, prediction_key, tree_digest
 
 
 def solution(tmp_path: Path) -> Path:

@@ -13,22 +13,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.compiler import render_input
-from runner.harbor import COLLECT_COMMAND
-from runner.models import TaskDefinition
-from runner.patches import parse_patch
-from runner.render import (
+from runner.base.resources import verifier_dir
+from runner.compile.compiler import render_input
+from runner.compile.patches import parse_patch
+from runner.compile.render import (
     VERIFIER_ASSETS,
     RenderInput,
     held_out_paths,
     render_bundle,
     task_toml,
 )
-from runner.resources import verifier_dir
-from runner.settings import CompileOptions
-from runner.shell import expand_tests, quote
-from runner.taskdir import load_authored_task
-from runner.toolchains import load_catalog
+from runner.compile.taskdir import load_authored_task
+from runner.model.harbor import COLLECT_COMMAND
+from runner.model.settings import CompileOptions
+from runner.model.shell import expand_tests, quote
+from runner.model.task import TaskDefinition
+from runner.model.toolchains import load_catalog
 from tests.helpers import definition
 from tests.unit.test_toolchains import render_all_layers
 
@@ -256,7 +256,7 @@ def test_bundle_suits_harbor_under_buildkit_and_stops_at_once() -> None:
 def test_reward_json_holds_only_the_verdicts_metrics() -> None:
     """Harbor averages every numeric key of reward.json: exit codes and timings go to
     details.json instead, and the keys are the Reward model's."""
-    from runner.reward import DETAIL_KEYS, REWARD_KEYS
+    from runner.model.reward import DETAIL_KEYS, REWARD_KEYS
 
     script = rendered_example()["tests/test.sh"].decode()
     reward_line = next(ln for ln in script.splitlines() if "> /logs/verifier/reward.json" in ln)

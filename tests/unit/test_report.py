@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.cli_output import Output, step_summary, summary_lines
-from runner.errors import ExitCode
-from runner.report import Report, Status, Verdict, load_report, report_schema, write_report
-from runner.safeio import write_atomic
+from runner.base.errors import ExitCode
+from runner.base.safeio import write_atomic
+from runner.cli.output import Output, step_summary, summary_lines
+from runner.model.report import Report, Status, Verdict, load_report, report_schema, write_report
 
 
 def report(**statuses: Status) -> Report:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.gitrepo import changed_paths
+from runner.compile.repository import changed_paths
 from tests.helpers import GIT_ENV, bash_task, git
 from tests.hostile_repos import arm, git_dir
 

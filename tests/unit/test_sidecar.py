@@ -475,7 +475,7 @@ def test_one_id_through_http_and_the_mailbox_is_one_job_answered_in_each(tmp_pat
 
 def test_progress_that_names_no_report_stage_is_dropped(tmp_path: Path) -> None:
     """Only the report's stages and statuses become a job's progress (and metric labels)."""
-    from runner.events import LoggedEvent
+    from runner.run.events import LoggedEvent
 
     service = service_for(tmp_path)
     service.submit(make_request(id="p"), source="http")

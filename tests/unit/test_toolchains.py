@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from runner.errors import UsageError
-from runner.models import Toolchain
-from runner.render import _environment
-from runner.resources import dockerfiles_dir
-from runner.toolchains import Source, load_catalog, settings_from
+from runner.base.errors import UsageError
+from runner.base.resources import dockerfiles_dir
+from runner.compile.render import _environment
+from runner.model.task import Toolchain
+from runner.model.toolchains import Source, load_catalog, settings_from
 
 
 def render_all_layers() -> dict[str, str]:

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from runner.resources import verifier_dir
+from runner.base.resources import verifier_dir
 
 HELPER = verifier_dir() / "verifier.pl"
 

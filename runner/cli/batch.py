@@ -1,0 +1,447 @@
+"""The many-task commands of the CLI: `batch`, `matrix`, `export`, `gc`. Part of the CLI layer
+(with cli and cli_output, the only modules that print)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.base.errors import UsageError
+from runner.cli.common import (
+    CHILD_VERIFY_OPTIONS,
+    ByteSize,
+    ChildOptions,
+    _forwarded,
+    cli,
+    interrupts,
+    logs_root_option,
+)
+from runner.cli.output import in_github_actions
+from runner.model.settings import environment_value
+
+MAX_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
+MATRIX_LIMIT = 256  # GitHub's jobs per matrix
+
+
+def _targets(args: tuple[Path, ...], from_file: Path | None) -> list[Path]:
+    targets = list(args)
+    if from_file is not None:
+        try:
+            text = from_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read: {exc}", path=str(from_file), field="--from") from None
+        stripped = text.strip()
+        if stripped.startswith("["):
+            try:
+                items = json.loads(stripped)
+            except ValueError as exc:
+                raise UsageError(
+                    f"not a JSON list: {exc}", path=str(from_file), field="--from"
+                ) from None
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise UsageError(
+                    "must be a JSON list of paths", path=str(from_file), field="--from"
+                )
+            lines = items
+        else:
+            lines = [ln.strip() for ln in text.splitlines()]
+        base = from_file.parent
+        for line in lines:
+            if line and not line.startswith("#"):
+                path = Path(line)
+                targets.append(path if path.is_absolute() else base / path)
+    if not targets:
+        raise UsageError("name at least one task (TASK_DIR... or --from FILE)", field="TASK_DIR")
+    for target in targets:
+        if not target.is_dir():
+            raise UsageError(
+                "is not a task directory or bundle", path=str(target), field="TASK_DIR"
+            )
+    return targets
+
+
+class _BatchView:
+    """A live view on a terminal (one line per running task, a bar for the batch); plain lines
+    otherwise."""
+
+    def __init__(self, total: int, *, quiet: bool) -> None:
+        self.total = total
+        self.quiet = quiet
+        self.terminal = sys.stderr.isatty() and not quiet
+        self._lock = threading.Lock()
+        self._rich: Any = None
+        self._bar: Any = None
+        self._lines: dict[int, Any] = {}
+        if self.terminal:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._rich = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self._bar = self._rich.add_task("batch", total=total)
+            self._rich.start()
+
+    def close(self) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+
+    def started(self, outcome: Any, engine: str) -> None:
+        with self._lock:
+            if self._rich is not None:
+                key = id(outcome)
+                if key in self._lines:
+                    self._rich.remove_task(self._lines.pop(key))
+                self._lines[key] = self._rich.add_task(
+                    f"  {Path(outcome.target).name} on {engine}: starting", total=None
+                )
+            elif not self.quiet:
+                print(f"start {outcome.target} on {engine}", file=sys.stderr, flush=True)
+
+    def stage(self, outcome: Any, stage: str) -> None:
+        with self._lock:
+            if self._rich is not None and id(outcome) in self._lines:
+                self._rich.update(
+                    self._lines[id(outcome)],
+                    description=f"  {Path(outcome.target).name} on {outcome.engine}: {stage}",
+                )
+
+    def finished(self, outcome: Any, done: int, total: int) -> None:
+        line = (
+            f"[{done}/{total}] {outcome.task_id or outcome.target}: {outcome.verdict} "
+            f"({outcome.seconds:.1f} s{', ' + outcome.engine if outcome.engine else ''})"
+        )
+        if outcome.verdict != "accepted" and outcome.reason:
+            line += f": {outcome.reason[:300]}"
+        with self._lock:
+            if self._rich is not None:
+                if id(outcome) in self._lines:
+                    self._rich.remove_task(self._lines.pop(id(outcome)))
+                self._rich.advance(self._bar)
+                self._rich.console.print(line, markup=False, highlight=False)
+            elif not self.quiet:
+                print(line, file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        with self._lock:
+            if self._rich is not None:
+                self._rich.console.print(f"  {text}", markup=False, highlight=False)
+            else:
+                print(text, file=sys.stderr, flush=True)
+
+
+def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
+    """A step summary (at most 1 MiB), at most 10 error annotations, and the step's outputs."""
+    red = [t for t in result.tasks if t.verdict != "accepted"]
+    for task in red[:MAX_ANNOTATIONS]:
+        message = (task.reason or task.verdict).replace("%", "%25").replace("\r", "")
+        message = message.replace("\n", "%0A")
+        title = f"selfbench {task.task_id or task.target} {task.verdict}".replace("::", ": ")
+        print(f"::error title={title}::{message}", file=sys.stderr)
+    if len(red) > MAX_ANNOTATIONS:
+        print(
+            f"::error title=selfbench batch::{len(red) - MAX_ANNOTATIONS} more red task(s); "
+            f"see {batch_json}",
+            file=sys.stderr,
+        )
+    path = environment_value("GITHUB_STEP_SUMMARY")
+    if path:
+        with Path(path).open("a", encoding="utf-8") as handle:
+            handle.write(summary)
+    output = environment_value("GITHUB_OUTPUT")
+    if output:
+        totals = result.totals()
+        with Path(output).open("a", encoding="utf-8") as handle:
+            for verdict, count in totals.items():
+                handle.write(f"{verdict.replace('_', '-')}={count}\n")
+            handle.write(f"exit-code={int(result.exit_code)}\n")
+            handle.write(f"batch-json={batch_json}\n")
+
+
+@cli.command("batch")
+@click.argument("task_dirs", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="A file listing tasks: one path per line, or a JSON list (relative to the file).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Tasks verified at once (across every engine).",
+)
+@click.option(
+    "--engine",
+    "engines",
+    multiple=True,
+    metavar="URL|CONTEXT[=N]",
+    help="A Docker engine for the batch, with how many tasks it takes at once (repeatable): "
+    "unix://, tcp:// (TLS from DOCKER_TLS_VERIFY/DOCKER_CERT_PATH), ssh://, or a context name. "
+    "Default: DOCKER_HOST or the current context.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(0, 10),
+    default=1,
+    show_default=True,
+    help="Retries of a task whose verification failed for infrastructure reasons "
+    "(never of a red verdict).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="The batch directory (default: <logs>/batch-<time>).",
+)
+@logs_root_option("Where the default --out goes.")
+@click.option(
+    "--junit",
+    "junit_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write JUnit XML here (a testcase per task and per gate).",
+)
+@click.option(
+    "--cache-budget",
+    type=ByteSize(),
+    default=None,
+    help="Keep the runner's task images under this size on each engine, removing the "
+    "least recently used between tasks (e.g. 20GB).",
+)
+@CHILD_VERIFY_OPTIONS
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+def batch_command(
+    task_dirs: tuple[Path, ...],
+    from_file: Path | None,
+    jobs: int,
+    engines: tuple[str, ...],
+    retries: int,
+    out: Path | None,
+    logs_root: Path,
+    junit_path: Path | None,
+    cache_budget: int | None,
+    child: ChildOptions,
+    quiet: bool,
+) -> int:
+    """Verify many tasks: bounded concurrency, several engines, one summary. Writes batch.json,
+    batch.md and batch.html in the batch directory (and --junit). Exit code: 0 all accepted, 1
+    any rejected or invalid, 3 infrastructure failures and none rejected, 2 usage."""
+    from runner.base.safeio import check_writable_file, write_atomic
+    from runner.batch.model import EngineSpec, batch_html, junit_xml, markdown
+    from runner.batch.run import Batch, BatchOptions, Progress
+
+    targets = _targets(task_dirs, from_file)
+    specs = [EngineSpec.parse(e, default_capacity=jobs) for e in engines] or [
+        EngineSpec.from_environment(jobs)
+    ]
+    if junit_path is not None:
+        check_writable_file(junit_path, option="--junit")
+    forwarded, _ = _forwarded(child)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = out or logs_root / f"batch-{stamp}"
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(
+            "is not empty: a batch directory holds one batch", path=str(out), field="--out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    view = _BatchView(len(targets), quiet=quiet)
+    batch = Batch(
+        BatchOptions(
+            targets=targets,
+            out=out.resolve(),
+            engines=specs,
+            jobs=jobs,
+            retries=retries,
+            verify_args=tuple(forwarded),
+            cache_budget=cache_budget,
+        ),
+        Progress(started=view.started, stage=view.stage, finished=view.finished, note=view.note),
+    )
+    started = time.monotonic()
+    try:
+        with interrupts():
+            result = batch.run()
+    finally:
+        view.close()
+    result.seconds = time.monotonic() - started
+    batch_json = out / "batch.json"
+    summary = markdown(result)
+    write_atomic(batch_json, result.to_json())
+    write_atomic(out / "batch.md", summary)
+    write_atomic(out / "batch.html", batch_html(result))
+    if junit_path is not None:
+        write_atomic(junit_path, junit_xml(result))
+    if in_github_actions():
+        _github_outputs(result, batch_json, summary)
+    totals = ", ".join(f"{n} {v}" for v, n in result.totals().items() if n)
+    moved = sum(t.moved for t in result.tasks)
+    retried = sum(max(0, t.attempts - 1 - t.moved) for t in result.tasks)
+    extra = f"; {retried} retried, {moved} moved to another engine" if retried or moved else ""
+    if result.freed_bytes:
+        extra += f"; cache budget freed {result.freed_bytes / 1e9:.2f} GB"
+    click.echo(f"batch: {totals} in {result.seconds:.1f} s{extra}; {batch_json}", err=True)
+    return int(result.exit_code)
+
+
+# ---- matrix ------------------------------------------------------------------------------
+
+
+def _find_tasks(roots: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for root in roots:
+        if (root / "definition.json").is_file() or (root / "task.toml").is_file():
+            found.append(root)
+            continue
+        if not root.is_dir():
+            raise UsageError("is not a directory", path=str(root), field="TASK_DIR")
+        for definition in sorted(root.rglob("definition.json")):
+            if not any(part.startswith(".") for part in definition.relative_to(root).parts):
+                found.append(definition.parent)
+    return sorted(dict.fromkeys(found))
+
+
+def _changed_tasks(tasks: list[Path], ref: str) -> list[Path]:
+    from runner.compile.repository import changed_paths
+
+    _, changed = changed_paths(ref)
+    return [t for t in tasks if any(c.is_relative_to(t.resolve()) for c in changed)]
+
+
+def _matrix_entry(task: Path) -> dict[str, str]:
+    name = task.name
+    try:
+        definition = json.loads((task / "definition.json").read_text())
+        if isinstance(definition, dict) and isinstance(definition.get("taskId"), str):
+            name = definition["taskId"]
+    except (OSError, ValueError):
+        pass
+    return {"task": task.as_posix(), "name": name}
+
+
+@cli.command("matrix")
+@click.argument("task_dirs", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--changed-since",
+    metavar="REF",
+    help="Only tasks with a file changed between REF and HEAD (git diff REF...HEAD).",
+)
+@click.option(
+    "--shard-size",
+    type=click.IntRange(1, MATRIX_LIMIT),
+    default=MATRIX_LIMIT,
+    show_default=True,
+    help="Entries per matrix.",
+)
+def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard_size: int) -> int:
+    """Print a GitHub Actions matrix for fromJSON(): {"include": [{"task", "name"}, ...]}. More
+    tasks than --shard-size: {"shards": [matrix, ...], "count": N}. TASK_DIRs may be parents:
+    every directory below holding a definition.json is a task."""
+    tasks = _find_tasks(list(task_dirs) or [Path(".")])
+    if changed_since is not None:
+        tasks = _changed_tasks(tasks, changed_since)
+    entries = [_matrix_entry(t) for t in tasks]
+    if len(entries) <= shard_size:
+        document: dict[str, Any] = {"include": entries}
+    else:
+        shards = [
+            {"include": entries[i : i + shard_size]} for i in range(0, len(entries), shard_size)
+        ]
+        document = {"shards": shards, "count": len(entries)}
+    click.echo(json.dumps(document, separators=(",", ":")))
+    return 0
+
+
+# ---- gc ----------------------------------------------------------------------------------
+
+
+@cli.command("gc")
+@click.option(
+    "--cache-budget",
+    type=ByteSize(),
+    required=True,
+    help="Keep the runner's task images under this size (e.g. 20GB).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def gc_command(cache_budget: int, dry_run: bool) -> int:
+    """Remove the runner's least recently used task images until they fit the budget. Never an
+    image a container uses, never an image the runner did not create."""
+    from runner.engine.cachebudget import collect
+    from runner.engine.docker import DockerEngine
+
+    engine = DockerEngine()
+    try:
+        result = collect(engine, cache_budget, dry_run=dry_run)
+    finally:
+        engine.close()
+    verb = "would remove" if dry_run else "removed"
+    for tag in result.removed:
+        click.echo(f"{verb} {tag}")
+    click.echo(
+        f"{verb} {len(result.removed)} image(s), {result.freed_bytes / 1e6:.1f} MB; "
+        f"{result.kept_bytes / 1e6:.1f} MB kept ({result.skipped_in_use} in use)",
+        err=True,
+    )
+    return 0
+
+
+# ---- export ------------------------------------------------------------------------------
+
+
+@cli.command("export")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The archive to write (.tar.gz).",
+)
+@click.option(
+    "--check",
+    "check_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Verify every digest of an export archive instead.",
+)
+@logs_root_option("Where a TASK_DIR's runs are.")
+def export_command(
+    inputs: tuple[Path, ...], output: Path | None, check_path: Path | None, logs_root: Path
+) -> int:
+    """Export accepted tasks as one deterministic archive: manifest.json and
+    tasks/<taskId>.tar.gz (the Harbor bundle). INPUTS are run directories, their report.json,
+    or task directories (their newest accepted run of those exact files under --logs)."""
+    from runner.cli.common import _find_run
+    from runner.present.export import accepted_run, check, export
+
+    if check_path is not None:
+        manifest = check(check_path)
+        click.echo(f"{check_path}: {len(manifest['tasks'])} task(s), every digest matches")
+        return 0
+    if output is None or not inputs:
+        raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
+    runs = []
+    for item in inputs:
+        run_dir = item.parent if item.name == "report.json" else item
+        if (run_dir / "definition.json").is_file() and not (run_dir / "report.json").is_file():
+            found = _find_run(run_dir, logs_root)
+            if found is None:
+                raise UsageError(
+                    "no run of this task's exact files under --logs; verify it first",
+                    path=str(item),
+                )
+            run_dir = found
+        runs.append(accepted_run(run_dir))
+    manifest = export(runs, output)
+    click.echo(f"{output}: {len(manifest['tasks'])} task(s), manifest digest {manifest['digest']}")
+    return 0

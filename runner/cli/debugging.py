@@ -1,0 +1,250 @@
+"""Looking into runs: clean, debug, logs (and finding a run by its task)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.base.errors import (
+    UsageError,
+)
+from runner.base.safeio import require_directory
+from runner.cli.common import (
+    BASE_IMAGE,
+    BUILD_NETWORK,
+    EXTRA_CA,
+    PROG,
+    REPO,
+    TOOLCHAIN_MIRROR,
+    TOOLCHAIN_SOURCE,
+    _build_environment,
+    _find_run,
+    cli,
+    interrupts,
+    logs_root_option,
+)
+from runner.cli.output import Output
+from runner.model.settings import (
+    VerifySettings,
+    proxy_environment,
+)
+from runner.model.stages import STAGE_NAMES
+
+
+@cli.command("clean")
+@click.option("--images", is_flag=True, help="Also remove the images (the build cache).")
+@click.option("--run", "run_id", help="Only what this run created.")
+def clean_command(images: bool, run_id: str | None) -> int:
+    """Remove containers, networks and volumes the runner left behind (by label)."""
+    from runner.engine.docker import DockerEngine
+    from runner.plan.verify import LABEL_RUN, LABEL_RUNNER
+
+    labels = {LABEL_RUNNER: "1"}
+    if run_id:
+        labels[LABEL_RUN] = run_id
+    engine = DockerEngine()
+    try:
+        removed = engine.cleanup(labels, images=images)
+    finally:
+        engine.close()
+    click.echo(f"removed {removed} object(s)")
+    return 0
+
+
+def _load_run(run_dir: Path) -> tuple[Any, Any]:
+    from pydantic import ValidationError
+
+    from runner.model.report import load_report
+    from runner.plan.verify import VerifyPlan
+
+    try:
+        report = load_report(run_dir / "report.json")
+    except (OSError, ValueError, ValidationError) as exc:
+        raise UsageError(
+            f"not a run directory with a readable report.json ({type(exc).__name__})",
+            path=str(run_dir),
+        ) from None
+    plan = None
+    if (run_dir / "plan.json").is_file():
+        try:
+            plan = VerifyPlan.model_validate_json((run_dir / "plan.json").read_text())
+        except (OSError, ValueError, ValidationError):
+            plan = None
+    return report, plan
+
+
+def _run_docker(
+    argv: list[str], *, check: bool = True, quiet: bool = False, silent: bool = False
+) -> int:
+    import subprocess
+
+    try:
+        result = subprocess.run(
+            argv,
+            check=False,
+            stdout=subprocess.DEVNULL if quiet or silent else None,
+            stderr=subprocess.DEVNULL if silent else None,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise UsageError("the docker CLI is not installed", field="debug") from None
+    if check and result.returncode != 0:
+        from runner.base.errors import InfrastructureError
+
+        raise InfrastructureError(f"`{' '.join(argv[:3])} ...` exited {result.returncode}")
+    return result.returncode
+
+
+@cli.command("debug")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option(
+    "--stage",
+    type=click.Choice(["build", "smoke", "nop", "oracle", "hack"]),
+    help="The stage to open (default: the first red one).",
+)
+@click.option(
+    "--print",
+    "print_only",
+    is_flag=True,
+    help="Print a script of docker commands that recreates the state and reproduces the "
+    "failure, instead of opening a shell.",
+)
+@logs_root_option("Where a TASK_DIR's runs are (and where a new one goes).")
+@REPO
+@BASE_IMAGE
+@EXTRA_CA
+@TOOLCHAIN_SOURCE
+@TOOLCHAIN_MIRROR
+@BUILD_NETWORK
+def debug_command(
+    target: Path,
+    stage: str | None,
+    print_only: bool,
+    logs_root: Path,
+    repo: str | None,
+    base_image: str,
+    extra_ca_certs: Path | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
+    build_network: str | None,
+) -> int:
+    """Open a shell in the exact state a red stage failed in: the last good build layer, or a
+    gate's verifier with its agent.patch applied and the held-out tests in place. TARGET is a
+    run directory, or a task directory (its last run, or a new verify)."""
+    import secrets
+
+    from runner.engine.docker import owner_id
+    from runner.plan.debug import plan_debug
+
+    run_dir = target
+    if (target / "definition.json").is_file() and not (target / "report.json").is_file():
+        found = _find_run(target, logs_root)
+        if found is None:
+            from runner.run.pipeline import verify
+
+            output = Output(quiet=False)
+            settings = VerifySettings(
+                repo=repo,
+                build=_build_environment(
+                    base_image, extra_ca_certs, sources, mirrors, build_network
+                ),
+                logs_root=logs_root,
+            )
+            click.echo(f"{PROG} debug: no run of this task yet; verifying it first", err=True)
+            with interrupts():
+                outcome = verify(target, settings, progress=output.progress)
+            if outcome.run_dir is None:
+                raise UsageError("the task could not be verified", path=str(target))
+            found = outcome.run_dir
+        else:
+            click.echo(f"{PROG} debug: using the last run of this task, {found}", err=True)
+        run_dir = found
+    run_dir = run_dir.resolve()
+    report, plan = _load_run(run_dir)
+    session = plan_debug(
+        report,
+        plan,
+        run_dir,
+        stage=stage,
+        debug_id=secrets.token_hex(4),
+        owner=owner_id(),
+        proxies=sorted(proxy_environment()),
+    )
+    if print_only:
+        click.echo(session.script(), nl=False)
+        return 0
+    if not sys.stdin.isatty():
+        raise UsageError(
+            "an interactive shell needs a terminal; use --print for the commands", field="--print"
+        )
+    click.echo(f"{PROG} debug: {session.stage} ({session.why})", err=True)
+    for note in session.notes:
+        click.echo(f"  {note}", err=True)
+    try:
+        with interrupts():
+            for argv in session.setup:
+                _run_docker(argv, quiet=True)
+            if session.show:
+                click.echo("  the test commands (fail-to-pass, then pass-to-pass):", err=True)
+                _run_docker(session.show)
+            import subprocess
+
+            subprocess.run(session.shell, check=False)
+    finally:
+        for argv in session.cleanup:
+            _run_docker([*argv], check=False, silent=True)
+        click.echo(f"{PROG} debug: removed what debug created", err=True)
+    return 0
+
+
+@cli.command("logs")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--stage",
+    type=click.Choice(list(STAGE_NAMES)),
+    help="Only this stage's logs.",
+)
+@click.option(
+    "--lines",
+    type=click.IntRange(0, None),
+    default=200,
+    show_default=True,
+    help="Last lines of each log (0: all).",
+)
+@click.option(
+    "--follow", is_flag=True, help="Tail a running verification until its report is written."
+)
+def logs_command(run_dir: Path, stage: str | None, lines: int, follow: bool) -> int:
+    """A run's stage logs (build output, each test command's output, the reward), red stages
+    first. RUN_DIR is any run directory: a verify's, the sidecar's (runs/.../verify-<k>/run)
+    or a batch's."""
+    from runner.present.runlogs import follow as follow_run
+    from runner.present.runlogs import stage_logs, tail_lines
+
+    require_directory(run_dir, what="run directory")
+    if follow:
+
+        def emit(name: str, line: str) -> None:
+            click.echo(f"{name}: {line}")
+
+        with interrupts():
+            follow_run(run_dir, emit)
+        click.echo(f"{PROG} logs: the run ended ({run_dir / 'report.json'})", err=True)
+        return 0
+    shown = stage_logs(run_dir, stage=stage)
+    if not shown:
+        raise UsageError("no logs here (not a run directory?)", path=str(run_dir))
+    for entry in shown:
+        status = f" {entry.status}" if entry.status else ""
+        detail = f": {entry.detail}" if entry.detail else ""
+        click.echo(f"== {entry.stage}{status}{detail}")
+        for path in entry.files:
+            text, cut = tail_lines(path, lines)
+            more = f" (last {lines} lines; {cut} earlier)" if cut else ""
+            click.echo(f"-- {path}{more}")
+            for line in text:
+                click.echo(line)
+    return 0

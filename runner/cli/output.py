@@ -1,0 +1,219 @@
+"""How the CLI shows progress and results: rich colour on a terminal, plain timestamped lines
+in logs and CI, GitHub Actions groups, one annotation and a step summary when running there.
+Part of the CLI layer: the only other module that prints."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.base.errors import Problem
+
+if TYPE_CHECKING:  # the report's models and rich load only when a run has something to show
+    from runner.model.census import EvidenceSummary
+    from runner.model.report import Report
+    from runner.run.grading import GradeReport
+
+STATUS_STYLE = {"passed": "green", "failed": "red", "error": "yellow", "skipped": "dim"}
+VERDICT_STYLE = {
+    "accepted": "bold green",
+    "rejected": "bold red",
+    "infrastructure_failed": "bold yellow",
+    "invalid": "bold red",
+}
+SUMMARY_LIMIT = 1_000_000  # GitHub caps a step summary at 1 MiB
+
+
+def in_github_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def print_problems(
+    problems: Iterable[Problem], *, prefix: str = "selfbench-runner: error: "
+) -> None:
+    """Every input problem on its own line, on stderr."""
+    for problem in problems:
+        print(f"{prefix}{problem.one_line()}", file=sys.stderr)
+
+
+class Output:
+    """Progress and summaries on stderr. Called from several threads while gates run
+    concurrently, so each line is written whole."""
+
+    def __init__(self, *, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.github = in_github_actions()
+        self.terminal = sys.stderr.isatty()
+        self._group: str | None = None
+        self._lock = threading.Lock()
+
+    @cached_property
+    def console(self) -> Any:
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
+
+    @property
+    def file(self) -> Any:
+        return sys.stderr
+
+    def progress(self, stage: str, message: str) -> None:
+        if self.quiet:
+            return
+        with self._lock:
+            if self.github and stage != self._group:
+                self._end_group()
+                print(f"::group::selfbench {stage}", file=self.file, flush=True)
+                self._group = stage
+            stamp = time.strftime("%H:%M:%S")
+            if self.terminal:
+                from rich.markup import escape
+
+                self.console.print(f"[dim]{stamp}[/] [bold]{stage}[/]: {escape(message)}")
+            else:
+                print(f"[{stamp}] {stage}: {message}", file=self.file, flush=True)
+
+    def _end_group(self) -> None:
+        if self._group is not None:
+            print("::endgroup::", file=self.file, flush=True)
+            self._group = None
+
+    def summary(self, report: Report) -> None:
+        with self._lock:
+            self._end_group()
+        if self.terminal:
+            self._rich_summary(report)
+        else:
+            for line in summary_lines(report):
+                print(line, file=self.file)
+        if self.github:
+            self._github(report)
+
+    def grade_summary(self, report: GradeReport) -> None:
+        with self._lock:
+            self._end_group()
+        for line in grade_lines(report):
+            print(line, file=self.file)
+
+    def _rich_summary(self, report: Report) -> None:
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table(
+            title=f"{report.task_id or '?'}: {report.verdict.value}",
+            title_style=VERDICT_STYLE[report.verdict.value],
+            show_edge=False,
+            pad_edge=False,
+        )
+        for column in ("stage", "status", "seconds", "detail"):
+            table.add_column(column, justify="right" if column == "seconds" else "left")
+        for name, stage in report.stages.items():
+            table.add_row(
+                name,
+                f"[{STATUS_STYLE[stage.status.value]}]{stage.status.value}[/]",
+                f"{stage.seconds:.1f}",
+                escape(stage.detail),
+            )
+        self.console.print(table)
+        for error in report.errors:
+            self.console.print(f"[red]error[/]: {escape(_problem_line(error))}")
+        if report.run_dir:
+            self.console.print(f"logs and report: {report.run_dir}")
+
+    def _github(self, report: Report) -> None:
+        if report.verdict.value != "accepted":
+            message = report.reason.replace("%", "%25").replace("\n", "%0A")
+            print(
+                f"::error title=selfbench {report.task_id} {report.verdict.value}::{message}",
+                file=self.file,
+            )
+        path = os.environ.get("GITHUB_STEP_SUMMARY")
+        if path:
+            text = step_summary(report)
+            with Path(path).open("a", encoding="utf-8") as handle:
+                handle.write(text[:SUMMARY_LIMIT])
+
+    def line(self, text: str) -> None:
+        print(text, file=self.file)
+
+
+def _problem_line(error: object) -> str:
+    file, field, message = (getattr(error, k) for k in ("file", "field", "message"))
+    return Problem(file=file, field=field, message=message).one_line()
+
+
+def summary_lines(report: Report) -> list[str]:
+    head = f"{report.task_id or '?'}: {report.verdict.value}"
+    lines = [head + (f" ({report.reason})" if report.reason else "")]
+    for name, stage in report.stages.items():
+        lines.append(f"  {name:<12} {stage.status.value:<8} {stage.seconds:>8.1f}s  {stage.detail}")
+    for error in report.errors:
+        lines.append(f"  error: {_problem_line(error)}")
+    if report.run_dir:
+        lines.append(f"  logs and report: {report.run_dir}")
+    return lines
+
+
+def evidence_lines(evidence: EvidenceSummary | None, indent: str = "  ") -> list[str]:
+    """The per-test evidence of a verifier run, a line per selector."""
+    if evidence is None:
+        return []
+    if evidence.mode == "exit-code":
+        return [f"{indent}evidence: exit-code evidence only (no per-test reporter for this runner)"]
+    lines = [
+        f"{indent}evidence: per test, from {', '.join(evidence.runners) or 'the runner'}"
+        + (" (graded by the sealed census)" if evidence.sealed else "")
+    ]
+    for selector in evidence.selectors:
+        kind = "fail-to-pass" if selector.kind == "failToPass" else "pass-to-pass"
+        if selector.attributed:
+            counts = (
+                f"ran {selector.ran}, passed {selector.passed}, failed "
+                f"{(selector.failed or 0) + (selector.error or 0)}, skipped {selector.skipped}"
+            )
+        else:
+            counts = "judged with its selection (its tests are not told apart)"
+        lines.append(f"{indent}  {kind} {selector.selector}: {counts}")
+    for run in evidence.runs:
+        for problem in run.problems[:3]:
+            lines.append(f"{indent}  {run.name}: {problem}")
+    return lines
+
+
+def grade_lines(report: GradeReport) -> list[str]:
+    lines = [f"{report.task_id or '?'}: {report.verdict} ({report.detail})"]
+    if report.census == "unsealed":
+        lines.append("  census: none sealed in this bundle (graded by the evidence rules alone)")
+    lines += evidence_lines(report.evidence)
+    for change in report.undone[:20]:
+        lines.append(f"  undone: {change.path} ({change.reason})")
+    if len(report.undone) > 20:
+        lines.append(f"  undone: ... {len(report.undone) - 20} more")
+    if report.run_dir:
+        lines.append(f"  logs: {report.run_dir}")
+    return lines
+
+
+def step_summary(report: Report) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = [
+        f"### selfbench `{report.task_id}`: **{report.verdict.value}**",
+        "",
+        "| stage | status | seconds | detail |",
+        "| --- | --- | ---: | --- |",
+    ]
+    for name, stage in report.stages.items():
+        rows.append(
+            f"| {name} | {stage.status.value} | {stage.seconds:.1f} | {cell(stage.detail)} |"
+        )
+    if report.run_dir:
+        rows += ["", f"Logs: `{report.run_dir}`"]
+    return "\n".join(rows) + "\n\n"

@@ -1,0 +1,182 @@
+"""Coupling evidence (pure): what the held-out tests reach for that only the gold patch brings.
+
+A fair task's tests exercise behaviour the instruction describes. Names and strings that the
+tests reference and that exist only in the gold patch (not in the base tree, not in the
+instruction) are what a reviewer must look at first: private names, new module paths, exact
+error messages, internal constants, and files the gold patch adds that the tests read. Never a
+blocker by itself: evidence for the verification round.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from runner.compile.patches import FileChange, PatchInfo
+from runner.model.report import CouplingItem
+
+MAX_ITEMS = 100
+MAX_CANDIDATES = 300
+_IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{2,63}\b")
+_STRING = re.compile(r"""(?P<q>["'`])(?P<s>[^"'`\\\n]{4,200})(?P=q)""")
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+CODE_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs", ".rb", ".java")
+
+
+@dataclass(frozen=True)
+class _Site:
+    file: str
+    line: int
+
+
+def added_lines(change: FileChange) -> Iterator[tuple[int, str]]:
+    """(line number in the new file, text) of each added line of one file's diff."""
+    number = 0
+    in_hunk = False
+    for raw in change.raw.decode("utf-8", "replace").splitlines():
+        if match := _HUNK.match(raw):
+            number = int(match.group(1))
+            in_hunk = True
+            continue
+        if not in_hunk or raw.startswith(("+++", "---")):
+            continue
+        if raw.startswith("+"):
+            yield number, raw[1:]
+            number += 1
+        elif raw.startswith(" "):
+            number += 1
+
+
+def _tokens(patch: PatchInfo) -> dict[str, _Site]:
+    """Every identifier and string literal an added line holds, with its first site."""
+    found: dict[str, _Site] = {}
+    for change in patch.changes:
+        path = change.new_path or change.old_path or ""
+        for number, text in added_lines(change):
+            for match in _STRING.finditer(text):
+                found.setdefault("\0" + match.group("s"), _Site(path, number))
+            for match in _IDENTIFIER.finditer(_STRING.sub(" ", text)):
+                found.setdefault(match.group(0), _Site(path, number))
+    return found
+
+
+def _module_names(path: str) -> list[str]:
+    stem, suffix = posixpath.splitext(path)
+    if suffix not in CODE_SUFFIXES:
+        return []
+    parts = [p for p in stem.split("/") if p not in ("", ".", "src", "lib")]
+    names = []
+    if len(parts) >= 2:
+        names += [".".join(parts[-2:]), "/".join(parts[-2:])]
+    return names
+
+
+def _kind(token: str) -> str:
+    if token.startswith("\0"):
+        text = token[1:]
+        return (
+            "error-message" if (" " in text or text.rstrip()[-1:] in ".:!?") else "string-literal"
+        )
+    if token.startswith("_") and not token.startswith("__"):
+        return "private-name"
+    if token.isupper() and ("_" in token or len(token) >= 4):
+        return "internal-constant"
+    return "gold-only-name"
+
+
+def candidates(tests: PatchInfo, gold: PatchInfo, instruction: str) -> list[str]:
+    """The tokens the tests reference that the gold patch adds and the instruction does not
+    name: what must be looked up in the base tree (strings without their marker)."""
+    test_tokens = _tokens(tests)
+    gold_tokens = _tokens(gold)
+    out = []
+    for token in test_tokens:
+        if token not in gold_tokens:
+            continue
+        text = token.lstrip("\0")
+        if _in_instruction(token, instruction):
+            continue
+        out.append(text)
+        if len(out) >= MAX_CANDIDATES:
+            break
+    return out
+
+
+def _in_instruction(token: str, instruction: str) -> bool:
+    if token.startswith("\0"):
+        return token[1:] in instruction
+    return (
+        re.search(rf"(?<![A-Za-z0-9_]){re.escape(token)}(?![A-Za-z0-9_])", instruction) is not None
+    )
+
+
+def coupling(
+    tests: PatchInfo, gold: PatchInfo, instruction: str, present_at_base: set[str]
+) -> list[CouplingItem]:
+    """The evidence, strongest kinds first."""
+    test_tokens = _tokens(tests)
+    gold_tokens = _tokens(gold)
+    items: list[CouplingItem] = []
+    for token, test_site in test_tokens.items():
+        gold_site = gold_tokens.get(token)
+        text = token.lstrip("\0")
+        if gold_site is None or text in present_at_base or _in_instruction(token, instruction):
+            continue
+        items.append(
+            CouplingItem(
+                kind=_kind(token),
+                name=text,
+                test_file=test_site.file,
+                test_line=test_site.line,
+                gold_file=gold_site.file,
+                gold_line=gold_site.line,
+            )
+        )
+    # New modules and files of the gold patch that the tests import or read.
+    added_files = [c.new_path for c in gold.changes if c.old_path is None and c.new_path]
+    for change in tests.changes:
+        test_path = change.new_path or change.old_path or ""
+        for number, text in added_lines(change):
+            for path in added_files:
+                names = _module_names(path)
+                module = next((n for n in names if n in text and n not in instruction), None)
+                if path in instruction or posixpath.basename(path) in instruction:
+                    continue  # the instruction names it: part of the task's contract
+                if module is not None:
+                    items.append(
+                        CouplingItem(
+                            kind="new-module",
+                            name=module,
+                            test_file=test_path,
+                            test_line=number,
+                            gold_file=path,
+                            gold_line=1,
+                        )
+                    )
+                elif not path.endswith(CODE_SUFFIXES) and (
+                    path in text or posixpath.basename(path) in text
+                ):
+                    items.append(
+                        CouplingItem(
+                            kind="gold-only-file",
+                            name=path,
+                            test_file=test_path,
+                            test_line=number,
+                            gold_file=path,
+                            gold_line=1,
+                        )
+                    )
+    order = {
+        "private-name": 0,
+        "new-module": 1,
+        "gold-only-file": 2,
+        "error-message": 3,
+        "internal-constant": 4,
+        "string-literal": 5,
+        "gold-only-name": 6,
+    }
+    unique = {(i.kind, i.name): i for i in reversed(items)}
+    ranked = sorted(unique.values(), key=lambda i: (order.get(i.kind, 9), i.test_file, i.test_line))
+    return ranked[:MAX_ITEMS]

@@ -1,0 +1,308 @@
+"""Patch analysis (pure): which paths a Git patch touches, how many lines it changes, which of
+them are dependency manifests, and whether every section is one `git apply` may safely take.
+
+Hunks are parsed by unidiff; git's extended header lines (rename/copy names, modes), which decide
+where a section writes, are checked here as well. The raw bytes are kept as given so binary
+patches survive untouched.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchSet
+
+from runner.base import validation as v
+
+GIT_PATCH_PREFIX = b"diff --git "
+DEV_NULL = "/dev/null"
+REGULAR_MODES = frozenset({"100644", "100755"})
+SYMLINK_MODE = "120000"
+GITLINK_MODE = "160000"
+
+# The seed's manifest basenames plus the lockfiles of the other package managers we meet.
+MANIFEST_BASENAMES = frozenset(
+    {
+        "package.json",
+        "package-lock.json",
+        "npm-shrinkwrap.json",
+        "bun.lock",
+        "bun.lockb",
+        "pnpm-lock.yaml",
+        "yarn.lock",
+        "deno.lock",
+        "pyproject.toml",
+        "uv.lock",
+        "poetry.lock",
+        "Pipfile",
+        "Pipfile.lock",
+        "go.mod",
+        "go.sum",
+        "Cargo.toml",
+        "Cargo.lock",
+    }
+)
+MANIFEST_GLOBS = ("requirements*.txt",)
+
+_OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3}|.)")
+_SIMPLE_ESCAPES = {
+    b"n": b"\n",
+    b"t": b"\t",
+    b'"': b'"',
+    b"\\": b"\\",
+    b"a": b"\a",
+    b"b": b"\b",
+    b"f": b"\f",
+    b"r": b"\r",
+    b"v": b"\v",
+}
+# Extended header lines that name a path or a mode (git-diff(1), "extended header lines").
+_HEADER_NAME = re.compile(r"^(rename from |rename to |copy from |copy to |--- |\+\+\+ )(.*)$")
+_HEADER_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\S+)$")
+_INDEX_MODE = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+ (\S+)$")
+
+
+class PatchParseError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileChange:
+    """One `diff --git` section."""
+
+    old_path: str | None  # None when the file is added
+    new_path: str | None  # None when the file is deleted
+    added_lines: int
+    removed_lines: int
+    binary: bool
+    raw: bytes  # the section's exact bytes, for re-emitting a sub-patch
+    hunks: int = 0
+    old_mode: str | None = None
+    new_mode: str | None = None
+    rename: bool = False
+    copy: bool = False
+    binary_data: bool = False  # a `GIT binary patch` payload (not just "Binary files differ")
+    header_names: tuple[str, ...] = ()  # every raw name its header lines give
+    symlink_target: str | None = None
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for path in (self.old_path, self.new_path):
+            if path is not None and path not in seen:
+                seen.append(path)
+        return tuple(seen)
+
+    @property
+    def path(self) -> str:
+        """The path a reader would name the change by: the new one, or the old for a deletion."""
+        return self.new_path if self.new_path is not None else str(self.old_path)
+
+    @property
+    def changed_lines(self) -> int:
+        return self.added_lines + self.removed_lines
+
+    @property
+    def changes_something(self) -> bool:
+        return bool(
+            self.hunks
+            or self.binary_data
+            or self.rename
+            or self.copy
+            or self.old_path is None
+            or self.new_path is None
+            or (self.old_mode and self.new_mode and self.old_mode != self.new_mode)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchInfo:
+    changes: tuple[FileChange, ...]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every path the patch touches (both sides of a rename), sorted, unique."""
+        return tuple(sorted({p for change in self.changes for p in change.paths}))
+
+    @property
+    def changed_lines(self) -> int:
+        return sum(change.changed_lines for change in self.changes)
+
+    def manifest_changes(self) -> tuple[FileChange, ...]:
+        return tuple(c for c in self.changes if any(is_manifest(p) for p in c.paths))
+
+    def subpatch(self, changes: Iterable[FileChange]) -> bytes:
+        return b"".join(change.raw for change in changes)
+
+
+def is_git_patch(raw: bytes) -> bool:
+    return raw.startswith(GIT_PATCH_PREFIX)
+
+
+def is_manifest(path: str) -> bool:
+    name = posixpath.basename(path)
+    return name in MANIFEST_BASENAMES or any(fnmatch.fnmatchcase(name, g) for g in MANIFEST_GLOBS)
+
+
+def _unquote(path: str) -> str:
+    """Undo Git's C-style quoting of unusual path names (core.quotePath)."""
+    if not (len(path) >= 2 and path.startswith('"') and path.endswith('"')):
+        return path
+    body = path[1:-1].encode("utf-8", "surrogateescape")
+
+    def replace(match: re.Match[bytes]) -> bytes:
+        token = match.group(1)
+        if len(token) == 3 and token.isdigit():
+            return bytes([int(token, 8)])
+        return _SIMPLE_ESCAPES.get(token, token)
+
+    return _OCTAL_ESCAPE.sub(replace, body).decode("utf-8", "surrogateescape")
+
+
+def _strip_prefix(path: str, prefix: str) -> str | None:
+    path = _unquote(path.rstrip("\t"))
+    if path == DEV_NULL:
+        return None
+    if path.startswith(prefix):
+        return path[len(prefix) :]
+    return path
+
+
+def _split_sections(raw: bytes) -> list[bytes]:
+    """Split the raw patch at each `diff --git ` line, keeping bytes exactly."""
+    starts = [m.start() for m in re.finditer(rb"(?m)^diff --git ", raw)]
+    if not starts:
+        return []
+    return [raw[start:end] for start, end in zip(starts, [*starts[1:], len(raw)], strict=True)]
+
+
+def _header(section: str) -> tuple[list[str], list[str], str | None, str | None]:
+    """Names and modes from a section's extended header (up to its first hunk or payload)."""
+    names: list[str] = []
+    modes: list[str] = []
+    old_mode: str | None = None
+    new_mode: str | None = None
+    for line in section.splitlines()[1:]:
+        if line.startswith(("@@", "GIT binary patch", "Binary files ")):
+            break
+        if match := _HEADER_NAME.match(line):
+            kind, name = match.groups()
+            name = _unquote(name.rstrip("\t"))
+            if name != DEV_NULL:
+                prefix = {"--- ": "a/", "+++ ": "b/"}.get(kind, "")
+                names.append(name.removeprefix(prefix) if prefix else name)
+        elif match := _HEADER_MODE.match(line):
+            kind, mode = match.groups()
+            modes.append(mode)
+            if kind in ("old mode", "deleted file mode"):
+                old_mode = mode
+            else:
+                new_mode = mode
+        elif match := _INDEX_MODE.match(line):
+            modes.append(match.group(1))
+            old_mode = old_mode or match.group(1)
+            new_mode = new_mode or match.group(1)
+    return names, modes, old_mode, new_mode
+
+
+def parse_patch(raw: bytes) -> PatchInfo:
+    """Parse a Git patch. Raises PatchParseError when it cannot be read."""
+    text = raw.decode("utf-8", "surrogateescape")
+    try:
+        parsed = PatchSet(text)
+    except UnidiffParseError as exc:
+        raise PatchParseError(str(exc)) from exc
+    except (ValueError, IndexError, TypeError, AttributeError) as exc:
+        # unidiff assumes well-formed input; on hostile bytes it can fail in other ways.
+        raise PatchParseError(f"unreadable diff ({type(exc).__name__})") from exc
+    sections = _split_sections(raw)
+    if len(sections) != len(parsed):
+        raise PatchParseError(
+            f"found {len(sections)} 'diff --git' sections but could parse {len(parsed)}"
+        )
+    changes = []
+    for patched, section in zip(parsed, sections, strict=True):
+        section_text = section.decode("utf-8", "surrogateescape")
+        names, _modes, old_mode, new_mode = _header(section_text)
+        old = None if patched.is_added_file else _strip_prefix(patched.source_file, "a/")
+        new = None if patched.is_removed_file else _strip_prefix(patched.target_file, "b/")
+        header_lines = section_text.split("\n@@", 1)[0].splitlines()
+        symlink_target = None
+        if new_mode == SYMLINK_MODE and new is not None:
+            added = [
+                line.value
+                for hunk in patched
+                for line in hunk
+                if line.is_added and line.value.strip("\n")
+            ]
+            symlink_target = "".join(added).rstrip("\n")
+        changes.append(
+            FileChange(
+                old_path=old,
+                new_path=new,
+                added_lines=patched.added,
+                removed_lines=patched.removed,
+                binary=bool(patched.is_binary_file),
+                raw=section,
+                hunks=len(patched),
+                old_mode=old_mode,
+                new_mode=new_mode,
+                rename=any(line.startswith("rename from ") for line in header_lines),
+                copy=any(line.startswith("copy from ") for line in header_lines),
+                binary_data="\nGIT binary patch\n" in section_text,
+                header_names=tuple(names),
+                symlink_target=symlink_target,
+            )
+        )
+    return PatchInfo(changes=tuple(changes))
+
+
+def section_problems(change: FileChange, index: int) -> list[str]:
+    """What makes one section unsafe or useless; each message names the section."""
+    label = f"section {index + 1} ({change.path!s})"
+    problems: list[str] = []
+    for name in (*change.paths, *change.header_names):
+        try:
+            normalized = v.normalize_repo_path(name)
+        except ValueError as exc:
+            problems.append(f"{label}: {exc}")
+            continue
+        if normalized != name.rstrip("/"):
+            problems.append(f"{label}: path {name!r} is not in normal form ({normalized})")
+    for mode in (change.old_mode, change.new_mode):
+        if mode is None:
+            continue
+        if mode == GITLINK_MODE:
+            problems.append(f"{label}: submodules (gitlinks, mode 160000) are not supported")
+        elif mode not in REGULAR_MODES and mode != SYMLINK_MODE:
+            problems.append(f"{label}: unsupported file mode {mode}")
+    if change.symlink_target is not None and change.new_path is not None:
+        target = change.symlink_target
+        base = posixpath.dirname(change.new_path) or "."
+        problem = v.path_problem(target, base=base) if target else "empty symlink target"
+        if problem:
+            problems.append(f"{label}: symlink target {target!r} leaves the repository")
+    if change.binary and not change.binary_data:
+        problems.append(
+            f"{label}: binary change without data (make the patch with `git diff --binary`)"
+        )
+    if not change.changes_something:
+        problems.append(f"{label}: changes nothing (a header without hunks, or unreadable hunks)")
+    return problems
+
+
+def patch_problems(info: PatchInfo) -> list[str]:
+    problems: list[str] = []
+    for index, change in enumerate(info.changes):
+        problems.extend(section_problems(change, index))
+    return problems
+
+
+def repository_path(workdir: str, path: str) -> str:
+    """`path` (relative to workdir) as a normalized repository-relative path."""
+    return v.normalize_repo_path(path, base=workdir)

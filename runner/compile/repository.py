@@ -1,0 +1,578 @@
+"""Git side effects: find the task's repository, take the base commit into the runner's own
+store, check the patches there, archive it.
+
+A repository is data, never code. Git reads a repository's own configuration (`core.fsmonitor`,
+`core.hooksPath`, filter and textconv drivers, `include.path`, ...) whenever it runs inside it,
+and some of those settings name commands. So git never runs inside a user's repository: the
+runner locates its object directory itself, lends those objects to a throw-away repository of
+its own (`objects/info/alternates`) and fetches the one commit it needs from there into its
+store. `index-pack` hashes every object it receives and `transfer.fsckObjects` checks their
+shape (no `.git` entries in a tree), so what the store holds under a commit id is exactly that
+commit, whichever repository it came from. Remote URLs and bundles are fetched into the same
+store. Every git call runs with a fixed configuration: no system or global file, every
+command-running setting switched off on the command line, no inherited `GIT_*` variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from runner.base.errors import InfrastructureError, RepositoryError, UsageError
+from runner.base.safeio import file_kind, read_regular
+from runner.model.settings import cache_root
+
+_REMOTE = re.compile(r"^(?:https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+GIT_TIMEOUT_SECONDS = 600
+
+# The user's own environment may choose how to reach a remote (an ssh command, a CA bundle);
+# every other GIT_* variable (GIT_DIR, GIT_CONFIG_PARAMETERS, GIT_INDEX_FILE, ...) would change
+# what a call reads or runs, so none is inherited.
+_PASSED_GIT_VARIABLES = frozenset(
+    {"GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH"}
+)
+# Legacy shapes real histories carry (fsck warns; `transfer.fsckObjects` would refuse them).
+# Errors that matter (a `.git` entry in a tree, a broken link) stay errors.
+_FSCK_IGNORED = (
+    "badDate",
+    "badTimezone",
+    "missingSpaceBeforeDate",
+    "missingSpaceBeforeEmail",
+    "zeroPaddedDate",
+    "zeroPaddedFilemode",
+    "badFilemode",
+    "emptyName",
+    "fullPathname",
+    "largePathname",
+)
+# Given on every call's command line, where they outrank any file: nothing git reads from a
+# repository or a configuration file can name a command for it to run.
+_FIXED_CONFIG: tuple[str, ...] = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.untrackedCache=false",
+    "core.attributesFile=/dev/null",
+    "core.pager=cat",
+    "core.editor=false",
+    "core.askPass=",
+    "core.gitProxy=",
+    "core.alternateRefsCommand=",
+    "core.autocrlf=false",
+    "core.symlinks=true",
+    "credential.helper=",
+    "diff.external=",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "fetch.writeCommitGraph=false",
+    "fetch.recurseSubmodules=false",
+    "submodule.recurse=false",
+    "protocol.allow=never",
+    "protocol.https.allow=always",
+    "protocol.http.allow=always",
+    "protocol.ssh.allow=always",
+    "protocol.git.allow=always",
+    "protocol.file.allow=always",
+    "transfer.fsckObjects=true",
+    *(f"fetch.fsck.{name}=ignore" for name in _FSCK_IGNORED),
+    "tar.umask=0022",
+)
+# Written into every repository the runner makes (its store, a lending repository): upload-pack
+# runs with a lending repository's own file, never the command line above.
+_REPOSITORY_CONFIG = """\
+[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = true
+\thooksPath = /dev/null
+\tfsmonitor = false
+[gc]
+\tauto = 0
+[maintenance]
+\tauto = false
+[uploadpack]
+\tallowAnySHA1InWant = true
+"""
+# What shapes an archive besides the commit: bump when the archive command changes.
+ARCHIVE_SETTINGS = "git-archive tar umask=0022 gzip level=6 mtime=0 v2"
+
+
+def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("GIT_") or key in _PASSED_GIT_VARIABLES
+    }
+    env.update(
+        {
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_SYSTEM": os.devnull,
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_PAGER": "cat",
+            "GIT_EDITOR": "false",
+            "GIT_ASKPASS": "",
+            "GIT_PROTOCOL_FROM_USER": "0",
+            **(extra or {}),
+        }
+    )
+    return env
+
+
+def git_command(args: Sequence[str], *, git_dir: Path | None = None) -> list[str]:
+    fixed = [part for setting in _FIXED_CONFIG for part in ("-c", setting)]
+    where = ["--git-dir", str(git_dir)] if git_dir is not None else []
+    return ["git", *fixed, *where, *args]
+
+
+def _git(
+    args: Sequence[str],
+    *,
+    git_dir: Path | None = None,
+    cwd: Path | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    timeout: float = GIT_TIMEOUT_SECONDS,
+) -> subprocess.CompletedProcess[bytes]:
+    try:
+        result = subprocess.run(
+            git_command(args, git_dir=git_dir),
+            # Never inside a repository the runner did not make (git would discover it).
+            cwd=cwd if cwd is not None else _git_root(),
+            capture_output=True,
+            check=False,
+            input=stdin,
+            timeout=timeout,
+            env=git_environment(env),
+        )
+    except FileNotFoundError:
+        raise InfrastructureError("git is not installed on this machine") from None
+    except subprocess.TimeoutExpired:
+        raise InfrastructureError(f"git {' '.join(args[:2])} took longer than {timeout}s") from None
+    if check and result.returncode != 0:
+        raise RepositoryError(f"git {' '.join(args[:2])} failed: {_last_error(result)}")
+    return result
+
+
+def _last_error(result: subprocess.CompletedProcess[bytes]) -> str:
+    lines = [ln.strip() for ln in (result.stderr or b"").decode(errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else f"exit {result.returncode}"
+
+
+@cache
+def git_version() -> str:
+    return _git(["--version"]).stdout.decode().strip()
+
+
+def is_remote(spec: str) -> bool:
+    return bool(_REMOTE.match(spec))
+
+
+# ---- the store ------------------------------------------------------------------------------
+
+
+def _git_root() -> Path:
+    root = cache_root() / "git"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@contextlib.contextmanager
+def _store_lock() -> Iterator[None]:
+    """One writer of the store at a time (fetches update its shallow file and refs)."""
+    fd = os.open(_git_root() / "store.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _new_repository(path: Path, *, alternate: Path | None = None) -> None:
+    """A bare repository with the runner's configuration, no template (no sample hooks)."""
+    _git(["init", "--bare", "-q", "--template=", str(path)])
+    (path / "config").write_text(_REPOSITORY_CONFIG, encoding="utf-8")
+    if alternate is not None:
+        info = path / "objects" / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "alternates").write_text(f"{alternate}\n", encoding="utf-8")
+
+
+def store() -> Path:
+    """The runner's own bare repository: every commit a task names, fetched once."""
+    path = _git_root() / "store.git"
+    if (path / "HEAD").is_file():
+        return path
+    with _store_lock():
+        if not (path / "HEAD").is_file():
+            tmp = path.with_name(f".store.{os.getpid()}.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            _new_repository(tmp)
+            os.replace(tmp, path)
+    return path
+
+
+def has_commit(git_dir: Path, commit: str) -> bool:
+    result = _git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False)
+    return result.returncode == 0
+
+
+def _pin(commit: str) -> str:
+    return f"refs/selfbench/commits/{commit}"
+
+
+def _fetch(
+    source: str, refspecs: Sequence[str], *, depth: bool
+) -> subprocess.CompletedProcess[bytes]:
+    args = ["fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-auto-gc"]
+    return _git(
+        [*args, *(["--depth", "1"] if depth else []), "--", source, *refspecs],
+        git_dir=store(),
+        check=False,
+    )
+
+
+def _take(source: str, commit: str, *, label: str, key: str, bundle: bool = False) -> None:
+    """Fetch `commit` from `source` into the store (unless it is there already)."""
+    target = store()
+    if has_commit(target, commit):
+        return
+    with _store_lock():
+        if has_commit(target, commit):
+            return
+        fetched = None
+        if not bundle:
+            fetched = _fetch(source, [f"+{commit}:{_pin(commit)}"], depth=True)
+        if fetched is None or fetched.returncode != 0:
+            # Bundles, and servers that refuse a fetch by id: every branch and tag.
+            prefix = f"refs/selfbench/sources/{key}"
+            fetched = _fetch(
+                source,
+                [f"+refs/heads/*:{prefix}/heads/*", f"+refs/tags/*:{prefix}/tags/*"],
+                depth=False,
+            )
+            if fetched.returncode != 0:
+                raise RepositoryError(
+                    f"cannot fetch from repository {label}: {_last_error(fetched)}"
+                )
+        if not has_commit(target, commit):
+            raise RepositoryError(f"base commit {commit} not found in repository {label}")
+        _git(["update-ref", _pin(commit), commit], git_dir=target)
+
+
+def _git_dir_of(path: Path, *, label: str) -> Path:
+    """The git directory `git rev-parse --git-dir` would find from `path`, found without git
+    (which would read the repository's configuration)."""
+    start = path.resolve()
+    for directory in (start, *start.parents):
+        dotgit = directory / ".git"
+        if dotgit.is_dir():
+            return dotgit
+        if dotgit.is_file():
+            text = read_regular(dotgit, limit=4096).decode("utf-8", "replace").strip()
+            if not text.startswith("gitdir:"):
+                raise RepositoryError(f"{dotgit} ({label}) is not a gitdir file")
+            return (directory / text[len("gitdir:") :].strip()).resolve()
+        if (directory / "HEAD").is_file() and (directory / "objects").is_dir():
+            return directory
+    raise RepositoryError(f"{path} ({label}) is not a git repository")
+
+
+def _objects_of(path: Path, *, label: str) -> Path:
+    git_dir = _git_dir_of(path, label=label)
+    common = git_dir
+    commondir = git_dir / "commondir"
+    if commondir.is_file():
+        text = read_regular(commondir, limit=4096).decode("utf-8", "replace").strip()
+        common = (git_dir / text).resolve()
+    objects = common / "objects"
+    if not objects.is_dir() or "\n" in str(objects):
+        raise RepositoryError(f"{path} ({label}) is not a git repository (no object directory)")
+    return objects
+
+
+def _take_local(path: Path, commit: str, *, label: str) -> None:
+    """Fetch from a local repository without running git in it: its objects are lent to a
+    repository of the runner's own, and the store fetches from that."""
+    if has_commit(store(), commit):
+        return
+    objects = _objects_of(path, label=label)
+    with tempfile.TemporaryDirectory(prefix="lend.", dir=_git_root()) as tmp:
+        lend = Path(tmp) / "lend.git"
+        _new_repository(lend, alternate=objects)
+        if not has_commit(lend, commit):
+            raise RepositoryError(f"base commit {commit} not found in repository {label}")
+        _take(str(lend), commit, label=label, key="local")
+
+
+def _take_bundle(path: Path, commit: str, *, label: str) -> None:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    _take(str(path), commit, label=label, key=digest.hexdigest()[:24], bundle=True)
+
+
+def resolve_repository(
+    repo_option: str | None, definition_repo: str, commit: str, *, task_dir: Path | None = None
+) -> Path:
+    """The runner's store, holding `commit` taken from the task's repository.
+
+    A relative definition.repo is looked up beside the task first (examples ship their
+    repository as a git bundle there), then from the current directory.
+    """
+    spec = repo_option or definition_repo
+    source = "--repo" if repo_option else "definition.repo"
+    commit = commit.lower()
+    if not _SHA.fullmatch(commit):
+        raise RepositoryError(f"base commit {commit!r} is not a full 40-character commit id")
+    if not repo_option and task_dir is not None and not is_remote(spec):
+        beside = task_dir / spec
+        try:
+            if os.path.lexists(beside):
+                spec = str(beside)
+        except (OSError, ValueError):  # a name too long for the filesystem is no repository
+            pass
+    if spec.startswith("file://"):
+        spec = spec[len("file://") :]
+    if is_remote(spec):
+        key = hashlib.sha256(spec.encode()).hexdigest()[:24]
+        _take(spec, commit, label=spec, key=key)
+        return store()
+    path = Path(spec).expanduser()
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        hint = "" if repo_option else "; pass --repo PATH|URL"
+        raise RepositoryError(
+            f"repository {spec!r} ({source}) is neither a local path nor a git URL{hint}"
+        ) from None
+    if stat.S_ISREG(info.st_mode):
+        with path.open("rb") as handle:
+            header = handle.read(16)
+        if not header.startswith((b"# v2 git bundle", b"# v3 git bundle")):
+            raise RepositoryError(f"repository {spec!r} ({source}) is a file but not a git bundle")
+        _take_bundle(path.resolve(), commit, label=spec)
+    elif stat.S_ISDIR(info.st_mode):
+        _take_local(path, commit, label=spec)
+    else:
+        raise RepositoryError(
+            f"repository {spec!r} ({source}) is {file_kind(info.st_mode)}, not a git "
+            "repository or bundle"
+        )
+    return store()
+
+
+def tree_of(repo: Path, commit: str) -> str:
+    """The id of the commit's tree: what the commit holds, whatever repository it came from."""
+    result = _git(["rev-parse", "--verify", "-q", f"{commit}^{{tree}}"], git_dir=repo)
+    return result.stdout.decode().strip()
+
+
+def check_commit(repo: Path, commit: str, *, label: str) -> None:
+    if not has_commit(repo, commit):
+        raise RepositoryError(f"base commit {commit} not found in repository {label}")
+
+
+def archive_key(repo: Path, commit: str) -> str:
+    """What makes an archive's bytes: the commit (its tree, its time), the archive settings and
+    the git that writes it. Objects in the store are checked against their ids when fetched,
+    so no repository can put other content under another's key."""
+    material = "\0".join((commit.lower(), tree_of(repo, commit), ARCHIVE_SETTINGS, git_version()))
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def cached_archive(repo: Path, commit: str) -> Path:
+    """The commit's archive, made once and copied by every later compile."""
+    path = cache_root() / "archives" / f"{archive_key(repo, commit)}.tar.gz"
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write_archive(repo, commit, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_archive(repo: Path, commit: str, destination: Path) -> None:
+    """`git archive` of the commit, gzipped with a fixed mtime: byte-identical every time."""
+    process = subprocess.Popen(
+        git_command(["archive", "--format=tar", commit], git_dir=repo),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=git_environment(),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    with (
+        destination.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as out,
+    ):
+        shutil.copyfileobj(process.stdout, out, 1 << 20)
+    error = process.stderr.read().decode(errors="replace").strip()
+    if process.wait() != 0:
+        raise RepositoryError(f"git archive {commit} failed: {error}")
+
+
+def changed_paths(ref: str) -> tuple[Path, list[Path]]:
+    """The checkout around the current directory and the files changed in `ref...HEAD` (for
+    `batch --changed-since`). This runs in the user's own checkout, so it reads that
+    checkout's configuration; the fixed command line still keeps any command from running,
+    and neither call touches the work tree or the index."""
+    if ref.startswith("-"):
+        raise UsageError("a git ref cannot start with '-'", field="--changed-since")
+    here = Path.cwd()
+    top = _git(["rev-parse", "--show-toplevel"], cwd=here, check=False)
+    if top.returncode != 0:
+        raise UsageError("--changed-since needs a git checkout", field="--changed-since")
+    diff = _git(
+        [
+            "diff",
+            "--name-only",
+            "--no-renames",
+            "--no-ext-diff",
+            "--no-textconv",
+            f"{ref}...HEAD",
+            "--",
+        ],
+        cwd=here,
+        check=False,
+    )
+    if diff.returncode != 0:
+        raise UsageError(
+            f"git diff {ref}...HEAD failed: {_last_error(diff)[:300]}", field="--changed-since"
+        )
+    root = Path(top.stdout.decode().strip()).resolve()
+    return root, [root / line for line in diff.stdout.decode().splitlines() if line]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepositoryFacts:
+    """What compile learned from the repository at the base commit, for the audit."""
+
+    workdir_problem: str | None = None
+    apply_problems: list[str] = field(default_factory=list)
+    evidence_problems: list[str] = field(default_factory=list)
+    # Of the coupling candidates asked about, those the base tree already holds.
+    present_at_base: frozenset[str] = frozenset()
+
+    @property
+    def problems(self) -> list[str]:
+        return [
+            *([self.workdir_problem] if self.workdir_problem else []),
+            *self.apply_problems,
+            *self.evidence_problems,
+        ]
+
+
+def object_type(repo: Path, commit: str, path: str) -> str | None:
+    """`tree`, `blob`, `commit` (a gitlink) or None for `commit:path`."""
+    if path in ("", "."):
+        return "tree"
+    result = _git(["cat-file", "-t", f"{commit}:{path}"], git_dir=repo, check=False)
+    return result.stdout.decode().strip() or None if result.returncode == 0 else None
+
+
+def _first_error(result: subprocess.CompletedProcess[bytes]) -> str:
+    lines = [ln.strip() for ln in (result.stderr or b"").decode(errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    return "; ".join(lines[:2]) or f"exit {result.returncode}"
+
+
+def check_repository(
+    repo: Path,
+    commit: str,
+    *,
+    workdir: str,
+    test_patch: bytes,
+    gold_patch: bytes,
+    evidence: Sequence[str] = (),
+    coupling_needles: Sequence[str] = (),
+) -> RepositoryFacts:
+    """The workdir is a directory at `commit`, and both patches apply there: each alone, and
+    the held-out tests on top of the gold patch (as the oracle applies them). `git apply
+    --check` runs against a temporary index, so no checkout is needed."""
+    kind = object_type(repo, commit, workdir)
+    workdir_problem = None
+    if kind is None:
+        workdir_problem = f"workdir {workdir!r} does not exist at baseCommit"
+    elif kind != "tree":
+        what = "a submodule" if kind == "commit" else "a file"
+        workdir_problem = f"workdir {workdir!r} is {what} at baseCommit, not a directory"
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="selfbench-apply.") as tmp:
+        index = Path(tmp) / "index"
+        env = {"GIT_INDEX_FILE": str(index)}
+
+        def reset() -> None:
+            _git(["read-tree", commit], git_dir=repo, env=env)
+
+        def apply(patch: bytes, *, check: bool) -> subprocess.CompletedProcess[bytes]:
+            args = ["apply", "--cached", "--binary", "--whitespace=nowarn"]
+            return _git(
+                [*args, *(["--check"] if check else []), "-"],
+                git_dir=repo,
+                env=env,
+                check=False,
+                stdin=patch,
+            )
+
+        reset()
+        gold = apply(gold_patch, check=False)
+        if gold.returncode != 0:
+            problems.append(f"gold.patch does not apply to baseCommit: {_first_error(gold)}")
+        reset()
+        tests = apply(test_patch, check=True)
+        if tests.returncode != 0:
+            problems.append(f"test.patch does not apply to baseCommit: {_first_error(tests)}")
+        if gold.returncode == 0 and tests.returncode == 0:
+            reset()
+            apply(gold_patch, check=False)
+            both = apply(test_patch, check=True)
+            if both.returncode != 0:
+                problems.append(
+                    "test.patch does not apply on top of gold.patch: " + _first_error(both)
+                )
+    evidence_problems = [
+        f"evidence path {path!r} does not exist at baseCommit"
+        for path in dict.fromkeys(evidence)
+        if object_type(repo, commit, path) is None
+    ]
+    return RepositoryFacts(
+        workdir_problem=workdir_problem,
+        apply_problems=problems,
+        evidence_problems=evidence_problems,
+        present_at_base=present_in_tree(repo, commit, coupling_needles),
+    )
+
+
+def present_in_tree(repo: Path, commit: str, needles: Sequence[str]) -> frozenset[str]:
+    """Which of these fixed strings occur anywhere in the commit's tree (one `git grep`)."""
+    wanted = {n for n in needles if n and "\n" not in n}
+    if not wanted:
+        return frozenset()
+    args = ["grep", "-F", "-o", "-h", "-I", "--no-color"]
+    for needle in sorted(wanted):
+        args += ["-e", needle]
+    result = _git([*args, commit, "--"], git_dir=repo, check=False)
+    found = {line for line in result.stdout.decode(errors="replace").splitlines()}
+    return frozenset(wanted & found)

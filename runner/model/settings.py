@@ -1,0 +1,151 @@
+"""Settings: every environment variable the runner reads and every default, in one place.
+
+The CLI passes these names to click (`envvar=`) and builds one frozen VerifySettings per run;
+nothing below the CLI reads os.environ except through this module.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from runner.model.toolchains import ToolchainSettings
+
+# ---- environment variables -------------------------------------------------------------------
+ENV_BASE_IMAGE = "SELFBENCH_BASE_IMAGE"
+ENV_EXTRA_CA = "SELFBENCH_EXTRA_CA_CERTS"
+ENV_TOOLCHAIN_SOURCES = "SELFBENCH_TOOLCHAIN_SOURCES"
+ENV_TOOLCHAIN_MIRRORS = "SELFBENCH_TOOLCHAIN_MIRRORS"
+ENV_BUILD_NETWORK = "SELFBENCH_BUILD_NETWORK"
+ENV_CACHE_DIR = "SELFBENCH_CACHE_DIR"
+ENV_LOGS_ROOT = "SELFBENCH_LOGS"
+ENV_STORAGE_LIMIT = "SELFBENCH_STORAGE_LIMIT"
+ENV_SIDECAR_TOKEN = "SELFBENCH_SIDECAR_TOKEN"
+ENV_SIDECAR_STATE = "SELFBENCH_SIDECAR_STATE"
+ENV_SSH_CONFIG = "SELFBENCH_SSH_CONFIG"
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
+
+# ---- defaults --------------------------------------------------------------------------------
+DEFAULT_BASE_IMAGE = "ubuntu:24.04"
+DEFAULT_LOGS_ROOT = Path("runs")
+DEFAULT_PIDS_LIMIT = 4096
+DEFAULT_MAX_LOG_BYTES = 20 * 1024 * 1024
+SMOKE_TIMEOUT_SECONDS = 600.0  # the smoke gate never waits longer than this
+BUILD_GRACE_SECONDS = 60  # a build client's read timeout beyond the build's own deadline
+HELPER_BUILD_TIMEOUT_SECONDS = 1800.0  # derived base and prepared toolchain layers
+HELPER_CPUS = 2.0
+HELPER_MEMORY_MB = 4096
+STORAGE_SAMPLE_SECONDS = 2.0  # how often the storage watchdog measures a container
+MAX_AGENT_PATCH_BYTES = 512 * 1024 * 1024
+CONTAINER_MARGIN_SECONDS = 300  # a gate container's main process outlives its deadline by this
+LOCAL_BASE_HINT = (
+    "build a local base with scripts/make-base-image.sh and pass "
+    "--base-image selfbench/debian-base:bookworm (or set SELFBENCH_BASE_IMAGE)"
+)
+
+
+class StorageLimit(StrEnum):
+    """How `storage_mb` is held: the engine's quota (`--storage-opt size`, overlay2 on XFS with
+    pquota), a watchdog that measures each container's writable layer and kills it past the
+    limit, `auto` (quota where the engine supports it, else the watchdog), or `off`."""
+
+    AUTO = "auto"
+    QUOTA = "quota"
+    WATCHDOG = "watchdog"
+    OFF = "off"
+
+
+def environment_value(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value and value.strip() else None
+
+
+def environment_list(name: str) -> list[str]:
+    value = environment_value(name)
+    return [value] if value else []
+
+
+def proxy_environment() -> dict[str, str]:
+    """The standard proxy variables (both spellings) that are set: the only host environment
+    that reaches builds and containers."""
+    env: dict[str, str] = {}
+    for name in PROXY_VARIABLES:
+        for variant in (name, name.lower()):
+            value = os.environ.get(variant)
+            if value:
+                env[variant] = value
+    return env
+
+
+def ssh_config_file() -> Path | None:
+    """An ssh_config(5) file for ssh engines (`ssh -F`), instead of the user's own: keys,
+    known hosts and ports for a CI machine that has no ~/.ssh of its own."""
+    value = environment_value(ENV_SSH_CONFIG)
+    return Path(value) if value else None
+
+
+def docker_environment() -> dict[str, str]:
+    """The process's environment as the docker CLI reads it (DOCKER_HOST, DOCKER_CONTEXT,
+    DOCKER_CONFIG, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, HOME)."""
+    return dict(os.environ)
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of a `verify` the sidecar starts: its own, minus the runner settings it
+    passes as options (a variable and its option would both count, e.g. toolchain sources
+    twice) and minus the sidecar's token."""
+    passed = {
+        ENV_BASE_IMAGE,
+        ENV_EXTRA_CA,
+        ENV_TOOLCHAIN_SOURCES,
+        ENV_TOOLCHAIN_MIRRORS,
+        ENV_BUILD_NETWORK,
+        ENV_STORAGE_LIMIT,
+        ENV_LOGS_ROOT,
+        ENV_SIDECAR_TOKEN,
+    }
+    return {k: v for k, v in os.environ.items() if k not in passed}
+
+
+def cache_root() -> Path:
+    base = environment_value(ENV_CACHE_DIR) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "selfbench-runner"
+    )
+    return Path(base)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileOptions:
+    agent_allowed_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildEnvironment:
+    """Runner-only build inputs: never written into a bundle."""
+
+    base_image: str = DEFAULT_BASE_IMAGE
+    extra_ca_certs: Path | None = None
+    extra_ca_pem: bytes | None = None  # the file's bytes, read once when the option is checked
+    toolchains: ToolchainSettings = field(default_factory=ToolchainSettings)
+    build_network: str | None = None
+    proxies: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifySettings:
+    repo: str | None = None
+    build: BuildEnvironment = field(default_factory=BuildEnvironment)
+    compile_options: CompileOptions = field(default_factory=CompileOptions)
+    logs_root: Path = DEFAULT_LOGS_ROOT
+    run_dir: Path | None = None  # an exact run directory instead of logs_root/<task>/<run>
+    keep: bool = False
+    remove_images: bool = False
+    pids_limit: int = DEFAULT_PIDS_LIMIT
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
+    storage_limit: StorageLimit = StorageLimit.AUTO
+    # The hack gate: canned hostile agent patches must all earn reward 0 (--no-hack-gate).
+    hack_gate: bool = True
+    # The flakiness probe: the oracle's verifier this many more times under perturbations.
+    repeat: int = 1

@@ -1,0 +1,438 @@
+"""`debug`: the exact state a red stage failed in, as docker CLI commands (pure).
+
+From a run's report and plan it makes a DebugSession: the commands that recreate the state
+(the last good build layer, or a gate's verifier with that gate's agent.patch applied and the
+held-out tests in place, by test.sh's own prepare-only mode), the interactive shell, the
+commands that reproduce the failure without a shell (what `debug --print` prints, a script),
+and the cleanup. The same commands are what `debug` runs, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.base.errors import UsageError
+from runner.model.report import Report, Status
+from runner.plan.verify import (
+    LABEL_KIND,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_RUNNER,
+    LABEL_TASK,
+    ContainerPlan,
+    ExecStep,
+    TrialPlan,
+    VerifyPlan,
+)
+
+STAGES = ("build", "smoke", "nop", "oracle", "hack")
+HISTFILE = "/tmp/.selfbench_history"
+# The interactive shell puts the failing command into its history first, so Up + Enter runs it.
+_SHELL_WITH_HISTORY = (
+    'printf "%s\\n" "$SELFBENCH_DEBUG_COMMAND" >> "$HISTFILE"; '
+    'echo "selfbench debug: press Up, then Enter, to run: $SELFBENCH_DEBUG_COMMAND"; '
+    "exec bash -i"
+)
+_VERIFIER_SHELL = (
+    'cd "$(cat /opt/selfbench/workdir)" && '
+    'echo "selfbench debug: press Up, then Enter, to run the fail-to-pass command" && '
+    "exec bash -i"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebugSession:
+    stage: str
+    why: str  # the stage's status and detail, from the report
+    setup: list[list[str]] = field(default_factory=list)
+    shell: list[str] = field(default_factory=list)
+    reproduce: list[list[str]] = field(default_factory=list)
+    cleanup: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    show: list[str] = field(default_factory=list)  # a command whose output the shell's user sees
+
+    def script(self) -> str:
+        """A bash script that recreates the state, reproduces the failure and cleans up."""
+        lines = [
+            "#!/bin/bash",
+            f"# selfbench-runner debug --print: the {self.stage} state of this run ({self.why})",
+            *(f"# {note}" for note in self.notes),
+            "set -u",
+            "trap "
+            + shlex.quote("; ".join(shlex.join(c) + " >/dev/null 2>&1" for c in self.cleanup))
+            + " EXIT",
+            *(
+                shlex.join(c) + (" >/dev/null" if c[1] in ("create", "start") else "")
+                for c in self.setup
+            ),
+        ]
+        if self.reproduce:
+            lines.append("status=0")
+            lines += [shlex.join(c) + " || status=$?" for c in self.reproduce]
+        lines.append("# For a shell in this state instead (before the cleanup runs):")
+        lines.append("#   " + shlex.join(self.shell))
+        if self.reproduce:
+            lines.append('exit "$status"')
+        return "\n".join(lines) + "\n"
+
+
+def first_red(report: Report) -> str | None:
+    for name in STAGES[:4]:
+        if report.stages.get(name).status in (Status.FAILED, Status.ERROR):
+            return name
+    if report.stages.determinism.status in (Status.FAILED, Status.ERROR):
+        return "oracle"
+    if report.stages.hack.status is Status.FAILED:
+        return "hack"
+    return None
+
+
+def _labels(plan: VerifyPlan, debug_id: str, owner: str) -> list[str]:
+    labels = {
+        LABEL_RUNNER: "1",
+        LABEL_RUN: f"debug-{debug_id}",
+        LABEL_TASK: plan.task_id,
+        LABEL_KIND: "debug",
+        LABEL_OWNER: owner,
+    }
+    out: list[str] = []
+    for key, value in labels.items():
+        out += ["--label", f"{key}={value}"]
+    return out
+
+
+def _limits(container: ContainerPlan) -> list[str]:
+    limits = container.limits
+    return [
+        "--cpus",
+        f"{limits.cpus:g}",
+        "--memory",
+        f"{limits.memory_mb}m",
+        "--memory-swap",
+        f"{limits.memory_mb}m",
+        "--pids-limit",
+        str(limits.pids),
+    ]
+
+
+def _env(env: dict[str, str], proxies: list[str]) -> list[str]:
+    out: list[str] = []
+    for key, value in sorted(env.items()):
+        out += ["-e", f"{key}={value}"]
+    for name in proxies:  # by name only: the value comes from the caller's environment
+        out += ["-e", name]
+    return out
+
+
+def _failing_command(step: str) -> str:
+    """The shell command of a failed `RUN` step (shell or exec form)."""
+    text = step.strip()
+    if text.upper().startswith("RUN "):
+        text = text[4:].strip()
+    if text.startswith("["):
+        try:
+            argv = json.loads(text)
+            if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+                return shlex.join(argv)
+        except ValueError:
+            pass
+    return text
+
+
+def plan_debug(
+    report: Report,
+    plan: VerifyPlan | None,
+    run_dir: Path,
+    *,
+    stage: str | None,
+    debug_id: str,
+    owner: str,
+    proxies: list[str],
+) -> DebugSession:
+    chosen = stage or first_red(report)
+    if chosen is None:
+        raise UsageError(
+            f"nothing is red in this run ({report.verdict.value}); pass --stage "
+            f"{'|'.join(STAGES)} to open a stage anyway",
+            field="--stage",
+        )
+    if chosen not in STAGES:
+        raise UsageError(f"expected one of {', '.join(STAGES)}", field="--stage")
+    record = report.stages.get(chosen)
+    why = f"{record.status.value}: {record.detail}"
+    if chosen == "build":
+        return _build_session(report, plan, why, debug_id, owner, proxies)
+    if plan is None:
+        raise UsageError(
+            f"{run_dir / 'plan.json'} is missing: this run stopped before its plan was made",
+            path=str(run_dir),
+        )
+    if report.stages.build.status is not Status.PASSED:
+        raise UsageError(
+            f"the images were not built in this run (build {report.stages.build.status.value}); "
+            "open --stage build",
+            field="--stage",
+        )
+    if chosen == "hack":
+        return _hack_session(report, plan, run_dir, why, debug_id, owner, proxies)
+    return _gate_session(plan, run_dir, chosen, why, debug_id, owner, proxies)
+
+
+def _hack_session(
+    report: Report,
+    plan: VerifyPlan,
+    run_dir: Path,
+    why: str,
+    debug_id: str,
+    owner: str,
+    proxies: list[str],
+) -> DebugSession:
+    """The verifier of the exploit that earned a reward (the first one), its patch applied."""
+    exploits = report.stages.hack.data.exploits
+    won = [e.name for e in exploits if e.outcome == "earned-reward"]
+    planned = {e.name: e for e in plan.hack.exploits} if plan.hack else {}
+    name = next((n for n in won if n in planned), None)
+    if name is None:
+        raise UsageError(
+            "no exploit earned a reward in this run: the hack gate has no failed state to open",
+            field="--stage",
+        )
+    return _gate_session(
+        plan,
+        run_dir,
+        "hack",
+        why,
+        debug_id,
+        owner,
+        proxies,
+        trial=planned[name].trial,
+        label=f"exploit {name}",
+    )
+
+
+def _build_session(
+    report: Report,
+    plan: VerifyPlan | None,
+    why: str,
+    debug_id: str,
+    owner: str,
+    proxies: list[str],
+) -> DebugSession:
+    data = report.stages.build.data
+    if not data.last_good_layer or not data.failed_step:
+        raise UsageError(
+            "this build left no layer to open (it failed before its first step, or no build "
+            f"failed): {report.stages.build.detail}",
+            field="--stage",
+        )
+    command = _failing_command(data.failed_step)
+    name = f"selfbench-debug-{debug_id}"
+    build = next((b for b in plan.builds if b.kind == data.failed_image), None) if plan else None
+    limits: list[str] = []
+    if build is not None:
+        limits = [
+            "--memory",
+            f"{build.limits.memory_mb}m",
+            "--memory-swap",
+            f"{build.limits.memory_mb}m",
+            "--cpuset-cpus",
+            build.limits.cpuset,
+        ]
+    labels = _labels(plan, debug_id, owner) if plan else []
+    base = ["docker", "run", "--rm", "--name", name, *labels, *limits, *_env({}, proxies)]
+    # The layer's own user and working directory are docker run's defaults: the step's.
+    shell = [
+        *base[:2],
+        "-it",
+        *base[2:],
+        "-e",
+        f"HISTFILE={HISTFILE}",
+        "-e",
+        f"SELFBENCH_DEBUG_COMMAND={command}",
+        data.last_good_layer,
+        "bash",
+        "-c",
+        _SHELL_WITH_HISTORY,
+    ]
+    notes = [
+        f"build of the {data.failed_image or 'task'} image, step {data.step_number}: "
+        f"{data.failed_step}",
+        f"exit code {data.exit_code}" if data.exit_code is not None else "no exit code",
+    ]
+    if report.run_dir:
+        notes.append(f"the step's log: {Path(report.run_dir) / 'build'}")
+    return DebugSession(
+        stage="build",
+        why=why,
+        shell=shell,
+        reproduce=[[*base, data.last_good_layer, "/bin/sh", "-c", command]],
+        cleanup=[["docker", "rm", "-f", name]],
+        notes=notes,
+    )
+
+
+def _create(
+    name: str, container: ContainerPlan, labels: list[str], proxies: list[str]
+) -> list[list[str]]:
+    """A gate container as the plan makes it (image, limits, network, workdir, environment),
+    kept alive for the debugging session, and started."""
+    return [
+        [
+            "docker",
+            "create",
+            "--name",
+            name,
+            *labels,
+            *_limits(container),
+            "--network",
+            container.network,
+            "-w",
+            container.workdir,
+            *_env(container.env, [*container.proxy_env, *proxies]),
+            container.image,
+            "sleep",
+            "infinity",
+        ],
+        ["docker", "start", name],
+    ]
+
+
+def _exec(
+    name: str,
+    argv: list[str],
+    *,
+    user: str,
+    workdir: str | None = None,
+    env: Sequence[str] = (),
+    interactive: bool = False,
+) -> list[str]:
+    return [
+        "docker",
+        "exec",
+        *(["-it"] if interactive else []),
+        "-u",
+        user,
+        *(["-w", workdir] if workdir else []),
+        *env,
+        name,
+        *argv,
+    ]
+
+
+def _step(
+    name: str,
+    step: ExecStep,
+    *,
+    extra_env: Sequence[str] = (),
+    interactive: bool = False,
+    argv: list[str] | None = None,
+) -> list[str]:
+    """A plan's exec step (its user, workdir and environment) in the debug container."""
+    return _exec(
+        name,
+        step.argv if argv is None else argv,
+        user=step.user,
+        workdir=step.workdir,
+        env=[*_env(step.env, []), *extra_env],
+        interactive=interactive,
+    )
+
+
+def _gate_session(
+    plan: VerifyPlan,
+    run_dir: Path,
+    stage: str,
+    why: str,
+    debug_id: str,
+    owner: str,
+    proxies: list[str],
+    *,
+    trial: TrialPlan | None = None,
+    label: str | None = None,
+) -> DebugSession:
+    gate = "nop" if stage == "smoke" else stage
+    if trial is None:
+        trial = plan.trial(gate)
+    else:
+        gate = trial.gate  # hack/<exploit>: its run directory
+    label = label or gate
+    verifier = trial.verifier
+    if stage == "smoke" and plan.smoke.container is not None:
+        verifier = plan.smoke.container
+    name = f"selfbench-debug-{debug_id}-verifier"
+    labels = _labels(plan, debug_id, owner)
+    setup = _create(name, verifier, labels, proxies)
+    cleanup = [["docker", "rm", "-f", name]]
+    notes: list[str] = []
+    if trial.services is not None or (stage == "smoke" and plan.smoke.services is not None):
+        notes.append(
+            "this gate's services are not started by debug: tests that need them will fail "
+            "to connect"
+        )
+    if stage == "smoke":
+        smoke = plan.smoke.run
+        command = shlex.join(smoke.argv)
+        history = ["-e", f"HISTFILE={HISTFILE}", "-e", f"SELFBENCH_DEBUG_COMMAND={command}"]
+        notes.append(f"the smoke command: {command}")
+        return DebugSession(
+            stage=stage,
+            why=why,
+            setup=setup,
+            shell=_step(
+                name,
+                smoke,
+                extra_env=history,
+                interactive=True,
+                argv=["bash", "-c", _SHELL_WITH_HISTORY],
+            ),
+            reproduce=[_step(name, smoke)],
+            cleanup=cleanup,
+            notes=notes,
+        )
+    setup.append(
+        ["docker", "cp", str(run_dir / gate / "agent.patch"), f"{name}:{trial.agent_patch}"]
+    )
+    verifier_env = ["-e", "HOME=/home/verifier"]
+    setup.append(
+        ["docker", "exec", "-e", "SELFBENCH_PREPARE_ONLY=1", *verifier_env, name, *trial.test.argv]
+    )
+    shell = _exec(
+        name, ["bash", "-c", _VERIFIER_SHELL], user="verifier", env=verifier_env, interactive=True
+    )
+    reproduce = [
+        _exec(name, ["bash", f"/opt/selfbench/{script}"], user="verifier", env=verifier_env)
+        for script in ("fail_to_pass.sh", "pass_to_pass.sh")
+    ]
+    notes.append(
+        f"the {label} verifier with {label}'s agent.patch applied and the held-out tests in place"
+    )
+    show = [
+        "docker",
+        "exec",
+        name,
+        "cat",
+        "/opt/selfbench/fail_to_pass.sh",
+        "/opt/selfbench/pass_to_pass.sh",
+    ]
+    if gate == "oracle" and trial.agent is not None and trial.solve is not None:
+        agent_name = f"selfbench-debug-{debug_id}-agent"
+        setup += _create(agent_name, trial.agent, labels, proxies)
+        if trial.solution_dir:
+            setup.append(["docker", "cp", f"{trial.solution_dir}/.", f"{agent_name}:/solution"])
+        setup.append(_step(agent_name, trial.solve))
+        cleanup.append(["docker", "rm", "-f", agent_name])
+        notes.append(f"the agent side after solve.sh: docker exec -it -u agent {agent_name} bash")
+    return DebugSession(
+        stage=stage,
+        why=why,
+        setup=setup,
+        shell=shell,
+        reproduce=reproduce,
+        cleanup=cleanup,
+        notes=notes,
+        show=show,
+    )

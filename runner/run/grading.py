@@ -1,0 +1,204 @@
+"""`grade`: the reward, what the patch policy undid and the per-test evidence for any agent patch,
+through the exact fresh-verifier path the gates use (the hack gate's exploits take it too).
+
+The target is a sealed bundle (an accepted run's `bundle/`, or one exported and unpacked) or a
+run directory. The verifier grades by the bundle's census (tests/expected-tests.json): the test
+ids its verification saw. A bundle without one is graded by the evidence rules alone, and the
+result says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from runner import __version__
+from runner.base.errors import ExitCode, InvalidTaskError, RunnerError, UsageError
+from runner.base.safeio import optional_regular, read_regular, write_atomic
+from runner.base.validation import safe_dir_name
+from runner.compile.bundle import Bundle, is_bundle, load_bundle
+from runner.model.census import Census, EvidenceSummary, PolicyChange, read_census
+from runner.model.report import GateData, Status
+from runner.model.reward import Reward, VerifierDetails
+from runner.model.settings import MAX_AGENT_PATCH_BYTES, VerifySettings
+
+log = logging.getLogger(__name__)
+
+GRADE_FILE = "grade.json"
+GradeVerdict = Literal["rewarded", "not-rewarded", "invalid", "infrastructure_failed"]
+
+
+class GradeReport(BaseModel):
+    """What `grade --json` prints and writes to <run dir>/grade.json."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True
+    )
+
+    schema_version: Literal[1] = 1
+    task_id: str | None = None
+    verdict: GradeVerdict
+    detail: str
+    reward: Reward | None = None
+    details: VerifierDetails | None = None
+    census: Literal["sealed", "unsealed"] = "unsealed"
+    bundle: str | None = None
+    patch: str | None = None
+    patch_bytes: int | None = None
+    undone: list[PolicyChange] = Field(default_factory=list)
+    discarded: list[str] = Field(default_factory=list)
+    evidence: EvidenceSummary | None = None
+    logs: list[str] = Field(default_factory=list)
+    run_id: str
+    run_dir: str | None = None
+    seconds: float = 0.0
+    runner_version: str = __version__
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {
+            "rewarded": ExitCode.ACCEPTED,
+            "not-rewarded": ExitCode.REJECTED,
+            "invalid": ExitCode.INVALID,
+            "infrastructure_failed": ExitCode.INFRASTRUCTURE,
+        }[self.verdict]
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GradeTarget:
+    bundle: Bundle
+    census: Census | None
+
+
+def resolve_target(target: Path) -> GradeTarget:
+    """The bundle to grade with: TARGET itself, or the bundle a run directory's report names."""
+    if is_bundle(target):
+        bundle = load_bundle(target)
+    elif (target / "report.json").is_file():
+        try:
+            report = json.loads(read_regular(target / "report.json", limit=64 * 1024 * 1024))
+        except (ValueError, InvalidTaskError):
+            raise UsageError("report.json is not readable", path=str(target)) from None
+        where = report.get("bundle") if isinstance(report, dict) else None
+        if not isinstance(where, str) or not is_bundle(Path(where)):
+            raise UsageError(
+                "the run's bundle is gone (its report names none that exists)", path=str(target)
+            )
+        bundle = load_bundle(Path(where))
+    else:
+        raise UsageError(
+            "is neither a compiled bundle (task.toml) nor a run directory (report.json)",
+            path=str(target),
+        )
+    census = read_census(
+        optional_regular(bundle.root / "tests" / "expected-tests.json", limit=64 * 1024 * 1024)
+    )
+    return GradeTarget(bundle=bundle, census=census)
+
+
+def read_patch(path: Path) -> bytes:
+    try:
+        return read_regular(path, limit=MAX_AGENT_PATCH_BYTES)
+    except InvalidTaskError as exc:
+        raise UsageError(exc.message, path=str(path), field="--patch") from None
+
+
+def grade(
+    target: Path,
+    patch_path: Path,
+    settings: VerifySettings,
+    *,
+    progress: object = None,
+) -> GradeReport:
+    """Grade one patch. Raises UsageError for bad arguments; every other outcome is a report."""
+    from runner.plan.verify import RunIdentity, plan_verify
+    from runner.run.executor import Executor
+    from runner.run.pipeline import (
+        _docker_engine,
+        _owner,
+        default_env,
+        make_run_dir,
+        new_run_id,
+        run_log,
+    )
+
+    started = time.monotonic()
+    resolved = resolve_target(target)
+    patch = read_patch(patch_path)
+    bundle = resolved.bundle
+    run_id = new_run_id()
+    run_dir = make_run_dir(settings, safe_dir_name(bundle.task_id), f"grade-{run_id}", bundle.root)
+    report = GradeReport(
+        task_id=bundle.task_id,
+        verdict="infrastructure_failed",
+        detail="not run",
+        census="sealed" if resolved.census else "unsealed",
+        bundle=str(bundle.root),
+        patch=str(patch_path),
+        patch_bytes=len(patch),
+        run_id=run_id,
+        run_dir=str(run_dir),
+    )
+    with run_log(run_dir):
+        log.info("selfbench-runner %s grade %s --patch %s", __version__, target, patch_path)
+        try:
+            engine = _docker_engine()
+        except RunnerError as exc:
+            report.detail = exc.one_line()
+            return _finish(report, run_dir, started)
+        try:
+            plan = plan_verify(
+                bundle,
+                settings,
+                engine.facts(),
+                RunIdentity(run_id=run_id, owner=_owner()),
+            )
+            (run_dir / "plan.json").write_text(plan.to_json())
+            executor = Executor(
+                plan,
+                engine,
+                run_dir=run_dir,
+                env=default_env(settings),
+                progress=progress if callable(progress) else (lambda stage, line: None),
+            )
+            build, graded = executor.grade(patch, resolved.census)
+        except RunnerError as exc:
+            report.detail = exc.one_line()
+            report.verdict = "invalid" if exc.exit_code is ExitCode.INVALID else report.verdict
+            return _finish(report, run_dir, started)
+        finally:
+            engine.close()
+    if build.status is not Status.PASSED:
+        report.detail = f"build: {build.detail}"
+        report.verdict = "invalid" if build.status is Status.FAILED else "infrastructure_failed"
+        report.logs = list(build.logs)
+        return _finish(report, run_dir, started)
+    data = graded.data if isinstance(graded.data, GateData) else GateData()
+    report.detail = graded.detail
+    report.reward = data.reward
+    report.details = data.details
+    report.undone = data.undone
+    report.discarded = data.discarded
+    report.evidence = data.evidence
+    report.logs = list(dict.fromkeys(graded.logs))
+    if graded.status is Status.PASSED:
+        report.verdict = "rewarded"
+    elif graded.status is Status.FAILED:
+        report.verdict = "not-rewarded"
+    return _finish(report, run_dir, started)
+
+
+def _finish(report: GradeReport, run_dir: Path, started: float) -> GradeReport:
+    report.seconds = round(time.monotonic() - started, 3)
+    write_atomic(run_dir / GRADE_FILE, report.to_json())
+    return report

@@ -1,0 +1,574 @@
+"""The main job, end to end: load the target, compile, audit, plan, execute, and build the report
+once from the stages' results.
+
+Every outcome (accepted, rejected, invalid input, infrastructure failure, an unexpected crash,
+an interrupt) ends in a report written to the run directory. The run directory is
+`<logs root>/<taskId>/<runId>/` (or an exact `--run-dir`), never inside the task directory, so
+nothing left by another run can change a verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import os
+import secrets
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner import __version__
+from runner.base.errors import (
+    Interrupted,
+    InvalidTaskError,
+    Problem,
+    RunnerError,
+    UsageError,
+)
+from runner.base.safeio import is_within, require_directory, write_atomic
+from runner.base.validation import safe_dir_name
+from runner.compile.audit import AuditResult, audit
+from runner.compile.bundle import Bundle, is_bundle, load_bundle
+from runner.compile.compiler import compile_task
+from runner.compile.taskdir import AuthoredTask, load_authored_task
+from runner.judge import decide_verdict, verdict_reason
+from runner.model.census import seal
+from runner.model.predictions import PatchPredictions
+from runner.model.report import (
+    AuditData,
+    AuditMetrics,
+    CompileData,
+    InputProblem,
+    Report,
+    ReportCensus,
+    ReportSettings,
+    Stages,
+    Status,
+    TruncatedLog,
+    Verdict,
+    write_report,
+)
+from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings, cache_root
+from runner.model.task import Toolchain
+from runner.model.toolchains import Arch, load_catalog
+from runner.plan.runtime import Engine
+from runner.plan.verify import EngineFacts, RunIdentity, VerifyPlan, plan_verify
+from runner.run.artifacts import fetch_registry_artifact
+from runner.run.executor import (
+    HACK_OPTIONAL,
+    Execution,
+    ExecutionEnv,
+    Executor,
+    StageEvent,
+    StageListener,
+    StageResult,
+)
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, str], None]
+EngineFactory = Callable[[], Engine]
+RUN_LOG = "runner.log"
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def host_facts() -> EngineFacts:
+    """Engine facts assumed from this host, for a plan made without an engine."""
+    import platform
+
+    arch: Arch = "arm64" if platform.machine() in ("aarch64", "arm64") else "amd64"
+    return EngineFacts(ncpu=os.cpu_count() or 1, arch=arch, storage_quota=None, source="host")
+
+
+def default_env(settings: VerifySettings) -> ExecutionEnv:
+    def fetch(name: str, arch: Arch) -> Path:
+        return fetch_registry_artifact(load_catalog().toolchains[Toolchain(name)], arch)
+
+    return ExecutionEnv(
+        proxies=dict(settings.build.proxies),
+        extra_ca_pem=settings.build.extra_ca_pem,
+        fetch_artifact=fetch,
+        predictions=PatchPredictions(cache_root()),
+    )
+
+
+@dataclass(kw_only=True)
+class VerifyOutcome:
+    report: Report
+    plan: VerifyPlan | None = None
+    run_dir: Path | None = None
+
+
+@dataclass(kw_only=True)
+class _Run:
+    run_id: str
+    started: float
+    started_at: str
+    target: Path
+    settings: VerifySettings
+    progress: Progress
+    on_stage: StageListener | None = None
+    run_dir: Path | None = None
+    task_id: str | None = None
+    bundle: Bundle | None = None
+    compile: StageResult = field(default_factory=StageResult)
+    audit: StageResult = field(default_factory=StageResult)
+    errors: list[Problem] = field(default_factory=list)
+    invalid: bool = False
+    internal: str | None = None
+    interrupted: str | None = None
+    execution: Execution | None = None
+    sealed: Path | None = None  # the bundle with the census sealed in
+
+
+# ---- run directory ---------------------------------------------------------------------------
+
+
+def check_run_location(target: Path, settings: VerifySettings) -> None:
+    """Refuse, before anything runs, a run directory inside the task directory."""
+    where = settings.run_dir if settings.run_dir is not None else settings.logs_root
+    option = "--run-dir" if settings.run_dir is not None else "--logs"
+    if is_within(where, target):
+        raise UsageError(
+            f"the run directory would be inside the task directory {target}; pass {option} "
+            "with a directory outside it",
+            path=str(where),
+            field=option,
+        )
+    if settings.run_dir is not None and settings.run_dir.exists():
+        if settings.run_dir.is_symlink() or not settings.run_dir.is_dir():
+            raise UsageError("exists and is not a directory", path=str(where), field=option)
+        if any(settings.run_dir.iterdir()):
+            raise UsageError(
+                "is not empty: a run directory holds one run; use --logs DIR for a root that "
+                "keeps every run apart",
+                path=str(where),
+                field=option,
+            )
+
+
+def make_run_dir(settings: VerifySettings, task_name: str, run_id: str, target: Path) -> Path:
+    run_dir = settings.run_dir or settings.logs_root / safe_dir_name(task_name) / run_id
+    if is_within(run_dir, target):
+        raise UsageError(
+            f"the run directory {run_dir} would be inside the task directory {target}; pass "
+            "--logs with a directory outside it",
+            path=str(run_dir),
+            field="--logs",
+        )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=settings.run_dir is not None)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the run directory: {exc.strerror or exc}",
+            path=str(run_dir),
+            field="--run-dir" if settings.run_dir else "--logs",
+        ) from None
+    return run_dir
+
+
+@contextlib.contextmanager
+def run_log(run_dir: Path) -> Iterator[None]:
+    """Everything the runner logs during the run, tracebacks included, in runner.log."""
+    handler = logging.FileHandler(run_dir / RUN_LOG, encoding="utf-8")
+    handler.setLevel(logging.DEBUG)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+        handler.close()
+
+
+# ---- stages before Docker ------------------------------------------------------------------
+
+
+def _timed(stage: StageResult, started: float) -> None:
+    stage.seconds = round(time.monotonic() - started, 3)
+
+
+def _event(run: _Run, name: str, stage: StageResult | None = None) -> None:
+    if run.on_stage is None:
+        return
+    if stage is None:
+        run.on_stage(StageEvent(stage=name, status="running"))
+    else:
+        run.on_stage(
+            StageEvent(
+                stage=name, status=stage.status.value, detail=stage.detail, seconds=stage.seconds
+            )
+        )
+
+
+def _load(run: _Run) -> AuthoredTask | None:
+    """Read the target without writing anything: an authored task or a compiled bundle."""
+    started = time.monotonic()
+    try:
+        if is_bundle(run.target):
+            run.bundle = load_bundle(run.target)
+            run.task_id = run.bundle.task_id
+            return None
+        require_directory(run.target)
+        task = load_authored_task(run.target)
+        run.task_id = task.definition.task_id
+        return task
+    finally:
+        _timed(run.compile, started)
+
+
+def _compile_and_audit(run: _Run, task: AuthoredTask | None) -> None:
+    assert run.run_dir is not None
+    started = time.monotonic()
+    if task is None:
+        assert run.bundle is not None
+        run.compile.set(Status.PASSED, "compiled bundle given; verified as it is")
+        run.compile.data = CompileData(bundle=str(run.target))
+        run.audit.detail = "skipped: compiled bundle (no definition.json to audit)"
+        _event(run, "compile", run.compile)
+        return
+    out = run.run_dir / "bundle"
+    result = compile_task(
+        task, repo=run.settings.repo, out=out, options=run.settings.compile_options
+    )
+    run.bundle = load_bundle(out)
+    run.compile.set(Status.PASSED, f"compiled to {out}")
+    run.compile.data = CompileData(bundle=str(out))
+    _timed(run.compile, started)
+    run.progress("compile", f"passed: {run.compile.detail}")
+    _event(run, "compile", run.compile)
+    _event(run, "audit")
+    started = time.monotonic()
+    result_audit: AuditResult = audit(
+        task.definition,
+        gold=task.gold,
+        tests=task.tests,
+        repository=result.repository.problems,
+        instruction=task.instruction,
+        present_at_base=result.repository.present_at_base,
+    )
+    metrics = result_audit.metrics
+    run.audit.data = AuditData(
+        blockers=result_audit.blockers,
+        metrics=AuditMetrics(
+            implementation_files=metrics.implementation_files,
+            implementation_changed_lines=metrics.implementation_changed_lines,
+            test_files=metrics.test_files,
+        ),
+        repository_checked=result_audit.repository_checked,
+        coupling=result_audit.coupling,
+    )
+    if result_audit.accepted:
+        run.audit.set(
+            Status.PASSED,
+            f"{metrics.implementation_files} implementation file(s), "
+            f"{metrics.implementation_changed_lines} changed line(s), "
+            f"{metrics.test_files} test file(s)",
+        )
+    else:
+        run.audit.set(Status.FAILED, result_audit.reason())
+    _timed(run.audit, started)
+    run.progress("audit", f"{run.audit.status.value}: {run.audit.detail}")
+    _event(run, "audit", run.audit)
+
+
+# ---- the job ---------------------------------------------------------------------------------
+
+
+def verify(
+    target: Path,
+    settings: VerifySettings,
+    *,
+    progress: Progress,
+    engine_factory: EngineFactory | None = None,
+    plan_only: bool = False,
+    env: ExecutionEnv | None = None,
+    on_stage: StageListener | None = None,
+    run_id: str | None = None,
+) -> VerifyOutcome:
+    """Verify one task. Raises only UsageError (before any work); every other outcome is a
+    report. `on_stage` hears each stage start and end; `run_id` names the run (labels, run
+    directory) instead of a new one."""
+    check_run_location(target, settings)
+    run = _Run(
+        run_id=run_id or new_run_id(),
+        started=time.monotonic(),
+        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        target=target,
+        settings=settings,
+        progress=progress,
+        on_stage=on_stage,
+    )
+    plan: VerifyPlan | None = None
+    task: AuthoredTask | None = None
+    try:
+        _event(run, "compile")
+        try:
+            task = _load(run)
+        except InvalidTaskError as exc:
+            _invalid(run, exc)
+            _event(run, "compile", run.compile)
+        run.run_dir = make_run_dir(
+            settings, run.task_id or target.resolve().name, run.run_id, target
+        )
+        with run_log(run.run_dir):
+            log.info("selfbench-runner %s verify %s (run %s)", __version__, target, run.run_id)
+            if not run.invalid:
+                plan = _run_stages(run, task, engine_factory, plan_only, env)
+            if run.errors:
+                for problem in run.errors:
+                    log.info("invalid input: %s", problem.one_line())
+    except (KeyboardInterrupt, Interrupted) as exc:
+        run.interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+    except UsageError:
+        raise
+    except Exception as exc:
+        run.internal = f"internal error: {type(exc).__name__}: {exc}"
+        _record_traceback(run)
+    report = _report(run)
+    if run.run_dir is not None and not plan_only:
+        write_report(run.run_dir / "report.json", report)
+        _write_html(run.run_dir, report)
+    return VerifyOutcome(report=report, plan=plan, run_dir=run.run_dir)
+
+
+def _write_html(run_dir: Path, report: Report) -> None:
+    """report.html beside report.json; a page that cannot be made never changes the run."""
+    try:
+        from runner.present.html import render_html
+        from runner.present.runlogs import report_view
+
+        write_atomic(run_dir / "report.html", render_html(report_view(report)))
+    except Exception:
+        log.exception("report.html could not be written")
+
+
+def _invalid(run: _Run, exc: InvalidTaskError) -> None:
+    run.invalid = True
+    run.errors = list(exc.problems)
+    run.compile.set(Status.FAILED, exc.one_line())
+    run.compile.data = CompileData(errors=[InputProblem.of(p) for p in exc.problems])
+
+
+def _record_traceback(run: _Run) -> None:
+    text = traceback.format_exc()
+    if run.run_dir is not None:
+        with contextlib.suppress(OSError), (run.run_dir / RUN_LOG).open("a") as handle:
+            handle.write(text)
+        run.compile.data = run.compile.data or CompileData()
+        if isinstance(run.compile.data, CompileData):
+            run.compile.data.traceback_log = str(run.run_dir / RUN_LOG)
+
+
+def _run_stages(
+    run: _Run,
+    task: AuthoredTask | None,
+    engine_factory: EngineFactory | None,
+    plan_only: bool,
+    env: ExecutionEnv | None,
+) -> VerifyPlan | None:
+    try:
+        _compile_and_audit(run, task)
+    except InvalidTaskError as exc:
+        _invalid(run, exc)
+        _event(run, "compile", run.compile)
+        return None
+    except RunnerError as exc:
+        run.compile.set(Status.ERROR, exc.one_line())
+        _event(run, "compile", run.compile)
+        return None
+    if run.audit.status is Status.FAILED or run.bundle is None:
+        return None
+    assert run.run_dir is not None
+    identity = RunIdentity(run_id=run.run_id, owner=_owner())
+    if plan_only:
+        plan = plan_verify(run.bundle, run.settings, host_facts(), identity)
+        (run.run_dir / "plan.json").write_text(plan.to_json())
+        return plan
+    engine: Engine | None = None
+    try:
+        factory = engine_factory or _docker_engine
+        engine = factory()
+        facts = engine.facts()
+    except RunnerError as exc:
+        build = StageResult()
+        build.set(Status.ERROR, exc.one_line())
+        run.execution = Execution(stages={"build": build})
+        if engine is not None:
+            engine.close()
+        return None
+    try:
+        plan = plan_verify(run.bundle, run.settings, facts, identity)
+        (run.run_dir / "plan.json").write_text(plan.to_json())
+        executor = Executor(
+            plan,
+            engine,
+            run_dir=run.run_dir,
+            env=env or default_env(run.settings),
+            progress=run.progress,
+            on_stage=run.on_stage,
+        )
+        run.execution = executor.run()
+        run.interrupted = run.execution.interrupted
+        _seal(run)
+        with contextlib.suppress(OSError):
+            from runner.engine.cachebudget import record_use
+
+            record_use(b.tag for b in plan.builds)  # the cache budget's "last used"
+    finally:
+        engine.close()
+    return plan
+
+
+def _seal(run: _Run) -> None:
+    """The census the run's nop and oracle made, sealed into its bundle (a compiled bundle given
+    as the target is copied into the run directory first: the input is never changed)."""
+    execution = run.execution
+    if execution is None or execution.census is None or run.bundle is None:
+        return
+    assert run.run_dir is not None
+    try:
+        run.sealed = seal(run.bundle.root, execution.census, run.run_dir / "bundle")
+    except OSError as exc:
+        log.warning("the census could not be sealed into the bundle: %s", exc)
+
+
+def _docker_engine() -> Engine:
+    from runner.engine.docker import DockerEngine
+
+    engine = DockerEngine()
+    try:
+        engine.reap_stale()
+    except RunnerError as exc:
+        log.warning("could not look for stale containers: %s", exc)
+    return engine
+
+
+def _owner() -> str:
+    from runner.engine.docker import owner_id
+
+    return owner_id()
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+
+def _stage_model(stages: Stages, name: str, result: StageResult) -> None:
+    stage = stages.get(name)
+    stage.status = result.status
+    stage.detail = result.detail
+    stage.seconds = result.seconds
+    stage.logs = list(dict.fromkeys(result.logs))
+    stage.truncated_logs = [
+        TruncatedLog(path=t.path, original_bytes=t.original_bytes, kept_bytes=t.kept_bytes)
+        for t in result.truncated
+    ]
+    if result.data is not None:
+        stage.data = result.data  # type: ignore[assignment]
+
+
+def _census_info(run: _Run) -> ReportCensus | None:
+    census = run.execution.census if run.execution else None
+    if census is None or run.sealed is None:
+        return None
+    return ReportCensus(
+        file=str(run.sealed / "tests" / "expected-tests.json"),
+        fail_to_pass=census.fail_to_pass.mode,
+        pass_to_pass=census.pass_to_pass.mode,
+        fail_to_pass_tests=len(census.fail_to_pass.tests),
+        pass_to_pass_tests=len(census.pass_to_pass.tests),
+    )
+
+
+def _tests_network(run: _Run) -> str | None:
+    if run.bundle is None:
+        return None
+    contract = run.bundle.contract
+    return contract.tests_network if contract else "no-network"
+
+
+def _storage_words(mechanism: str | None) -> str | None:
+    return {
+        "quota": "enforced by the engine's quota (--storage-opt size)",
+        "watchdog": (
+            "enforced by the runner's watchdog (each container's filesystem measured at start, "
+            f"every {STORAGE_SAMPLE_SECONDS:g} s and after each command)"
+        ),
+        "off": "not enforced (--storage-limit off)",
+    }.get(mechanism or "")
+
+
+def _report(run: _Run) -> Report:
+    settings = run.settings
+    stages = Stages()
+    _stage_model(stages, "compile", run.compile)
+    _stage_model(stages, "audit", run.audit)
+    execution = run.execution
+    if execution is not None:
+        for name, result in execution.stages.items():
+            _stage_model(stages, name, result)
+    if run.internal:
+        first_open = next(
+            (s for _, s in stages.items() if s.status is Status.SKIPPED and s.detail == "not run"),
+            stages.compile,
+        )
+        first_open.status = Status.ERROR
+        first_open.detail = f"{run.internal}; the traceback is in " + (
+            str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log"
+        )
+    if run.interrupted and execution is None:
+        for _, stage in stages.items():
+            if stage.detail == "not run":
+                stage.detail = "skipped: interrupted"
+    statuses = {name: stage.status for name, stage in stages.items()}
+    hack = stages.hack
+    optional = frozenset(
+        {"hack"} if hack.status is Status.SKIPPED and hack.detail in HACK_OPTIONAL else set()
+    )
+    verdict = decide_verdict(statuses, invalid=run.invalid, optional=optional)
+    reason = verdict_reason([(n, s.status, s.detail) for n, s in stages.items()])
+    if run.interrupted:
+        reason = f"interrupted ({run.interrupted}); the run's containers were removed"
+        if not run.invalid:
+            verdict = Verdict.INFRASTRUCTURE_FAILED
+    build = settings.build
+    return Report(
+        task_id=run.task_id,
+        verdict=verdict,
+        reason=reason,
+        interrupted=run.interrupted is not None,
+        errors=[InputProblem.of(p) for p in run.errors],
+        stages=stages,
+        seconds=round(time.monotonic() - run.started, 3),
+        runner_version=__version__,
+        run_id=run.run_id,
+        started_at=run.started_at,
+        run_dir=str(run.run_dir) if run.run_dir else None,
+        bundle=str(run.sealed or run.bundle.root) if run.bundle else None,
+        census=_census_info(run),
+        settings=ReportSettings(
+            base_image=build.base_image,
+            extra_ca_certs=str(build.extra_ca_certs) if build.extra_ca_certs else None,
+            toolchain_sources={k.value: v.value for k, v in build.toolchains.sources.items()},
+            toolchain_mirrors={k.value: v for k, v in build.toolchains.mirrors.items()},
+            build_network=build.build_network,
+            pids_limit=settings.pids_limit,
+            max_log_bytes=settings.max_log_bytes,
+            storage_limit=_storage_words(execution.storage_mechanism if execution else None),
+            tests_network=_tests_network(run),
+            keep=settings.keep,
+        ),
+        kept=execution.kept if execution else [],
+    )
