@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from runner.model.census import PolicyChange
 from runner.model.report import ExploitOutcome, LimitsData, Status, Verdict
 from runner.model.reward import Reward, VerifierDetails
 from runner.model.stages import DOCKER_STAGES
@@ -385,6 +386,61 @@ def grade_detail(reward: Reward, *, problems: Mapping[str, str], undone: str) ->
     if undone:
         detail += f"; the patch policy undid {undone}"
     return detail
+
+
+def _some(items: Sequence[str], limit: int = 5) -> str:
+    return ", ".join(items[:limit]) + (" ..." if len(items) > limit else "")
+
+
+def undone_words(undone: Sequence[PolicyChange], discarded: Sequence[str], limit: int = 5) -> str:
+    """The paths the verifier's patch policy undid, each with why when the policy said."""
+    why = {c.path: c.reason for c in undone}
+    shown = [f"{p} ({why[p]})" if p in why else p for p in discarded[:limit]]
+    return ", ".join(shown) + (" ..." if len(discarded) > limit else "")
+
+
+def judge_selectors(
+    judgement: Judgement,
+    *,
+    gate: str,
+    passing_alone: Sequence[str],
+    breaking_alone: Sequence[str],
+    undone: str,
+) -> Judgement:
+    """A nop or oracle trial, with what each selector did when run alone: at nop, a
+    fail-to-pass selector that passes on the base by itself fails the gate (the selectors
+    failed together only); a failed gate names the pass-to-pass selectors that fail alone, and
+    what the patch policy undid."""
+    status, detail = judgement.status, judgement.detail
+    if status is Status.FAILED and breaking_alone:
+        detail += "; failing alone: " + _some(breaking_alone)
+    if gate == "nop" and passing_alone and status is Status.PASSED:
+        status = Status.FAILED
+        detail = (
+            "fail-to-pass selector(s) already pass on the base snapshot when run alone: "
+            + _some(passing_alone)
+        )
+    if undone and status is not Status.PASSED:
+        detail += "; the verifier's patch policy undid " + undone
+    return Judgement(status, detail)
+
+
+def judge_grade(
+    reward: Reward | None,
+    *,
+    timed_out: bool,
+    timeout_seconds: float,
+    no_reward: str,
+    problems: Mapping[str, str],
+    undone: str,
+) -> Judgement:
+    """`grade`: passed when the patch earns reward 1."""
+    if reward is None:
+        if timed_out:
+            return _failed(f"the verifier timed out after {int(timeout_seconds)}s: reward 0")
+        return _error(no_reward)
+    detail = grade_detail(reward, problems=problems, undone=undone)
+    return Judgement(Status.PASSED if reward.reward == 1 else Status.FAILED, detail)
 
 
 def judge_determinism(

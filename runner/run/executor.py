@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from runner import judge as gates
+from runner import judge
 from runner.base.errors import (
     EngineError,
     InfrastructureError,
@@ -41,7 +41,6 @@ from runner.engine.buildlog import is_task_step
 from runner.model.census import (
     Census,
     CensusError,
-    PolicyChange,
     build_census,
     first_problem,
     ids_changed,
@@ -483,7 +482,7 @@ class Executor:
         if outcome.last_layer:
             data.last_good_layer = outcome.last_layer
             data.debug_command = f"docker run -it --rm {outcome.last_layer} bash"
-        judgement = gates.judge_build(
+        judgement = judge.judge_build(
             build.kind,
             outcome,
             task_fault=is_task_step(outcome.failed_step, build.task_steps),
@@ -528,7 +527,7 @@ class Executor:
         if outcome.truncation:
             stage.truncated.append(outcome.truncation)
         lines = _tail_lines(log_path)
-        limits = gates.limits_data(outcome, None, self.storage_mechanism)
+        limits = judge.limits_data(outcome, None, self.storage_mechanism)
         stage.data = SmokeData(
             exit_code=outcome.exit_code,
             timed_out=outcome.timed_out,
@@ -536,7 +535,7 @@ class Executor:
             output=lines[-20:],
             limits=limits,
         )
-        judgement = gates.judge_smoke(
+        judgement = judge.judge_smoke(
             outcome,
             lines,
             limits,
@@ -677,7 +676,7 @@ class Executor:
             and trial.online_verifier is not None
             and evidence.patch is not None
             and evidence.reward is not None
-            and gates.tests_failed(trial.gate, evidence.reward)
+            and judge.tests_failed(trial.gate, evidence.reward)
         ):
             self._online(trial, stage, data, evidence.patch)
 
@@ -826,7 +825,7 @@ class Executor:
         )
         run = self._verify_patch(online, patch)
         stage.logs.append(str(run.verifier_log))
-        passed = run.reward is not None and gates.evaluate_gate(trial.gate, run.reward)[0]
+        passed = run.reward is not None and judge.evaluate_gate(trial.gate, run.reward)[0]
         data.passes_online = passed
         if passed:
             stage.detail = (
@@ -1056,10 +1055,10 @@ class Executor:
     ) -> None:
         data.reward, data.details = run.reward, run.details
         last = run.test or run.collect or run.solve
-        data.limits = gates.limits_data(last, run.details, self.storage_mechanism)
+        data.limits = judge.limits_data(last, run.details, self.storage_mechanism)
         limits = trial.verifier.limits
-        judgement = gates.judge_trial(
-            gates.TrialEvidence(
+        judgement = judge.judge_trial(
+            judge.TrialEvidence(
                 gate=trial.gate,
                 solve=run.solve,
                 collect=run.collect,
@@ -1095,25 +1094,14 @@ class Executor:
         data.discarded = _discarded(directory)
         data.selectors = _selectors(directory)
         data.pass_to_pass_selectors = _selectors(directory, name=PASS_TO_PASS_SELECTORS_FILE)
-        status, detail = judgement.status, judgement.detail
-        breaking = [s.selector for s in data.pass_to_pass_selectors if s.exit_code != 0]
-        if status is Status.FAILED and breaking:
-            detail += "; failing alone: " + ", ".join(breaking[:5])
-            detail += " ..." if len(breaking) > 5 else ""
-        passing = [s.selector for s in data.selectors if s.exit_code == 0]
-        if trial.gate == "nop" and passing and status is Status.PASSED:
-            # The selectors failed together, but one of them passes on the base by itself.
-            status = Status.FAILED
-            detail = (
-                "fail-to-pass selector(s) already pass on the base snapshot when run alone: "
-                + ", ".join(passing[:5])
-                + (" ..." if len(passing) > 5 else "")
-            )
-        if data.discarded and status is not Status.PASSED:
-            detail += "; the verifier's patch policy undid " + undone_words(
-                data.undone, data.discarded
-            )
-        stage.set(status, detail)
+        verdict = judge.judge_selectors(
+            judgement,
+            gate=trial.gate,
+            passing_alone=[s.selector for s in data.selectors if s.exit_code == 0],
+            breaking_alone=[s.selector for s in data.pass_to_pass_selectors if s.exit_code != 0],
+            undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
+        )
+        stage.set(verdict.status, verdict.detail)
 
     def _verifier_dir(self, trial: TrialPlan) -> Path:
         return self.run_dir / trial.gate / "logs" / "verifier"
@@ -1207,8 +1195,8 @@ class Executor:
                 ),
                 None,
             )
-            outcome, detail = gates.judge_exploit(
-                gates.ExploitEvidence(
+            outcome, detail = judge.judge_exploit(
+                judge.ExploitEvidence(
                     name=exploit.name,
                     summary=exploit.summary,
                     script_exit=side.script.exit_code,
@@ -1219,7 +1207,7 @@ class Executor:
                     test=run.test if run else None,
                     reward=run.reward if run else None,
                     reward_problem=run.reward_problem if run else None,
-                    undone=undone_words(undone, [c.path for c in undone]) if undone else "",
+                    undone=judge.undone_words(undone, [c.path for c in undone]) if undone else "",
                     kept_changes=any(c.verdict == "keep" for c in policy) or not policy,
                     problem=problem,
                 ),
@@ -1253,7 +1241,7 @@ class Executor:
                     _last_line(verifier_dir / "fail_to_pass.log"),
                 )
             )
-        judgement = gates.judge_hack(results)
+        judgement = judge.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
 
     def _after_census(self) -> None:
@@ -1333,33 +1321,24 @@ class Executor:
     ) -> None:
         directory = self._verifier_dir(trial)
         data.reward, data.details = run.reward, run.details
-        data.limits = gates.limits_data(run.test, run.details, self.storage_mechanism)
+        data.limits = judge.limits_data(run.test, run.details, self.storage_mechanism)
         data.evidence = summarize(directory)
         data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
         data.discarded = _discarded(directory)
-        if run.reward is None:
-            if run.test is not None and run.test.timed_out:
-                stage.set(
-                    Status.FAILED,
-                    f"the verifier timed out after {int(trial.test.timeout_seconds)}s: reward 0",
-                )
-            else:
-                stage.set(
-                    Status.ERROR,
-                    f"the verifier wrote no reward.json ({run.reward_problem or 'no file'}); "
-                    f"see {run.verifier_log}",
-                )
-            return
-        detail = gates.grade_detail(
+        verdict = judge.judge_grade(
             run.reward,
+            timed_out=run.test is not None and run.test.timed_out,
+            timeout_seconds=trial.test.timeout_seconds,
+            no_reward=f"the verifier wrote no reward.json ({run.reward_problem or 'no file'}); "
+            f"see {run.verifier_log}",
             problems={
                 name: problem
                 for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
                 if (problem := first_problem(directory, name))
             },
-            undone=undone_words(data.undone, data.discarded) if data.discarded else "",
+            undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
         )
-        stage.set(Status.PASSED if run.reward.reward == 1 else Status.FAILED, detail)
+        stage.set(verdict.status, verdict.detail)
 
     # ---- determinism -----------------------------------------------------------------------
 
@@ -1372,7 +1351,7 @@ class Executor:
             repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
         )
         stage.data = data
-        judgement = gates.judge_determinism(
+        judgement = judge.judge_determinism(
             oracle.reward, details, ids_changed(self.run_dir / "oracle" / "logs" / "verifier")
         )
         if judgement.passed and self.plan.probe is not None:
@@ -1381,7 +1360,7 @@ class Executor:
 
     def _probe(
         self, probe: ProbePlan, data: DeterminismData, stage: StageResult
-    ) -> gates.Judgement:
+    ) -> judge.Judgement:
         """The oracle's patch verified again under each perturbation; a run that fails is
         retried with each of its dimensions alone, to name the ones that change the outcome."""
         patch = (self.run_dir / "oracle" / "agent.patch").read_bytes()
@@ -1394,7 +1373,7 @@ class Executor:
             for plan, run in zip(runs, done, strict=True):
                 directory = self.run_dir / plan.trial.gate / "logs" / "verifier"
                 alone = [(s.selector, s.exit_code) for s in _selectors(directory)]
-                passed, what, failing = gates.probe_outcome(
+                passed, what, failing = judge.probe_outcome(
                     run.reward, run.test, alone, probe.fail_to_pass
                 )
                 stage.logs.append(str(run.verifier_log))
@@ -1423,12 +1402,12 @@ class Executor:
         )
         data.selectors = [
             SelectorRate(selector=selector, passed=passed, runs=runs)
-            for selector, passed, runs in gates.selector_rates(
+            for selector, passed, runs in judge.selector_rates(
                 [(r.passed, r.what_failed, r.failing_selectors) for r in main],
                 probe.fail_to_pass,
             )
         ]
-        return gates.judge_probe(
+        return judge.judge_probe(
             [(r.name, r.passed, r.what_failed, r.failing_selectors) for r in main],
             data.perturbations,
             str(self.run_dir / "determinism"),
@@ -1466,13 +1445,6 @@ def _predicted_trial(trial: TrialPlan) -> TrialPlan:
             "online_services": None,
         }
     )
-
-
-def undone_words(undone: list[PolicyChange], discarded: list[str], limit: int = 5) -> str:
-    """`path (why), ...` for the first changes the policy undid."""
-    why = {c.path: c.reason for c in undone}
-    shown = [f"{p} ({why[p]})" if p in why else p for p in discarded[:limit]]
-    return ", ".join(shown) + (" ..." if len(discarded) > limit else "")
 
 
 def _patch_file(patch: bytes) -> FileToPut:

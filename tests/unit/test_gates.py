@@ -485,3 +485,29 @@ def test_the_hack_gate_names_the_exploit_that_won_and_its_patch() -> None:
     assert passed.detail == "2 exploit(s) earned no reward; not applicable: b"
     broken = gates.judge_hack([("a", "", "error", None, "")])
     assert broken.status is Status.ERROR
+
+
+def test_selectors_run_alone_decide_with_the_trial() -> None:
+    """At nop a fail-to-pass selector that passes alone fails the gate; a failed gate names
+    the pass-to-pass selectors failing alone and what the policy undid; a pass keeps its words."""
+    passed = gates.Judgement(Status.PASSED, "fail-to-pass fails, pass-to-pass passes")
+    failed = gates.Judgement(Status.FAILED, "pass-to-pass failed")
+    nop = gates.judge_selectors(
+        passed, gate="nop", passing_alone=["t::a"], breaking_alone=[], undone=""
+    )
+    assert nop.status is Status.FAILED and nop.detail.endswith("when run alone: t::a")
+    oracle = gates.judge_selectors(
+        passed, gate="oracle", passing_alone=["t::a"], breaking_alone=[], undone="x.py"
+    )
+    assert oracle == passed
+    named = gates.judge_selectors(
+        failed,
+        gate="oracle",
+        passing_alone=[],
+        breaking_alone=[f"t::{i}" for i in range(7)],
+        undone="conftest.py (runner config)",
+    )
+    assert named.detail == (
+        "pass-to-pass failed; failing alone: t::0, t::1, t::2, t::3, t::4 ...; "
+        "the verifier's patch policy undid conftest.py (runner config)"
+    )
