@@ -1,0 +1,50 @@
+"""The verify plan of the example, as JSON, against a golden file (UPDATE_GOLDEN=1 rewrites it):
+every build, container, limit, label, collect step and exploit the executor will be given, for
+fixed engine facts and a fixed run identity. A change to planning shows here as a diff."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from runner.compile.bundle import load_bundle
+from runner.compile.taskdir import load_authored_task
+from runner.model.settings import VerifySettings
+from runner.plan.verify import LABEL_INPUTS, EngineFacts, RunIdentity, plan_verify
+from tests.helpers import compiled
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "bash-calc"
+GOLDEN = ROOT / "tests" / "golden" / "plan-bash-calc.json"
+FACTS = EngineFacts(ncpu=2, arch="amd64", storage_quota=False)
+RUN = RunIdentity(run_id="golden-0001", owner="golden-host:1:1")
+
+
+def example_plan(tmp_path: Path, settings: VerifySettings) -> str:
+    """The plan's JSON, with what the bundle's bytes decide (the build contexts' digests, the
+    build inputs they make, so the snapshot's tar format too) named instead of spelled out:
+    the bundle has a golden test of its own (test_render)."""
+    bundle = compiled(load_authored_task(EXAMPLE), repo=None, out=tmp_path / "bundle")
+    plan = plan_verify(load_bundle(bundle), settings, FACTS, RUN)
+    text = plan.to_json().replace(str(tmp_path), "<tmp>")
+    for build in plan.builds:
+        inputs = build.labels[LABEL_INPUTS]
+        text = text.replace(build.context_digest, f"<context digest of {build.kind}>")
+        text = text.replace(inputs, f"<inputs of {build.kind}>")
+        text = text.replace(inputs[:16], f"<inputs of {build.kind}>")
+    return text
+
+
+def test_the_example_s_plan_is_the_golden_one(tmp_path: Path) -> None:
+    text = example_plan(tmp_path, VerifySettings())
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert json.loads(text) == json.loads(GOLDEN.read_text()), (
+        "the plan differs from tests/golden/plan-bash-calc.json (UPDATE_GOLDEN=1 rewrites it)"
+    )
+
+
+def test_the_plan_is_the_same_every_time(tmp_path: Path) -> None:
+    first = example_plan(tmp_path / "a", VerifySettings())
+    assert example_plan(tmp_path / "b", VerifySettings()).replace("/b/", "/a/") == first
