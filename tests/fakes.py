@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runner.base.logs import Truncation
 from runner.plan.runtime import BuildOutcome, BuildRequest, ExecOutcome, FileToPut, ImageInfo
-from runner.plan.verify import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
+from runner.plan.types import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
 
 NOP_REWARD = {
     "reward": 0,

@@ -131,7 +131,7 @@ def remove_runs(engine: Engine, run_ids: list[str]) -> int:
     """Remove what these runs left on the engine (labelled by run id); how many objects."""
     from runner.base.errors import RunnerError
     from runner.engine.docker import DockerEngine
-    from runner.plan.verify import LABEL_RUN, LABEL_RUNNER
+    from runner.plan.types import LABEL_RUN, LABEL_RUNNER
 
     if not run_ids:
         return 0

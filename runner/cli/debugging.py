@@ -40,7 +40,7 @@ from runner.model.stages import STAGE_NAMES
 def clean_command(images: bool, run_id: str | None) -> int:
     """Remove containers, networks and volumes the runner left behind (by label)."""
     from runner.engine.docker import DockerEngine
-    from runner.plan.verify import LABEL_RUN, LABEL_RUNNER
+    from runner.plan.types import LABEL_RUN, LABEL_RUNNER
 
     labels = {LABEL_RUNNER: "1"}
     if run_id:
@@ -58,7 +58,7 @@ def _load_run(run_dir: Path) -> tuple[Any, Any]:
     from pydantic import ValidationError
 
     from runner.model.report import load_report
-    from runner.plan.verify import VerifyPlan
+    from runner.plan.types import VerifyPlan
 
     try:
         report = load_report(run_dir / "report.json")

@@ -522,7 +522,7 @@ def schema_command(plan: bool, request: bool, response: bool) -> int:
         click.echo(json.dumps(schema, indent=2))
         return 0
     if plan:
-        from runner.plan.verify import VerifyPlan
+        from runner.plan.types import VerifyPlan
 
         click.echo(json.dumps(VerifyPlan.model_json_schema(), indent=2))
         return 0

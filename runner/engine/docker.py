@@ -50,7 +50,7 @@ from runner.plan.runtime import (
     ImageInfo,
     LimitStats,
 )
-from runner.plan.verify import (
+from runner.plan.types import (
     LABEL_FROM_ID,
     LABEL_KIND,
     LABEL_OWNER,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runner.base.errors import UsageError
 from runner.model.report import Report, Status
-from runner.plan.verify import (
+from runner.plan.types import (
     LABEL_KIND,
     LABEL_OWNER,
     LABEL_RUN,

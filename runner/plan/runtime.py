@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runner.base.logs import Truncation
-from runner.plan.verify import ContainerPlan, EngineFacts, ExecStep, ServicePlan
+from runner.plan.types import ContainerPlan, EngineFacts, ExecStep, ServicePlan
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,16 +14,12 @@ import json
 import math
 from collections.abc import Iterable
 from functools import cache
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from runner import __version__
 from runner.base import validation as v
 from runner.base.resources import dockerfiles_dir
 from runner.compile.bundle import Bundle
 from runner.compile.render import AGENT_CONTEXT, VERIFIER_CONTEXT, healthcheck_test
-from runner.model.harbor import AGENT_PATCH, BASE_GIT
+from runner.model.harbor import AGENT_PATCH
 from runner.model.settings import (
     CONTAINER_MARGIN_SECONDS,
     HELPER_BUILD_TIMEOUT_SECONDS,
@@ -35,334 +31,45 @@ from runner.model.settings import (
 )
 from runner.model.task import Toolchain
 from runner.model.toolchains import Arch, Source, load_catalog
-
-PLAN_SCHEMA_VERSION = 1
-LABEL_RUNNER = "org.selfbench.runner"
-LABEL_RUN = "org.selfbench.run"
-LABEL_TASK = "org.selfbench.task"
-LABEL_KIND = "org.selfbench.kind"
-LABEL_INPUTS = "org.selfbench.inputs"
-LABEL_OWNER = "org.selfbench.owner"
-LABEL_FROM_ID = "org.selfbench.from-id"
-
-# Instructions (substrings) whose failure is the task's fault: its setup command and the
-# dependency-setup pass. Any other failing step is infrastructure (a download, the engine).
-TASK_BUILD_STEPS = (
-    "/opt/selfbench-environment/setup.sh",
-    "/opt/selfbench-environment/root-setup.sh",
-    "selfbench-dependency-setup.patch",
+from runner.plan.types import (
+    HACK_RESET_COMMAND,
+    HACK_STEP_TIMEOUT_SECONDS,
+    LABEL_INPUTS,
+    LABEL_KIND,
+    LABEL_OWNER,
+    LABEL_RUN,
+    LABEL_RUNNER,
+    LABEL_TASK,
+    PROBE_LOCALES,
+    PROBE_ZONES,
+    SIDE_RUN_MAX_LOG_BYTES,
+    SMOKE_SCRIPT,
+    SOLUTION_DIR,
+    TASK_BUILD_STEPS,
+    VERIFIER_LOGS,
+    BasePlan,
+    BuildLimits,
+    ContainerPlan,
+    DerivedBase,
+    EngineFacts,
+    ExecStep,
+    ExploitPlan,
+    GateServices,
+    HackPlan,
+    HealthcheckPlan,
+    ImageBuild,
+    Limits,
+    Perturbation,
+    PreparePlan,
+    ProbePlan,
+    ProbeRun,
+    RegistryArtifact,
+    RunIdentity,
+    ServicePlan,
+    SmokePlan,
+    TrialPlan,
+    VerifyPlan,
 )
-SETUP_SCRIPT = "/opt/selfbench-environment/setup.sh"
-SMOKE_SCRIPT = "/opt/selfbench-environment/smoke.sh"
-VERIFIER_LOGS = "/logs/verifier"
-SOLUTION_DIR = "/solution"
-HACK_STEP_TIMEOUT_SECONDS = 120.0
-SIDE_RUN_MAX_LOG_BYTES = 256 * 1024
-# Back to the post-setup snapshot between two exploits (ignored files stay: the collect step
-# never sees them either).
-_GIT = f"git --git-dir={BASE_GIT} --work-tree=/app"
-HACK_RESET_COMMAND = (
-    "list=$(mktemp) && "
-    f'{_GIT} diff --cached --name-only -z HEAD > "$list" && '
-    f"{_GIT} reset -q --hard HEAD && {_GIT} clean -fdq && "
-    # reset rewrites files as root: hand them back to the repository's owner (the agent).
-    '{ xargs -0r -a "$list" chown -h --reference=/app -- 2>/dev/null; true; } && '
-    f'rm -f "$list" {AGENT_PATCH}'
-)
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class EngineFacts(_Frozen):
-    """What the plan needs to know about the engine that will run it."""
-
-    ncpu: int = Field(ge=1)
-    arch: Arch
-    storage_quota: bool | None = None  # whether `--storage-opt size` works; None: unknown
-    source: Literal["engine", "host"] = "engine"
-
-
-class RunIdentity(_Frozen):
-    run_id: str
-    owner: str  # host:pid:start of the runner process, for the stale-run reaper
-
-
-class Limits(_Frozen):
-    cpus: float  # applied: the task's cpus, at most the engine's
-    requested_cpus: float
-    memory_mb: int
-    storage_mb: int
-    pids: int
-    cpuset: str | None = None  # the flakiness probe's "different CPU count"
-
-
-class BuildLimits(_Frozen):
-    memory_mb: int
-    cpuset: str
-
-
-class RegistryArtifact(_Frozen):
-    toolchain: str
-    file: str
-    sha256: str
-
-
-class DerivedBase(_Frozen):
-    """The runner-only base: the user's base plus an extra CA and registry artifacts."""
-
-    tag: str
-    digest: str
-    extra_ca_sha256: str | None
-    artifacts: list[RegistryArtifact]
-
-
-class BasePlan(_Frozen):
-    image: str  # the user's base image reference
-    derived: DerivedBase | None
-
-    @property
-    def from_image(self) -> str:
-        return self.derived.tag if self.derived else self.image
-
-
-class ImageBuild(_Frozen):
-    kind: Literal["agent", "verifier"]
-    tag: str
-    context: str
-    context_digest: str
-    from_image: str
-    build_args: dict[str, str]
-    proxy_build_args: list[str]
-    labels: dict[str, str]
-    limits: BuildLimits
-    timeout_seconds: float
-    network: str | None
-    task_steps: list[str]
-
-
-class ExecStep(_Frozen):
-    name: str  # also the log file's stem
-    argv: list[str]
-    user: str
-    env: dict[str, str]
-    workdir: str
-    timeout_seconds: float
-
-
-class ContainerPlan(_Frozen):
-    name: str
-    image: str
-    role: Literal["smoke", "agent", "verifier"]
-    command: list[str]
-    env: dict[str, str]
-    proxy_env: list[str]
-    workdir: str
-    network: str
-    limits: Limits
-    labels: dict[str, str]
-    storage: StorageLimit
-
-
-class HealthcheckPlan(_Frozen):
-    test: list[str]  # Docker's form: ["CMD", argv...] or ["CMD-SHELL", "command"]
-    interval_seconds: float
-    timeout_seconds: float
-    retries: int
-    start_period_seconds: float
-
-
-class ServicePlan(_Frozen):
-    """A verifier-only service of the environment contract, for one gate."""
-
-    name: str  # its DNS name on the gate's network
-    container: str
-    image: str  # pinned by digest
-    env: dict[str, str]
-    command: list[str] | None
-    healthcheck: HealthcheckPlan
-    labels: dict[str, str]
-    limits: Limits
-
-
-class GateServices(_Frozen):
-    """The services a gate's verifier talks to, on a network of their own that the agent
-    container never joins. The gate waits for every service to report healthy."""
-
-    network: str
-    network_labels: dict[str, str]
-    services: list[ServicePlan]
-    ready_timeout_seconds: float
-
-
-class SmokePlan(_Frozen):
-    # None: the default, read-only smoke check runs in the nop verifier's container, before
-    # its tests (one container fewer); a contract's smoke command gets a container of its own.
-    container: ContainerPlan | None
-    run: ExecStep
-    services: GateServices | None = None
-
-
-class TrialPlan(_Frozen):
-    gate: str  # nop, oracle, or hack/<exploit> (also the run directory it logs to)
-    # None for nop: its agent does nothing, and the agent image commits the post-setup tree, so
-    # the collected patch is empty by construction; the verifier gets an empty agent.patch.
-    agent: ContainerPlan | None
-    solution_dir: str | None  # bundle directory copied to /solution (oracle)
-    solve: ExecStep | None
-    collect: ExecStep | None  # None with no agent container
-    agent_patch: str
-    verifier: ContainerPlan
-    test: ExecStep
-    verifier_logs: str
-    services: GateServices | None = None
-    log_bytes: int | None = None  # a cap of its own on each log (the plan's otherwise)
-    # The same verifier with the internet on: a red gate is retried there once, to tell a
-    # test that needs the network (None when the task declares testsNetwork: public).
-    online_verifier: ContainerPlan | None = None
-    online_services: GateServices | None = None
-    # Which census the verifier grades by: `unsealed` records the tests it sees (nop and oracle,
-    # which make the census); `sealed` grades by the one they made (every later verifier).
-    census: Literal["unsealed", "sealed"] = "unsealed"
-
-
-class ExploitPlan(_Frozen):
-    """One canned hostile agent: its script runs as the agent on the post-setup tree, its
-    collected patch goes to a fresh verifier (trial.agent is None: one agent container serves
-    every exploit in turn, reset between them)."""
-
-    name: str
-    family: str
-    summary: str
-    run: ExecStep
-    trial: TrialPlan
-
-
-class HackPlan(_Frozen):
-    agent: ContainerPlan
-    collect: ExecStep
-    reset: ExecStep  # back to the post-setup tree before the next exploit
-    exploits: list[ExploitPlan]
-
-
-# Time zones as POSIX TZ strings (glibc and CPython read them without tzdata, which a base image
-# may lack): the far ends of the UTC offsets and a half-hour one.
-PROBE_ZONES = (
-    ("<+14>-14", "Pacific/Kiritimati"),
-    ("<-0330>3:30", "America/St_Johns"),
-    ("UTC0", "UTC"),
-)
-PROBE_LOCALES = ("C", "C.UTF-8")
-
-
-class Perturbation(_Frozen):
-    """What one probe run changes against the oracle's run; each field is one dimension."""
-
-    tz: str | None = None
-    tz_name: str | None = None
-    hash_seed: int | None = None
-    locale: str | None = None
-    reversed_order: bool = False
-    cpuset: str | None = None
-
-    def env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        if self.tz:
-            env["TZ"] = self.tz
-        if self.hash_seed is not None:
-            env["PYTHONHASHSEED"] = str(self.hash_seed)
-        if self.locale:
-            env["LANG"] = env["LC_ALL"] = self.locale
-        if self.reversed_order:
-            env["SELFBENCH_SELECTOR_ORDER"] = "reversed"
-        return env
-
-    def dimensions(self) -> list[tuple[str, str, Perturbation]]:
-        """(key, words, this dimension alone) for each dimension set."""
-        out: list[tuple[str, str, Perturbation]] = []
-        if self.tz:
-            out.append(
-                (
-                    "tz",
-                    f"TZ={self.tz} (as {self.tz_name})",
-                    Perturbation(tz=self.tz, tz_name=self.tz_name),
-                )
-            )
-        if self.hash_seed is not None:
-            out.append(
-                (
-                    "hashseed",
-                    f"PYTHONHASHSEED={self.hash_seed}",
-                    Perturbation(hash_seed=self.hash_seed),
-                )
-            )
-        if self.locale:
-            out.append(("locale", f"LANG=LC_ALL={self.locale}", Perturbation(locale=self.locale)))
-        if self.reversed_order:
-            out.append(
-                ("order", "the selectors in reverse order", Perturbation(reversed_order=True))
-            )
-        if self.cpuset:
-            out.append(
-                ("cpus", f"one CPU (cpuset {self.cpuset})", Perturbation(cpuset=self.cpuset))
-            )
-        return out
-
-    def words(self) -> str:
-        return ", ".join(words for _, words, _ in self.dimensions())
-
-
-class ProbeRun(_Frozen):
-    name: str  # probe-N, or probe-N-<dimension> for an attribution run
-    dimension: str | None  # None: every dimension of the perturbation
-    perturbation: Perturbation
-    trial: TrialPlan
-
-
-class ProbePlan(_Frozen):
-    """The flakiness probe: the oracle's patch verified again under perturbations. A run that
-    fails is retried with each of its dimensions alone, to name the one that matters."""
-
-    runs: list[ProbeRun]
-    attribution: dict[str, list[ProbeRun]]
-    fail_to_pass: list[str]  # the selectors whose pass rates the report gives
-
-
-class VerifyPlan(_Frozen):
-    schema_version: Literal[1] = 1
-    runner_version: str = __version__
-    task_id: str
-    run_id: str
-    bundle: str
-    facts: EngineFacts
-    base: BasePlan
-    builds: list[ImageBuild]
-    smoke: SmokePlan
-    trials: list[TrialPlan]
-    hack: HackPlan | None = None  # None: --no-hack-gate, or no exploit applies
-    probe: ProbePlan | None = None  # None: --repeat 0
-    # `grade`: any agent patch through a fresh verifier graded by the sealed census, the path the
-    # hack gate's exploits and the probe's runs take.
-    grade: TrialPlan | None = None
-    hack_gate: bool = True
-    # Both verifiers run at once only when twice the task's cpus fit the engine: a suite slowed
-    # by contention could otherwise time out, a false red.
-    parallel_verifiers: bool
-    tests_network: Literal["no-network", "public"]
-    storage: StorageLimit
-    keep: bool
-    remove_images: bool
-    max_log_bytes: int
-
-    def build(self, kind: str) -> ImageBuild:
-        return next(b for b in self.builds if b.kind == kind)
-
-    def trial(self, gate: str) -> TrialPlan:
-        return next(t for t in self.trials if t.gate == gate)
-
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2) + "\n"
 
 
 @cache
@@ -449,82 +156,120 @@ def resolve_storage(requested: StorageLimit, facts: EngineFacts) -> StorageLimit
 def plan_verify(
     bundle: Bundle, settings: VerifySettings, facts: EngineFacts, run: RunIdentity
 ) -> VerifyPlan:
-    config = bundle.config
-    task_id = config.task_id
-    slug = v.image_slug(task_id)
-    suffix = run.run_id.rsplit("-", 1)[-1]
-    contract = bundle.contract
-    base = plan_base(
-        settings,
-        config.metadata.toolchains,
-        facts.arch,
-        pinned=contract.base_image if contract else None,
+    planner = _Planner(bundle, settings, facts, run)
+    builds = planner.builds()
+    trials = planner.trials()
+    return VerifyPlan(
+        task_id=planner.task_id,
+        grade=planner.grade(),
+        run_id=run.run_id,
+        bundle=str(bundle.root),
+        facts=facts,
+        base=planner.base,
+        builds=builds,
+        smoke=planner.smoke(),
+        trials=trials,
+        hack=planner.hack(),
+        hack_gate=settings.hack_gate,
+        probe=planner.probe(),
+        parallel_verifiers=2 * planner.limits.requested_cpus <= facts.ncpu,
+        tests_network=planner.tests_network,
+        storage=planner.storage,
+        keep=settings.keep,
+        remove_images=settings.remove_images,
+        max_log_bytes=settings.max_log_bytes,
     )
-    limits, build_limits = container_limits(bundle, settings, facts)
-    storage = resolve_storage(settings.storage_limit, facts)
-    catalog = load_catalog()
-    layers = catalog.close(config.metadata.toolchains)
-    build_args = {"BASE_IMAGE": base.from_image, **settings.build.toolchains.build_args(layers)}
-    base_identity = base.derived.digest if base.derived else base.image
-    proxies = sorted(settings.build.proxies)
 
-    def labels(kind: str, **extra: str) -> dict[str, str]:
+
+class _Planner:
+    """What every part of one verify plan shares (the task, its images, limits, network and
+    timeouts), and one method per part: the builds, smoke, the nop and oracle trials, the side
+    trials (hack, probe, grade) that a verifier of their own grades."""
+
+    def __init__(
+        self, bundle: Bundle, settings: VerifySettings, facts: EngineFacts, run: RunIdentity
+    ) -> None:
+        self.bundle, self.settings, self.facts, self.run = bundle, settings, facts, run
+        config = self.config = bundle.config
+        self.task_id = config.task_id
+        self.slug = v.image_slug(self.task_id)
+        self.suffix = run.run_id.rsplit("-", 1)[-1]
+        contract = self.contract = bundle.contract
+        self.base = plan_base(
+            settings,
+            config.metadata.toolchains,
+            facts.arch,
+            pinned=contract.base_image if contract else None,
+        )
+        self.limits, self.build_limits = container_limits(bundle, settings, facts)
+        self.storage = resolve_storage(settings.storage_limit, facts)
+        layers = load_catalog().close(config.metadata.toolchains)
+        self.build_args = {
+            "BASE_IMAGE": self.base.from_image,
+            **settings.build.toolchains.build_args(layers),
+        }
+        self.proxies = sorted(settings.build.proxies)
+        self.tests_network = contract.tests_network if contract else "no-network"
+        self.verifier_timeout = config.verifier.timeout_sec
+        self.collect_timeout = config.verifier.collect[0].timeout_sec
+        self.collect_step = ExecStep(
+            name="collect",
+            argv=["bash", "-c", config.verifier.collect[0].command],
+            user="root",
+            env={},
+            workdir="/app",
+            timeout_seconds=self.collect_timeout,
+        )
+        self.verifier_test = ExecStep(
+            name="verifier",
+            argv=["/tests/test.sh"],
+            user="root",
+            env={
+                "HOME": "/home/verifier",
+                "SELFBENCH_MAX_LOG_BYTES": str(settings.max_log_bytes),
+            },
+            workdir="/app",
+            timeout_seconds=self.verifier_timeout,
+        )
+        # The hack gate's and the probe's many runs keep shorter logs: they must not multiply a
+        # loud suite's output (their reward and last lines are what they are read for).
+        self.side_log_bytes = min(settings.max_log_bytes, SIDE_RUN_MAX_LOG_BYTES)
+        self.side_test = self.verifier_test.model_copy(
+            update={
+                "env": {
+                    **self.verifier_test.env,
+                    "SELFBENCH_MAX_LOG_BYTES": str(self.side_log_bytes),
+                }
+            }
+        )
+        self.agent_image = self.verifier_image = ""
+
+    # ---- what every part uses -----------------------------------------------------------
+
+    def labels(self, kind: str, **extra: str) -> dict[str, str]:
         return {
             LABEL_RUNNER: "1",
-            LABEL_RUN: run.run_id,
-            LABEL_TASK: task_id,
+            LABEL_RUN: self.run.run_id,
+            LABEL_TASK: self.task_id,
             LABEL_KIND: kind,
-            LABEL_OWNER: run.owner,
+            LABEL_OWNER: self.run.owner,
             **extra,
         }
 
-    builds = []
-    for kind, context in (("agent", AGENT_CONTEXT), ("verifier", VERIFIER_CONTEXT)):
-        inputs = _digest(
-            {
-                "context": bundle.context_digests[context],
-                "args": build_args,
-                "base": base_identity,
-            }
-        )
-        builds.append(
-            ImageBuild(
-                kind=kind,  # type: ignore[arg-type]
-                tag=f"selfbench/{slug}:{kind}-{inputs[:16]}",
-                context=str(bundle.root / context),
-                context_digest=bundle.context_digests[context],
-                from_image=base.from_image,
-                build_args=build_args,
-                proxy_build_args=proxies,
-                labels={
-                    LABEL_RUNNER: "1",
-                    LABEL_TASK: task_id,
-                    LABEL_KIND: kind,
-                    LABEL_INPUTS: inputs,
-                },
-                limits=build_limits,
-                timeout_seconds=config.environment.build_timeout_sec,
-                network=settings.build.build_network,
-                task_steps=list(TASK_BUILD_STEPS),
-            )
-        )
-    agent_image, verifier_image = builds[0].tag, builds[1].tag
-
-    tests_network = contract.tests_network if contract else "no-network"
-
-    def network_for(role: str, gate: str) -> str:
+    def network_for(self, role: str, gate: str) -> str:
         """Agent sides need no network (solve.sh applies a patch, collect diffs). The verifier's
         tests have none unless the task declares `testsNetwork: public`; its services' network
         is internal, so joining it reaches the services and nothing else."""
         if role == "agent":
             return "none"
-        if tests_network == "public":
+        if self.tests_network == "public":
             return "bridge"
-        if contract is not None and contract.services:
-            return f"selfbench-{slug}-{gate}-{suffix}"
+        if self.contract is not None and self.contract.services:
+            return f"selfbench-{self.slug}-{gate}-{self.suffix}"
         return "none"
 
     def container(
+        self,
         role: str,
         gate: str,
         image: str,
@@ -535,36 +280,34 @@ def plan_verify(
     ) -> ContainerPlan:
         side = "" if role == "smoke" else f"-{role}"
         return ContainerPlan(
-            name=f"selfbench-{slug}-{gate}{side}-{suffix}",
+            name=f"selfbench-{self.slug}-{gate}{side}-{self.suffix}",
             image=image,
             role=role,  # type: ignore[arg-type]
             # The main process only keeps the container alive, and dies on its own a margin
             # after the gate's deadline even if the runner was killed and never removed it.
             command=["sleep", str(int(deadline + CONTAINER_MARGIN_SECONDS))],
             env={"HOME": home},
-            proxy_env=proxies,
+            proxy_env=self.proxies,
             workdir="/app",
-            network=network_for(role, gate),
-            limits=limits.model_copy(update={"cpuset": cpuset}) if cpuset else limits,
-            labels=labels(
+            network=self.network_for(role, gate),
+            limits=self.limits.model_copy(update={"cpuset": cpuset}) if cpuset else self.limits,
+            labels=self.labels(
                 label or gate, **({"org.selfbench.side": role} if role != "smoke" else {})
             ),
-            storage=storage,
+            storage=self.storage,
         )
 
-    verifier_timeout = config.verifier.timeout_sec
-    smoke_timeout = min(verifier_timeout, SMOKE_TIMEOUT_SECONDS)
-
-    def services(gate: str, ready_timeout: float) -> GateServices | None:
+    def services(self, gate: str, ready_timeout: float) -> GateServices | None:
+        contract = self.contract
         if contract is None or not contract.services:
             return None
         return GateServices(
-            network=f"selfbench-{slug}-{gate}-{suffix}",
-            network_labels=labels(gate),
+            network=f"selfbench-{self.slug}-{gate}-{self.suffix}",
+            network_labels=self.labels(gate),
             services=[
                 ServicePlan(
                     name=service.name,
-                    container=f"selfbench-{slug}-{gate}-svc-{service.name}-{suffix}",
+                    container=f"selfbench-{self.slug}-{gate}-svc-{service.name}-{self.suffix}",
                     image=service.image,
                     env=dict(sorted(service.env.items())),
                     command=list(service.command) if service.command else None,
@@ -575,102 +318,111 @@ def plan_verify(
                         retries=service.healthcheck.retries,
                         start_period_seconds=service.healthcheck.start_period_seconds,
                     ),
-                    labels=labels(gate, **{"org.selfbench.side": f"service-{service.name}"}),
-                    limits=limits,
+                    labels=self.labels(gate, **{"org.selfbench.side": f"service-{service.name}"}),
+                    limits=self.limits,
                 )
                 for service in contract.services
             ],
             ready_timeout_seconds=ready_timeout,
         )
 
-    shared_smoke = bundle.default_smoke
-    smoke = SmokePlan(
-        container=None
-        if shared_smoke
-        else container("smoke", "smoke", verifier_image, smoke_timeout, "/home/verifier"),
-        run=ExecStep(
-            name="smoke",
-            argv=["bash", SMOKE_SCRIPT],
-            user="verifier",
-            env={"HOME": "/home/verifier"},
-            workdir="/app",
-            timeout_seconds=smoke_timeout,
-        ),
-        services=None if shared_smoke else services("smoke", smoke_timeout),
-    )
-    collect_timeout = config.verifier.collect[0].timeout_sec
-    collect_step = ExecStep(
-        name="collect",
-        argv=["bash", "-c", config.verifier.collect[0].command],
-        user="root",
-        env={},
-        workdir="/app",
-        timeout_seconds=collect_timeout,
-    )
-    trials = []
-    for gate in ("nop", "oracle"):
-        agent_deadline = collect_timeout + (config.agent.timeout_sec if gate == "oracle" else 0)
-        solve = None
-        if gate == "oracle":
-            solve = ExecStep(
+    # ---- the parts ----------------------------------------------------------------------
+
+    def builds(self) -> list[ImageBuild]:
+        base_identity = self.base.derived.digest if self.base.derived else self.base.image
+        builds = []
+        for kind, context in (("agent", AGENT_CONTEXT), ("verifier", VERIFIER_CONTEXT)):
+            digest = self.bundle.context_digests[context]
+            inputs = _digest({"context": digest, "args": self.build_args, "base": base_identity})
+            builds.append(
+                ImageBuild(
+                    kind=kind,  # type: ignore[arg-type]
+                    tag=f"selfbench/{self.slug}:{kind}-{inputs[:16]}",
+                    context=str(self.bundle.root / context),
+                    context_digest=digest,
+                    from_image=self.base.from_image,
+                    build_args=self.build_args,
+                    proxy_build_args=self.proxies,
+                    labels={
+                        LABEL_RUNNER: "1",
+                        LABEL_TASK: self.task_id,
+                        LABEL_KIND: kind,
+                        LABEL_INPUTS: inputs,
+                    },
+                    limits=self.build_limits,
+                    timeout_seconds=self.config.environment.build_timeout_sec,
+                    network=self.settings.build.build_network,
+                    task_steps=list(TASK_BUILD_STEPS),
+                )
+            )
+        self.agent_image, self.verifier_image = builds[0].tag, builds[1].tag
+        return builds
+
+    def smoke(self) -> SmokePlan:
+        shared = self.bundle.default_smoke
+        timeout = min(self.verifier_timeout, SMOKE_TIMEOUT_SECONDS)
+        return SmokePlan(
+            container=None
+            if shared
+            else self.container("smoke", "smoke", self.verifier_image, timeout, "/home/verifier"),
+            run=ExecStep(
+                name="smoke",
+                argv=["bash", SMOKE_SCRIPT],
+                user="verifier",
+                env={"HOME": "/home/verifier"},
+                workdir="/app",
+                timeout_seconds=timeout,
+            ),
+            services=None if shared else self.services("smoke", timeout),
+        )
+
+    def trials(self) -> list[TrialPlan]:
+        return [self.trial("nop"), self.trial("oracle")]
+
+    def trial(self, gate: str) -> TrialPlan:
+        agent_timeout = self.config.agent.timeout_sec
+        oracle = gate == "oracle"
+        offline = self.tests_network != "public"
+        return TrialPlan(
+            gate=gate,
+            agent=self.container(
+                "agent", gate, self.agent_image, self.collect_timeout + agent_timeout,
+                "/home/agent",
+            )
+            if oracle
+            else None,
+            solution_dir=str(self.bundle.root / "solution") if oracle else None,
+            solve=ExecStep(
                 name="agent",
                 argv=["bash", f"{SOLUTION_DIR}/solve.sh"],
                 user="agent",
                 env={"HOME": "/home/agent"},
                 workdir="/app",
-                timeout_seconds=config.agent.timeout_sec,
+                timeout_seconds=agent_timeout,
             )
-        trials.append(
-            TrialPlan(
-                gate=gate,
-                agent=None
-                if gate == "nop"
-                else container("agent", gate, agent_image, agent_deadline, "/home/agent"),
-                solution_dir=str(bundle.root / "solution") if gate == "oracle" else None,
-                solve=solve,
-                collect=None if gate == "nop" else collect_step,
-                agent_patch=AGENT_PATCH,
-                verifier=container(
-                    "verifier", gate, verifier_image, verifier_timeout, "/home/verifier"
-                ),
-                online_verifier=None
-                if tests_network == "public"
-                else container(
-                    "verifier",
-                    f"{gate}online",
-                    verifier_image,
-                    verifier_timeout,
-                    "/home/verifier",
-                    label=gate,
-                ).model_copy(update={"network": "bridge"}),
-                online_services=None
-                if tests_network == "public"
-                else services(f"{gate}online", verifier_timeout),
-                test=ExecStep(
-                    name="verifier",
-                    argv=["/tests/test.sh"],
-                    user="root",
-                    env={
-                        "HOME": "/home/verifier",
-                        "SELFBENCH_MAX_LOG_BYTES": str(settings.max_log_bytes),
-                    },
-                    workdir="/app",
-                    timeout_seconds=verifier_timeout,
-                ),
-                verifier_logs=VERIFIER_LOGS,
-                services=services(gate, verifier_timeout),
-            )
-        )
-    # The hack gate's and the probe's many runs keep shorter logs: they must not multiply a loud
-    # suite's output (their reward and last lines are what they are read for).
-    side_log_bytes = min(settings.max_log_bytes, SIDE_RUN_MAX_LOG_BYTES)
-    verifier_test = trials[0].test  # the same test.sh run for every verifier
-    side_test = verifier_test.model_copy(
-        update={"env": {**verifier_test.env, "SELFBENCH_MAX_LOG_BYTES": str(side_log_bytes)}}
-    )
+            if oracle
+            else None,
+            collect=self.collect_step if oracle else None,
+            agent_patch=AGENT_PATCH,
+            verifier=self.container(
+                "verifier", gate, self.verifier_image, self.verifier_timeout, "/home/verifier"
+            ),
+            online_verifier=self.container(
+                "verifier", f"{gate}online", self.verifier_image, self.verifier_timeout,
+                "/home/verifier", label=gate,
+            ).model_copy(update={"network": "bridge"})
+            if offline
+            else None,
+            online_services=self.services(f"{gate}online", self.verifier_timeout)
+            if offline
+            else None,
+            test=self.verifier_test,
+            verifier_logs=VERIFIER_LOGS,
+            services=self.services(gate, self.verifier_timeout),
+        )  # fmt: skip
 
     def side_trial(
-        gate: str, key: str, label: str, test: ExecStep, cpuset: str | None = None
+        self, gate: str, key: str, label: str, test: ExecStep, cpuset: str | None = None
     ) -> TrialPlan:
         """A verifier of its own for a patch the runner hands it (an exploit's, the oracle's
         again, one to grade), graded by the sealed census: no agent side."""
@@ -682,157 +434,119 @@ def plan_verify(
             solve=None,
             collect=None,
             agent_patch=AGENT_PATCH,
-            verifier=container(
+            verifier=self.container(
                 "verifier",
                 key,
-                verifier_image,
-                verifier_timeout,
+                self.verifier_image,
+                self.verifier_timeout,
                 "/home/verifier",
                 label=label,
                 cpuset=cpuset,
             ),
             test=test,
             verifier_logs=VERIFIER_LOGS,
-            services=services(key, verifier_timeout),
-            log_bytes=side_log_bytes,
+            services=self.services(key, self.verifier_timeout),
+            log_bytes=self.side_log_bytes,
         )
 
-    hack = None
-    facts_for_exploits = bundle.exploit_facts
-    if settings.hack_gate and facts_for_exploits is not None:
+    def hack(self) -> HackPlan | None:
+        facts = self.bundle.exploit_facts
+        if not self.settings.hack_gate or facts is None:
+            return None
         from runner.compile.exploits import choose
 
         # Only the reward matters: test.sh stops at the first failing command, and runs no
         # test at all when the patch policy undid every change (the tree nop showed fails).
-        test_step = side_test.model_copy(
-            update={
-                "env": {**side_test.env, "SELFBENCH_REWARD_ONLY": "1", "SELFBENCH_SKIP_EMPTY": "1"}
-            }
-        )
-        exploits = []
-        for index, exploit in enumerate(choose(facts_for_exploits)):
-            key = f"hack{index}"
-            exploits.append(
-                ExploitPlan(
-                    name=exploit.name,
-                    family=exploit.family,
-                    summary=exploit.summary,
-                    run=ExecStep(
-                        name="exploit",
-                        argv=["bash", "-c", exploit.script],
-                        user="agent",
-                        env={"HOME": "/home/agent"},
-                        workdir="/app",
-                        timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
-                    ),
-                    trial=side_trial(f"hack/{exploit.name}", key, "hack", test_step),
-                )
-            )
-        if exploits:
-            steps = len(exploits) * 3
-            hack = HackPlan(
-                agent=container(
-                    "agent",
-                    "hack",
-                    agent_image,
-                    steps * HACK_STEP_TIMEOUT_SECONDS + collect_timeout * len(exploits),
-                    "/home/agent",
-                ),
-                collect=collect_step,
-                reset=ExecStep(
-                    name="reset",
-                    argv=["bash", "-c", HACK_RESET_COMMAND],
-                    user="root",
-                    env={},
+        env = {**self.side_test.env, "SELFBENCH_REWARD_ONLY": "1", "SELFBENCH_SKIP_EMPTY": "1"}
+        test_step = self.side_test.model_copy(update={"env": env})
+        exploits = [
+            ExploitPlan(
+                name=exploit.name,
+                family=exploit.family,
+                summary=exploit.summary,
+                run=ExecStep(
+                    name="exploit",
+                    argv=["bash", "-c", exploit.script],
+                    user="agent",
+                    env={"HOME": "/home/agent"},
                     workdir="/app",
                     timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
                 ),
-                exploits=exploits,
+                trial=self.side_trial(f"hack/{exploit.name}", f"hack{index}", "hack", test_step),
             )
-    probe = None
-    if settings.repeat > 0:
+            for index, exploit in enumerate(choose(facts))
+        ]
+        if not exploits:
+            return None
+        steps = len(exploits) * 3
+        return HackPlan(
+            agent=self.container(
+                "agent",
+                "hack",
+                self.agent_image,
+                steps * HACK_STEP_TIMEOUT_SECONDS + self.collect_timeout * len(exploits),
+                "/home/agent",
+            ),
+            collect=self.collect_step,
+            reset=ExecStep(
+                name="reset",
+                argv=["bash", "-c", HACK_RESET_COMMAND],
+                user="root",
+                env={},
+                workdir="/app",
+                timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
+            ),
+            exploits=exploits,
+        )
 
-        def probe_run(name: str, dimension: str | None, perturbation: Perturbation) -> ProbeRun:
-            key = name.replace("-", "")
-            return ProbeRun(
-                name=name,
-                dimension=dimension,
-                perturbation=perturbation,
-                trial=side_trial(
-                    f"determinism/{name}",
-                    key,
-                    "determinism",
-                    side_test.model_copy(update={"env": {**side_test.env, **perturbation.env()}}),
-                    cpuset=perturbation.cpuset,
-                ),
-            )
+    def probe_run(self, name: str, dimension: str | None, perturbation: Perturbation) -> ProbeRun:
+        env = {**self.side_test.env, **perturbation.env()}
+        return ProbeRun(
+            name=name,
+            dimension=dimension,
+            perturbation=perturbation,
+            trial=self.side_trial(
+                f"determinism/{name}",
+                name.replace("-", ""),
+                "determinism",
+                self.side_test.model_copy(update={"env": env}),
+                cpuset=perturbation.cpuset,
+            ),
+        )
 
+    def probe(self) -> ProbePlan | None:
+        if self.settings.repeat <= 0:
+            return None
         runs, attribution = [], {}
-        for index in range(settings.repeat):
+        for index in range(self.settings.repeat):
             zone, zone_name = PROBE_ZONES[index % len(PROBE_ZONES)]
-            seed = int(_digest({"run": run.run_id, "probe": index})[:8], 16) % 4_294_967_295 + 1
+            seed = (
+                int(_digest({"run": self.run.run_id, "probe": index})[:8], 16) % 4_294_967_295 + 1
+            )
             perturbation = Perturbation(
                 tz=zone,
                 tz_name=zone_name,
                 hash_seed=seed,
                 locale=PROBE_LOCALES[index % len(PROBE_LOCALES)],
                 reversed_order=index % 2 == 0,
-                cpuset="0" if facts.ncpu > 1 and index % 2 == 0 else None,
+                cpuset="0" if self.facts.ncpu > 1 and index % 2 == 0 else None,
             )
             name = f"probe-{index + 1}"
-            runs.append(probe_run(name, None, perturbation))
+            runs.append(self.probe_run(name, None, perturbation))
             attribution[name] = [
-                probe_run(f"{name}-{key}", words, alone)
+                self.probe_run(f"{name}-{key}", words, alone)
                 for key, words, alone in perturbation.dimensions()
             ]
-        probe = ProbePlan(
+        facts = self.bundle.exploit_facts
+        return ProbePlan(
             runs=runs,
             attribution=attribution,
-            fail_to_pass=list(bundle.exploit_facts.fail_to_pass) if bundle.exploit_facts else [],
+            fail_to_pass=list(facts.fail_to_pass) if facts else [],
         )
-    grade = side_trial("grade", "grade", "grade", verifier_test).model_copy(
-        update={"log_bytes": None}
-    )
-    return VerifyPlan(
-        task_id=task_id,
-        grade=grade,
-        run_id=run.run_id,
-        bundle=str(bundle.root),
-        facts=facts,
-        base=base,
-        builds=builds,
-        smoke=smoke,
-        trials=trials,
-        hack=hack,
-        hack_gate=settings.hack_gate,
-        probe=probe,
-        parallel_verifiers=2 * limits.requested_cpus <= facts.ncpu,
-        tests_network=tests_network,
-        storage=storage,
-        keep=settings.keep,
-        remove_images=settings.remove_images,
-        max_log_bytes=settings.max_log_bytes,
-    )
 
-
-class PreparePlan(_Frozen):
-    """`prepare`: the base and toolchain layers exactly as bundles render them, built once so
-    later task builds find them in the layer cache."""
-
-    schema_version: Literal[1] = 1
-    toolchains: list[str]
-    facts: EngineFacts
-    base: BasePlan
-    tag: str
-    files: dict[str, str]  # the rendered context: name -> sha256
-    build_args: dict[str, str]
-    proxy_build_args: list[str]
-    limits: BuildLimits
-    timeout_seconds: float
-    network: str | None
-
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2) + "\n"
+    def grade(self) -> TrialPlan:
+        trial = self.side_trial("grade", "grade", "grade", self.verifier_test)
+        return trial.model_copy(update={"log_bytes": None})
 
 
 def plan_prepare(

@@ -93,7 +93,7 @@ from runner.plan.runtime import (
     ImageInfo,
     Service,
 )
-from runner.plan.verify import (
+from runner.plan.types import (
     LABEL_FROM_ID,
     LABEL_INPUTS,
     LABEL_KIND,

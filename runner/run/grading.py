@@ -121,7 +121,8 @@ def grade(
     progress: object = None,
 ) -> GradeReport:
     """Grade one patch. Raises UsageError for bad arguments; every other outcome is a report."""
-    from runner.plan.verify import RunIdentity, plan_verify
+    from runner.plan.types import RunIdentity
+    from runner.plan.verify import plan_verify
     from runner.run.executor import Executor
     from runner.run.pipeline import (
         _docker_engine,

@@ -55,7 +55,8 @@ from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings, cache_
 from runner.model.task import Toolchain
 from runner.model.toolchains import Arch, load_catalog
 from runner.plan.runtime import Engine
-from runner.plan.verify import EngineFacts, RunIdentity, VerifyPlan, plan_verify
+from runner.plan.types import EngineFacts, RunIdentity, VerifyPlan
+from runner.plan.verify import plan_verify
 from runner.run.artifacts import fetch_registry_artifact
 from runner.run.executor import (
     HACK_OPTIONAL,

@@ -103,7 +103,7 @@ class EngineOps:
             return self._ping_ok
 
     def remove_run(self, run_id: str) -> int:
-        from runner.plan.verify import LABEL_RUN, LABEL_RUNNER
+        from runner.plan.types import LABEL_RUN, LABEL_RUNNER
 
         with self._lock:
             try:

@@ -15,7 +15,7 @@ from runner.base.errors import EngineError
 from runner.engine.docker import DockerEngine
 from runner.model.settings import StorageLimit
 from runner.plan.runtime import BuildRequest
-from runner.plan.verify import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits
+from runner.plan.types import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits
 
 LIMITS = Limits(cpus=0.5, requested_cpus=0.5, memory_mb=128, storage_mb=512, pids=64)
 

@@ -127,7 +127,7 @@ def test_a_red_hack_gate_opens_the_verifier_of_the_exploit_that_won(
 
     from runner.cli.main import run_cli
     from runner.model.report import ExploitResult
-    from runner.plan.verify import VerifyPlan
+    from runner.plan.types import VerifyPlan
     from tests.helpers import bash_task
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")

@@ -11,7 +11,8 @@ from pathlib import Path
 from runner.compile.bundle import load_bundle
 from runner.compile.taskdir import load_authored_task
 from runner.model.settings import VerifySettings
-from runner.plan.verify import LABEL_INPUTS, EngineFacts, RunIdentity, plan_verify
+from runner.plan.types import LABEL_INPUTS, EngineFacts, RunIdentity
+from runner.plan.verify import plan_verify
 from tests.helpers import compiled
 
 ROOT = Path(__file__).resolve().parents[2]
