@@ -471,7 +471,7 @@ def prepare_command(
     Prints the image tag."""
     from runner.engine.docker import DockerEngine
     from runner.plan.verify import plan_prepare
-    from runner.run.executor import prepare
+    from runner.run.images import prepare
     from runner.run.pipeline import default_env, host_facts
 
     names = [n.strip() for n in toolchain_list.split(",") if n.strip()]

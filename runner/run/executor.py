@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,7 +25,6 @@ from pydantic import BaseModel
 
 from runner import judge
 from runner.base.errors import (
-    EngineError,
     InfrastructureError,
     Interrupted,
     InvalidTaskError,
@@ -36,7 +33,7 @@ from runner.base.errors import (
 )
 from runner.base.logs import Truncation
 from runner.compile.exploits import NOT_APPLICABLE
-from runner.compile.render import UNSEALED_CENSUS, render_derived_base, render_toolchain_context
+from runner.compile.render import UNSEALED_CENSUS
 from runner.engine.buildlog import is_task_step
 from runner.model.census import (
     Census,
@@ -48,7 +45,7 @@ from runner.model.census import (
     read_run,
     summarize,
 )
-from runner.model.predictions import PatchPredictions, prediction_key, tree_digest
+from runner.model.predictions import prediction_key, tree_digest
 from runner.model.report import (
     BuildData,
     DeterminismData,
@@ -59,16 +56,13 @@ from runner.model.report import (
     KeptContainer,
     ProbeResult,
     SelectorRate,
-    SelectorResult,
     SmokeData,
     Status,
 )
 from runner.model.reward import (
     DETAILS_FILE,
-    DISCARDED_FILE,
     PASS_TO_PASS_SELECTORS_FILE,
     REWARD_FILE,
-    SELECTORS_FILE,
     Reward,
     RewardError,
     VerifierDetails,
@@ -76,47 +70,36 @@ from runner.model.reward import (
     parse_reward,
 )
 from runner.model.settings import (
-    DEFAULT_MAX_LOG_BYTES,
-    HELPER_BUILD_TIMEOUT_SECONDS,
-    HELPER_MEMORY_MB,
-    LOCAL_BASE_HINT,
     MAX_AGENT_PATCH_BYTES,
 )
-from runner.model.task import Toolchain
-from runner.model.toolchains import Arch, load_catalog
 from runner.plan.runtime import (
     BuildRequest,
     Container,
     Engine,
     ExecOutcome,
     FileToPut,
-    ImageInfo,
     Service,
 )
 from runner.plan.types import (
     LABEL_FROM_ID,
-    LABEL_INPUTS,
-    LABEL_KIND,
     LABEL_RUN,
-    LABEL_RUNNER,
-    BasePlan,
     ContainerPlan,
-    EngineFacts,
     GateServices,
     ImageBuild,
-    PreparePlan,
     ProbePlan,
     ProbeRun,
     ServicePlan,
     TrialPlan,
     VerifyPlan,
 )
+from runner.run import collect as left
+from runner.run.context import ExecutionEnv, Progress
+from runner.run.images import build_derived_base, ensure_image
 
 log = logging.getLogger(__name__)
 
-PREDICTED_DIR = "predicted"  # a gate's verifier run on its predicted patch, until confirmed
 
-Progress = Callable[[str, str], None]
+PREDICTED_DIR = "predicted"  # a gate's verifier run on its predicted patch, until confirmed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,11 +113,18 @@ class StageEvent:
 
 
 StageListener = Callable[[StageEvent], None]
-FetchArtifact = Callable[[str, Arch], Path]
+
+
 GATES = ("build", "smoke", "nop", "oracle", "determinism", "hack")
+
+
 # A hack stage skipped for one of these reasons does not keep a task from being accepted.
 HACK_DISABLED = "skipped: --no-hack-gate"
+
+
 HACK_NONE = "skipped: no canned exploit applies to this task"
+
+
 HACK_OPTIONAL = (HACK_DISABLED, HACK_NONE)
 
 
@@ -149,32 +139,6 @@ class StageResult:
 
     def set(self, status: Status, detail: str) -> None:
         self.status, self.detail = status, detail
-
-
-def _discarded(directory: Path, limit: int = 200) -> list[str]:
-    """The harness paths test.sh undid (discarded.txt), at most `limit`."""
-    try:
-        with (directory / DISCARDED_FILE).open(encoding="utf-8", errors="replace") as handle:
-            return [line.rstrip("\n") for _, line in zip(range(limit), handle, strict=False)]
-    except OSError:
-        return []
-
-
-def _selectors(
-    directory: Path, limit: int = 64, name: str = SELECTORS_FILE
-) -> list[SelectorResult]:
-    """selectors.tsv: each fail-to-pass selector run alone and its exit code (or, by name, the
-    pass-to-pass ones)."""
-    results = []
-    try:
-        with (directory / name).open(encoding="utf-8", errors="replace") as handle:
-            for _, line in zip(range(limit), handle, strict=False):
-                code, _, selector = line.rstrip("\n").partition("\t")
-                if code.lstrip("-").isdigit() and selector:
-                    results.append(SelectorResult(selector=selector, exit_code=int(code)))
-    except OSError:
-        pass
-    return results
 
 
 @dataclass(kw_only=True)
@@ -219,17 +183,6 @@ class _Prediction:
     key: str
     patch: bytes | None  # None: nothing to predict (the agent side runs first, as without)
     future: Future[tuple[_TrialRun, StageResult, GateData]] | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExecutionEnv:
-    """Runner-only values a plan names but does not hold (they may be secret or large)."""
-
-    proxies: Mapping[str, str]
-    extra_ca_pem: bytes | None
-    fetch_artifact: FetchArtifact
-    # Patches the oracle's agent side made before (None: the verifier always waits for it).
-    predictions: PatchPredictions | None = None
 
 
 @dataclass(kw_only=True)
@@ -526,7 +479,7 @@ class Executor:
         self.storage_mechanism = container.storage_mechanism
         if outcome.truncation:
             stage.truncated.append(outcome.truncation)
-        lines = _tail_lines(log_path)
+        lines = left.tail_lines(log_path)
         limits = judge.limits_data(outcome, None, self.storage_mechanism)
         stage.data = SmokeData(
             exit_code=outcome.exit_code,
@@ -1076,7 +1029,7 @@ class Executor:
                 collect_log=str(run.collect_log),
                 verifier_log=str(run.verifier_log),
                 last_lines={
-                    name: _last_line(
+                    name: left.last_line(
                         self.run_dir / trial.gate / "logs" / "verifier" / f"{name}.log"
                     )
                     for name in ("fail_to_pass", "pass_to_pass")
@@ -1091,9 +1044,9 @@ class Executor:
         directory = self._verifier_dir(trial)
         data.evidence = summarize(directory)
         data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
-        data.discarded = _discarded(directory)
-        data.selectors = _selectors(directory)
-        data.pass_to_pass_selectors = _selectors(directory, name=PASS_TO_PASS_SELECTORS_FILE)
+        data.discarded = left.discarded(directory)
+        data.selectors = left.selectors(directory)
+        data.pass_to_pass_selectors = left.selectors(directory, name=PASS_TO_PASS_SELECTORS_FILE)
         verdict = judge.judge_selectors(
             judgement,
             gate=trial.gate,
@@ -1153,7 +1106,7 @@ class Executor:
                     stage.logs.append(str(script_log))
                     ran = agent.exec(exploit.run, script_log, limit=limit)
                     side = sides[exploit.name] = _ExploitSide(
-                        script=ran, said=_last_meaningful(script_log)
+                        script=ran, said=left.last_meaningful(script_log)
                     )
                     if ran.exit_code == 0 and not ran.timed_out:
                         collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
@@ -1223,7 +1176,7 @@ class Executor:
                     outcome=outcome,
                     detail=detail,
                     reward=run.reward if run else None,
-                    discarded=_discarded(verifier_dir),
+                    discarded=left.discarded(verifier_dir),
                     undone=undone,
                     evidence=summarize(verifier_dir) if run else None,
                     patch=patch,
@@ -1238,7 +1191,7 @@ class Executor:
                     exploit.summary,
                     outcome,
                     patch,
-                    _last_line(verifier_dir / "fail_to_pass.log"),
+                    left.last_line(verifier_dir / "fail_to_pass.log"),
                 )
             )
         judgement = judge.judge_hack(results)
@@ -1324,7 +1277,7 @@ class Executor:
         data.limits = judge.limits_data(run.test, run.details, self.storage_mechanism)
         data.evidence = summarize(directory)
         data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
-        data.discarded = _discarded(directory)
+        data.discarded = left.discarded(directory)
         verdict = judge.judge_grade(
             run.reward,
             timed_out=run.test is not None and run.test.timed_out,
@@ -1372,7 +1325,7 @@ class Executor:
             results = []
             for plan, run in zip(runs, done, strict=True):
                 directory = self.run_dir / plan.trial.gate / "logs" / "verifier"
-                alone = [(s.selector, s.exit_code) for s in _selectors(directory)]
+                alone = [(s.selector, s.exit_code) for s in left.selectors(directory)]
                 passed, what, failing = judge.probe_outcome(
                     run.reward, run.test, alone, probe.fail_to_pass
                 )
@@ -1450,197 +1403,3 @@ def _predicted_trial(trial: TrialPlan) -> TrialPlan:
 def _patch_file(patch: bytes) -> FileToPut:
     """Where test.sh reads the agent's patch."""
     return FileToPut(directory="/opt/selfbench", name="agent.patch", data=patch)
-
-
-def _last_meaningful(path: Path) -> str:
-    try:
-        lines = [ln.strip() for ln in _tail_lines(path) if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
-
-
-def ensure_image(engine: Engine, ref: str, *, what: str = "base image") -> ImageInfo:
-    """An image present, or pulled. A reference pinned by digest must resolve to exactly that
-    digest: a local image under the same name and tag with another digest is an error, never a
-    silent substitute."""
-    found = engine.image(ref)
-    if found is not None:
-        return found
-    if "@" in ref:
-        name_tag = ref.split("@", 1)[0]
-        local = engine.image(name_tag) if ":" in name_tag.rsplit("/", 1)[-1] else None
-        try:
-            return engine.pull(ref)
-        except EngineError as exc:
-            if local is not None:
-                digests = ", ".join(local.repo_digests) or "no registry digest"
-                raise InfrastructureError(
-                    f"{what} {ref}: the local {name_tag} is {local.id} ({digests}), not the pinned "
-                    f"digest, and the pinned image cannot be pulled ({exc.message})"
-                ) from None
-            raise InfrastructureError(
-                f"{what} {ref} is not present and cannot be pulled ({exc.message})"
-            ) from None
-    try:
-        return engine.pull(ref)
-    except EngineError as exc:
-        hint = f"; {LOCAL_BASE_HINT}" if what == "base image" else ""
-        raise InfrastructureError(
-            f"{what} {ref} is not present and cannot be pulled ({exc.message}){hint}"
-        ) from None
-
-
-def build_derived_base(
-    engine: Engine,
-    base: BasePlan,
-    base_id: str,
-    *,
-    env: ExecutionEnv,
-    facts: EngineFacts,
-    network: str | None,
-    log_path: Path,
-    max_log_bytes: int,
-    progress: Progress,
-) -> str:
-    """The runner-only base (extra CA, registry artifacts), reused while its inputs and the
-    image it builds FROM are unchanged. Returns its image id."""
-    derived = base.derived
-    assert derived is not None
-    existing = engine.image(derived.tag)
-    if existing is not None and existing.labels.get(LABEL_FROM_ID) == base_id:
-        return existing.id
-    with tempfile.TemporaryDirectory(prefix="selfbench-base.") as tmp:
-        context = Path(tmp)
-        if env.extra_ca_pem is not None:
-            (context / "selfbench-extra-ca.crt").write_bytes(env.extra_ca_pem)
-        for artifact in derived.artifacts:
-            progress("build", f"registry artifact {artifact.file}")
-            source = env.fetch_artifact(artifact.toolchain, facts.arch)
-            target = context / "artifacts" / artifact.toolchain / artifact.file
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-        (context / "Dockerfile").write_bytes(
-            render_derived_base(
-                extra_ca=env.extra_ca_pem is not None, artifacts=bool(derived.artifacts)
-            )
-        )
-        progress("build", f"building base image {derived.tag}")
-        outcome = engine.build(
-            BuildRequest(
-                context=context,
-                tag=derived.tag,
-                buildargs={"BASE_IMAGE": base.image, **env.proxies},
-                labels={
-                    LABEL_RUNNER: "1",
-                    LABEL_KIND: "base",
-                    LABEL_INPUTS: derived.digest,
-                    LABEL_FROM_ID: base_id,
-                },
-                memory_mb=HELPER_MEMORY_MB,
-                cpuset="0-1" if facts.ncpu > 1 else "0",
-                timeout_seconds=HELPER_BUILD_TIMEOUT_SECONDS,
-                network=network,
-            ),
-            log_path,
-            limit=max_log_bytes,
-            on_line=lambda line: progress("build", line) if line.startswith("Step ") else None,
-        )
-    if not outcome.ok or outcome.image_id is None:
-        raise InfrastructureError(
-            f"the runner's base image failed to build at `{outcome.failed_step}`: "
-            f"{outcome.error}; see {log_path}"
-        )
-    return outcome.image_id
-
-
-def prepare(
-    plan: PreparePlan, engine: Engine, *, env: ExecutionEnv, workdir: Path, progress: Progress
-) -> bool:
-    """Build the base and toolchain layers of `plan`. Returns whether they were cached."""
-    base = ensure_image(engine, plan.base.image)
-    from_id = base.id
-    if plan.base.derived is not None:
-        from_id = build_derived_base(
-            engine,
-            plan.base,
-            base.id,
-            env=env,
-            facts=plan.facts,
-            network=plan.network,
-            log_path=workdir / "base.log",
-            max_log_bytes=DEFAULT_MAX_LOG_BYTES,
-            progress=progress,
-        )
-    existing = engine.image(plan.tag)
-    if existing is not None and existing.labels.get(LABEL_FROM_ID) == from_id:
-        return True
-    context = workdir / "toolchains"
-    layers = load_catalog().close(Toolchain(name) for name in plan.toolchains)
-    for name, content in render_toolchain_context(layers).items():
-        path = context / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content)
-    progress("build", f"building toolchain layers {plan.tag}")
-    outcome = engine.build(
-        BuildRequest(
-            context=context,
-            tag=plan.tag,
-            buildargs={
-                **plan.build_args,
-                **{k: v for k, v in env.proxies.items() if k in plan.proxy_build_args},
-            },
-            labels={
-                LABEL_RUNNER: "1",
-                LABEL_KIND: "toolchains",
-                LABEL_INPUTS: plan.tag,
-                LABEL_FROM_ID: from_id,
-            },
-            memory_mb=plan.limits.memory_mb,
-            cpuset=plan.limits.cpuset,
-            timeout_seconds=plan.timeout_seconds,
-            network=plan.network,
-        ),
-        workdir / "toolchains.log",
-        limit=DEFAULT_MAX_LOG_BYTES,
-        on_line=lambda line: progress("build", line) if line.startswith("Step ") else None,
-    )
-    if not outcome.ok:
-        raise InfrastructureError(
-            f"toolchain layers failed to build at `{outcome.failed_step}`: {outcome.error}; "
-            f"see {workdir / 'toolchains.log'}"
-        )
-    return False
-
-
-_ERRORISH = re.compile(
-    r"error|exception|traceback|refused|could not|cannot|not found|no such|denied|timed? ?out",
-    re.IGNORECASE,
-)
-
-
-def _last_line(path: Path) -> str:
-    """The line worth quoting from a failed test command's log: the last error-looking line of
-    its last 20 lines (a runner's summary such as "FAIL tests/x" often comes after the cause),
-    else the last line; never the runner's own markers."""
-    lines = [
-        " ".join(line.split())
-        for line in _tail_lines(path, size=16 * 1024)
-        if line.strip() and not line.startswith("[selfbench:")
-    ][-20:]
-    for line in reversed(lines):
-        if _ERRORISH.search(line):
-            return line
-    return lines[-1] if lines else ""
-
-
-def _tail_lines(path: Path, size: int = 64 * 1024) -> list[str]:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, 2)
-            end = handle.tell()
-            handle.seek(max(0, end - size))
-            data = handle.read()
-    except OSError:
-        return []
-    return data.decode("utf-8", "replace").splitlines()

@@ -58,10 +58,10 @@ from runner.plan.runtime import Engine
 from runner.plan.types import EngineFacts, RunIdentity, VerifyPlan
 from runner.plan.verify import plan_verify
 from runner.run.artifacts import fetch_registry_artifact
+from runner.run.context import ExecutionEnv
 from runner.run.executor import (
     HACK_OPTIONAL,
     Execution,
-    ExecutionEnv,
     Executor,
     StageEvent,
     StageListener,

@@ -20,7 +20,7 @@ from runner.model.report import Status, Verdict
 from runner.model.settings import BuildEnvironment, VerifySettings
 from runner.plan.runtime import ExecOutcome
 from runner.plan.types import ExecStep
-from runner.run.executor import ExecutionEnv
+from runner.run.context import ExecutionEnv
 from runner.run.pipeline import VerifyOutcome, verify
 from tests.fakes import (
     NOP_REWARD,
