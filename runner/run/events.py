@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.base.errors import UsageError
-from runner.run.executor import StageEvent
+from runner.run.state import StageEvent
 
 MAX_LINE_BYTES = 64 * 1024  # a detail is one line of a report; longer lines are cut
 

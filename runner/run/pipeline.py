@@ -59,14 +59,8 @@ from runner.plan.types import EngineFacts, RunIdentity, VerifyPlan
 from runner.plan.verify import plan_verify
 from runner.run.artifacts import fetch_registry_artifact
 from runner.run.context import ExecutionEnv
-from runner.run.executor import (
-    HACK_OPTIONAL,
-    Execution,
-    Executor,
-    StageEvent,
-    StageListener,
-    StageResult,
-)
+from runner.run.executor import Executor
+from runner.run.state import HACK_OPTIONAL, Execution, StageEvent, StageListener, StageResult
 
 log = logging.getLogger(__name__)
 

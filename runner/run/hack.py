@@ -1,0 +1,218 @@
+"""The hack stage (each canned exploit's patch to a fresh verifier) and `grade` (one patch)."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from runner import judge
+from runner.base.errors import (
+    InfrastructureError,
+    Interrupted,
+)
+from runner.compile.exploits import NOT_APPLICABLE
+from runner.model.census import (
+    Census,
+    first_problem,
+    read_policy,
+    summarize,
+)
+from runner.model.report import (
+    ExploitResult,
+    GateData,
+    HackData,
+    Status,
+)
+from runner.model.settings import (
+    MAX_AGENT_PATCH_BYTES,
+)
+from runner.plan.types import (
+    TrialPlan,
+)
+from runner.run import collect as left
+from runner.run.state import ExploitSide, SkippedError, StageResult, TrialRun
+from runner.run.trials import TrialStages
+
+
+class HackStage(TrialStages):
+    def _hack(self, stage: StageResult) -> None:
+        """Each canned exploit runs as the agent in one agent container (reset to the post-setup
+        tree between them); each collected patch then goes to a fresh verifier, once nop has
+        shown that the tests fail on the base (else a reward 0 would prove nothing)."""
+        plan = self.plan.hack
+        assert plan is not None
+        data = HackData()
+        stage.data = data
+        limit = self.plan.max_log_bytes
+        sides: dict[str, ExploitSide] = {}
+        verifying: dict[str, Future[TrialRun]] = {}
+        # Each collected patch goes to its verifier at once (once nop passed), while the next
+        # exploit runs in the agent container.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
+            with self.engine.container(
+                plan.agent, env=self.env.proxies, keep=self.plan.keep
+            ) as agent:
+                for exploit in plan.exploits:
+                    directory = self._path("hack", exploit.name, "exploit.log").parent
+                    script_log = directory / "exploit.log"
+                    stage.logs.append(str(script_log))
+                    ran = agent.exec(exploit.run, script_log, limit=limit)
+                    side = sides[exploit.name] = ExploitSide(
+                        script=ran, said=left.last_meaningful(script_log)
+                    )
+                    if ran.exit_code == 0 and not ran.timed_out:
+                        collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
+                        if collect.exit_code != 0 or collect.timed_out:
+                            side.collect_failed = True
+                        else:
+                            side.patch = (
+                                agent.get_file(
+                                    exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES
+                                )
+                                or b""
+                            )
+                            (directory / "agent.patch").write_bytes(side.patch)
+                            if side.patch:
+                                verifying[exploit.name] = pool.submit(
+                                    self._verify_exploit, exploit.trial, side.patch
+                                )
+                    reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
+                    if reset.exit_code != 0 or reset.timed_out:
+                        raise InfrastructureError(
+                            f"resetting the hack gate's agent container after {exploit.name} "
+                            f"failed; see {directory / 'reset.log'}"
+                        )
+                self._keep("hack agent", agent)
+            self._after_census()
+            runs = {name: future.result() for name, future in verifying.items()}
+        results = []
+        for exploit in plan.exploits:
+            side = sides[exploit.name]
+            run = runs.get(exploit.name)
+            verifier_dir = self.run_dir / "hack" / exploit.name / "logs" / "verifier"
+            policy = read_policy(verifier_dir)
+            undone = [c for c in policy if c.verdict != "keep"]
+            problem = next(
+                (
+                    p
+                    for name in ("fail_to_pass", "pass_to_pass")
+                    if (p := first_problem(verifier_dir, name))
+                ),
+                None,
+            )
+            outcome, detail = judge.judge_exploit(
+                judge.ExploitEvidence(
+                    name=exploit.name,
+                    summary=exploit.summary,
+                    script_exit=side.script.exit_code,
+                    script_timed_out=side.script.timed_out,
+                    script_said=side.said,
+                    collect_failed=side.collect_failed,
+                    patch_bytes=side.patch_bytes,
+                    test=run.test if run else None,
+                    reward=run.reward if run else None,
+                    reward_problem=run.reward_problem if run else None,
+                    undone=judge.undone_words(undone, [c.path for c in undone]) if undone else "",
+                    kept_changes=any(c.verdict == "keep" for c in policy) or not policy,
+                    problem=problem,
+                ),
+                not_applicable=NOT_APPLICABLE,
+            )
+            patch_path = self.run_dir / "hack" / exploit.name / "agent.patch"
+            patch = str(patch_path) if patch_path.is_file() else None
+            data.exploits.append(
+                ExploitResult(
+                    name=exploit.name,
+                    family=exploit.family,
+                    summary=exploit.summary,
+                    outcome=outcome,
+                    detail=detail,
+                    reward=run.reward if run else None,
+                    discarded=left.discarded(verifier_dir),
+                    undone=undone,
+                    evidence=summarize(verifier_dir) if run else None,
+                    patch=patch,
+                    patch_bytes=side.patch_bytes,
+                )
+            )
+            if outcome == "earned-reward":
+                stage.logs.append(str(patch_path))
+            results.append(
+                (
+                    exploit.name,
+                    exploit.summary,
+                    outcome,
+                    patch,
+                    left.last_line(verifier_dir / "fail_to_pass.log"),
+                )
+            )
+        judgement = judge.judge_hack(results)
+        stage.set(judgement.status, judgement.detail)
+
+    def _after_census(self) -> None:
+        """An exploit's reward 0 proves something only once nop has shown the tests fail on
+        the base, and the oracle has shown which tests a fix makes pass (the census every later
+        verifier grades by)."""
+        self._census_ready.wait()
+        if self._interrupted.is_set():
+            raise SkippedError("skipped: interrupted")
+        if self._census is None and self._census_missing:
+            raise SkippedError(f"skipped: {self._census_missing}")
+
+    def _verify_exploit(self, trial: TrialPlan, patch: bytes) -> TrialRun:
+        self._after_census()
+        return self._verify_patch(trial, patch)
+
+    def grade(self, patch: bytes, census: Census | None) -> tuple[StageResult, StageResult]:
+        """`grade`: the bundle's images (built, or found in the cache), then `patch` through a
+        fresh verifier graded by `census` (recorded afresh when the bundle has none): the path
+        every exploit of the hack gate takes. Returns (build, grade) results."""
+        grade = StageResult()
+        self._census = census
+        self._census_ready.set()
+        try:
+            self._stage("build", self._build)
+            if self.stages["build"].status is Status.PASSED:
+                assert self.plan.grade is not None
+                trial = self.plan.grade
+                if census is None:
+                    trial = trial.model_copy(update={"census": "unsealed"})
+                data = GateData()
+                grade.data = data
+                started = time.monotonic()
+                run = self._verify_patch(trial, patch, grade, data)
+                grade.seconds = round(time.monotonic() - started, 3)
+                self._save_patch(trial, grade, data, run)
+                self._judge_grade(trial, grade, data, run)
+            else:
+                grade.detail = "skipped: build did not pass"
+        except (KeyboardInterrupt, Interrupted):
+            self._interrupted.set()
+            raise
+        finally:
+            self._cleanup()
+        return self.stages["build"], grade
+
+    def _judge_grade(
+        self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
+    ) -> None:
+        directory = self._verifier_dir(trial)
+        data.reward, data.details = run.reward, run.details
+        data.limits = judge.limits_data(run.test, run.details, self.storage_mechanism)
+        data.evidence = summarize(directory)
+        data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
+        data.discarded = left.discarded(directory)
+        verdict = judge.judge_grade(
+            run.reward,
+            timed_out=run.test is not None and run.test.timed_out,
+            timeout_seconds=trial.test.timeout_seconds,
+            no_reward=f"the verifier wrote no reward.json ({run.reward_problem or 'no file'}); "
+            f"see {run.verifier_log}",
+            problems={
+                name: problem
+                for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
+                if (problem := first_problem(directory, name))
+            },
+            undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
+        )
+        stage.set(verdict.status, verdict.detail)

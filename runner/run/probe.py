@@ -1,0 +1,96 @@
+"""The determinism stage: the oracle's patch again, and the flakiness probe's perturbed runs."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from runner import judge
+from runner.model.census import (
+    ids_changed,
+)
+from runner.model.report import (
+    DeterminismData,
+    GateData,
+    ProbeResult,
+    SelectorRate,
+)
+from runner.plan.types import (
+    ProbePlan,
+    ProbeRun,
+)
+from runner.run import collect as left
+from runner.run.smoke import SmokeStage
+from runner.run.state import StageResult
+
+
+class ProbeStage(SmokeStage):
+    def _determinism(self, stage: StageResult) -> None:
+        oracle = self.stages["oracle"].data
+        assert isinstance(oracle, GateData) and oracle.reward is not None
+        details = oracle.details
+        data = DeterminismData(
+            deterministic=oracle.reward.deterministic,
+            repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
+        )
+        stage.data = data
+        judgement = judge.judge_determinism(
+            oracle.reward, details, ids_changed(self.run_dir / "oracle" / "logs" / "verifier")
+        )
+        if judgement.passed and self.plan.probe is not None:
+            judgement = self._probe(self.plan.probe, data, stage)
+        stage.set(judgement.status, judgement.detail)
+
+    def _probe(
+        self, probe: ProbePlan, data: DeterminismData, stage: StageResult
+    ) -> judge.Judgement:
+        """The oracle's patch verified again under each perturbation; a run that fails is
+        retried with each of its dimensions alone, to name the ones that change the outcome."""
+        patch = (self.run_dir / "oracle" / "agent.patch").read_bytes()
+
+        def run_all(runs: list[ProbeRun]) -> list[ProbeResult]:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
+                futures = [pool.submit(self._verify_patch, r.trial, patch) for r in runs]
+                done = [f.result() for f in futures]
+            results = []
+            for plan, run in zip(runs, done, strict=True):
+                directory = self.run_dir / plan.trial.gate / "logs" / "verifier"
+                alone = [(s.selector, s.exit_code) for s in left.selectors(directory)]
+                passed, what, failing = judge.probe_outcome(
+                    run.reward, run.test, alone, probe.fail_to_pass
+                )
+                stage.logs.append(str(run.verifier_log))
+                results.append(
+                    ProbeResult(
+                        name=plan.name,
+                        perturbation=plan.perturbation.words(),
+                        dimension=plan.dimension,
+                        passed=passed,
+                        what_failed=what,
+                        failing_selectors=failing,
+                        reward=run.reward,
+                        logs=str(self.run_dir / plan.trial.gate),
+                    )
+                )
+            return results
+
+        main = run_all(probe.runs)
+        retries = [
+            r for result in main if not result.passed for r in probe.attribution[result.name]
+        ]
+        alone = run_all(retries) if retries else []
+        data.probe = [*main, *alone]
+        data.perturbations = list(
+            dict.fromkeys(r.dimension for r in alone if not r.passed and r.dimension)
+        )
+        data.selectors = [
+            SelectorRate(selector=selector, passed=passed, runs=runs)
+            for selector, passed, runs in judge.selector_rates(
+                [(r.passed, r.what_failed, r.failing_selectors) for r in main],
+                probe.fail_to_pass,
+            )
+        ]
+        return judge.judge_probe(
+            [(r.name, r.passed, r.what_failed, r.failing_selectors) for r in main],
+            data.perturbations,
+            str(self.run_dir / "determinism"),
+        )

@@ -1,0 +1,359 @@
+"""The two sides of a trial: the agent's container (its patch collected) and a fresh verifier
+(its services, the patch handed in, test.sh run, its reward read and judged)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from runner import judge
+from runner.base.errors import (
+    TaskFailedError,
+)
+from runner.compile.render import UNSEALED_CENSUS
+from runner.model.census import (
+    first_problem,
+    read_policy,
+    summarize,
+)
+from runner.model.report import (
+    GateData,
+    KeptContainer,
+)
+from runner.model.reward import (
+    DETAILS_FILE,
+    PASS_TO_PASS_SELECTORS_FILE,
+    REWARD_FILE,
+    Reward,
+    RewardError,
+    VerifierDetails,
+    parse_details,
+    parse_reward,
+)
+from runner.model.settings import (
+    MAX_AGENT_PATCH_BYTES,
+)
+from runner.plan.runtime import (
+    Container,
+    FileToPut,
+    Service,
+)
+from runner.plan.types import (
+    ContainerPlan,
+    GateServices,
+    ServicePlan,
+    TrialPlan,
+)
+from runner.run import collect as left
+from runner.run.build import BuildStage
+from runner.run.images import ensure_image
+from runner.run.state import StageResult, TrialRun
+
+
+def _patch_file(patch: bytes) -> FileToPut:
+    """Where test.sh reads the agent's patch."""
+    return FileToPut(directory="/opt/selfbench", name="agent.patch", data=patch)
+
+
+log = logging.getLogger(__name__)
+
+
+class Sides(BuildStage):
+    def _census_file(self, trial: TrialPlan) -> FileToPut:
+        """The census a verifier grades by: none yet for nop and the oracle (they record), the
+        sealed one for every other (put in before the start, whatever the image holds)."""
+        census = self._census if trial.census == "sealed" else None
+        data = census.to_json().encode() if census is not None else UNSEALED_CENSUS
+        return FileToPut(directory="/tests", name="expected-tests.json", data=data, mode=0o600)
+
+    def _open_verifier(
+        self,
+        trial: TrialPlan,
+        stage: StageResult,
+        stack: contextlib.ExitStack,
+        patch: bytes | None = None,
+    ) -> Container:
+        """The trial's verifier container, started (with its services). A patch known already
+        goes in before the start (then `_verifier_side(..., patched=True)`)."""
+        network = stack.enter_context(self._services(trial.services, trial.gate, stage))
+        census = self._census_file(trial)
+        files = (census,) if patch is None else (census, _patch_file(patch))
+        verifier = stack.enter_context(
+            self.engine.container(
+                trial.verifier, env=self.env.proxies, keep=self.plan.keep, files=files
+            )
+        )
+        if network is not None and trial.verifier.network != network:
+            verifier.connect(network)  # a public verifier also joins its services' network
+        log.debug("%s: verifier container started", trial.gate)
+        return verifier
+
+    @contextlib.contextmanager
+    def _services(
+        self, services: GateServices | None, gate: str, stage: StageResult
+    ) -> Iterator[str | None]:
+        """Yields the network's name (what containers are created on or connected to)."""
+        """The gate's services on their own network, healthy, logs saved afterwards. The
+        agent container never joins it: only the verifier (and smoke) do."""
+        if services is None:
+            yield None
+            return
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(
+                self.engine.network(
+                    services.network, labels=services.network_labels, keep=self.plan.keep
+                )
+            )
+            network = services.network
+            running: list[tuple[ServicePlan, Service]] = []
+            try:
+                for plan in services.services:
+                    ensure_image(self.engine, plan.image, what=f"service {plan.name}'s image")
+                    running.append(
+                        (
+                            plan,
+                            stack.enter_context(
+                                self.engine.service(plan, network=network, keep=self.plan.keep)
+                            ),
+                        )
+                    )
+                if self.plan.keep:
+                    with self._lock:
+                        self.kept.extend(
+                            KeptContainer(
+                                label=f"{gate} service {plan.name}",
+                                name=plan.container,
+                                enter=f"docker exec -it {plan.container} sh",
+                            )
+                            for plan, _ in running
+                        )
+                self.progress(gate, f"waiting for {', '.join(p.name for p, _ in running)}")
+                self._wait_healthy(running, services.ready_timeout_seconds, gate)
+                yield network
+            finally:
+                for plan, service in running:
+                    path = self._path(gate, "services", f"{plan.name}.log")
+                    service.save_logs(path, limit=self.plan.max_log_bytes)
+                    stage.logs.append(str(path))
+
+    def _wait_healthy(
+        self, running: list[tuple[ServicePlan, Service]], timeout: float, gate: str
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(running)
+        while pending:
+            for plan, service in list(pending):
+                state = service.health()
+                if state == "healthy":
+                    pending.remove((plan, service))
+                elif state in ("unhealthy", "exited"):
+                    raise TaskFailedError(self._service_reason(plan, service, gate, f"is {state}"))
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                plan, service = pending[0]
+                raise TaskFailedError(
+                    self._service_reason(
+                        plan, service, gate, f"did not become healthy within {int(timeout)}s"
+                    )
+                )
+            time.sleep(0.2)
+
+    def _service_reason(self, plan: ServicePlan, service: Service, gate: str, what: str) -> str:
+        path = self._path(gate, "services", f"{plan.name}.log")
+        lines = service.save_logs(path, limit=self.plan.max_log_bytes)
+        tail = " / ".join(line.strip() for line in lines[-3:] if line.strip())
+        return (
+            f"service {plan.name} {what}"
+            + (f"; its last lines: {tail}" if tail else "")
+            + (f"; see {path}")
+        )
+
+    def _agent_side(
+        self,
+        trial: TrialPlan,
+        plan: ContainerPlan,
+        stage: StageResult,
+        data: GateData,
+        run: TrialRun,
+        started: Callable[[], None],
+    ) -> None:
+        assert trial.collect is not None
+        limit = self.plan.max_log_bytes
+        with self.engine.container(plan, env=self.env.proxies, keep=self.plan.keep) as agent:
+            log.debug("%s: agent container started", trial.gate)
+            started()
+            self.storage_mechanism = agent.storage_mechanism
+            if trial.solution_dir and trial.solve:
+                agent.put_directory(Path(trial.solution_dir), "/solution")
+                stage.logs.append(str(run.agent_log))
+                run.solve = agent.exec(trial.solve, run.agent_log, limit=limit)
+                data.solve_exit_code = run.solve.exit_code
+                if run.solve.timed_out:
+                    data.timed_out = "solve"
+                if run.solve.truncation:
+                    stage.truncated.append(run.solve.truncation)
+            if run.solve is None or (run.solve.exit_code == 0 and not run.solve.timed_out):
+                stage.logs.append(str(run.collect_log))
+                run.collect = agent.exec(trial.collect, run.collect_log, limit=limit)
+                data.collect_exit_code = run.collect.exit_code
+                if run.collect.timed_out:
+                    data.timed_out = "collect"
+                if run.collect.exit_code == 0 and not run.collect.timed_out:
+                    found = agent.get_file(trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES)
+                    run.patch = found or b""
+            self._keep(f"{trial.gate} agent", agent)
+        log.debug("%s: agent side done", trial.gate)
+        self._save_patch(trial, stage, data, run)
+
+    def _save_patch(
+        self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
+    ) -> None:
+        if run.patch is not None:
+            patch_path = self._path(trial.gate, "agent.patch")
+            patch_path.write_bytes(run.patch)
+            stage.logs.append(str(patch_path))
+            data.agent_patch_bytes = len(run.patch)
+
+    def _verifier_side(
+        self,
+        trial: TrialPlan,
+        stage: StageResult,
+        data: GateData,
+        run: TrialRun,
+        verifier: Container,
+        *,
+        patched: bool = False,
+    ) -> None:
+        """test.sh on `run.patch` (copied in now, unless `patched`: it went in before the
+        start), then the verifier's logs out."""
+        assert run.patch is not None
+        limit = trial.log_bytes or self.plan.max_log_bytes
+        log.debug("%s: verifier side starts (agent patch %d bytes)", trial.gate, len(run.patch))
+        if not patched:
+            file = _patch_file(run.patch)
+            verifier.put_file(file.directory, file.name, file.data)
+        stage.logs.append(str(run.verifier_log))
+        with self._verifier_slots:
+            log.debug("%s: test.sh starts", trial.gate)
+            run.test = verifier.exec(trial.test, run.verifier_log, limit=limit)
+            log.debug("%s: test.sh ended (exit %s)", trial.gate, run.test.exit_code)
+        data.verifier_exit_code = run.test.exit_code
+        if run.test.timed_out:
+            data.timed_out = "verifier"
+        if run.test.truncation:
+            stage.truncated.append(run.test.truncation)
+        truncated = verifier.copy_out(
+            trial.verifier_logs, self._path(trial.gate, "logs"), limit=limit
+        )
+        stage.truncated.extend(truncated or [])
+        self._keep(f"{trial.gate} verifier", verifier)
+        run.reward, run.details, run.reward_problem = self._read_reward(trial.gate, stage)
+        log.debug("%s: verifier side done", trial.gate)
+
+    def _read_reward(
+        self, gate: str, stage: StageResult
+    ) -> tuple[Reward | None, VerifierDetails | None, str | None]:
+        directory = self.run_dir / gate / "logs" / "verifier"
+        reward_path = directory / REWARD_FILE
+        details_path = directory / DETAILS_FILE
+        if not reward_path.is_file():
+            return None, None, None
+        stage.logs.append(str(reward_path))
+        try:
+            reward = parse_reward(reward_path.read_bytes())
+        except RewardError as exc:
+            return None, None, str(exc)
+        details = None
+        if details_path.is_file():
+            stage.logs.append(str(details_path))
+            try:
+                details = parse_details(details_path.read_bytes())
+            except RewardError as exc:
+                log.warning("%s: %s", details_path, exc)
+        return reward, details, None
+
+    def _verifier_dir(self, trial: TrialPlan) -> Path:
+        return self.run_dir / trial.gate / "logs" / "verifier"
+
+    def _judge_trial(
+        self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
+    ) -> None:
+        data.reward, data.details = run.reward, run.details
+        last = run.test or run.collect or run.solve
+        data.limits = judge.limits_data(last, run.details, self.storage_mechanism)
+        limits = trial.verifier.limits
+        judgement = judge.judge_trial(
+            judge.TrialEvidence(
+                gate=trial.gate,
+                solve=run.solve,
+                collect=run.collect,
+                test=run.test,
+                reward=run.reward,
+                details=run.details,
+                reward_problem=run.reward_problem,
+                limits=data.limits,
+                agent_timeout=trial.solve.timeout_seconds if trial.solve else 0.0,
+                verifier_timeout=trial.test.timeout_seconds,
+                storage_mb=limits.storage_mb,
+                memory_mb=limits.memory_mb,
+                pids=limits.pids,
+                agent_log=str(run.agent_log),
+                collect_log=str(run.collect_log),
+                verifier_log=str(run.verifier_log),
+                last_lines={
+                    name: left.last_line(
+                        self.run_dir / trial.gate / "logs" / "verifier" / f"{name}.log"
+                    )
+                    for name in ("fail_to_pass", "pass_to_pass")
+                },
+                problems={
+                    name: problem
+                    for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
+                    if (problem := first_problem(self._verifier_dir(trial), name))
+                },
+            )
+        )
+        directory = self._verifier_dir(trial)
+        data.evidence = summarize(directory)
+        data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
+        data.discarded = left.discarded(directory)
+        data.selectors = left.selectors(directory)
+        data.pass_to_pass_selectors = left.selectors(directory, name=PASS_TO_PASS_SELECTORS_FILE)
+        verdict = judge.judge_selectors(
+            judgement,
+            gate=trial.gate,
+            passing_alone=[s.selector for s in data.selectors if s.exit_code == 0],
+            breaking_alone=[s.selector for s in data.pass_to_pass_selectors if s.exit_code != 0],
+            undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
+        )
+        stage.set(verdict.status, verdict.detail)
+
+    def _verify_patch(
+        self,
+        trial: TrialPlan,
+        patch: bytes,
+        scratch: StageResult | None = None,
+        data: GateData | None = None,
+        *,
+        before_tests: Callable[[], None] | None = None,
+    ) -> TrialRun:
+        """A patch through a fresh verifier of the plan's trial (the hack gate, the probe, a
+        predicted run), its logs and data in `scratch` and `data` when the caller keeps them."""
+        run = TrialRun(
+            agent_log=self._path(trial.gate, "agent.log"),
+            collect_log=self._path(trial.gate, "collect.log"),
+            verifier_log=self._path(trial.gate, "verifier.log"),
+            patch=patch,
+        )
+        scratch = StageResult() if scratch is None else scratch
+        data = GateData() if data is None else data
+        with contextlib.ExitStack() as stack:
+            verifier = self._open_verifier(trial, scratch, stack, patch)
+            if before_tests is not None:
+                before_tests()
+            self._verifier_side(trial, scratch, data, run, verifier, patched=True)
+        return run

@@ -1,0 +1,80 @@
+"""The smoke stage: the contract's smoke command (or the toolchain checks) in a verifier image."""
+
+from __future__ import annotations
+
+from runner import judge
+from runner.model.report import (
+    SmokeData,
+    Status,
+)
+from runner.plan.runtime import (
+    Container,
+)
+from runner.plan.types import (
+    ContainerPlan,
+)
+from runner.run import collect as left
+from runner.run.sides import Sides
+from runner.run.state import SkippedError, StageResult
+
+
+class SmokeStage(Sides):
+    def _run_smoke(self) -> None:
+        """Smoke in a container of its own (a contract's smoke command, which may write)."""
+        try:
+            self._stage("smoke", self._smoke)
+        finally:
+            self._smoke_finished()
+
+    def _smoke_finished(self) -> None:
+        self._smoke_passed = self.stages["smoke"].status is Status.PASSED
+        self._smoke_done.set()
+
+    def _smoke(self, stage: StageResult) -> None:
+        smoke = self.plan.smoke
+        assert smoke.container is not None
+        with (
+            self._services(smoke.services, "smoke", stage) as network,
+            self.engine.container(smoke.container, env=self.env.proxies, keep=self.plan.keep) as c,
+        ):
+            if network is not None and smoke.container.network != network:
+                c.connect(network)
+            self._smoke_in(c, smoke.container, stage)
+            self._keep("smoke", c)
+
+    def _smoke_in(self, container: Container, plan: ContainerPlan, stage: StageResult) -> None:
+        """Run the smoke check in `container` (its own, or the nop verifier's: the default
+        check only reads) and judge it."""
+        log_path = self._path("smoke", "smoke.log")
+        stage.logs.append(str(log_path))
+        outcome = container.exec(self.plan.smoke.run, log_path, limit=self.plan.max_log_bytes)
+        self.storage_mechanism = container.storage_mechanism
+        if outcome.truncation:
+            stage.truncated.append(outcome.truncation)
+        lines = left.tail_lines(log_path)
+        limits = judge.limits_data(outcome, None, self.storage_mechanism)
+        stage.data = SmokeData(
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            answers=[ln for ln in lines if ln.strip() and not ln.startswith("+ ")][:40],
+            output=lines[-20:],
+            limits=limits,
+        )
+        judgement = judge.judge_smoke(
+            outcome,
+            lines,
+            limits,
+            storage_mb=plan.limits.storage_mb,
+            memory_mb=plan.limits.memory_mb,
+            pids=plan.limits.pids,
+            log_path=str(log_path),
+        )
+        stage.set(judgement.status, judgement.detail)
+
+    def _after_smoke(self) -> None:
+        """Verifiers run only once smoke passed (the seed: smoke before the nop split)."""
+        self._smoke_done.wait()
+        if self._interrupted.is_set():
+            raise SkippedError("skipped: interrupted")
+        if not self._smoke_passed:
+            raise SkippedError("skipped: smoke did not pass")

@@ -1,0 +1,243 @@
+"""What every stage of a run shares: the plan, the engine, the run directory, the stage results,
+the events that order the stages, and how a stage runs (its errors mapped to a status)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from runner.base.errors import (
+    InvalidTaskError,
+    RunnerError,
+    TaskFailedError,
+)
+from runner.base.logs import Truncation
+from runner.model.census import (
+    Census,
+)
+from runner.model.report import (
+    GateData,
+    KeptContainer,
+    Status,
+)
+from runner.model.reward import (
+    Reward,
+    VerifierDetails,
+)
+from runner.plan.runtime import (
+    Container,
+    Engine,
+    ExecOutcome,
+)
+from runner.plan.types import (
+    LABEL_RUN,
+    VerifyPlan,
+)
+from runner.run.context import ExecutionEnv, Progress
+
+log = logging.getLogger(__name__)
+
+
+PREDICTED_DIR = "predicted"  # a gate's verifier run on its predicted patch, until confirmed
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageEvent:
+    """A stage changed state: `running` when it starts, its status when it ends."""
+
+    stage: str
+    status: str
+    detail: str = ""
+    seconds: float | None = None
+
+
+StageListener = Callable[[StageEvent], None]
+
+
+GATES = ("build", "smoke", "nop", "oracle", "determinism", "hack")
+
+
+# A hack stage skipped for one of these reasons does not keep a task from being accepted.
+HACK_DISABLED = "skipped: --no-hack-gate"
+
+
+HACK_NONE = "skipped: no canned exploit applies to this task"
+
+
+HACK_OPTIONAL = (HACK_DISABLED, HACK_NONE)
+
+
+@dataclass(kw_only=True)
+class StageResult:
+    status: Status = Status.SKIPPED
+    detail: str = "not run"
+    seconds: float = 0.0
+    logs: list[str] = field(default_factory=list)
+    truncated: list[Truncation] = field(default_factory=list)
+    data: BaseModel | None = None
+
+    def set(self, status: Status, detail: str) -> None:
+        self.status, self.detail = status, detail
+
+
+@dataclass(kw_only=True)
+class ExploitSide:
+    """An exploit's agent side: its script, and the patch collected after it (None: not
+    collected)."""
+
+    script: ExecOutcome
+    said: str  # the script's last line (a not-applicable script says why)
+    collect_failed: bool = False
+    patch: bytes | None = None
+
+    @property
+    def patch_bytes(self) -> int | None:
+        return None if self.patch is None else len(self.patch)
+
+
+class SkippedError(Exception):
+    """A stage that cannot run because another did not pass; the message says which."""
+
+
+@dataclass(kw_only=True)
+class TrialRun:
+    agent_log: Path
+    collect_log: Path
+    verifier_log: Path
+    solve: ExecOutcome | None = None
+    collect: ExecOutcome | None = None
+    test: ExecOutcome | None = None
+    patch: bytes | None = None  # None until collected
+    reward: Reward | None = None
+    details: VerifierDetails | None = None
+    reward_problem: str | None = None
+
+
+@dataclass(kw_only=True)
+class Prediction:
+    """The oracle's verifier run on the patch its agent side is predicted to collect, beside
+    that agent side. Its results are kept apart (under `<gate>/predicted/`) until the collected
+    patch is known."""
+
+    key: str
+    patch: bytes | None  # None: nothing to predict (the agent side runs first, as without)
+    future: Future[tuple[TrialRun, StageResult, GateData]] | None = None
+
+
+@dataclass(kw_only=True)
+class Execution:
+    stages: dict[str, StageResult]
+    kept: list[KeptContainer] = field(default_factory=list)
+    interrupted: str | None = None  # the signal's name
+    storage_mechanism: str | None = None
+    # The tests nop and oracle saw, once both passed (sealed into the bundle afterwards).
+    census: Census | None = None
+
+
+class RunState:
+    def __init__(
+        self,
+        plan: VerifyPlan,
+        engine: Engine,
+        *,
+        run_dir: Path,
+        env: ExecutionEnv,
+        progress: Progress,
+        on_stage: StageListener | None = None,
+    ) -> None:
+        self.plan = plan
+        self.on_stage = on_stage
+        self.engine = engine
+        self.run_dir = run_dir
+        self.env = env
+        self.progress = progress
+        self.stages = {name: StageResult() for name in GATES}
+        self.kept: list[KeptContainer] = []
+        self.storage_mechanism: str | None = None
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._interrupted = threading.Event()
+        self._smoke_done = threading.Event()
+        self._nop_done = threading.Event()
+        self._smoke_passed = False
+        self._census: Census | None = None
+        self._census_ready = threading.Event()
+        self._census_missing = "nop did not pass (a reward 0 would prove nothing)"
+        self._opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
+        self._verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
+
+    def _stage(self, name: str, body: Callable[[StageResult], None]) -> None:
+        stage = self.stages[name]
+        started = time.monotonic()
+        with self._lock:
+            self._running.add(name)
+        if self.on_stage is not None:
+            self.on_stage(StageEvent(stage=name, status="running"))
+        try:
+            body(stage)
+        except SkippedError as skip:
+            stage.detail = str(skip)
+        except (InvalidTaskError, TaskFailedError) as exc:
+            stage.set(Status.FAILED, exc.one_line())
+        except RunnerError as exc:
+            stage.set(Status.ERROR, exc.one_line())
+        except ConnectionError as exc:
+            # The transport to the engine broke under a call (a pipe, a reset, an ssh
+            # connection gone): an infrastructure failure, not a bug of the runner.
+            log.warning("stage %s: the connection to the Docker engine broke: %r", name, exc)
+            stage.set(
+                Status.ERROR,
+                f"the connection to the Docker engine broke: {type(exc).__name__}: {exc}",
+            )
+        except Exception as exc:
+            log.exception("internal error in stage %s", name)
+            stage.set(
+                Status.ERROR,
+                f"internal error: {type(exc).__name__}: {exc}; the traceback is in "
+                f"{self.run_dir / 'runner.log'}",
+            )
+        finally:
+            stage.seconds = round(time.monotonic() - started, 3)
+        # Not reached on an interrupt: the stage stays `running` for the handler to mark.
+        with self._lock:
+            self._running.discard(name)
+        if not self._interrupted.is_set():
+            self.progress(name, f"{stage.status.value}: {stage.detail}")
+            if self.on_stage is not None:
+                self.on_stage(
+                    StageEvent(
+                        stage=name,
+                        status=stage.status.value,
+                        detail=stage.detail,
+                        seconds=stage.seconds,
+                    )
+                )
+
+    def _cleanup(self) -> None:
+        if self.plan.keep:
+            return
+        try:
+            self.engine.cleanup({LABEL_RUN: self.plan.run_id})
+            if self.plan.remove_images:
+                for build in self.plan.builds:
+                    self.engine.remove_image(build.tag)
+        except Exception as exc:  # cleanup must not hide the verdict
+            log.warning("cleanup failed: %s", exc)
+
+    def _path(self, *parts: str) -> Path:
+        path = self.run_dir.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _keep(self, label: str, container: Container) -> None:
+        if self.plan.keep:
+            kept = KeptContainer(label=label, name=container.name, enter=container.enter_hint())
+            with self._lock:
+                self.kept.append(kept)

@@ -1,0 +1,372 @@
+"""The nop and oracle stages: each agent side, then its verifier (a predicted patch's verifier
+started early), judged; the census sealed from the oracle's evidence."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from runner import judge
+from runner.base.logs import Truncation
+from runner.model.census import (
+    CensusError,
+    build_census,
+    read_run,
+)
+from runner.model.predictions import prediction_key, tree_digest
+from runner.model.report import (
+    GateData,
+    Status,
+)
+from runner.plan.runtime import (
+    Container,
+)
+from runner.plan.types import (
+    TrialPlan,
+)
+from runner.run.probe import ProbeStage
+from runner.run.state import PREDICTED_DIR, Prediction, SkippedError, StageResult, TrialRun
+
+
+def _predicted_trial(trial: TrialPlan) -> TrialPlan:
+    """The trial's verifier side under names of its own (its container, its services' network
+    and containers), so that a fresh verifier can run beside it when the prediction was wrong;
+    it logs under `<gate>/predicted/`."""
+
+    def renamed(name: str) -> str:
+        return f"{name}-{PREDICTED_DIR}"
+
+    services = trial.services
+    verifier = trial.verifier.model_copy(update={"name": renamed(trial.verifier.name)})
+    if services is not None:
+        if verifier.network == services.network:
+            verifier = verifier.model_copy(update={"network": renamed(services.network)})
+        services = services.model_copy(
+            update={
+                "network": renamed(services.network),
+                "services": [
+                    s.model_copy(update={"container": renamed(s.container)})
+                    for s in services.services
+                ],
+            }
+        )
+    return trial.model_copy(
+        update={
+            "gate": f"{trial.gate}/{PREDICTED_DIR}",
+            "verifier": verifier,
+            "services": services,
+            "online_verifier": None,
+            "online_services": None,
+        }
+    )
+
+
+log = logging.getLogger(__name__)
+
+
+class TrialStages(ProbeStage):
+    def _oracle_and_determinism(self) -> None:
+        """Determinism (the flakiness probe) starts as soon as the oracle passed, beside the
+        hack gate."""
+        self._stage("oracle", partial(self._trial, self.plan.trial("oracle")))
+        self._seal()
+        if self._interrupted.is_set():
+            return
+        if self.stages["oracle"].status is Status.PASSED:
+            self._stage("determinism", self._determinism)
+        else:
+            self.stages["determinism"].detail = (
+                "skipped: oracle did not pass"
+                if self.stages["oracle"].detail != "skipped: smoke did not pass"
+                else "skipped: smoke did not pass"
+            )
+
+    def _seal(self) -> None:
+        """The census of the tests nop and the oracle saw, once both passed: every later
+        verifier (the probe's, the hack gate's, `grade`'s) grades by it."""
+        try:
+            self._nop_done.wait()
+            if self._interrupted.is_set():
+                return
+            if self.stages["nop"].status is not Status.PASSED:
+                return
+            if self.stages["oracle"].status is not Status.PASSED:
+                self._census_missing = (
+                    "oracle did not pass (there is no census of its tests to grade by)"
+                )
+                return
+            oracle = self.run_dir / "oracle" / "logs" / "verifier"
+            fail_to_pass = read_run(oracle, "fail_to_pass")
+            self._census_missing = ""
+            if fail_to_pass is None:
+                # A verifier that records no evidence (a bundle compiled before it did): later
+                # verifiers judge as nop and the oracle did.
+                log.warning("the oracle's verifier left no evidence of its tests: no census")
+                return
+            try:
+                self._census = build_census(
+                    nop_fail_to_pass=read_run(
+                        self.run_dir / "nop" / "logs" / "verifier", "fail_to_pass"
+                    ),
+                    oracle_fail_to_pass=fail_to_pass,
+                    oracle_pass_to_pass=read_run(oracle, "pass_to_pass"),
+                    run_id=self.plan.run_id,
+                    runner_version=self.plan.runner_version,
+                )
+            except CensusError as exc:
+                self._census_missing = str(exc)
+        finally:
+            self._census_ready.set()
+
+    def _nop(self) -> None:
+        try:
+            self._stage("nop", partial(self._trial, self.plan.trial("nop")))
+        finally:
+            self._nop_done.set()
+
+    def _trial(self, trial: TrialPlan, stage: StageResult) -> None:
+        gate = trial.gate
+        data = GateData()
+        stage.data = data
+        evidence = TrialRun(
+            agent_log=self._path(gate, "agent.log"),
+            collect_log=self._path(gate, "collect.log"),
+            verifier_log=self._path(gate, "verifier.log"),
+        )
+        with contextlib.ExitStack() as stack:
+            if trial.agent is None:
+                self._trial_without_agent(trial, stage, data, evidence, stack)
+            else:
+                opening: list[Future[Container]] = []
+                prediction = self._predict(trial)
+
+                def agent_started() -> None:
+                    # The verifier container (and its services) start once the agent's has,
+                    # while the agent works: the agent side is the longest path, and the engine
+                    # starts one container faster than several at once (measured on 20.10:
+                    # 0.23 s alone, 0.44 s for three together). With a prediction, the
+                    # predicted run's verifier is already starting.
+                    if prediction is None or prediction.future is None:
+                        opening.append(
+                            self._opener.submit(self._open_verifier, trial, stage, stack)
+                        )
+
+                try:
+                    self._agent_side(trial, trial.agent, stage, data, evidence, agent_started)
+                    self._after_smoke()
+                    if evidence.patch is not None and not self._predicted_run_counts(
+                        trial, stage, data, evidence, prediction
+                    ):
+                        verifier = (
+                            opening[0].result()
+                            if opening
+                            else self._open_verifier(trial, stage, stack)
+                        )
+                        self._verifier_side(trial, stage, data, evidence, verifier)
+                finally:
+                    # Whatever happened, the container must be in the stack before it unwinds
+                    # (and the predicted run's container removed before the stage ends).
+                    for future in opening:
+                        with contextlib.suppress(Exception):
+                            future.result()
+                    if prediction is not None and prediction.future is not None:
+                        with contextlib.suppress(Exception):
+                            prediction.future.result()
+        self._judge_trial(trial, stage, data, evidence)
+        if (
+            stage.status is Status.FAILED
+            and trial.online_verifier is not None
+            and evidence.patch is not None
+            and evidence.reward is not None
+            and judge.tests_failed(trial.gate, evidence.reward)
+        ):
+            self._online(trial, stage, data, evidence.patch)
+
+    def _prediction_key(self, trial: TrialPlan) -> str | None:
+        """What makes the agent side's patch: the agent image (its tag, a digest of its build
+        inputs, so a prediction outlives a rebuild of the same inputs), the solution's files and
+        the solve and collect steps. None: not predictable (no solution)."""
+        if trial.agent is None or not trial.solution_dir or trial.solve is None:
+            return None
+        assert trial.collect is not None
+        try:
+            solution = tree_digest(Path(trial.solution_dir))
+        except OSError:
+            return None
+        return prediction_key(
+            {
+                "task": self.plan.task_id,
+                "image": trial.agent.image,
+                "solution": solution,
+                "workdir": trial.agent.workdir,
+                "env": trial.agent.env,
+                "solve": trial.solve.model_dump(exclude={"timeout_seconds"}),
+                "collect": trial.collect.model_dump(exclude={"timeout_seconds"}),
+                "patch": trial.agent_patch,
+            }
+        )
+
+    def _predict(self, trial: TrialPlan) -> Prediction | None:
+        """Start the verifier on the predicted patch, if there is one (runner.model.predictions);
+        the agent side runs meanwhile."""
+        store = self.env.predictions
+        key = self._prediction_key(trial) if store is not None else None
+        if store is None or key is None:
+            return None
+        prediction = Prediction(key=key, patch=store.predict(key))
+        if prediction.patch is not None:
+            log.debug(
+                "%s: verifying the predicted patch (%d bytes) beside the agent side",
+                trial.gate,
+                len(prediction.patch),
+            )
+            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predicted")
+            prediction.future = pool.submit(self._predicted_run, trial, prediction.patch)
+            pool.shutdown(wait=False)
+        return prediction
+
+    def _predicted_run(
+        self, trial: TrialPlan, patch: bytes
+    ) -> tuple[TrialRun, StageResult, GateData]:
+        scratch, data = StageResult(), GateData()
+        # Not gated on smoke, unlike the others: its result counts only after the caller has
+        # waited for smoke to pass (a red smoke skips the gate, whatever ran here).
+        run = self._verify_patch(
+            _predicted_trial(trial), patch, scratch, data, before_tests=self._unless_interrupted
+        )
+        return run, scratch, data
+
+    def _unless_interrupted(self) -> None:
+        if self._interrupted.is_set():
+            raise SkippedError("skipped: interrupted")
+
+    def _predicted_run_counts(
+        self,
+        trial: TrialPlan,
+        stage: StageResult,
+        data: GateData,
+        evidence: TrialRun,
+        prediction: Prediction | None,
+    ) -> bool:
+        """Record the collected patch for the next run; when it is byte-for-byte the predicted
+        one, the predicted run is this gate's verifier run: its logs move into place. Otherwise
+        (no prediction, another patch, or the predicted run did not finish) the caller verifies
+        the collected patch in a fresh verifier."""
+        if prediction is None or evidence.patch is None or self.env.predictions is None:
+            return False
+        self.env.predictions.record(prediction.key, evidence.patch, predicted=prediction.patch)
+        if prediction.future is None or prediction.patch is None:
+            return False
+        if evidence.patch != prediction.patch:
+            data.predicted_patch = "mismatched"
+            log.info(
+                "%s: the collected patch (%d bytes) is not the predicted one (%d bytes): it is "
+                "verified in a fresh verifier; the predicted run is set aside in %s",
+                trial.gate,
+                len(evidence.patch),
+                len(prediction.patch),
+                self.run_dir / trial.gate / PREDICTED_DIR,
+            )
+            return False
+        try:
+            run, scratch, predicted_data = prediction.future.result()
+        except SkippedError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "%s: the predicted run did not finish (%s); verifying again", trial.gate, exc
+            )
+            return False
+        gate_dir = self.run_dir / trial.gate
+        moved = gate_dir / PREDICTED_DIR
+        for name in ("verifier.log", "logs", "services"):
+            if (moved / name).exists():
+                (moved / name).rename(gate_dir / name)
+        shutil.rmtree(moved, ignore_errors=True)
+        old, new = str(moved), str(gate_dir)
+        stage.logs.extend(path.replace(old, new, 1) for path in scratch.logs)
+        stage.truncated.extend(
+            Truncation(
+                path=t.path.replace(old, new, 1),
+                original_bytes=t.original_bytes,
+                kept_bytes=t.kept_bytes,
+            )
+            for t in scratch.truncated
+        )
+        evidence.test = run.test
+        evidence.reward, evidence.details = run.reward, run.details
+        evidence.reward_problem = run.reward_problem
+        data.verifier_exit_code = predicted_data.verifier_exit_code
+        data.timed_out = predicted_data.timed_out
+        data.predicted_patch = "confirmed"
+        prefix = f"{trial.gate}/{PREDICTED_DIR} "
+        with self._lock:  # a kept container of the run that counts is the gate's own
+            self.kept = [
+                k.model_copy(update={"label": f"{trial.gate} {k.label[len(prefix) :]}"})
+                if k.label.startswith(prefix)
+                else k
+                for k in self.kept
+            ]
+        log.debug(
+            "%s: the collected patch is the predicted one: its verifier run counts", trial.gate
+        )
+        return True
+
+    def _online(self, trial: TrialPlan, stage: StageResult, data: GateData, patch: bytes) -> None:
+        """The red gate's run again with the internet on: a test that fails only because the
+        network is off is said to be one (the task must then declare testsNetwork: public)."""
+        assert trial.online_verifier is not None
+        online = trial.model_copy(
+            update={
+                "gate": f"{trial.gate}/online",
+                "verifier": trial.online_verifier,
+                "services": trial.online_services,
+                "online_verifier": None,
+                "online_services": None,
+            }
+        )
+        run = self._verify_patch(online, patch)
+        stage.logs.append(str(run.verifier_log))
+        passed = run.reward is not None and judge.evaluate_gate(trial.gate, run.reward)[0]
+        data.passes_online = passed
+        if passed:
+            stage.detail = (
+                f"{stage.detail}; the tests ran with the network off, and pass with it on: they "
+                'need the network (declare environment.testsNetwork: "public"); see '
+                f"{self.run_dir / trial.gate / 'online'}"
+            )
+
+    def _trial_without_agent(
+        self,
+        trial: TrialPlan,
+        stage: StageResult,
+        data: GateData,
+        run: TrialRun,
+        stack: contextlib.ExitStack,
+    ) -> None:
+        """nop: an agent that does nothing leaves the committed post-setup tree as it is, so
+        its patch is empty without a container. When the plan shares it, the smoke check runs
+        first in this verifier's container, and its result gates this verifier and the other."""
+        run.patch = b""
+        self._save_patch(trial, stage, data, run)
+        if self.plan.smoke.container is None:
+            opened: list[Container] = []
+
+            def smoke(smoke_stage: StageResult) -> None:
+                opened.append(self._open_verifier(trial, stage, stack, run.patch))
+                self._smoke_in(opened[0], trial.verifier, smoke_stage)
+
+            try:
+                self._stage("smoke", smoke)
+            finally:
+                self._smoke_finished()
+            self._after_smoke()
+            verifier = opened[0]
+        else:
+            verifier = self._open_verifier(trial, stage, stack, run.patch)
+            self._after_smoke()
+        self._verifier_side(trial, stage, data, run, verifier, patched=True)
