@@ -173,6 +173,9 @@ def test_pids_and_memory_limits_are_read_from_the_cgroup(tmp_path: Path, base_im
         )
         assert bomb.limits.pids_limit_hits > 0
         assert bomb.limits.oom_kills == 0
+        # The bomb's sleeps hold every pid for 5 s: until they end, the runtime cannot start
+        # another exec in this container ("read init-p: connection reset by peer").
+        time.sleep(6)
         hog = container.exec(
             step(["bash", "-c", "head -c 300m /dev/zero | tail > /dev/null"]),
             tmp_path / "hog.log",
