@@ -250,7 +250,9 @@ class Batch:
         name = Path(outcome.target).resolve().name or f"task-{index}"
         run_dir = self.options.out / "runs" / f"{index:04d}-{name}" / f"attempt-{outcome.attempts}"
         run_dir.parent.mkdir(parents=True, exist_ok=True)
-        run_id = f"batch-{self.batch_id}-{index}-{outcome.attempts}"
+        # Unique to the attempt, its last part too: container names end with it, and the same
+        # task may run twice at once on one engine (two engine URLs can reach one daemon).
+        run_id = f"batch-{self.batch_id}-{index}-{outcome.attempts}-{uuid.uuid4().hex[:10]}"
         command = [
             self.options.python,
             "-m",

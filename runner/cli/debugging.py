@@ -170,7 +170,10 @@ def debug_command(
         run_dir,
         stage=stage,
         debug_id=secrets.token_hex(4),
-        owner=owner_id(),
+        # A printed script runs after this process has exited: its containers name no owner,
+        # or any runner's stale-run reaper would remove them while the script uses them (the
+        # script removes them itself at its end).
+        owner="" if print_only else owner_id(),
         proxies=sorted(proxy_environment()),
     )
     if print_only:

@@ -97,7 +97,7 @@ def _labels(plan: VerifyPlan, debug_id: str, owner: str) -> list[str]:
         LABEL_RUN: f"debug-{debug_id}",
         LABEL_TASK: plan.task_id,
         LABEL_KIND: "debug",
-        LABEL_OWNER: owner,
+        **({LABEL_OWNER: owner} if owner else {}),
     }
     out: list[str] = []
     for key, value in labels.items():
