@@ -63,15 +63,20 @@ def read_regular(path: Path, *, limit: int) -> bytes:
                     f"is {file_kind(mode)}; expected a regular file", path=str(path)
                 ) from None
         raise InvalidTaskError(_os_error(exc), path=str(path)) from None
+    return _read_opened(fd, str(path), limit)
+
+
+def _read_opened(fd: int, where: str, limit: int) -> bytes:
+    """The bytes of an opened file that must be regular and at most `limit` bytes; closes it."""
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise InvalidTaskError(
-                f"is {file_kind(info.st_mode)}; expected a regular file", path=str(path)
+                f"is {file_kind(info.st_mode)}; expected a regular file", path=where
             )
         if info.st_size > limit:
             raise InvalidTaskError(
-                f"is too large ({info.st_size} bytes; at most {limit})", path=str(path)
+                f"is too large ({info.st_size} bytes; at most {limit})", path=where
             )
         chunks: list[bytes] = []
         size = 0
@@ -79,13 +84,13 @@ def read_regular(path: Path, *, limit: int) -> bytes:
             try:
                 chunk = os.read(fd, min(1 << 20, limit + 1 - size))
             except OSError as exc:
-                raise InvalidTaskError(_os_error(exc), path=str(path)) from None
+                raise InvalidTaskError(_os_error(exc), path=where) from None
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise InvalidTaskError(f"is too large (more than {limit} bytes)", path=str(path))
+                raise InvalidTaskError(f"is too large (more than {limit} bytes)", path=where)
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -257,26 +262,7 @@ class DirectoryHandle:
                 kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else file_kind(info.st_mode)
                 raise InvalidTaskError(f"is {kind}; expected a regular file", path=where) from None
             raise InvalidTaskError(_os_error(exc), path=where) from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise InvalidTaskError(
-                    f"is {file_kind(info.st_mode)}; expected a regular file", path=where
-                )
-            if info.st_size > limit:
-                raise InvalidTaskError(
-                    f"is too large ({info.st_size} bytes; at most {limit})", path=where
-                )
-            chunks: list[bytes] = []
-            size = 0
-            while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limit:
-                    raise InvalidTaskError(f"is too large (more than {limit} bytes)", path=where)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
+        return _read_opened(fd, where, limit)
 
     def _temporary(self, name: str, data: bytes, mode: int) -> str:
         tmp = f".{name[:80]}.{os.getpid()}.{time.time_ns()}.tmp"

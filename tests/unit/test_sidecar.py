@@ -29,6 +29,7 @@ from runner.sidecar.request import (
 )
 from runner.sidecar.service import RequestRefusedError, Service, ServiceConfig
 from runner.sidecar.store import ConflictError, Store
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -506,12 +507,6 @@ def test_sidecar_names_are_stable_per_state_directory(tmp_path: Path) -> None:
 
 
 # ---- the HTTP API (a real server process) ------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Served:
