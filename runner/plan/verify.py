@@ -252,7 +252,10 @@ class _Planner:
             LABEL_RUN: self.run.run_id,
             LABEL_TASK: self.task_id,
             LABEL_KIND: kind,
-            LABEL_OWNER: self.run.owner,
+            # A kept container outlives its runner on purpose: with no owner, no other runner's
+            # stale-run reaper removes it (CI 2026-12: a --keep run's containers were reaped by
+            # a parallel run while the test that asked to keep them still inspected them).
+            **({LABEL_OWNER: self.run.owner} if self.run.owner and not self.settings.keep else {}),
             **extra,
         }
 

@@ -274,7 +274,9 @@ def test_stale_containers_of_dead_runners_are_reaped(
     foreign = plan(base_image, "test-engine-reap", owner=elsewhere)
     with engine.container(stale, env={}, keep=True), engine.container(foreign, env={}, keep=True):
         pass
-    assert engine.reap_stale() >= 1
+    # Any runner's reaper may get there first (each run reaps at its start, and other workers
+    # run meanwhile): what counts is that the dead runner's container is gone afterwards.
+    engine.reap_stale()
     # The raw listing: other tests' containers come and go meanwhile (no inspect of each).
     names = [n.lstrip("/") for c in docker_client.api.containers(all=True) for n in c["Names"]]
     assert stale.name not in names

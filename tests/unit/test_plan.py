@@ -49,3 +49,25 @@ def test_the_example_s_plan_is_the_golden_one(tmp_path: Path) -> None:
 def test_the_plan_is_the_same_every_time(tmp_path: Path) -> None:
     first = example_plan(tmp_path / "a", VerifySettings())
     assert example_plan(tmp_path / "b", VerifySettings()).replace("/b/", "/a/") == first
+
+
+def test_kept_containers_name_no_owner_so_no_reaper_removes_them(tmp_path: Path) -> None:
+    """A container the author asked to keep outlives its runner; a stale-run reaper (any other
+    run's, at its start) removes containers whose owner is dead, so a kept one names none."""
+    owned = json.loads(example_plan(tmp_path / "a", VerifySettings()))
+    kept = json.loads(example_plan(tmp_path / "b", VerifySettings(keep=True)))
+
+    def owners(plan: object) -> list[str]:
+        found: list[str] = []
+        if isinstance(plan, dict):
+            for key, value in plan.items():
+                if key == "org.selfbench.owner":
+                    found.append(value)
+                found += owners(value)
+        elif isinstance(plan, list):
+            for value in plan:
+                found += owners(value)
+        return found
+
+    assert owners(owned) and set(owners(owned)) == {RUN.owner}
+    assert owners(kept) == []
