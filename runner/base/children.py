@@ -8,11 +8,14 @@ containers).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import shutil
 import signal
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+PROCESS_NAME_BYTES = 15  # /proc/PID/comm holds 16 bytes with the terminating NUL
 
 SETPRIV = shutil.which("setpriv")
 
@@ -26,13 +29,13 @@ def _libc_prctl() -> Callable[..., int] | None:
         return None
 
 
-_PRCTL = None if SETPRIV else _libc_prctl()  # resolved before any fork
+_PRCTL = _libc_prctl()  # resolved before any fork
 
 
-def _die_with_parent() -> None:
-    """Between fork and exec, where util-linux's setpriv is missing: SIGTERM the child when
-    the thread that forked it dies. Only a resolved C function is called here, so the usual
-    hazard of preexec_fn in a threaded parent (a lock held at fork) does not apply."""
+def die_with_parent() -> None:
+    """In a child (between fork and exec, or a fork that runs on): SIGTERM it when the thread
+    that forked it dies. Only a resolved C function is called here, so the usual hazard of
+    preexec_fn in a threaded parent (a lock held at fork) does not apply."""
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
@@ -42,4 +45,27 @@ def with_parent_death_signal(command: list[str]) -> tuple[list[str], Callable[[]
     when the sidecar dies, even by SIGKILL: a verification never runs on unsupervised."""
     if SETPRIV:
         return [SETPRIV, "--pdeathsig", "TERM", "--", *command], None
-    return command, _die_with_parent
+    return command, die_with_parent
+
+
+def process_name(run_id: str) -> str:
+    """The kernel name a forked verification of `run_id` carries (15 bytes)."""
+    return "sb-" + hashlib.sha256(run_id.encode()).hexdigest()[: PROCESS_NAME_BYTES - 3]
+
+
+def set_process_name(name: str) -> None:
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_NAME, ctypes.c_char_p(name.encode()[:PROCESS_NAME_BYTES]), 0, 0, 0)
+
+
+def process_is(pid: int, run_id: str) -> bool:
+    """Is `pid` still the verification of `run_id` (pids are reused)? An exec'd child names the
+    run id on its command line, a forked one in its kernel name."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            if run_id.encode() in handle.read().split(b"\0"):
+                return True
+        with open(f"/proc/{pid}/comm", "rb") as handle:
+            return handle.read().strip() == process_name(run_id).encode()
+    except OSError:
+        return False

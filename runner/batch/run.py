@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.children import with_parent_death_signal
 from runner.batch.model import BatchResult, EngineSpec, TaskOutcome
 from runner.engine.hosts import Endpoint, SshTunnel, context_endpoint
 from runner.engine.hosts import resolve as resolve_endpoint
 from runner.model.settings import child_environment
 from runner.run.events import read_events
+from runner.supervise.job import VerifyJob
+from runner.supervise.launcher import Child, Launcher
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
@@ -68,7 +68,7 @@ class Running:
     index: int
     outcome: TaskOutcome
     engine: Engine
-    process: subprocess.Popen[bytes]
+    child: Child
     run_dir: Path
     started: float
     run_id: str = ""
@@ -86,6 +86,7 @@ class BatchOptions:
     verify_args: tuple[str, ...] = ()
     cache_budget: int | None = None
     python: str = sys.executable
+    fork: bool | None = None  # children forked from a pre-imported server (default: env)
 
 
 @dataclass(kw_only=True)
@@ -190,6 +191,7 @@ class Batch:
         ]
         self.stop = threading.Event()
         self.freed = 0
+        self.launcher = Launcher(python=options.python, fork=options.fork)
 
     # ---- the loop ----------------------------------------------------------------------
 
@@ -224,6 +226,7 @@ class Batch:
             for engine in self.engines:
                 if engine.tunnel is not None:
                     engine.tunnel.close()
+            self.launcher.close()
         return BatchResult(
             tasks=self.outcomes,
             seconds=time.monotonic() - started,
@@ -253,35 +256,19 @@ class Batch:
         # Unique to the attempt, its last part too: container names end with it, and the same
         # task may run twice at once on one engine (two engine URLs can reach one daemon).
         run_id = f"batch-{self.batch_id}-{index}-{outcome.attempts}-{uuid.uuid4().hex[:10]}"
-        command = [
-            self.options.python,
-            "-m",
-            "runner",
-            "verify",
-            outcome.target,
-            "--run-dir",
-            str(run_dir),
-            "--run-id",
-            run_id,
-            "--events",
-            str(run_dir.parent / f"attempt-{outcome.attempts}.events.jsonl"),
-            "--json",
-            "-q",
-            *self.options.verify_args,
-        ]
-        argv, preexec = with_parent_death_signal(command)
-        stdout = (run_dir.parent / f"attempt-{outcome.attempts}.json").open("wb")
-        stderr = (run_dir.parent / f"attempt-{outcome.attempts}.stderr.log").open("wb")
-        with stdout, stderr:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
+        attempt = run_dir.parent / f"attempt-{outcome.attempts}"
+        child = self.launcher.start(
+            VerifyJob(
+                target=Path(outcome.target),
+                run_dir=run_dir,
+                run_id=run_id,
+                events=attempt.with_suffix(".events.jsonl"),
+                stdout=attempt.with_suffix(".json"),
+                stderr=attempt.with_suffix(".stderr.log"),
+                options=self.options.verify_args,
                 env=engine.env,
-                start_new_session=True,
-                preexec_fn=preexec,  # noqa: PLW1509 - see runner.base.children
             )
+        )
         engine.running += 1
         engine.ran += 1
         self.progress.started(outcome, engine.spec.name)
@@ -289,7 +276,7 @@ class Batch:
             index=index,
             outcome=outcome,
             engine=engine,
-            process=process,
+            child=child,
             run_dir=run_dir,
             started=time.monotonic(),
             run_id=run_id,
@@ -305,19 +292,19 @@ class Batch:
                 if event.status == "running" and event.stage != entry.stage:
                     entry.stage = event.stage
                     self.progress.stage(entry.outcome, event.stage)
-            code = entry.process.poll()
-            if code is None:
+            if entry.child.poll() is None:
                 continue
             state.running.remove(entry)
             entry.engine.running -= 1
             outcome = entry.outcome
             outcome.seconds += time.monotonic() - entry.started
-            report = self._report(entry)
-            if report is None:
-                report_verdict, reason = "infrastructure_failed", self._stderr_tail(entry, code)
+            result = entry.child.result()
+            report = result.document
+            if result.report is None:
+                report_verdict, reason = "infrastructure_failed", result.failure()
             else:
-                report_verdict = str(report.get("verdict"))
-                reason = str(report.get("reason") or "")
+                report_verdict = result.report.verdict.value
+                reason = result.report.reason
             if report_verdict == "infrastructure_failed" and not self.stop.is_set():
                 lost = ping(entry.engine)
                 if lost is not None:
@@ -345,27 +332,6 @@ class Batch:
             self.progress.finished(outcome, state.done, len(self.outcomes))
             if self.options.cache_budget is not None and entry.engine.alive:
                 self.freed += apply_budget(entry.engine, self.options.cache_budget)
-
-    @staticmethod
-    def _report(entry: Running) -> dict[str, Any] | None:
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads((entry.run_dir / "report.json").read_text())
-            if isinstance(data, dict) and data.get("verdict"):
-                return data
-        with contextlib.suppress(OSError, ValueError):
-            path = entry.run_dir.parent / f"attempt-{entry.outcome.attempts}.json"
-            data = json.loads(path.read_text())
-            if isinstance(data, dict) and data.get("verdict"):
-                return data
-        return None
-
-    @staticmethod
-    def _stderr_tail(entry: Running, code: int) -> str:
-        path = entry.run_dir.parent / f"attempt-{entry.outcome.attempts}.stderr.log"
-        lines: list[str] = []
-        with contextlib.suppress(OSError):
-            lines = path.read_text(errors="replace").strip().splitlines()
-        return f"verify exited {code} without a report" + (f": {lines[-1]}" if lines else "")
 
     def _connect(self, engine: Engine) -> str | None:
         """Open an ssh engine's one login (again, after a loss), then ping. None: it answers."""
@@ -413,13 +379,9 @@ class Batch:
     def _interrupt(self, state: _State) -> None:
         """Stop what still runs (each verification removes its own containers)."""
         for entry in state.running:
-            if entry.process.poll() is None:
-                with contextlib.suppress(OSError):
-                    entry.process.send_signal(signal.SIGTERM)
+            entry.child.send_signal(signal.SIGTERM)
         for entry in state.running:
-            try:
-                entry.process.wait(60)
-            except subprocess.TimeoutExpired:
-                entry.process.kill()
-                entry.process.wait(10)
+            if entry.child.wait(60) is None:
+                entry.child.send_signal(signal.SIGKILL)
+                entry.child.wait(10)
             entry.outcome.reason = "interrupted: the batch was stopped"

@@ -25,6 +25,7 @@ ENV_STORAGE_LIMIT = "SELFBENCH_STORAGE_LIMIT"
 ENV_SIDECAR_TOKEN = "SELFBENCH_SIDECAR_TOKEN"
 ENV_SIDECAR_STATE = "SELFBENCH_SIDECAR_STATE"
 ENV_SSH_CONFIG = "SELFBENCH_SSH_CONFIG"
+ENV_FORK_SERVER = "SELFBENCH_FORK_SERVER"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 
 # ---- defaults --------------------------------------------------------------------------------
@@ -60,6 +61,11 @@ class StorageLimit(StrEnum):
 def environment_value(name: str) -> str | None:
     value = os.environ.get(name)
     return value if value and value.strip() else None
+
+
+def fork_server_enabled() -> bool:
+    """serve and batch fork verifications from a pre-imported server unless this is 0/false."""
+    return (environment_value(ENV_FORK_SERVER) or "1").strip().lower() not in ("0", "false", "no")
 
 
 def environment_list(name: str) -> list[str]:

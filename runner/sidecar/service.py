@@ -19,7 +19,6 @@ import os
 import queue
 import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import __version__
-from runner.base.children import with_parent_death_signal
+from runner.base.children import process_is
 from runner.base.errors import RunnerError
 from runner.base.safeio import is_within, write_atomic
 from runner.model.settings import child_environment
@@ -44,6 +43,8 @@ from runner.sidecar.request import (
     payload_digest,
 )
 from runner.sidecar.store import ConflictError, Job, Store
+from runner.supervise.job import VERIFY_CODES, ChildResult, VerifyJob
+from runner.supervise.launcher import Child, Launcher
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class ServiceConfig:
     allow_repo_urls: tuple[str, ...] = ()  # shell-style patterns of the whole URL
     grace_seconds: float = 30.0
     python: str = sys.executable
+    fork: bool | None = None  # children forked from a pre-imported server (default: env)
 
 
 Listener = Callable[[Job], None]
@@ -151,23 +153,14 @@ class _Running:
     job_id: str
     run_id: str
     thread: threading.Thread
-    process: subprocess.Popen[bytes] | None = None
+    child: Child | None = None
     digest: str | None = None
     task_id: str | None = None
 
 
-def _process_is(pid: int, run_id: str) -> bool:
-    """Is `pid` still the verification of `run_id` (pids are reused)?"""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return run_id.encode() in handle.read().split(b"\0")
-    except OSError:
-        return False
-
-
 def _wait_gone(pid: int, run_id: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while _process_is(pid, run_id):
+    while process_is(pid, run_id):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
@@ -186,6 +179,7 @@ class Service:
         self.config = config
         self.store = store
         self.engine = engine or EngineOps()
+        self.launcher = Launcher(python=config.python, fork=config.fork)
         self.metrics = metrics
         self.listeners: list[Listener] = []
         self._wake = threading.Condition()
@@ -219,7 +213,7 @@ class Service:
         verification process is gone and that run's containers are removed."""
         requeued = 0
         for job in self.store.running():
-            if job.pid is not None and job.run_id and _process_is(job.pid, job.run_id):
+            if job.pid is not None and job.run_id and process_is(job.pid, job.run_id):
                 log.info("stopping the orphaned verification of %s (pid %d)", job.id, job.pid)
                 with contextlib.suppress(OSError):
                     os.kill(job.pid, signal.SIGTERM)
@@ -249,21 +243,20 @@ class Service:
         with self._lock:
             running = list(self._running.values())
         for entry in running:
-            if entry.process is not None and entry.process.poll() is None:
+            if entry.child is not None and entry.child.poll() is None:
                 log.info("interrupting %s for shutdown", entry.job_id)
-                with contextlib.suppress(OSError):
-                    entry.process.send_signal(signal.SIGTERM)
+                entry.child.send_signal(signal.SIGTERM)
         for entry in running:
             entry.thread.join(max(0.1, deadline - time.monotonic()))
         for entry in running:
-            if entry.process is not None and entry.process.poll() is None:
-                with contextlib.suppress(OSError):
-                    entry.process.kill()
-                entry.process.wait(5)
+            if entry.child is not None and entry.child.poll() is None:
+                entry.child.send_signal(signal.SIGKILL)
+                entry.child.wait(5)
                 self.engine.remove_run(entry.run_id)
                 self.store.requeue(entry.job_id)
         if self._scheduler is not None:
             self._scheduler.join(5)
+        self.launcher.close()
         self.engine.close()
 
     def _active(self) -> bool:
@@ -347,9 +340,8 @@ class Service:
         else:
             with self._lock:
                 entry = self._running.get(job_id)
-            if entry is not None and entry.process is not None and entry.process.poll() is None:
-                with contextlib.suppress(OSError):
-                    entry.process.send_signal(signal.SIGTERM)
+            if entry is not None and entry.child is not None:
+                entry.child.send_signal(signal.SIGTERM)
         self._notify()
         return self.store.get(job_id)
 
@@ -547,40 +539,33 @@ class Service:
             (task / name).write_bytes(text.encode("utf-8", "surrogatepass"))
         return archive
 
-    def command(self, job: Job, archive: Path, run_id: str) -> list[str]:
+    def verify_job(self, job: Job, archive: Path, run_id: str) -> VerifyJob:
+        """The verification of a job: its archive's task, the sidecar's options, and the few
+        a request may set itself."""
         request = job.request
-        args = [
-            self.config.python,
-            "-m",
-            "runner",
-            "verify",
-            str(archive / "task"),
-            "--run-dir",
-            str(archive / "run"),
-            "--run-id",
-            run_id,
-            "--events",
-            str(archive / "events.jsonl"),
-            "--report",
-            str(archive / "report.json"),
-            "--json",
-            "-q",
-            *self.config.verify_args,
-        ]
+        options = list(self.config.verify_args)
         repo = self.repository(request)
         if repo is not None:
-            args += ["--repo", repo]
-        options = request.options
-        if options.pids_limit is not None:
-            args += ["--pids-limit", str(options.pids_limit)]
-        if options.max_log_bytes is not None:
-            args += ["--max-log-size", str(options.max_log_bytes)]
-        return args
+            options += ["--repo", repo]
+        if request.options.pids_limit is not None:
+            options += ["--pids-limit", str(request.options.pids_limit)]
+        if request.options.max_log_bytes is not None:
+            options += ["--max-log-size", str(request.options.max_log_bytes)]
+        return VerifyJob(
+            target=archive / "task",
+            run_dir=archive / "run",
+            run_id=run_id,
+            events=archive / "events.jsonl",
+            report=archive / "report.json",
+            stderr=archive / "verify.stderr.log",
+            options=tuple(options),
+            env=child_environment(),
+        )
 
     def _verify(self, job: Job, run_id: str) -> None:
         try:
             archive = self._prepare_archive(job)
-            command = self.command(job, archive, run_id)
+            verify = self.verify_job(job, archive, run_id)
         except RequestRefusedError as exc:
             self._finish(
                 job, self._error(job, exc.code, exc.message), state=JobState.ERROR, verdict=None
@@ -594,37 +579,23 @@ class Service:
                 verdict=None,
             )
             return
-        events_path = archive / "events.jsonl"
-        argv, preexec = with_parent_death_signal(command)
-        with (archive / "verify.stderr.log").open("wb") as stderr:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
-                preexec_fn=preexec,  # noqa: PLW1509 - see _die_with_parent
-                env=child_environment(),
-            )
+        child = self.launcher.start(verify)
         with self._lock:
-            self._running[job.id].process = process
-        self.store.set_pid(job.id, process.pid)
+            self._running[job.id].child = child
+        self.store.set_pid(job.id, child.pid)
         latest = self.store.get(job.id)
         if latest is not None and latest.cancel:  # cancelled while the process started
-            process.send_signal(signal.SIGTERM)
+            child.send_signal(signal.SIGTERM)
         offset = 0
         while True:
-            try:
-                code = process.wait(POLL_SECONDS)
-            except subprocess.TimeoutExpired:
-                code = None
-            events, offset = read_events(events_path, offset)
+            code = child.wait(POLL_SECONDS)
+            events, offset = read_events(verify.events, offset)
             self._stage_events(job.id, events)
             if code is not None:
                 break
         # The verification removes its own containers; a crash of it must not leave any.
         self.engine.remove_run(run_id)
-        self._conclude(job.id, archive, code)
+        self._conclude(job.id, archive, child.result())
 
     def _stage_events(self, job_id: str, events: Sequence[LoggedEvent]) -> None:
         # Only the report's stages and statuses: a line that names anything else did not come
@@ -638,22 +609,17 @@ class Service:
                 if event.seconds is not None and event.status != "running":
                     self.metrics.stage(event.stage, event.seconds)
 
-    def _conclude(self, job_id: str, archive: Path, code: int) -> None:
+    def _conclude(self, job_id: str, archive: Path, result: ChildResult) -> None:
         job = self.store.get(job_id)
         assert job is not None
-        report: dict[str, Any] | None = None
-        with contextlib.suppress(OSError, ValueError):
-            loaded = json.loads((archive / "report.json").read_text(encoding="utf-8"))
-            report = loaded if isinstance(loaded, dict) else None
-        if job.cancel and (code not in (0, 1, 2, 3) or (report or {}).get("interrupted")):
+        code = result.exit_code
+        if job.cancel and (code not in VERIFY_CODES or result.interrupted):
             # Cancelled, whether the verification was interrupted or stopped before its own
             # handlers were in place.
             self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
             return
-        if code == 130 or (report is not None and report.get("interrupted")):
-            if job.cancel:
-                self._finish(job, self._cancelled(job), state=JobState.CANCELLED, verdict=None)
-            elif self.stopping:
+        if result.interrupted:
+            if self.stopping:
                 self.store.requeue(job.id)
                 self._event(job.id, "queued", "interrupted by shutdown; requeued")
             else:
@@ -664,26 +630,18 @@ class Service:
                     verdict=None,
                 )
             return
-        if report is None or code not in (0, 1, 2, 3):
-            tail = ""
-            with contextlib.suppress(OSError):
-                lines = (archive / "verify.stderr.log").read_text(errors="replace").splitlines()
-                tail = lines[-1] if lines else ""
+        if not result.ended_on_its_terms or result.document is None or result.report is None:
             self._finish(
                 job,
-                self._error(
-                    job,
-                    "verify-failed",
-                    f"verify exited {code} without a report" + (f": {tail}" if tail else ""),
-                ),
+                self._error(job, "verify-failed", result.failure()),
                 state=JobState.ERROR,
                 verdict=None,
             )
             return
         response = VerificationResponse(
-            id=job.id, status="done", report=report, archive=str(archive)
+            id=job.id, status="done", report=result.document, archive=str(archive)
         )
-        self._finish(job, response, state=JobState.DONE, verdict=str(report.get("verdict")))
+        self._finish(job, response, state=JobState.DONE, verdict=result.report.verdict.value)
 
     # ---- endings -----------------------------------------------------------------------
 

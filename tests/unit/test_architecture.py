@@ -41,6 +41,7 @@ LAYERS = (
     ("plan", "present"),
     ("engine", "judge"),
     ("run",),
+    ("supervise",),
     ("batch", "sidecar"),
     ("cli",),
 )
@@ -130,6 +131,7 @@ def test_environment_is_read_in_the_settings_module_only() -> None:
             "model/settings.py",
             "compile/repository.py",  # passes the environment through to git, with its own
             "cli/output.py",  # GitHub Actions' own variables decide the output format
+            "supervise/forkserver.py",  # sets a forked child's environment, reads none
         ):
             readers.append(str(path.relative_to(PACKAGE)))
     assert readers == []

@@ -1,0 +1,105 @@
+"""One verification a supervisor starts, and what it learns back: an exit code and the report."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from runner.model.report import Report
+
+# The exit codes verify gives (accepted, rejected, invalid, infrastructure); anything else
+# (a signal, a crash before the CLI's own handling) means it did not end on its own terms.
+VERIFY_CODES = frozenset({0, 1, 2, 3})
+INTERRUPTED = 130
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyJob:
+    """`verify TARGET` with a run directory, a run id and an events file of the supervisor's
+    choosing, the supervisor's own options, and where its output goes."""
+
+    target: Path
+    run_dir: Path
+    run_id: str
+    events: Path
+    stderr: Path
+    stdout: Path | None = None  # the --json report on stdout, or nowhere
+    report: Path | None = None  # --report: a copy of report.json for the supervisor
+    options: tuple[str, ...] = ()  # the supervisor's verify options (VerifySettings' argv)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        args = [
+            "verify",
+            str(self.target),
+            "--run-dir",
+            str(self.run_dir),
+            "--run-id",
+            self.run_id,
+            "--events",
+            str(self.events),
+        ]
+        if self.report is not None:
+            args += ["--report", str(self.report)]
+        return [*args, "--json", "-q", *self.options]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildResult:
+    """How a verification ended: its exit code, the report it wrote (as the file holds it, and
+    typed), and the last line of its stderr."""
+
+    exit_code: int
+    document: dict[str, Any] | None  # the report's JSON, passed on unchanged
+    report: Report | None
+    stderr_tail: str
+
+    @property
+    def interrupted(self) -> bool:
+        return self.exit_code == INTERRUPTED or bool(self.report and self.report.interrupted)
+
+    @property
+    def ended_on_its_terms(self) -> bool:
+        """verify ran to one of its own exit codes and left a report."""
+        return self.report is not None and self.exit_code in VERIFY_CODES
+
+    def failure(self) -> str:
+        """Why there is no verdict to take."""
+        tail = f": {self.stderr_tail}" if self.stderr_tail else ""
+        return f"verify exited {self.exit_code} without a report{tail}"
+
+    @classmethod
+    def read(cls, job: VerifyJob, exit_code: int) -> ChildResult:
+        document = None
+        for path in (job.report, job.run_dir / "report.json", job.stdout):
+            if path is not None and document is None:
+                document = _report_document(path)
+        report = None
+        if document is not None:
+            try:
+                report = Report.model_validate(document)
+            except ValidationError:
+                document = None
+        lines: list[str] = []
+        with contextlib.suppress(OSError):
+            lines = job.stderr.read_text(errors="replace").strip().splitlines()
+        return cls(
+            exit_code=exit_code,
+            document=document,
+            report=report,
+            stderr_tail=lines[-1] if lines else "",
+        )
+
+
+def _report_document(path: Path) -> dict[str, Any] | None:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("verdict"):
+            return data
+    return None
