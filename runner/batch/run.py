@@ -23,10 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.errors import RunnerError
 from runner.batch.model import BatchResult, EngineSpec, TaskOutcome
+from runner.engine.cachebudget import collect
+from runner.engine.docker import connected
 from runner.engine.hosts import Endpoint, SshTunnel, context_endpoint
 from runner.engine.hosts import resolve as resolve_endpoint
 from runner.model.settings import child_environment
+from runner.plan.types import LABEL_RUN, LABEL_RUNNER
 from runner.run.events import read_events
 from runner.supervise.job import VerifyJob
 from runner.supervise.launcher import Child, Launcher
@@ -118,35 +122,23 @@ def _declared_task_id(target: Path) -> str:
 
 def ping(engine: Engine) -> str | None:
     """None when the engine answers, else why not."""
-    from runner.base.errors import RunnerError
-    from runner.engine.docker import DockerEngine
-
     try:
-        DockerEngine(environment=engine.env, timeout=15).close()
-        return None
+        with connected(environment=engine.env, timeout=15):
+            return None
     except RunnerError as exc:
         return exc.message
 
 
 def remove_runs(engine: Engine, run_ids: list[str]) -> int:
     """Remove what these runs left on the engine (labelled by run id); how many objects."""
-    from runner.base.errors import RunnerError
-    from runner.engine.docker import DockerEngine
-    from runner.plan.types import LABEL_RUN, LABEL_RUNNER
-
     if not run_ids:
         return 0
     try:
-        docker_engine = DockerEngine(environment=engine.env, timeout=60)
-    except RunnerError:
-        return 0
-    try:
-        return sum(docker_engine.cleanup({LABEL_RUNNER: "1", LABEL_RUN: r}) for r in run_ids)
+        with connected(environment=engine.env, timeout=60) as docker_engine:
+            return sum(docker_engine.cleanup({LABEL_RUNNER: "1", LABEL_RUN: r}) for r in run_ids)
     except RunnerError as exc:
         log.warning("removing stranded runs on %s: %s", engine.spec.name, exc)
         return 0
-    finally:
-        docker_engine.close()
 
 
 def _endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
@@ -158,21 +150,12 @@ def _endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
 
 
 def apply_budget(engine: Engine, budget: int) -> int:
-    from runner.base.errors import RunnerError
-    from runner.engine.cachebudget import collect
-    from runner.engine.docker import DockerEngine
-
     try:
-        docker_engine = DockerEngine(environment=engine.env, timeout=60)
-    except RunnerError:
-        return 0
-    try:
-        return collect(docker_engine, budget).freed_bytes
+        with connected(environment=engine.env, timeout=60) as docker_engine:
+            return collect(docker_engine, budget).freed_bytes
     except RunnerError as exc:
         log.warning("cache budget on %s: %s", engine.spec.name, exc)
         return 0
-    finally:
-        docker_engine.close()
 
 
 class Batch:
@@ -337,8 +320,6 @@ class Batch:
         """Open an ssh engine's one login (again, after a loss), then ping. None: it answers."""
         url = engine.env.get("DOCKER_HOST", "")
         if engine.tunnel is not None or url.startswith("ssh://"):
-            from runner.base.errors import RunnerError
-
             try:
                 if engine.tunnel is None:
                     engine.tunnel = SshTunnel(url)

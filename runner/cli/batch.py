@@ -379,13 +379,10 @@ def gc_command(cache_budget: int, dry_run: bool) -> int:
     """Remove the runner's least recently used task images until they fit the budget. Never an
     image a container uses, never an image the runner did not create."""
     from runner.engine.cachebudget import collect
-    from runner.engine.docker import DockerEngine
+    from runner.engine.docker import connected
 
-    engine = DockerEngine()
-    try:
+    with connected() as engine:
         result = collect(engine, cache_budget, dry_run=dry_run)
-    finally:
-        engine.close()
     verb = "would remove" if dry_run else "removed"
     for tag in result.removed:
         click.echo(f"{verb} {tag}")

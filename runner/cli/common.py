@@ -42,6 +42,7 @@ from runner.model.settings import (
     BuildEnvironment,
     CompileOptions,
     StorageLimit,
+    VerifySettings,
     environment_list,
     proxy_environment,
 )
@@ -388,47 +389,19 @@ def _find_run(target: Path, logs_root: Path) -> Path | None:
 def _forwarded(child: ChildOptions) -> tuple[list[str], dict[str, Any]]:
     """A supervisor's own verify options, checked once, as arguments for every `verify` it
     starts; and the settings among them that change a verification's outcome."""
-    import hashlib
-
-    build = _build_environment(
-        child.base_image, child.extra_ca_certs, child.sources, child.mirrors, child.build_network
+    settings = VerifySettings(
+        build=_build_environment(
+            child.base_image,
+            child.extra_ca_certs,
+            child.sources,
+            child.mirrors,
+            child.build_network,
+        ),
+        compile_options=_compile_options(child.allowed_hosts),
+        pids_limit=child.pids_limit,
+        max_log_bytes=child.max_log_size,
+        storage_limit=StorageLimit(child.storage_limit),
+        hack_gate=child.hack_gate,
+        repeat=child.repeat,
     )
-    compile_options = _compile_options(child.allowed_hosts)
-    toolchains = build.toolchains
-    forwarded = [
-        "--base-image",
-        child.base_image,
-        "--pids-limit",
-        str(child.pids_limit),
-        "--max-log-size",
-        str(child.max_log_size),
-        "--storage-limit",
-        child.storage_limit,
-        "--hack-gate" if child.hack_gate else "--no-hack-gate",
-        "--repeat",
-        str(child.repeat),
-    ]
-    if child.extra_ca_certs is not None:
-        forwarded += ["--extra-ca-certs", str(child.extra_ca_certs.resolve())]
-    for name, source in toolchains.sources.items():
-        forwarded += ["--toolchain-source", f"{name.value}={source.value}"]
-    for name, url in toolchains.mirrors.items():
-        forwarded += ["--toolchain-mirror", f"{name.value}={url}"]
-    for host in compile_options.agent_allowed_hosts:
-        forwarded += ["--agent-allowed-host", host]
-    if child.build_network:
-        forwarded += ["--build-network", child.build_network]
-    digest_settings = {
-        "baseImage": child.base_image,
-        "extraCa": hashlib.sha256(build.extra_ca_pem).hexdigest() if build.extra_ca_pem else None,
-        "toolchainSources": {k.value: v.value for k, v in toolchains.sources.items()},
-        "toolchainMirrors": {k.value: v for k, v in toolchains.mirrors.items()},
-        "agentAllowedHosts": list(compile_options.agent_allowed_hosts),
-        "buildNetwork": child.build_network,
-        "pidsLimit": child.pids_limit,
-        "maxLogBytes": child.max_log_size,
-        "storageLimit": child.storage_limit,
-        "hackGate": child.hack_gate,
-        "repeat": child.repeat,
-    }
-    return forwarded, digest_settings
+    return settings.argv(), settings.outcome_fields()

@@ -39,17 +39,14 @@ from runner.model.stages import STAGE_NAMES
 @click.option("--run", "run_id", help="Only what this run created.")
 def clean_command(images: bool, run_id: str | None) -> int:
     """Remove containers, networks and volumes the runner left behind (by label)."""
-    from runner.engine.docker import DockerEngine
+    from runner.engine.docker import connected
     from runner.plan.types import LABEL_RUN, LABEL_RUNNER
 
     labels = {LABEL_RUNNER: "1"}
     if run_id:
         labels[LABEL_RUN] = run_id
-    engine = DockerEngine()
-    try:
+    with connected() as engine:
         removed = engine.cleanup(labels, images=images)
-    finally:
-        engine.close()
     click.echo(f"removed {removed} object(s)")
     return 0
 
@@ -136,7 +133,7 @@ def debug_command(
     run directory, or a task directory (its last run, or a new verify)."""
     import secrets
 
-    from runner.engine.docker import owner_id
+    from runner.engine.owners import owner_id
     from runner.plan.debug import plan_debug
 
     run_dir = target

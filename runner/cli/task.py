@@ -226,7 +226,7 @@ def prepare_command(
 ) -> int:
     """Prebuild the base and toolchain layers (e.g. once in CI before a matrix of verifies).
     Prints the image tag."""
-    from runner.engine.docker import DockerEngine
+    from runner.engine.docker import connected
     from runner.plan.verify import plan_prepare
     from runner.run.images import prepare
     from runner.run.pipeline import default_env, host_facts
@@ -248,15 +248,12 @@ def prepare_command(
         click.echo(plan_prepare(selected, settings, host_facts()).to_json(), nl=False)
         return 0
     output = Output(quiet=quiet)
-    engine = DockerEngine()
-    try:
+    with connected() as engine:
         plan = plan_prepare(selected, settings, engine.facts())
         with interrupts(), tempfile.TemporaryDirectory(prefix="selfbench-prepare.") as tmp:
             cached = prepare(
                 plan, engine, env=default_env(settings), workdir=Path(tmp), progress=output.progress
             )
-    finally:
-        engine.close()
     if not quiet:
         click.echo(f"{'cached' if cached else 'built'}: {', '.join(plan.toolchains)}", err=True)
     click.echo(plan.tag)

@@ -155,3 +155,54 @@ class VerifySettings:
     hack_gate: bool = True
     # The flakiness probe: the oracle's verifier this many more times under perturbations.
     repeat: int = 1
+
+    def argv(self) -> list[str]:
+        """These settings as `verify` options: what a supervisor (serve, batch) passes to every
+        verification it starts. The per-run ones (repository, run directory, logs, keep) are
+        each run's own."""
+        build, toolchains = self.build, self.build.toolchains
+        args = [
+            "--base-image",
+            build.base_image,
+            "--pids-limit",
+            str(self.pids_limit),
+            "--max-log-size",
+            str(self.max_log_bytes),
+            "--storage-limit",
+            self.storage_limit.value,
+            "--hack-gate" if self.hack_gate else "--no-hack-gate",
+            "--repeat",
+            str(self.repeat),
+        ]
+        if build.extra_ca_certs is not None:
+            args += ["--extra-ca-certs", str(build.extra_ca_certs.resolve())]
+        for name, source in toolchains.sources.items():
+            args += ["--toolchain-source", f"{name.value}={source.value}"]
+        for name, url in toolchains.mirrors.items():
+            args += ["--toolchain-mirror", f"{name.value}={url}"]
+        for host in self.compile_options.agent_allowed_hosts:
+            args += ["--agent-allowed-host", host]
+        if build.build_network:
+            args += ["--build-network", build.build_network]
+        return args
+
+    def outcome_fields(self) -> dict[str, object]:
+        """The settings that change a verification's outcome, as a payload digest takes them
+        (the CA by its bytes' digest: a path says nothing about what it holds)."""
+        import hashlib
+
+        build, toolchains = self.build, self.build.toolchains
+        pem = build.extra_ca_pem
+        return {
+            "baseImage": build.base_image,
+            "extraCa": hashlib.sha256(pem).hexdigest() if pem else None,
+            "toolchainSources": {k.value: v.value for k, v in toolchains.sources.items()},
+            "toolchainMirrors": {k.value: v for k, v in toolchains.mirrors.items()},
+            "agentAllowedHosts": list(self.compile_options.agent_allowed_hosts),
+            "buildNetwork": build.build_network,
+            "pidsLimit": self.pids_limit,
+            "maxLogBytes": self.max_log_bytes,
+            "storageLimit": self.storage_limit.value,
+            "hackGate": self.hack_gate,
+            "repeat": self.repeat,
+        }

@@ -441,9 +441,9 @@ def _seal(run: _Run) -> None:
 
 
 def _docker_engine() -> Engine:
-    from runner.engine.docker import DockerEngine
+    from runner.engine.docker import connect
 
-    engine = DockerEngine()
+    engine = connect()
     try:
         engine.reap_stale()
     except RunnerError as exc:
@@ -452,7 +452,7 @@ def _docker_engine() -> Engine:
 
 
 def _owner() -> str:
-    from runner.engine.docker import owner_id
+    from runner.engine.owners import owner_id
 
     return owner_id()
 

@@ -84,10 +84,10 @@ class EngineOps:
         self._ping_ok = False
 
     def _get(self) -> Any:
-        from runner.engine.docker import DockerEngine
+        from runner.engine.docker import connect
 
         if self._engine is None:
-            self._engine = DockerEngine(timeout=30)
+            self._engine = connect(timeout=30)
         return self._engine
 
     def reachable(self) -> bool:

@@ -21,7 +21,12 @@ PURE = (
     "compile/patches",
     "compile/audit",
     "compile/render",
-    "compile/exploits",
+    "compile/exploits/__init__",
+    "compile/exploits/kit",
+    "compile/exploits/python",
+    "compile/exploits/node",
+    "compile/exploits/go",
+    "compile/exploits/generic",
     "compile/harness",
     "compile/coupling",
     "plan/verify",
@@ -113,6 +118,23 @@ def test_pure_modules_have_no_side_effect_imports(name: str) -> None:
     imported = {n.split(".")[0] for n in imported_modules(PACKAGE / f"{name}.py")}
     assert imported & SIDE_EFFECT_MODULES == set()
     assert "runner.engine.docker" not in imported_modules(PACKAGE / f"{name}.py")
+
+
+def test_an_engine_is_constructed_in_the_engine_package_only() -> None:
+    """Everything above gets one through runner.engine.docker.connect/connected."""
+    makers = []
+    for path in modules():
+        relative = path.relative_to(PACKAGE)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name | ast.Attribute)
+                and (getattr(node.func, "id", None) or getattr(node.func, "attr", None))
+                in ("DockerEngine", "DockerClient", "APIClient")
+                and relative.parts[0] != "engine"
+            ):
+                makers.append(f"{relative}:{node.lineno}")
+    assert makers == []
 
 
 def test_the_old_orchestrator_is_gone() -> None:

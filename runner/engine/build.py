@@ -1,0 +1,172 @@
+"""One image build on the engine: streamed to a capped log, under the runner's own deadline.
+
+The stream is consumed in a worker thread; the calling thread waits for the deadline. On
+expiry (or Ctrl-C) the running step's container is killed, which ends the build on the engine
+at once, and the client is closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import docker
+from docker.errors import APIError, DockerException
+
+from runner.base.errors import EngineError
+from runner.base.logs import CappedLog, Truncation
+from runner.engine.buildlog import BuildStream
+from runner.engine.calls import ENGINE_FAILURES, TRANSIENT, Connection, explain
+from runner.model.settings import BUILD_GRACE_SECONDS
+from runner.plan.runtime import BuildOutcome, BuildRequest, ImageInfo
+
+
+class ImageBuild:
+    def __init__(
+        self,
+        connection: Connection,
+        api: docker.APIClient,
+        request: BuildRequest,
+        *,
+        image: Callable[[str], ImageInfo | None],
+    ) -> None:
+        self.connection = connection
+        self.api = api  # the engine's shared client: events, kills
+        self.request = request
+        self.image = image
+        self.stream = BuildStream()
+        self.done = threading.Event()
+        self.failure: list[BaseException] = []
+
+    def run(self, log_path: Path, *, limit: int, on_line: Callable[[str], None]) -> BuildOutcome:
+        started, wall_started = time.monotonic(), time.time()
+        request = self.request
+        api = self.connection.new_api(request.timeout_seconds + BUILD_GRACE_SECONDS)
+        capped = CappedLog(log_path, limit, append=True)
+        worker = threading.Thread(
+            target=self._consume,
+            args=(api, capped, on_line),
+            name=f"build-{request.tag}",
+            daemon=True,
+        )
+        worker.start()
+        finished = False
+        try:
+            finished = self.done.wait(request.timeout_seconds)
+        finally:
+            if not self.done.is_set():
+                # Closing the client alone lets the engine notice only when its read times
+                # out; killing the step's container ends the build now.
+                self._kill_step(self.stream.running)
+                self.done.wait(30)
+            api.close()
+            worker.join(5)
+            truncation = capped.close()
+        outcome = self._outcome(time.monotonic() - started, truncation)
+        if not finished:
+            outcome.timed_out = True
+            outcome.error = f"build timed out after {int(request.timeout_seconds)}s"
+            return outcome
+        if self.failure:
+            return self._failed(outcome, self.failure[0])
+        return self._ended(outcome, wall_started)
+
+    def _consume(
+        self, api: docker.APIClient, capped: CappedLog, on_line: Callable[[str], None]
+    ) -> None:
+        request = self.request
+        try:
+            chunks = api.build(
+                path=str(request.context),
+                tag=request.tag,
+                buildargs=dict(request.buildargs),
+                labels=dict(request.labels),
+                rm=True,
+                forcerm=True,
+                decode=True,
+                container_limits=cast(
+                    Any,
+                    {
+                        "memory": request.memory_mb * 1024 * 1024,
+                        "memswap": request.memory_mb * 1024 * 1024,  # no extra swap
+                        "cpusetcpus": request.cpuset,
+                    },
+                ),
+                timeout=int(request.timeout_seconds) + BUILD_GRACE_SECONDS,
+                use_config_proxy=False,
+                network_mode=request.network,
+            )
+            for chunk in chunks:
+                for line in self.stream.feed(chunk):
+                    capped.write(line.encode("utf-8", "replace") + b"\n")
+                    on_line(line)
+            for line in self.stream.finish():
+                capped.write(line.encode("utf-8", "replace") + b"\n")
+        except BaseException as exc:  # handed to the waiting thread
+            self.failure.append(exc)
+        finally:
+            self.done.set()
+
+    def _outcome(self, seconds: float, truncation: Truncation | None) -> BuildOutcome:
+        stream = self.stream
+        return BuildOutcome(
+            ok=False,
+            seconds=seconds,
+            failed_step=stream.step,
+            step_number=stream.step_number,
+            tail=stream.tail[-20:],
+            cached_steps=stream.cached_steps,
+            total_steps=stream.total_steps,
+            last_layer=stream.last_layer,
+            exit_code=stream.exit_code,
+            truncation=truncation,
+        )
+
+    @staticmethod
+    def _failed(outcome: BuildOutcome, exc: BaseException) -> BuildOutcome:
+        if isinstance(exc, APIError):
+            outcome.error = f"engine refused the build: {explain(exc)}"
+            return outcome
+        if isinstance(exc, ENGINE_FAILURES):
+            raise EngineError(f"Docker engine failed during the build: {explain(exc)}")
+        raise exc
+
+    def _ended(self, outcome: BuildOutcome, wall_started: float) -> BuildOutcome:
+        stream = self.stream
+        if stream.succeeded:
+            info = self.image(self.request.tag)
+            outcome.image_id = info.id if info else stream.image_id
+            outcome.ok = True
+            outcome.failed_step = None
+            return outcome
+        outcome.error = stream.failure()
+        if stream.exit_code in (137, 143) and stream.running:
+            # Killed by a signal: the memory limit, the task itself, or an engine going down.
+            # The engine's own record and its answer tell them apart.
+            outcome.engine_lost = not self.connection.answers()
+            if not outcome.engine_lost:
+                outcome.oom_killed = self._oom_recorded(stream.running[-1], wall_started)
+        return outcome
+
+    def _oom_recorded(self, container: str, since: float) -> bool | None:
+        """Did the engine record an OOM kill of this (build step) container?"""
+        try:
+            events = self.api.events(
+                since=int(since) - 1,
+                until=int(time.time()) + 1,
+                filters={"container": container, "event": "oom"},
+                decode=True,
+            )
+            return any(True for _ in events)
+        except ENGINE_FAILURES:
+            return None
+
+    def _kill_step(self, running: Sequence[str]) -> None:
+        if not running:
+            return
+        with contextlib.suppress(DockerException, *TRANSIENT):
+            self.api.kill(running[-1])

@@ -1,0 +1,357 @@
+"""A running container and a service container of a gate: commands under deadlines, the
+storage watchdog, the cgroup's limit counters, and files in and out."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, NotFound
+
+from runner.base.errors import EngineError
+from runner.base.logs import CappedLog, Truncation, extract_capped
+from runner.engine.calls import TRANSIENT, Connection, engine_errors, explain
+from runner.model.settings import BUILD_GRACE_SECONDS, STORAGE_SAMPLE_SECONDS, StorageLimit
+from runner.plan.runtime import ExecOutcome, LimitStats
+from runner.plan.types import ContainerPlan, ExecStep
+
+log = logging.getLogger(__name__)
+
+
+class DockerService:
+    def __init__(self, api: docker.APIClient, container_id: str, name: str) -> None:
+        self.api = api
+        self.id = container_id
+        self.name = name
+
+    def health(self) -> str:
+        try:
+            state = self.api.inspect_container(self.id)["State"]
+        except (DockerException, *TRANSIENT):
+            return "exited"
+        if not state.get("Running"):
+            return "exited"
+        return str((state.get("Health") or {}).get("Status") or "starting")
+
+    def save_logs(self, path: Path, *, limit: int) -> list[str]:
+        capped = CappedLog(path, limit)
+        try:
+            for chunk in self.api.logs(self.id, stream=True, follow=False, timestamps=False):
+                capped.write(chunk)
+        except (DockerException, *TRANSIENT):
+            pass
+        finally:
+            capped.close()
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return lines[-10:]
+
+
+class DockerContainer:
+    def __init__(
+        self,
+        connection: Connection,
+        api: docker.APIClient,
+        container_id: str,
+        plan: ContainerPlan,
+        storage: StorageLimit,
+    ) -> None:
+        self.connection = connection
+        self.api = api
+        self.id = container_id
+        self.name = plan.name
+        self.plan = plan
+        self.storage = storage
+        self.storage_mechanism = storage.value
+        self._stop = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self.storage_exceeded_mb: int | None = None
+        self.timed_out = False
+
+    def connect(self, network: str) -> None:
+        with engine_errors(f"connecting {self.name} to its services' network"):
+            self.api.connect_container_to_network(self.id, network)
+
+    # ---- deadlines and the storage watchdog ----------------------------------------------
+
+    def kill(self) -> None:
+        with contextlib.suppress(DockerException, *TRANSIENT):
+            self.api.kill(self.id)
+
+    def start_watchdog(self) -> None:
+        if self.storage is not StorageLimit.WATCHDOG:
+            return
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"storage-{self.name}", daemon=True
+        )
+        self._watchdog.start()
+
+    def stop_watchdog(self) -> None:
+        self._stop.set()
+        if self._watchdog is not None:
+            self._watchdog.join(10)
+
+    def _watch(self) -> None:
+        # The first sample is at once: an image larger than the limit is caught before any
+        # command runs; exec() samples once more after each command, so a short gate cannot
+        # slip between two samples.
+        while True:
+            if self._over_limit():
+                self.kill()
+                return
+            if self._stop.wait(STORAGE_SAMPLE_SECONDS):
+                return
+
+    def _over_limit(self) -> bool:
+        limit = self.plan.limits.storage_mb
+        used = self.storage_used_mb()
+        if used is not None and used > limit:
+            self.storage_exceeded_mb = used
+            log.info("%s: filesystem %d MB > %d MB", self.name, used, limit)
+            return True
+        return False
+
+    def storage_used_mb(self) -> int | None:
+        """The container's whole filesystem (image layers and writes), in MB: storage_mb
+        bounds what a sandbox's disk would hold, and a btrfs quota counts the same way."""
+        try:
+            items = self.api.containers(all=True, size=True, filters={"id": self.id})
+        except (DockerException, *TRANSIENT):
+            return None
+        if not items:
+            return None
+        return int(items[0].get("SizeRootFs") or 0) // (1024 * 1024)
+
+    # ---- commands ------------------------------------------------------------------------
+
+    def exec(self, step: ExecStep, log_path: Path, *, limit: int) -> ExecOutcome:
+        """Run `step` in the running container, output to a capped log, within its deadline
+        (the runner kills the container when it passes)."""
+        started = time.monotonic()
+        run = _Exec(self, step)
+        capped = CappedLog(log_path, limit, append=True)
+        api = self.connection.new_api(step.timeout_seconds + BUILD_GRACE_SECONDS)
+        worker = threading.Thread(
+            target=run.consume, args=(api, capped), name=f"exec-{self.name}", daemon=True
+        )
+        worker.start()
+        try:
+            if not run.done.wait(step.timeout_seconds):
+                self.timed_out = True
+                self.kill()
+                run.done.wait(30)
+        finally:
+            if not run.done.is_set():
+                self.kill()
+            api.close()
+            worker.join(5)
+            truncation = capped.close()
+        # When the runner itself killed the container (a deadline, the storage watchdog), that
+        # is what happened, whatever the exec call then reported.
+        if not (self.timed_out or self.storage_exceeded_mb is not None):
+            run.raise_engine_failure()
+        outcome = ExecOutcome(
+            exit_code=run.exit_code,
+            seconds=time.monotonic() - started,
+            timed_out=self.timed_out,
+            storage_exceeded_mb=self.storage_exceeded_mb,
+            truncation=truncation,
+        )
+        if not self.timed_out and self.storage_exceeded_mb is None:
+            self._what_the_limits_did(outcome)
+        return outcome
+
+    def _what_the_limits_did(self, outcome: ExecOutcome) -> None:
+        if outcome.exit_code != 0:
+            # What the limits did matters only when the command failed.
+            outcome.limits = self.limit_stats()
+            outcome.oom_killed = outcome.limits.oom_kills > 0
+        if self.storage is StorageLimit.WATCHDOG and self._over_limit():
+            outcome.storage_exceeded_mb = self.storage_exceeded_mb
+        if self.storage is StorageLimit.QUOTA:
+            used = self.storage_used_mb()
+            # A quota refuses writes instead of killing: at the limit, say so.
+            if used is not None and used >= self.plan.limits.storage_mb * 0.98:
+                outcome.storage_exceeded_mb = used
+
+    def limit_stats(self) -> LimitStats:
+        """How often the pids limit refused a fork and how many processes the OOM killer took,
+        from the container's cgroup (v1 and v2 spellings)."""
+        script = (
+            "for f in /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events; do "
+            '[ -r "$f" ] && { echo "pids $(sed -n "s/^max //p" "$f")"; break; }; done; '
+            "for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do "
+            '[ -r "$f" ] && { echo "oom $(sed -n "s/^oom_kill //p" "$f")"; break; }; done'
+        )
+        values: dict[str, int] = {}
+        # The reading is a process in the container: right after a fork bomb the pids limit can
+        # still refuse it while the bomb's children live on (seen: the reading failed under load
+        # while 31 `sleep 5` held every pid), so it is tried again for a few seconds.
+        for pause in (0.0, 0.2, 0.5, 1.0, 2.0, 3.0):
+            time.sleep(pause)
+            try:
+                exec_id = self.api.exec_create(self.id, ["sh", "-c", script], user="root")["Id"]
+                output = self.api.exec_start(exec_id).decode(errors="replace")
+            except (DockerException, *TRANSIENT):
+                output = ""
+            values = dict(
+                (parts[0], int(parts[1]))
+                for parts in (line.split() for line in output.splitlines())
+                if len(parts) == 2 and parts[1].isdigit()
+            )
+            if values or not self.running():
+                break
+        return LimitStats(pids_limit_hits=values.get("pids", -1), oom_kills=values.get("oom", -1))
+
+    # ---- files ---------------------------------------------------------------------------
+
+    def put_file(self, directory: str, name: str, data: bytes, *, mode: int = 0o644) -> None:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = mode
+            info.mtime = int(time.time())
+            archive.addfile(info, io.BytesIO(data))
+        with engine_errors(f"copying {name} into {self.name}"):
+            if not self.api.put_archive(self.id, directory, buffer.getvalue()):
+                raise EngineError(f"cannot copy {name} into {directory} of {self.name}")
+
+    def put_directory(self, source: Path, destination: str) -> None:
+        with tempfile.TemporaryFile() as handle:
+            with tarfile.open(fileobj=handle, mode="w") as archive:
+                archive.add(source, arcname=PurePosixPath(destination).name)
+            handle.seek(0)
+            parent = str(PurePosixPath(destination).parent)
+            with engine_errors(f"copying {source} into {self.name}"):
+                if not self.api.put_archive(self.id, parent, handle):
+                    raise EngineError(f"cannot copy {source} into {destination}")
+
+    def _archive(self, path: str) -> Any:
+        try:
+            stream, _ = self.api.get_archive(self.id, path)
+        except NotFound:
+            return None
+        return stream
+
+    def get_file(self, path: str, *, limit: int) -> bytes | None:
+        """A regular file's bytes, or None when absent. More than `limit` bytes is an error."""
+        with engine_errors(f"copying {path} out of {self.name}"), tempfile.TemporaryFile() as tmp:
+            stream = self._archive(path)
+            if stream is None:
+                return None
+            size = 0
+            for chunk in stream:
+                size += len(chunk)
+                if size > limit + 1024 * 1024:
+                    raise EngineError(f"{path} is larger than {limit} bytes")
+                tmp.write(chunk)
+            tmp.seek(0)
+            with tarfile.open(fileobj=tmp, mode="r|") as tar:
+                for member in tar:
+                    if member.isfile() and member.size <= limit:
+                        handle = tar.extractfile(member)
+                        return handle.read() if handle else None
+                    if member.isfile():
+                        raise EngineError(f"{path} is larger than {limit} bytes")
+        return None
+
+    def copy_out(self, path: str, destination: Path, *, limit: int) -> list[Truncation] | None:
+        """Copy a directory or file out into `destination`, each file capped at `limit` bytes.
+        None when `path` is absent."""
+        with engine_errors(f"copying {path} out of {self.name}"), tempfile.TemporaryFile() as tmp:
+            stream = self._archive(path)
+            if stream is None:
+                return None
+            for chunk in stream:
+                tmp.write(chunk)
+            tmp.seek(0)
+            return extract_capped(tmp, destination, limit=limit)
+
+    # ---- disposal ------------------------------------------------------------------------
+
+    def remove(self) -> None:
+        with contextlib.suppress(NotFound, APIError, *TRANSIENT):
+            self.api.remove_container(self.id, force=True, v=True)
+
+    def running(self) -> bool:
+        try:
+            return bool(self.api.inspect_container(self.id)["State"]["Running"])
+        except (DockerException, *TRANSIENT):
+            return False
+
+    def enter_hint(self) -> str:
+        """How a person gets a shell in this container's state."""
+        if self.running():
+            return f"docker exec -it {self.name} bash"
+        # Starting an exited gate container would rerun its command: open its state instead.
+        return f"docker run -it --rm --user root $(docker commit {self.name}) bash"
+
+
+class _Exec:
+    """One command's run on a worker thread: what it reports back to the waiting one."""
+
+    def __init__(self, container: DockerContainer, step: ExecStep) -> None:
+        self.container = container
+        self.step = step
+        self.exit_code: int | None = None
+        self.never_started: str | None = None
+        self.failure: BaseException | None = None
+        self.done = threading.Event()
+
+    def consume(self, api: docker.APIClient, capped: CappedLog) -> None:
+        step = self.step
+        try:
+            exec_id = api.exec_create(
+                self.container.id,
+                list(step.argv),
+                user=step.user,
+                environment={**self.container.plan.env, **step.env},
+                workdir=step.workdir,
+                stdout=True,
+                stderr=True,
+            )["Id"]
+            first = b""
+            for chunk in api.exec_start(exec_id, stream=True):
+                capped.write(chunk)
+                if len(first) < 1024:
+                    first += chunk[: 1024 - len(first)]
+            state = api.exec_inspect(exec_id)
+            code = state.get("ExitCode")
+            self.exit_code = None if code is None else int(code)
+            if not state.get("Pid") and code in (126, 127):
+                # The runtime could not start the command (no such user or file): the
+                # engine's failure, never the command's exit status.
+                self.never_started = (
+                    first.decode(errors="replace").strip()
+                    or f"exit {code}: the runtime could not start it (a missing user or "
+                    "executable?)"
+                )
+        except BaseException as exc:  # handed to the waiting thread
+            self.failure = exc
+        finally:
+            self.done.set()
+
+    def raise_engine_failure(self) -> None:
+        step, name = self.step, self.container.name
+        if self.never_started is not None:
+            raise EngineError(
+                f"cannot start {step.name} ({step.argv[0]} as {step.user}) in {name}: "
+                f"{self.never_started}"
+            )
+        if self.failure is not None:
+            exc = self.failure
+            if isinstance(exc, (DockerException, *TRANSIENT, requests.exceptions.RequestException)):
+                raise EngineError(f"running {step.name} in {name}: {explain(exc)}")
+            raise exc
