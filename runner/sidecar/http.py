@@ -26,6 +26,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runner import __version__
 from runner.sidecar.metrics import Metrics
+from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import (
     NAME_PATTERN,
     Accepted,
@@ -36,7 +37,7 @@ from runner.sidecar.request import (
     VerificationRequest,
     VerificationStatus,
 )
-from runner.sidecar.service import SOURCE_HTTP, RequestRefusedError, Service
+from runner.sidecar.service import SOURCE_HTTP, Service
 from runner.sidecar.store import JobSummary
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024

@@ -21,13 +21,14 @@ import pytest
 from pydantic import ValidationError
 
 from runner.sidecar.mailbox import Mailbox, sidecar_name
+from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import (
     JobState,
     VerificationRequest,
     VerificationResponse,
     payload_digest,
 )
-from runner.sidecar.service import RequestRefusedError, Service, ServiceConfig
+from runner.sidecar.service import Service, ServiceConfig
 from runner.sidecar.store import ConflictError, Store
 from tests.helpers import free_port
 
@@ -485,7 +486,7 @@ def test_progress_that_names_no_report_stage_is_dropped(tmp_path: Path) -> None:
         return LoggedEvent(seq=1, at="2026-01-01T00:00:00Z", stage=stage, status=status,
                            detail="x", seconds=1.0)  # fmt: skip
 
-    service._stage_events(
+    service.verification.stage_events(
         "p",
         [
             event("oracle", "passed"),

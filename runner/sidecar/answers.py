@@ -1,0 +1,81 @@
+"""How a job ends and what it says on its way: the response (stored once, written into its
+archive, handed to the listeners that deliver it), the sidecar's own events, and the metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from runner.base.safeio import write_atomic
+from runner.run.events import LoggedEvent
+from runner.sidecar.request import ErrorBody, JobState, VerificationResponse
+from runner.sidecar.store import Job, Store
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[Job], None]
+
+
+class Answers:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.listeners: list[Listener] = []
+        self.metrics: Any = None
+
+    def error(self, job: Job, code: str, message: str) -> VerificationResponse:
+        return VerificationResponse(
+            id=job.id,
+            status="error",
+            archive=str(job.archive),
+            error=ErrorBody(code=code, message=message),
+        )
+
+    def cancelled(self, job: Job) -> VerificationResponse:
+        return self.error(job, "cancelled", "cancelled (DELETE); its containers were removed")
+
+    def finish(
+        self,
+        job: Job,
+        response: VerificationResponse,
+        *,
+        state: JobState,
+        verdict: str | None,
+        detail: str | None = None,
+    ) -> None:
+        with contextlib.suppress(OSError):
+            if job.archive.is_dir():
+                write_atomic(job.archive / "response.json", response.to_json() + "\n")
+        if not self.store.finish(job.id, response, state=state, verdict=verdict):
+            return
+        if detail is None:
+            detail = verdict or (response.error.message if response.error else "")
+        self.event(job.id, state.value, detail)
+        if self.metrics is not None:
+            self.metrics.finished(verdict or state.value)
+        finished = self.store.get(job.id)
+        if finished is None:
+            return
+        for listener in list(self.listeners):
+            try:
+                listener(finished)
+            except Exception:
+                log.exception("response listener failed for %s", job.id)
+
+    def event(self, job_id: str, status: str, detail: str = "") -> None:
+        """A sidecar-side event (stage `job`), in the same sequence as the verification's."""
+        self.store.add_events(
+            job_id,
+            [
+                LoggedEvent(
+                    seq=0,
+                    at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+                    stage="job",
+                    status=status,
+                    detail=detail,
+                    seconds=None,
+                )
+            ],
+        )

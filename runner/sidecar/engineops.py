@@ -1,0 +1,71 @@
+"""The few Docker calls the sidecar makes itself: is the engine there, remove a run's
+containers, a base image's id for the payload digest."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Any
+
+from runner.base.errors import RunnerError
+
+log = logging.getLogger(__name__)
+
+
+class EngineOps:
+    """The few Docker calls the sidecar makes itself (through runner.engine.docker)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Any = None
+        self._ping_at = 0.0
+        self._ping_ok = False
+
+    def _get(self) -> Any:
+        from runner.engine.docker import connect
+
+        if self._engine is None:
+            self._engine = connect(timeout=30)
+        return self._engine
+
+    def reachable(self) -> bool:
+        with self._lock:
+            if time.monotonic() - self._ping_at < 2.0:
+                return self._ping_ok
+            try:
+                self._get()._ping()
+                self._ping_ok = True
+            except Exception:
+                self._ping_ok = False
+                self._engine = None
+            self._ping_at = time.monotonic()
+            return self._ping_ok
+
+    def remove_run(self, run_id: str) -> int:
+        from runner.plan.types import LABEL_RUN, LABEL_RUNNER
+
+        with self._lock:
+            try:
+                return int(self._get().cleanup({LABEL_RUNNER: "1", LABEL_RUN: run_id}))
+            except (RunnerError, Exception) as exc:
+                log.warning("could not remove the containers of run %s: %s", run_id, exc)
+                self._engine = None
+                return 0
+
+    def image_id(self, ref: str) -> str | None:
+        with self._lock:
+            try:
+                info = self._get().image(ref)
+            except Exception:
+                self._engine = None
+                return None
+            return str(info.id) if info is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._engine is not None:
+                with contextlib.suppress(Exception):
+                    self._engine.close()
+            self._engine = None

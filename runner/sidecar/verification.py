@@ -1,0 +1,180 @@
+"""One job's verification: its archive (the task as files, the request), the `verify` child
+with the sidecar's options, its stage events as they come, and its answer from the report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from runner.base.safeio import write_atomic
+from runner.model.settings import child_environment
+from runner.model.stages import STAGE_NAMES
+from runner.run.events import LoggedEvent, read_events
+from runner.sidecar.answers import Answers
+from runner.sidecar.engineops import EngineOps
+from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
+from runner.sidecar.request import JobState, VerificationResponse
+from runner.sidecar.store import Job, Store
+from runner.supervise.job import VERIFY_CODES, ChildResult, VerifyJob
+from runner.supervise.launcher import Child, Launcher
+
+POLL_SECONDS = 0.25
+_STAGE_STATUSES = frozenset({"running", "passed", "failed", "error", "skipped"})
+
+
+class Verification:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        answers: Answers,
+        launcher: Launcher,
+        engine: EngineOps,
+        policy: RepositoryPolicy,
+        verify_args: Sequence[str],
+        stopping: Callable[[], bool],
+        started: Callable[[str, Child], None],
+    ) -> None:
+        self.store = store
+        self.answers = answers
+        self.launcher = launcher
+        self.engine = engine
+        self.policy = policy
+        self.verify_args = tuple(verify_args)
+        self.stopping = stopping
+        self.started = started  # told the child of a job as soon as it runs (its cancel button)
+
+    def _prepare_archive(self, job: Job) -> Path:
+        archive = job.archive
+        if archive.exists():
+            # An earlier attempt of this job (the sidecar died during it): start clean.
+            shutil.rmtree(archive)
+        task = archive / "task"
+        task.mkdir(parents=True)
+        request = job.request
+        write_atomic(archive / "request.json", request.to_json())
+        definition = json.dumps(request.task.definition, indent=2, ensure_ascii=False) + "\n"
+        # surrogatepass: text that is not UTF-8 reaches verify as the bytes it stands for, and
+        # verify names the file that is not UTF-8 (as it would for an authored task).
+        files = {
+            "definition.json": definition,
+            "instruction.md": request.task.instruction,
+            "test.patch": request.task.test_patch,
+            "gold.patch": request.task.gold_patch,
+        }
+        for name, text in files.items():
+            (task / name).write_bytes(text.encode("utf-8", "surrogatepass"))
+        return archive
+
+    def verify_job(self, job: Job, archive: Path, run_id: str) -> VerifyJob:
+        """The verification of a job: its archive's task, the sidecar's options, and the few
+        a request may set itself."""
+        request = job.request
+        options = list(self.verify_args)
+        repo = self.policy.repository(request)
+        if repo is not None:
+            options += ["--repo", repo]
+        if request.options.pids_limit is not None:
+            options += ["--pids-limit", str(request.options.pids_limit)]
+        if request.options.max_log_bytes is not None:
+            options += ["--max-log-size", str(request.options.max_log_bytes)]
+        return VerifyJob(
+            target=archive / "task",
+            run_dir=archive / "run",
+            run_id=run_id,
+            events=archive / "events.jsonl",
+            report=archive / "report.json",
+            stderr=archive / "verify.stderr.log",
+            options=tuple(options),
+            env=child_environment(),
+        )
+
+    def run(self, job: Job, run_id: str) -> None:
+        try:
+            archive = self._prepare_archive(job)
+            verify = self.verify_job(job, archive, run_id)
+        except RequestRefusedError as exc:
+            self.answers.finish(
+                job,
+                self.answers.error(job, exc.code, exc.message),
+                state=JobState.ERROR,
+                verdict=None,
+            )
+            return
+        except OSError as exc:
+            self.answers.finish(
+                job,
+                self.answers.error(
+                    job, "archive", f"cannot write the archive: {exc.strerror or exc}"
+                ),
+                state=JobState.ERROR,
+                verdict=None,
+            )
+            return
+        child = self.launcher.start(verify)
+        self.started(job.id, child)
+        self.store.set_pid(job.id, child.pid)
+        latest = self.store.get(job.id)
+        if latest is not None and latest.cancel:  # cancelled while the process started
+            child.send_signal(signal.SIGTERM)
+        offset = 0
+        while True:
+            code = child.wait(POLL_SECONDS)
+            events, offset = read_events(verify.events, offset)
+            self.stage_events(job.id, events)
+            if code is not None:
+                break
+        # The verification removes its own containers; a crash of it must not leave any.
+        self.engine.remove_run(run_id)
+        self._conclude(job.id, archive, child.result())
+
+    def stage_events(self, job_id: str, events: Sequence[LoggedEvent]) -> None:
+        # Only the report's stages and statuses: a line that names anything else did not come
+        # from verify (and would become a status line and a metric label of its own).
+        events = [e for e in events if e.stage in STAGE_NAMES and e.status in _STAGE_STATUSES]
+        if not events:
+            return
+        self.store.add_events(job_id, list(events))
+        if self.answers.metrics is not None:
+            for event in events:
+                if event.seconds is not None and event.status != "running":
+                    self.answers.metrics.stage(event.stage, event.seconds)
+
+    def _conclude(self, job_id: str, archive: Path, result: ChildResult) -> None:
+        job = self.store.get(job_id)
+        assert job is not None
+        code = result.exit_code
+        if job.cancel and (code not in VERIFY_CODES or result.interrupted):
+            # Cancelled, whether the verification was interrupted or stopped before its own
+            # handlers were in place.
+            self.answers.finish(
+                job, self.answers.cancelled(job), state=JobState.CANCELLED, verdict=None
+            )
+            return
+        if result.interrupted:
+            if self.stopping():
+                self.store.requeue(job.id)
+                self.answers.event(job.id, "queued", "interrupted by shutdown; requeued")
+            else:
+                self.answers.finish(
+                    job,
+                    self.answers.error(job, "interrupted", "the verification was interrupted"),
+                    state=JobState.ERROR,
+                    verdict=None,
+                )
+            return
+        if not result.ended_on_its_terms or result.document is None or result.report is None:
+            self.answers.finish(
+                job,
+                self.answers.error(job, "verify-failed", result.failure()),
+                state=JobState.ERROR,
+                verdict=None,
+            )
+            return
+        response = VerificationResponse(
+            id=job.id, status="done", report=result.document, archive=str(archive)
+        )
+        self.answers.finish(job, response, state=JobState.DONE, verdict=result.report.verdict.value)
