@@ -1,5 +1,5 @@
-"""The many-task commands of the CLI: `batch`, `matrix`, `export`, `gc`. Part of the CLI layer
-(with cli and cli_output, the only modules that print)."""
+"""`batch`: many tasks through `verify`, with a live view, one summary (batch.json, .md, .html,
+JUnit) and GitHub Actions' annotations and outputs."""
 
 from __future__ import annotations
 
@@ -14,20 +14,12 @@ from typing import Any
 import click
 
 from runner.base.errors import UsageError
-from runner.cli.common import (
-    CHILD_VERIFY_OPTIONS,
-    ByteSize,
-    ChildOptions,
-    _forwarded,
-    cli,
-    interrupts,
-    logs_root_option,
-)
+from runner.cli.common import _forwarded, cli, interrupts
+from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, ChildOptions, logs_root_option
 from runner.cli.output import in_github_actions
 from runner.model.settings import environment_value
 
 MAX_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
-MATRIX_LIMIT = 256  # GitHub's jobs per matrix
 
 
 def _targets(args: tuple[Path, ...], from_file: Path | None) -> list[Path]:
@@ -239,8 +231,8 @@ def batch_command(
     """Verify many tasks: bounded concurrency, several engines, one summary. Writes batch.json,
     batch.md and batch.html in the batch directory (and --junit). Exit code: 0 all accepted, 1
     any rejected or invalid, 3 infrastructure failures and none rejected, 2 usage."""
-    from runner.base.safeio import check_writable_file, write_atomic
-    from runner.batch.model import EngineSpec, batch_html, junit_xml, markdown
+    from runner.base.safeio import check_writable_file
+    from runner.batch.model import EngineSpec
     from runner.batch.run import Batch, BatchOptions, Progress
 
     targets = _targets(task_dirs, from_file)
@@ -277,6 +269,15 @@ def batch_command(
     finally:
         view.close()
     result.seconds = time.monotonic() - started
+    batch_json = _write_results(result, out, junit_path)
+    click.echo(f"batch: {_totals_line(result)}; {batch_json}", err=True)
+    return int(result.exit_code)
+
+
+def _write_results(result: Any, out: Path, junit_path: Path | None) -> Path:
+    from runner.base.safeio import write_atomic
+    from runner.batch.model import batch_html, junit_xml, markdown
+
     batch_json = out / "batch.json"
     summary = markdown(result)
     write_atomic(batch_json, result.to_json())
@@ -286,159 +287,14 @@ def batch_command(
         write_atomic(junit_path, junit_xml(result))
     if in_github_actions():
         _github_outputs(result, batch_json, summary)
+    return batch_json
+
+
+def _totals_line(result: Any) -> str:
     totals = ", ".join(f"{n} {v}" for v, n in result.totals().items() if n)
     moved = sum(t.moved for t in result.tasks)
     retried = sum(max(0, t.attempts - 1 - t.moved) for t in result.tasks)
     extra = f"; {retried} retried, {moved} moved to another engine" if retried or moved else ""
     if result.freed_bytes:
         extra += f"; cache budget freed {result.freed_bytes / 1e9:.2f} GB"
-    click.echo(f"batch: {totals} in {result.seconds:.1f} s{extra}; {batch_json}", err=True)
-    return int(result.exit_code)
-
-
-# ---- matrix ------------------------------------------------------------------------------
-
-
-def _find_tasks(roots: list[Path]) -> list[Path]:
-    found: list[Path] = []
-    for root in roots:
-        if (root / "definition.json").is_file() or (root / "task.toml").is_file():
-            found.append(root)
-            continue
-        if not root.is_dir():
-            raise UsageError("is not a directory", path=str(root), field="TASK_DIR")
-        for definition in sorted(root.rglob("definition.json")):
-            if not any(part.startswith(".") for part in definition.relative_to(root).parts):
-                found.append(definition.parent)
-    return sorted(dict.fromkeys(found))
-
-
-def _changed_tasks(tasks: list[Path], ref: str) -> list[Path]:
-    from runner.compile.repository import changed_paths
-
-    _, changed = changed_paths(ref)
-    return [t for t in tasks if any(c.is_relative_to(t.resolve()) for c in changed)]
-
-
-def _matrix_entry(task: Path) -> dict[str, str]:
-    name = task.name
-    try:
-        definition = json.loads((task / "definition.json").read_text())
-        if isinstance(definition, dict) and isinstance(definition.get("taskId"), str):
-            name = definition["taskId"]
-    except (OSError, ValueError):
-        pass
-    return {"task": task.as_posix(), "name": name}
-
-
-@cli.command("matrix")
-@click.argument("task_dirs", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--changed-since",
-    metavar="REF",
-    help="Only tasks with a file changed between REF and HEAD (git diff REF...HEAD).",
-)
-@click.option(
-    "--shard-size",
-    type=click.IntRange(1, MATRIX_LIMIT),
-    default=MATRIX_LIMIT,
-    show_default=True,
-    help="Entries per matrix.",
-)
-def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard_size: int) -> int:
-    """Print a GitHub Actions matrix for fromJSON(): {"include": [{"task", "name"}, ...]}. More
-    tasks than --shard-size: {"shards": [matrix, ...], "count": N}. TASK_DIRs may be parents:
-    every directory below holding a definition.json is a task."""
-    tasks = _find_tasks(list(task_dirs) or [Path(".")])
-    if changed_since is not None:
-        tasks = _changed_tasks(tasks, changed_since)
-    entries = [_matrix_entry(t) for t in tasks]
-    if len(entries) <= shard_size:
-        document: dict[str, Any] = {"include": entries}
-    else:
-        shards = [
-            {"include": entries[i : i + shard_size]} for i in range(0, len(entries), shard_size)
-        ]
-        document = {"shards": shards, "count": len(entries)}
-    click.echo(json.dumps(document, separators=(",", ":")))
-    return 0
-
-
-# ---- gc ----------------------------------------------------------------------------------
-
-
-@cli.command("gc")
-@click.option(
-    "--cache-budget",
-    type=ByteSize(),
-    required=True,
-    help="Keep the runner's task images under this size (e.g. 20GB).",
-)
-@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
-def gc_command(cache_budget: int, dry_run: bool) -> int:
-    """Remove the runner's least recently used task images until they fit the budget. Never an
-    image a container uses, never an image the runner did not create."""
-    from runner.engine.cachebudget import collect
-    from runner.engine.docker import connected
-
-    with connected() as engine:
-        result = collect(engine, cache_budget, dry_run=dry_run)
-    verb = "would remove" if dry_run else "removed"
-    for tag in result.removed:
-        click.echo(f"{verb} {tag}")
-    click.echo(
-        f"{verb} {len(result.removed)} image(s), {result.freed_bytes / 1e6:.1f} MB; "
-        f"{result.kept_bytes / 1e6:.1f} MB kept ({result.skipped_in_use} in use)",
-        err=True,
-    )
-    return 0
-
-
-# ---- export ------------------------------------------------------------------------------
-
-
-@cli.command("export")
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="The archive to write (.tar.gz).",
-)
-@click.option(
-    "--check",
-    "check_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Verify every digest of an export archive instead.",
-)
-@logs_root_option("Where a TASK_DIR's runs are.")
-def export_command(
-    inputs: tuple[Path, ...], output: Path | None, check_path: Path | None, logs_root: Path
-) -> int:
-    """Export accepted tasks as one deterministic archive: manifest.json and
-    tasks/<taskId>.tar.gz (the Harbor bundle). INPUTS are run directories, their report.json,
-    or task directories (their newest accepted run of those exact files under --logs)."""
-    from runner.cli.common import _find_run
-    from runner.present.export import accepted_run, check, export
-
-    if check_path is not None:
-        manifest = check(check_path)
-        click.echo(f"{check_path}: {len(manifest['tasks'])} task(s), every digest matches")
-        return 0
-    if output is None or not inputs:
-        raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
-    runs = []
-    for item in inputs:
-        run_dir = item.parent if item.name == "report.json" else item
-        if (run_dir / "definition.json").is_file() and not (run_dir / "report.json").is_file():
-            found = _find_run(run_dir, logs_root)
-            if found is None:
-                raise UsageError(
-                    "no run of this task's exact files under --logs; verify it first",
-                    path=str(item),
-                )
-            run_dir = found
-        runs.append(accepted_run(run_dir))
-    manifest = export(runs, output)
-    click.echo(f"{output}: {len(manifest['tasks'])} task(s), manifest digest {manifest['digest']}")
-    return 0
+    return f"{totals} in {result.seconds:.1f} s{extra}"

@@ -12,18 +12,14 @@ from runner.base.errors import (
     UsageError,
 )
 from runner.base.safeio import require_directory
-from runner.cli.common import (
+from runner.cli.common import PROG, _build_environment, _find_run, cli, interrupts
+from runner.cli.options import (
     BASE_IMAGE,
     BUILD_NETWORK,
     EXTRA_CA,
-    PROG,
     REPO,
     TOOLCHAIN_MIRROR,
     TOOLCHAIN_SOURCE,
-    _build_environment,
-    _find_run,
-    cli,
-    interrupts,
     logs_root_option,
 )
 from runner.cli.output import Output

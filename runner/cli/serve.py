@@ -14,14 +14,8 @@ from runner.base.errors import (
     UsageError,
 )
 from runner.base.safeio import read_regular
-from runner.cli.common import (
-    CHILD_VERIFY_OPTIONS,
-    ByteSize,
-    ChildOptions,
-    _forwarded,
-    _stderr_logging,
-    cli,
-)
+from runner.cli.common import _forwarded, _stderr_logging, cli
+from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, ChildOptions, with_options
 from runner.model.settings import (
     ENV_SIDECAR_STATE,
     ENV_SIDECAR_TOKEN,
@@ -76,6 +70,21 @@ def _read_token(token_file: Path | None) -> str | None:
     return token
 
 
+def _check_repository_policy(roots: tuple[Path, ...], urls: tuple[str, ...]) -> None:
+    from runner.compile.repository import is_remote
+
+    for root in roots:
+        if not root.is_dir():
+            raise UsageError("is not a directory", path=str(root), field="--allow-repo-root")
+    for pattern in urls:
+        if not is_remote(pattern) or any(ch in pattern for ch in "\n\r\0"):
+            raise UsageError(
+                f"{pattern!r} is not a git URL pattern (https://, ssh://, git:// or "
+                "user@host:path)",
+                field="--allow-repo-url",
+            )
+
+
 def _bind(host: str, port: int) -> Any:
     import socket
 
@@ -94,90 +103,96 @@ def _bind(host: str, port: int) -> Any:
     return sock
 
 
+SERVE_OPTIONS = (
+    click.option(
+        "--mailbox",
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Serve the mailbox protocol in DIR (requests/, responses/, runs/).",
+    ),
+    click.option(
+        "--http",
+        "listen",
+        metavar="HOST:PORT",
+        help="Serve the HTTP API (e.g. 127.0.0.1:8765; port 0 picks a free one).",
+    ),
+    click.option(
+        "--state-dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        envvar=ENV_SIDECAR_STATE,
+        help=f"Job store and HTTP archives (default: <cache>/sidecar; env {ENV_SIDECAR_STATE}).",
+    ),
+    click.option(
+        "--jobs",
+        type=click.IntRange(1, 64),
+        default=1,
+        show_default=True,
+        help="Verifications at once.",
+    ),
+    click.option(
+        "--token-file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help=f"Bearer token every HTTP request must carry (or env {ENV_SIDECAR_TOKEN}); required "
+        "for a non-loopback --http.",
+    ),
+    click.option(
+        "--allow-repo-root",
+        "repo_roots",
+        multiple=True,
+        type=click.Path(path_type=Path, file_okay=False),
+        help="A directory local repositories may come from (repeatable). Without it only git URLs "
+        "are taken.",
+    ),
+    click.option(
+        "--allow-repo-url",
+        "repo_urls",
+        multiple=True,
+        metavar="PATTERN",
+        help="Git URLs requests may name, as a shell-style pattern matched against the whole URL "
+        "(repeatable), e.g. 'https://git.example.org/team/*'. Without it every git URL is refused: "
+        "the sidecar fetches from the host, so an open list would let a request reach any address.",
+    ),
+    click.option(
+        "--max-body",
+        type=ByteSize(),
+        default=64 * 1024 * 1024,
+        show_default="64MiB",
+        help="Largest request (HTTP body or mailbox file); larger is refused (413).",
+    ),
+    click.option(
+        "--header-timeout",
+        type=click.FloatRange(0.5, 600),
+        default=10.0,
+        show_default=True,
+        help="Seconds a client has to send a request's line and headers (then 408 and closed); a "
+        "body's pieces get three times as long each.",
+    ),
+    click.option(
+        "--max-connections",
+        type=click.IntRange(1, 65536),
+        default=128,
+        show_default=True,
+        help="HTTP connections at once; more are closed as they open, requests beyond answer 503.",
+    ),
+    click.option(
+        "--grace-period",
+        type=click.FloatRange(1, 3600),
+        default=30.0,
+        show_default=True,
+        help="Seconds SIGTERM waits for running verifications before it interrupts and "
+        "requeues them.",
+    ),
+    click.option(
+        "--poll-interval",
+        type=click.FloatRange(0.05, 60),
+        default=0.2,
+        show_default=True,
+        help="Seconds between two looks at the mailbox.",
+    ),
+)
+
+
 @cli.command("serve")
-@click.option(
-    "--mailbox",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Serve the mailbox protocol in DIR (requests/, responses/, runs/).",
-)
-@click.option(
-    "--http",
-    "listen",
-    metavar="HOST:PORT",
-    help="Serve the HTTP API (e.g. 127.0.0.1:8765; port 0 picks a free one).",
-)
-@click.option(
-    "--state-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    envvar=ENV_SIDECAR_STATE,
-    help=f"Job store and HTTP archives (default: <cache>/sidecar; env {ENV_SIDECAR_STATE}).",
-)
-@click.option(
-    "--jobs",
-    type=click.IntRange(1, 64),
-    default=1,
-    show_default=True,
-    help="Verifications at once.",
-)
-@click.option(
-    "--token-file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help=f"Bearer token every HTTP request must carry (or env {ENV_SIDECAR_TOKEN}); required "
-    "for a non-loopback --http.",
-)
-@click.option(
-    "--allow-repo-root",
-    "repo_roots",
-    multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="A directory local repositories may come from (repeatable). Without it only git URLs "
-    "are taken.",
-)
-@click.option(
-    "--allow-repo-url",
-    "repo_urls",
-    multiple=True,
-    metavar="PATTERN",
-    help="Git URLs requests may name, as a shell-style pattern matched against the whole URL "
-    "(repeatable), e.g. 'https://git.example.org/team/*'. Without it every git URL is refused: "
-    "the sidecar fetches from the host, so an open list would let a request reach any address.",
-)
-@click.option(
-    "--max-body",
-    type=ByteSize(),
-    default=64 * 1024 * 1024,
-    show_default="64MiB",
-    help="Largest request (HTTP body or mailbox file); larger is refused (413).",
-)
-@click.option(
-    "--header-timeout",
-    type=click.FloatRange(0.5, 600),
-    default=10.0,
-    show_default=True,
-    help="Seconds a client has to send a request's line and headers (then 408 and closed); a "
-    "body's pieces get three times as long each.",
-)
-@click.option(
-    "--max-connections",
-    type=click.IntRange(1, 65536),
-    default=128,
-    show_default=True,
-    help="HTTP connections at once; more are closed as they open, requests beyond answer 503.",
-)
-@click.option(
-    "--grace-period",
-    type=click.FloatRange(1, 3600),
-    default=30.0,
-    show_default=True,
-    help="Seconds SIGTERM waits for running verifications before it interrupts and requeues them.",
-)
-@click.option(
-    "--poll-interval",
-    type=click.FloatRange(0.05, 60),
-    default=0.2,
-    show_default=True,
-    help="Seconds between two looks at the mailbox.",
-)
+@with_options(*SERVE_OPTIONS)
 @CHILD_VERIFY_OPTIONS
 @click.option("-v", "--verbose", is_flag=True, help="Log each request and stage.")
 def serve_command(
@@ -209,18 +224,7 @@ def serve_command(
             f"needs a token (--token-file FILE or env {ENV_SIDECAR_TOKEN})",
             field="--http",
         )
-    for root in repo_roots:
-        if not root.is_dir():
-            raise UsageError("is not a directory", path=str(root), field="--allow-repo-root")
-    from runner.compile.repository import is_remote
-
-    for pattern in repo_urls:
-        if not is_remote(pattern) or any(ch in pattern for ch in "\n\r\0"):
-            raise UsageError(
-                f"{pattern!r} is not a git URL pattern (https://, ssh://, git:// or "
-                "user@host:path)",
-                field="--allow-repo-url",
-            )
+    _check_repository_policy(repo_roots, repo_urls)
     forwarded, digest_settings = _forwarded(child)
     from runner.sidecar.run import SidecarOptions, run_sidecar
 

@@ -15,7 +15,8 @@ from runner.base.errors import (
     Problem,
     UsageError,
 )
-from runner.cli.common import (
+from runner.cli.common import _build_environment, _compile_options, _print_invalid, cli, interrupts
+from runner.cli.options import (
     AGENT_ALLOWED_HOST,
     BASE_IMAGE,
     BUILD_NETWORK,
@@ -24,11 +25,6 @@ from runner.cli.common import (
     TASK_DIR,
     TOOLCHAIN_MIRROR,
     TOOLCHAIN_SOURCE,
-    _build_environment,
-    _compile_options,
-    _print_invalid,
-    cli,
-    interrupts,
 )
 from runner.cli.output import Output
 from runner.model.settings import (

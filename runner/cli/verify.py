@@ -15,30 +15,33 @@ from runner.base.errors import (
 )
 from runner.base.safeio import check_writable_file
 from runner.cli.common import (
-    AGENT_ALLOWED_HOST,
-    BASE_IMAGE,
-    BUILD_NETWORK,
-    EXTRA_CA,
-    HACK_GATE,
-    MAX_LOG_SIZE,
-    PIDS_LIMIT,
     PROG,
-    REPO,
     RUN_ID,
-    STORAGE_LIMIT,
-    TOOLCHAIN_MIRROR,
-    TOOLCHAIN_SOURCE,
     _build_environment,
     _check_text_option,
-    _compile_options,
     _stderr_logging,
     cli,
     interrupts,
+    settings_of,
+)
+from runner.cli.options import (
+    BASE_IMAGE,
+    BUILD_NETWORK,
+    EXTRA_CA,
+    MAX_LOG_SIZE,
+    PIDS_LIMIT,
+    REPO,
+    STORAGE_LIMIT,
+    TOOLCHAIN_MIRROR,
+    TOOLCHAIN_SOURCE,
+    ChildOptions,
     logs_root_option,
-    repeat_option,
+    verify_options,
+    with_options,
 )
 from runner.cli.output import Output
 from runner.cli.startup import startup_finished
+from runner.model.report import Report, write_report
 from runner.model.settings import (
     ENV_LOGS_ROOT,
     StorageLimit,
@@ -49,63 +52,50 @@ from runner.model.settings import (
 @cli.command("verify")
 @click.argument("target", type=click.Path(path_type=Path))
 @REPO
-@BASE_IMAGE
-@EXTRA_CA
-@TOOLCHAIN_SOURCE
-@TOOLCHAIN_MIRROR
-@AGENT_ALLOWED_HOST
-@BUILD_NETWORK
+@verify_options(repeat=1)
 @logs_root_option(
     f"Root of run directories: each run writes <root>/<taskId>/<runId>/ (env {ENV_LOGS_ROOT})."
 )
-@click.option(
-    "--run-dir",
-    type=click.Path(path_type=Path),
-    help="An exact run directory instead (must be new or empty).",
+@with_options(
+    click.option(
+        "--run-dir",
+        type=click.Path(path_type=Path),
+        help="An exact run directory instead (must be new or empty).",
+    ),
+    click.option(
+        "--report",
+        "report_path",
+        type=click.Path(path_type=Path),
+        help="Also write the report here (atomically).",
+    ),
+    click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout."),
+    click.option(
+        "--plan", "plan_only", is_flag=True, help="Print the verify plan as JSON; run no Docker."
+    ),
+    click.option("--keep", is_flag=True, help="Keep containers and print how to enter them."),
+    click.option(
+        "--rm-images",
+        is_flag=True,
+        help="Remove this task's agent and verifier images afterwards (default: kept as the "
+        "build cache; shared base and toolchain layers stay).",
+    ),
+    click.option(
+        "--events",
+        "events_path",
+        type=click.Path(path_type=Path),
+        help="Append one JSON line per stage start and end to this file (for a supervisor).",
+    ),
+    click.option(
+        "--run-id",
+        help="Name the run (directory, container labels) instead of a new id; must be unique.",
+    ),
+    click.option("-v", "--verbose", is_flag=True, help="Stream build output."),
+    click.option("-q", "--quiet", is_flag=True, help="No progress lines."),
 )
-@click.option(
-    "--report",
-    "report_path",
-    type=click.Path(path_type=Path),
-    help="Also write the report here (atomically).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@click.option(
-    "--plan", "plan_only", is_flag=True, help="Print the verify plan as JSON; run no Docker."
-)
-@click.option("--keep", is_flag=True, help="Keep containers and print how to enter them.")
-@click.option(
-    "--rm-images",
-    is_flag=True,
-    help="Remove this task's agent and verifier images afterwards (default: kept as the build "
-    "cache; shared base and toolchain layers stay).",
-)
-@PIDS_LIMIT
-@MAX_LOG_SIZE
-@STORAGE_LIMIT
-@HACK_GATE
-@repeat_option(1)
-@click.option(
-    "--events",
-    "events_path",
-    type=click.Path(path_type=Path),
-    help="Append one JSON line per stage start and end to this file (for a supervisor).",
-)
-@click.option(
-    "--run-id",
-    help="Name the run (directory, container labels) instead of a new id; must be unique.",
-)
-@click.option("-v", "--verbose", is_flag=True, help="Stream build output.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def verify_command(
     target: Path,
     repo: str | None,
-    base_image: str,
-    extra_ca_certs: Path | None,
-    sources: tuple[str, ...],
-    mirrors: tuple[str, ...],
-    allowed_hosts: tuple[str, ...],
-    build_network: str | None,
+    child: ChildOptions,
     logs_root: Path,
     run_dir: Path | None,
     report_path: Path | None,
@@ -113,11 +103,6 @@ def verify_command(
     plan_only: bool,
     keep: bool,
     rm_images: bool,
-    pids_limit: int,
-    max_log_size: int,
-    storage_limit: str,
-    hack_gate: bool,
-    repeat: int,
     events_path: Path | None,
     run_id: str | None,
     verbose: bool,
@@ -139,19 +124,13 @@ def verify_command(
         if events_path is not None:
             check_writable_file(events_path, option="--events")
         _check_text_option(run_id, "--run-id", RUN_ID, "a run id ([A-Za-z0-9._-], at most 64)")
-        settings = VerifySettings(
+        settings = settings_of(
+            child,
             repo=repo,
-            build=_build_environment(base_image, extra_ca_certs, sources, mirrors, build_network),
-            compile_options=_compile_options(allowed_hosts),
             logs_root=logs_root,
             run_dir=run_dir,
             keep=keep,
             remove_images=rm_images,
-            pids_limit=pids_limit,
-            max_log_bytes=max_log_size,
-            storage_limit=StorageLimit(storage_limit),
-            hack_gate=hack_gate,
-            repeat=repeat,
         )
         with interrupts(), EventLog.open(events_path) as events:
             outcome = verify(
@@ -166,13 +145,16 @@ def verify_command(
         if as_json:
             click.echo(_usage_report(exc).to_json(), nl=False)
         raise
-    report = outcome.report
     if plan_only and outcome.plan is not None:
         click.echo(outcome.plan.to_json(), nl=False)
         return 0
-    if report_path is not None:
-        from runner.model.report import write_report
+    return _print_report(outcome.report, output, report_path, as_json=as_json, quiet=quiet)
 
+
+def _print_report(
+    report: Report, output: Output, report_path: Path | None, *, as_json: bool, quiet: bool
+) -> int:
+    if report_path is not None:
         write_report(report_path, report)
     if as_json:
         click.echo(report.to_json(), nl=False)

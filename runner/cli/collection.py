@@ -1,0 +1,164 @@
+"""The commands over many tasks besides `batch`: `matrix` (a GitHub Actions matrix), `gc` (the
+image cache budget) and `export` (accepted tasks as one archive)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.base.errors import UsageError
+from runner.cli.common import cli
+from runner.cli.options import ByteSize, logs_root_option
+
+MATRIX_LIMIT = 256  # GitHub's jobs per matrix
+
+
+# ---- matrix ------------------------------------------------------------------------------
+
+
+def _find_tasks(roots: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for root in roots:
+        if (root / "definition.json").is_file() or (root / "task.toml").is_file():
+            found.append(root)
+            continue
+        if not root.is_dir():
+            raise UsageError("is not a directory", path=str(root), field="TASK_DIR")
+        for definition in sorted(root.rglob("definition.json")):
+            if not any(part.startswith(".") for part in definition.relative_to(root).parts):
+                found.append(definition.parent)
+    return sorted(dict.fromkeys(found))
+
+
+def _changed_tasks(tasks: list[Path], ref: str) -> list[Path]:
+    from runner.compile.repository import changed_paths
+
+    _, changed = changed_paths(ref)
+    return [t for t in tasks if any(c.is_relative_to(t.resolve()) for c in changed)]
+
+
+def _matrix_entry(task: Path) -> dict[str, str]:
+    name = task.name
+    try:
+        definition = json.loads((task / "definition.json").read_text())
+        if isinstance(definition, dict) and isinstance(definition.get("taskId"), str):
+            name = definition["taskId"]
+    except (OSError, ValueError):
+        pass
+    return {"task": task.as_posix(), "name": name}
+
+
+@cli.command("matrix")
+@click.argument("task_dirs", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--changed-since",
+    metavar="REF",
+    help="Only tasks with a file changed between REF and HEAD (git diff REF...HEAD).",
+)
+@click.option(
+    "--shard-size",
+    type=click.IntRange(1, MATRIX_LIMIT),
+    default=MATRIX_LIMIT,
+    show_default=True,
+    help="Entries per matrix.",
+)
+def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard_size: int) -> int:
+    """Print a GitHub Actions matrix for fromJSON(): {"include": [{"task", "name"}, ...]}. More
+    tasks than --shard-size: {"shards": [matrix, ...], "count": N}. TASK_DIRs may be parents:
+    every directory below holding a definition.json is a task."""
+    tasks = _find_tasks(list(task_dirs) or [Path(".")])
+    if changed_since is not None:
+        tasks = _changed_tasks(tasks, changed_since)
+    entries = [_matrix_entry(t) for t in tasks]
+    if len(entries) <= shard_size:
+        document: dict[str, Any] = {"include": entries}
+    else:
+        shards = [
+            {"include": entries[i : i + shard_size]} for i in range(0, len(entries), shard_size)
+        ]
+        document = {"shards": shards, "count": len(entries)}
+    click.echo(json.dumps(document, separators=(",", ":")))
+    return 0
+
+
+# ---- gc ----------------------------------------------------------------------------------
+
+
+@cli.command("gc")
+@click.option(
+    "--cache-budget",
+    type=ByteSize(),
+    required=True,
+    help="Keep the runner's task images under this size (e.g. 20GB).",
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+def gc_command(cache_budget: int, dry_run: bool) -> int:
+    """Remove the runner's least recently used task images until they fit the budget. Never an
+    image a container uses, never an image the runner did not create."""
+    from runner.engine.cachebudget import collect
+    from runner.engine.docker import connected
+
+    with connected() as engine:
+        result = collect(engine, cache_budget, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for tag in result.removed:
+        click.echo(f"{verb} {tag}")
+    click.echo(
+        f"{verb} {len(result.removed)} image(s), {result.freed_bytes / 1e6:.1f} MB; "
+        f"{result.kept_bytes / 1e6:.1f} MB kept ({result.skipped_in_use} in use)",
+        err=True,
+    )
+    return 0
+
+
+# ---- export ------------------------------------------------------------------------------
+
+
+@cli.command("export")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The archive to write (.tar.gz).",
+)
+@click.option(
+    "--check",
+    "check_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Verify every digest of an export archive instead.",
+)
+@logs_root_option("Where a TASK_DIR's runs are.")
+def export_command(
+    inputs: tuple[Path, ...], output: Path | None, check_path: Path | None, logs_root: Path
+) -> int:
+    """Export accepted tasks as one deterministic archive: manifest.json and
+    tasks/<taskId>.tar.gz (the Harbor bundle). INPUTS are run directories, their report.json,
+    or task directories (their newest accepted run of those exact files under --logs)."""
+    from runner.cli.common import _find_run
+    from runner.present.export import accepted_run, check, export
+
+    if check_path is not None:
+        manifest = check(check_path)
+        click.echo(f"{check_path}: {len(manifest['tasks'])} task(s), every digest matches")
+        return 0
+    if output is None or not inputs:
+        raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
+    runs = []
+    for item in inputs:
+        run_dir = item.parent if item.name == "report.json" else item
+        if (run_dir / "definition.json").is_file() and not (run_dir / "report.json").is_file():
+            found = _find_run(run_dir, logs_root)
+            if found is None:
+                raise UsageError(
+                    "no run of this task's exact files under --logs; verify it first",
+                    path=str(item),
+                )
+            run_dir = found
+        runs.append(accepted_run(run_dir))
+    manifest = export(runs, output)
+    click.echo(f"{output}: {len(manifest['tasks'])} task(s), manifest digest {manifest['digest']}")
+    return 0

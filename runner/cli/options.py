@@ -1,0 +1,243 @@
+"""The command line's options: each as a constant (used like a decorator), the verification
+settings' set handed to a command as one `ChildOptions`, and sizes (20MB, 512KiB)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import click
+
+from runner.base import validation as v
+from runner.model.settings import (
+    DEFAULT_BASE_IMAGE,
+    DEFAULT_LOGS_ROOT,
+    DEFAULT_MAX_LOG_BYTES,
+    DEFAULT_PIDS_LIMIT,
+    ENV_BASE_IMAGE,
+    ENV_BUILD_NETWORK,
+    ENV_EXTRA_CA,
+    ENV_LOGS_ROOT,
+    ENV_STORAGE_LIMIT,
+    ENV_TOOLCHAIN_MIRRORS,
+    ENV_TOOLCHAIN_SOURCES,
+    StorageLimit,
+)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+
+
+class ByteSize(click.ParamType):  # type: ignore[type-arg]
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return int(value)
+        match = _SIZE.match(str(value))
+        if not match:
+            self.fail(f"{value!r} is not a size (e.g. 20MB, 512KiB, 1048576)", param, ctx)
+        number, unit = int(match.group(1)), match.group(2).upper()
+        size = number * 1024 ** " KMGT".index(unit or " ")
+        if not 64 * 1024 <= size <= 1024**4:
+            self.fail("must be between 64KiB and 1TiB", param, ctx)
+        return int(size)
+
+
+TASK_DIR = click.argument("task_dir", type=click.Path(path_type=Path))
+
+
+REPO = click.option(
+    "--repo",
+    metavar="PATH|URL",
+    help="Repository holding baseCommit (default: definition.repo when it is a local path, a "
+    "git bundle or a git URL).",
+)
+
+
+AGENT_ALLOWED_HOST = click.option(
+    "--agent-allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="HOST",
+    help="Host the agent may reach (repeatable); the agent network becomes an allowlist. "
+    "Without it the agent network is public.",
+)
+
+
+TOOLCHAIN_SOURCE = click.option(
+    "--toolchain-source",
+    "sources",
+    multiple=True,
+    metavar="NAME=upstream|registry",
+    help=f"Where a toolchain comes from at build time (repeatable, or comma-separated; env "
+    f"{ENV_TOOLCHAIN_SOURCES}). Default upstream.",
+)
+
+
+TOOLCHAIN_MIRROR = click.option(
+    "--toolchain-mirror",
+    "mirrors",
+    multiple=True,
+    metavar="NAME=URL",
+    help=f"Mirror replacing a toolchain's upstream download base (repeatable; env "
+    f"{ENV_TOOLCHAIN_MIRRORS}).",
+)
+
+
+BASE_IMAGE = click.option(
+    "--base-image",
+    envvar=ENV_BASE_IMAGE,
+    default=DEFAULT_BASE_IMAGE,
+    show_default=True,
+    help=f"Image the bundle builds FROM (build arg BASE_IMAGE; env {ENV_BASE_IMAGE}).",
+)
+
+
+BUILD_NETWORK = click.option(
+    "--build-network",
+    metavar="MODE",
+    envvar=ENV_BUILD_NETWORK,
+    help="Network mode for image builds (e.g. host, to reach a mirror on 127.0.0.1).",
+)
+
+
+EXTRA_CA = click.option(
+    "--extra-ca-certs",
+    envvar=ENV_EXTRA_CA,
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help=f"PEM file every build and container trusts (env {ENV_EXTRA_CA}).",
+)
+
+
+PIDS_LIMIT = click.option(
+    "--pids-limit",
+    type=click.IntRange(v.MIN_PIDS_LIMIT, v.MAX_PIDS_LIMIT),
+    default=DEFAULT_PIDS_LIMIT,
+    show_default=True,
+    help="Per-container pids limit.",
+)
+
+
+MAX_LOG_SIZE = click.option(
+    "--max-log-size",
+    type=ByteSize(),
+    default=DEFAULT_MAX_LOG_BYTES,
+    show_default="20MiB",
+    help="Cap per log file; the head and the tail are kept, the report says what was cut.",
+)
+
+
+STORAGE_LIMIT = click.option(
+    "--storage-limit",
+    type=click.Choice([s.value for s in StorageLimit]),
+    envvar=ENV_STORAGE_LIMIT,
+    default=StorageLimit.AUTO.value,
+    show_default=True,
+    help="How storage_mb is held: the engine's quota, the runner's watchdog, auto (quota "
+    f"where the engine supports it) or off (env {ENV_STORAGE_LIMIT}).",
+)
+
+
+HACK_GATE = click.option(
+    "--hack-gate/--no-hack-gate",
+    default=True,
+    show_default=True,
+    help="Run the hack gate: canned hostile agent patches (a conftest.py that passes "
+    "everything, the runner script rewritten to exit 0, ...) must each earn reward 0.",
+)
+
+
+def repeat_option(default: int) -> Callable[[_F], _F]:
+    return click.option(
+        "--repeat",
+        type=click.IntRange(0, 10),
+        default=default,
+        show_default=True,
+        help="Flakiness probe: verify the oracle's patch this many more times under "
+        "perturbations (TZ, PYTHONHASHSEED, locale, selector order, CPU count); 0: off.",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildOptions:
+    """The verify options a supervisor (serve, batch) takes once for every verify it starts."""
+
+    base_image: str
+    extra_ca_certs: Path | None
+    sources: tuple[str, ...]
+    mirrors: tuple[str, ...]
+    allowed_hosts: tuple[str, ...]
+    build_network: str | None
+    pids_limit: int
+    max_log_size: int
+    storage_limit: str
+    hack_gate: bool
+    repeat: int
+
+
+def verify_options(*, repeat: int) -> Callable[[_F], _F]:
+    """The options that make a verification's settings (base image, CA, toolchains, agent
+    hosts, build network, limits, hack gate, probe), handed to the command as one
+    `child: ChildOptions`."""
+    names = [f.name for f in fields(ChildOptions)]
+
+    def decorate(function: _F) -> _F:
+        @functools.wraps(function)
+        def command(**kwargs: Any) -> Any:
+            child = ChildOptions(**{name: kwargs.pop(name) for name in names})
+            return function(child=child, **kwargs)
+
+        for option in reversed(
+            (
+                BASE_IMAGE,
+                EXTRA_CA,
+                TOOLCHAIN_SOURCE,
+                TOOLCHAIN_MIRROR,
+                AGENT_ALLOWED_HOST,
+                BUILD_NETWORK,
+                PIDS_LIMIT,
+                MAX_LOG_SIZE,
+                STORAGE_LIMIT,
+                HACK_GATE,
+                repeat_option(repeat),
+            )
+        ):
+            command = option(command)
+        return cast(_F, command)
+
+    return decorate
+
+
+# The verify options a supervisor (serve, batch) takes once and passes to every verify it
+# starts (see _forwarded).
+CHILD_VERIFY_OPTIONS = verify_options(repeat=3)
+
+
+def with_options(*options: Callable[[_F], _F]) -> Callable[[_F], _F]:
+    """Several click options as one decorator, in the order given (as --help lists them)."""
+
+    def decorate(function: _F) -> _F:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+def logs_root_option(help_text: str) -> Callable[[_F], _F]:
+    """`--logs DIR`: the root of run directories (env SELFBENCH_LOGS)."""
+    return click.option(
+        "--logs",
+        "logs_root",
+        type=click.Path(path_type=Path),
+        envvar=ENV_LOGS_ROOT,
+        default=DEFAULT_LOGS_ROOT,
+        show_default=True,
+        help=help_text,
+    )
