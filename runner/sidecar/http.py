@@ -2,18 +2,15 @@
 and server-sent stage events, cancellation, health and Prometheus metrics.
 
 Every bad request is a 4xx with a JSON error body (`{"error": {code, message, problems}}`);
-bodies are limited while they are read (413) and requests that frame their body twice refused
-(400); request headers have a deadline (408) and connections a bound; with a token every
-request needs `Authorization: Bearer <token>` (401).
+what reaches the routes passed runner.sidecar.transport first (token, body framing and size,
+header deadline, connection bound).
 """
 
 import asyncio
-import hmac
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-import h11
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -22,7 +19,6 @@ from fastapi.routing import APIRoute
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from runner import __version__
 from runner.sidecar.metrics import Metrics
@@ -39,220 +35,13 @@ from runner.sidecar.request import (
 )
 from runner.sidecar.service import SOURCE_HTTP, Service
 from runner.sidecar.store import JobSummary
+from runner.sidecar.transport import BODY_IDLE_SECONDS, Guard, error_json
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
-HEADER_TIMEOUT_SECONDS = 10.0  # the request line and every header
-BODY_IDLE_SECONDS = 30.0  # between two pieces of a body
-MAX_CONNECTIONS = 128
 _ID = re.compile(NAME_PATTERN)
 EVENT_POLL_SECONDS = 0.25
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def _error_json(
-    status: int,
-    code: str,
-    message: str,
-    problems: list[ErrorDetail] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> JSONResponse:
-    body = ErrorBody(code=code, message=message, problems=problems or [])
-    return JSONResponse(
-        {"error": body.model_dump(mode="json", by_alias=True, exclude_none=True)},
-        status_code=status,
-        headers=headers,
-    )
-
-
-class Guard:
-    """Pure ASGI middleware in front of everything: the bearer token, then the body.
-
-    A request that declares both `Content-Length` and `Transfer-Encoding` is refused (RFC 9112
-    6.3: a server may, and the two framings disagreeing is how requests are smuggled past a
-    limit). Every body, whatever its framing, is read here, counted against the limit while it
-    streams in, with a deadline on each piece, and handed on whole."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        token: str | None,
-        max_body: int,
-        body_idle_seconds: float = BODY_IDLE_SECONDS,
-    ) -> None:
-        self.app = app
-        self.token = token.encode() if token else None
-        self.max_body = max_body
-        self.body_idle_seconds = body_idle_seconds
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        raw_headers = [(k.lower(), v) for k, v in scope.get("headers") or []]
-        headers = dict(raw_headers)
-        if self.token is not None:
-            given = headers.get(b"authorization", b"")
-            scheme, _, credential = given.partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credential.strip(), self.token
-            ):
-                response = _error_json(
-                    401,
-                    "unauthorized",
-                    "this sidecar needs Authorization: Bearer <token>",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await response(scope, receive, send)
-                return
-        lengths = {v.strip() for k, v in raw_headers if k == b"content-length"}
-        if lengths and b"transfer-encoding" in headers:
-            await self._refuse(
-                scope,
-                receive,
-                send,
-                400,
-                "bad-request",
-                "a request with both Content-Length and Transfer-Encoding is refused (RFC 9112)",
-            )
-            return
-        if len(lengths) > 1:
-            await self._refuse(
-                scope, receive, send, 400, "bad-request", "Content-Length is given twice"
-            )
-            return
-        if lengths:
-            (length,) = lengths
-            declared = int(length) if length.isdigit() and len(length) < 19 else -1
-            if declared < 0:
-                await self._refuse(
-                    scope, receive, send, 400, "bad-request", "Content-Length is not a number"
-                )
-                return
-            if declared > self.max_body:
-                await self._too_large(scope, receive, send)
-                return
-        if not lengths and b"transfer-encoding" not in headers:
-            await self.app(scope, receive, send)  # no body
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            try:
-                message = await asyncio.wait_for(receive(), self.body_idle_seconds)
-            except TimeoutError:
-                await self._refuse(
-                    scope,
-                    receive,
-                    send,
-                    408,
-                    "timeout",
-                    f"no part of the body came for {self.body_idle_seconds:g} s",
-                )
-                return
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body:
-                await self._too_large(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    @staticmethod
-    async def _refuse(
-        scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str
-    ) -> None:
-        # The connection closes after: what is left of this request's bytes is not read.
-        await _error_json(status, code, message, headers={"Connection": "close"})(
-            scope, receive, send
-        )
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self._refuse(
-            scope,
-            receive,
-            send,
-            413,
-            "too-large",
-            f"the request body is larger than {self.max_body} bytes",
-        )
-
-
-class BoundedH11Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with the bounds it lacks: a connection that does not
-    finish its request line and headers within `header_timeout` seconds (on its first request
-    or a later one on the same connection) is closed with 408, and connections beyond
-    `max_connections` are closed as they open. (uvicorn's keep-alive timeout only starts after
-    a response, so a client that sends half a header line held its connection forever.)"""
-
-    header_timeout: float = HEADER_TIMEOUT_SECONDS
-    max_connections: int = MAX_CONNECTIONS
-    _header_timer: asyncio.TimerHandle | None = None
-
-    @classmethod
-    def bounded(cls, *, header_timeout: float, max_connections: int) -> type[H11Protocol]:
-        return type(
-            "BoundedH11Protocol",
-            (cls,),
-            {"header_timeout": header_timeout, "max_connections": max_connections},
-        )
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
-            transport.close()
-            return
-        self._await_headers()
-
-    def _await_headers(self) -> None:
-        self._stop_header_timer()
-        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
-
-    def _stop_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _headers_late(self) -> None:
-        self._header_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self.transport.write(
-                b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-            )
-            self.transport.close()
-
-    def handle_events(self) -> None:
-        super().handle_events()
-        if self.conn.their_state is not h11.IDLE:
-            self._stop_header_timer()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
-            self._await_headers()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_header_timer()
-        super().connection_lost(exc)
+JSON_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}}
+Responses = dict[int | str, dict[str, Any]]
 
 
 def create_app(
@@ -269,6 +58,43 @@ def create_app(
         description="Verify SelfBench tasks: compile, audit, build, and the smoke, nop, oracle "
         "and determinism gates. The same requests as the mailbox protocol.",
     )
+    errors: Responses = {
+        422: {
+            "model": ErrorEnvelope,
+            "description": "The request is not valid",
+            "content": JSON_ERROR,
+        },
+    }
+    if token is not None:
+        errors[401] = {
+            "model": ErrorEnvelope,
+            "description": "Token missing or wrong",
+            "content": JSON_ERROR,
+        }
+
+    def job_or_404(
+        verification_id: Annotated[str, PathParam(max_length=256)],
+    ) -> JobSummary:
+        # No id that breaks the request pattern was ever stored: such an id is unknown.
+        # A summary: a GET never copies or parses the (possibly large) request.
+        job = service.store.summary(verification_id) if _ID.fullmatch(verification_id) else None
+        if job is None:
+            raise HTTPException(
+                404,
+                detail=ErrorBody(code="not-found", message=f"no verification {verification_id!r}"),
+            )
+        return job
+
+    _error_handlers(app)
+    _submit_route(app, service, errors)
+    _read_routes(app, service, job_or_404, errors)
+    _cancel_route(app, service, job_or_404, errors)
+    _service_routes(app, service, metrics)
+    return Guard(app, token=token, max_body=max_body, body_idle_seconds=body_idle_seconds)
+
+
+def _error_handlers(app: FastAPI) -> None:
+    """Every error as the JSON error body, with the fields that were wrong."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -280,7 +106,7 @@ def create_app(
             problems.append(
                 ErrorDetail(field=".".join(loc) or None, message=str(error.get("msg", "")))
             )
-        return _error_json(422, "invalid-request", "the request is not valid", problems)
+        return error_json(422, "invalid-request", "the request is not valid", problems)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -307,35 +133,13 @@ def create_app(
                     methods |= route.methods or set()
             if methods:
                 headers["Allow"] = ", ".join(sorted(methods))
-        return _error_json(exc.status_code, code, str(detail), headers=headers)
+        return error_json(exc.status_code, code, str(detail), headers=headers)
 
-    def job_or_404(
-        verification_id: Annotated[str, PathParam(max_length=256)],
-    ) -> JobSummary:
-        # No id that breaks the request pattern was ever stored: such an id is unknown.
-        # A summary: a GET never copies or parses the (possibly large) request.
-        job = service.store.summary(verification_id) if _ID.fullmatch(verification_id) else None
-        if job is None:
-            raise HTTPException(
-                404,
-                detail=ErrorBody(code="not-found", message=f"no verification {verification_id!r}"),
-            )
-        return job
+    del invalid, http_error
 
-    json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}}
-    errors: dict[int | str, dict[str, Any]] = {
-        422: {
-            "model": ErrorEnvelope,
-            "description": "The request is not valid",
-            "content": json_error,
-        },
-    }
-    if token is not None:
-        errors[401] = {
-            "model": ErrorEnvelope,
-            "description": "Token missing or wrong",
-            "content": json_error,
-        }
+
+def _submit_route(app: FastAPI, service: Service, errors: Responses) -> None:
+    """POST /v1/verifications."""
 
     @app.post(
         "/v1/verifications",
@@ -375,6 +179,12 @@ def create_app(
             headers={"Location": accepted.location},
         )
 
+    del submit
+
+
+def _read_routes(app: FastAPI, service: Service, job_or_404: Any, errors: Responses) -> None:
+    """GET a job's status, and its events as a server-sent stream."""
+
     @app.get(
         "/v1/verifications/{verification_id}",
         response_model=VerificationStatus,
@@ -390,7 +200,7 @@ def create_app(
         "/v1/verifications/{verification_id}/events",
         response_class=EventSourceResponse,
         responses={
-            404: {"model": ErrorEnvelope, "description": "Unknown id", "content": json_error},
+            404: {"model": ErrorEnvelope, "description": "Unknown id", "content": JSON_ERROR},
             **errors,
         },
     )
@@ -426,6 +236,12 @@ def create_app(
                 return
             await asyncio.sleep(EVENT_POLL_SECONDS)
 
+    del status, events
+
+
+def _cancel_route(app: FastAPI, service: Service, job_or_404: Any, errors: Responses) -> None:
+    """DELETE a job."""
+
     @app.delete(
         "/v1/verifications/{verification_id}",
         response_model=VerificationStatus,
@@ -441,11 +257,17 @@ def create_app(
         """Cancel: a queued job never runs; a running one is interrupted and its containers
         are removed. The response is `error` with code `cancelled`."""
         if job.state.finished:
-            return _error_json(
+            return error_json(
                 409, "finished", f"verification {job.id!r} already ended ({job.state.value})"
             )
         current = service.cancel(job.id) or job
         return service.store.status(current)
+
+    del cancel
+
+
+def _service_routes(app: FastAPI, service: Service, metrics: Metrics) -> None:
+    """Health and metrics."""
 
     @app.get("/healthz", response_model=Health, response_model_by_alias=True)
     def health() -> Health:
@@ -468,8 +290,7 @@ def create_app(
         """Prometheus text: verifications by verdict, stage durations, queue depth, reuse."""
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    del invalid, http_error, submit, status, events, cancel, health, prometheus
-    return Guard(app, token=token, max_body=max_body, body_idle_seconds=body_idle_seconds)
+    del health, prometheus
 
 
 def openapi_document(app: Guard) -> dict[str, Any]:

@@ -126,7 +126,8 @@ def _start_http(
 ) -> tuple[Any, threading.Thread]:
     import uvicorn
 
-    from runner.sidecar.http import BoundedH11Protocol, create_app
+    from runner.sidecar.http import create_app
+    from runner.sidecar.transport import BoundedH11Protocol
 
     app = create_app(
         service,

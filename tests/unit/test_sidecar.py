@@ -725,11 +725,18 @@ def silent_git() -> Iterator[str]:
 
 def test_http_records_once_conflicts_and_cancels(served: Served, silent_git: str) -> None:
     post = f"{served.url}/v1/verifications"
-    first = httpx.post(post, json=request_doc(id="c1", repo=silent_git), headers=AUTH)
+    # A base commit: its payload digest waits on the silent fetch, so the job is still there to
+    # cancel (a request without one would run at once, and a forked verify of this invalid
+    # task ends in milliseconds).
+    task = request_doc()["task"]
+    task["definition"]["baseCommit"] = "ab" * 20
+    first = httpx.post(post, json=request_doc(id="c1", repo=silent_git, task=task), headers=AUTH)
     assert first.status_code == 202 and first.headers["location"] == "/v1/verifications/c1"
-    again = httpx.post(post, json=request_doc(id="c1", repo=silent_git), headers=AUTH)
+    again = httpx.post(post, json=request_doc(id="c1", repo=silent_git, task=task), headers=AUTH)
     assert again.status_code == 200 and again.json()["id"] == "c1"
-    other = httpx.post(post, json=request_doc(id="c1", repo=silent_git, verify=9), headers=AUTH)
+    other = httpx.post(
+        post, json=request_doc(id="c1", repo=silent_git, task=task, verify=9), headers=AUTH
+    )
     assert other.status_code == 409
     cancelled = httpx.delete(f"{served.url}/v1/verifications/c1", headers=AUTH)
     assert cancelled.status_code == 200

@@ -1,0 +1,235 @@
+"""What stands between a client and the sidecar's API: the bearer token, the body's framing and
+size (read whole here, with a deadline on each piece), the request headers' deadline and the
+connection bound (a uvicorn protocol).
+
+Every refusal is a JSON error body (`{"error": {code, message, problems}}`).
+"""
+
+import asyncio
+import hmac
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+
+import h11
+from fastapi.responses import JSONResponse
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from runner.sidecar.request import ErrorBody, ErrorDetail
+
+HEADER_TIMEOUT_SECONDS = 10.0  # the request line and every header
+BODY_IDLE_SECONDS = 30.0  # between two pieces of a body
+MAX_CONNECTIONS = 128
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def error_json(
+    status: int,
+    code: str,
+    message: str,
+    problems: list[ErrorDetail] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorBody(code=code, message=message, problems=problems or [])
+    return JSONResponse(
+        {"error": body.model_dump(mode="json", by_alias=True, exclude_none=True)},
+        status_code=status,
+        headers=headers,
+    )
+
+
+class Guard:
+    """Pure ASGI middleware in front of everything: the bearer token, then the body.
+
+    A request that declares both `Content-Length` and `Transfer-Encoding` is refused (RFC 9112
+    6.3: a server may, and the two framings disagreeing is how requests are smuggled past a
+    limit). Every body, whatever its framing, is read here, counted against the limit while it
+    streams in, with a deadline on each piece, and handed on whole."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        max_body: int,
+        body_idle_seconds: float = BODY_IDLE_SECONDS,
+    ) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+        self.max_body = max_body
+        self.body_idle_seconds = body_idle_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw_headers = [(k.lower(), v) for k, v in scope.get("headers") or []]
+        headers = dict(raw_headers)
+        if not self._authorized(headers):
+            response = error_json(
+                401,
+                "unauthorized",
+                "this sidecar needs Authorization: Bearer <token>",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        lengths = {v.strip() for k, v in raw_headers if k == b"content-length"}
+        problem = self._framing_problem(lengths, chunked=b"transfer-encoding" in headers)
+        if problem is not None:
+            status, code, message = problem
+            await self._refuse(scope, receive, send, status, code, message)
+            return
+        if not lengths and b"transfer-encoding" not in headers:
+            await self.app(scope, receive, send)  # no body
+            return
+        body = await self._read_body(scope, receive, send)
+        if body is None:
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _authorized(self, headers: Mapping[bytes, bytes]) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, credential = headers.get(b"authorization", b"").partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self.token)
+
+    def _framing_problem(
+        self, lengths: set[bytes], *, chunked: bool
+    ) -> tuple[int, str, str] | None:
+        """Why the body's framing is refused (status, code, message), or None."""
+        if lengths and chunked:
+            return (
+                400,
+                "bad-request",
+                "a request with both Content-Length and Transfer-Encoding is refused (RFC 9112)",
+            )
+        if len(lengths) > 1:
+            return 400, "bad-request", "Content-Length is given twice"
+        if lengths:
+            (length,) = lengths
+            declared = int(length) if length.isdigit() and len(length) < 19 else -1
+            if declared < 0:
+                return 400, "bad-request", "Content-Length is not a number"
+            if declared > self.max_body:
+                return 413, "too-large", f"the request body is larger than {self.max_body} bytes"
+        return None
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, counted against the limit as it streams in, each piece within its
+        deadline; None when the request was answered here (or the client went away)."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), self.body_idle_seconds)
+            except TimeoutError:
+                await self._refuse(
+                    scope,
+                    receive,
+                    send,
+                    408,
+                    "timeout",
+                    f"no part of the body came for {self.body_idle_seconds:g} s",
+                )
+                return None
+            if message["type"] != "http.request":
+                return None  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                await self._too_large(scope, receive, send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    @staticmethod
+    async def _refuse(
+        scope: Scope, receive: Receive, send: Send, status: int, code: str, message: str
+    ) -> None:
+        # The connection closes after: what is left of this request's bytes is not read.
+        await error_json(status, code, message, headers={"Connection": "close"})(
+            scope, receive, send
+        )
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._refuse(
+            scope,
+            receive,
+            send,
+            413,
+            "too-large",
+            f"the request body is larger than {self.max_body} bytes",
+        )
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the bounds it lacks: a connection that does not
+    finish its request line and headers within `header_timeout` seconds (on its first request
+    or a later one on the same connection) is closed with 408, and connections beyond
+    `max_connections` are closed as they open. (uvicorn's keep-alive timeout only starts after
+    a response, so a client that sends half a header line held its connection forever.)"""
+
+    header_timeout: float = HEADER_TIMEOUT_SECONDS
+    max_connections: int = MAX_CONNECTIONS
+    _header_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def bounded(cls, *, header_timeout: float, max_connections: int) -> type[H11Protocol]:
+        return type(
+            "BoundedH11Protocol",
+            (cls,),
+            {"header_timeout": header_timeout, "max_connections": max_connections},
+        )
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            transport.close()
+            return
+        self._await_headers()
+
+    def _await_headers(self) -> None:
+        self._stop_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def _stop_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            )
+            self.transport.close()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.conn.their_state is not h11.IDLE:
+            self._stop_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+            self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_timer()
+        super().connection_lost(exc)
