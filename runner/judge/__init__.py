@@ -1,0 +1,88 @@
+"""Judgement (pure): the seeds' pass criteria per gate, the verdict, and reasons that say what
+happened. Every gate's rule is in this package, one module per gate, and nowhere else:
+
+- images: the build and smoke gates;
+- trials: nop, oracle (their reward; the selectors that must fail or pass alone), determinism;
+- probe: the flakiness probe;
+- hack: the hack gate (every canned exploit earns 0);
+- grade: a graded patch;
+- verdict: the verdict from the stages' statuses.
+
+The runner knows when it stopped something itself (a deadline, the storage watchdog) and reads
+what the limits did from the container's cgroup (base), so a fork bomb held by the pids limit
+is never reported as an out-of-memory kill, nor the runner's own kill as one.
+"""
+
+from runner.judge.base import (
+    Judgement,
+    errored,
+    failed,
+    limit_notes,
+    limits_data,
+    passed,
+    storage_reason,
+    with_limit_notes,
+)
+from runner.judge.grade import (
+    grade_detail,
+    judge_grade,
+    some_of,
+    undone_words,
+)
+from runner.judge.hack import (
+    ExploitEvidence,
+    judge_exploit,
+    judge_hack,
+)
+from runner.judge.images import (
+    judge_build,
+    judge_smoke,
+)
+from runner.judge.probe import (
+    judge_probe,
+    probe_outcome,
+    selector_rates,
+)
+from runner.judge.trials import (
+    TrialEvidence,
+    evaluate_gate,
+    judge_determinism,
+    judge_selectors,
+    judge_trial,
+    tests_failed,
+)
+from runner.judge.verdict import (
+    decide_verdict,
+    verdict_reason,
+)
+
+__all__ = [
+    "ExploitEvidence",
+    "Judgement",
+    "TrialEvidence",
+    "decide_verdict",
+    "errored",
+    "evaluate_gate",
+    "failed",
+    "grade_detail",
+    "judge_build",
+    "judge_determinism",
+    "judge_exploit",
+    "judge_grade",
+    "judge_hack",
+    "judge_probe",
+    "judge_selectors",
+    "judge_smoke",
+    "judge_trial",
+    "limit_notes",
+    "limits_data",
+    "passed",
+    "probe_outcome",
+    "selector_rates",
+    "some_of",
+    "storage_reason",
+    "tests_failed",
+    "undone_words",
+    "verdict_reason",
+    "with_limit_notes",
+]

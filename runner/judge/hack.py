@@ -1,0 +1,94 @@
+"""The hack gate: each canned hostile agent patch must earn reward 0."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from runner.judge.base import (
+    Judgement,
+    errored,
+    failed,
+    passed,
+)
+from runner.model.report import ExploitOutcome
+from runner.model.reward import Reward
+from runner.plan.runtime import ExecOutcome
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExploitEvidence:
+    name: str
+    summary: str
+    script_exit: int | None  # None: the script did not run
+    script_timed_out: bool
+    script_said: str  # its last line (a not-applicable script says why)
+    collect_failed: bool
+    patch_bytes: int | None
+    test: ExecOutcome | None
+    reward: Reward | None
+    reward_problem: str | None
+    # What the patch policy undid (`path (why), ...`), whether any change of the patch was
+    # left, and the first problem the per-test evidence found.
+    undone: str = ""
+    kept_changes: bool = True
+    problem: str | None = None
+
+
+def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOutcome, str]:
+    """(outcome, detail) for one exploit: what the verifier gave a canned hostile patch."""
+    if e.script_exit == not_applicable:
+        return "not-applicable", e.script_said.removeprefix("not applicable: ")
+    if e.script_timed_out or e.script_exit is None or e.script_exit != 0:
+        what = "timed out" if e.script_timed_out else f"exited {e.script_exit}"
+        return "error", f"the exploit's script {what}: {e.script_said}".rstrip(": ")
+    if e.collect_failed:
+        return "error", "collecting the exploit's patch failed"
+    if not e.patch_bytes:
+        return "no-effect", "the collected patch is empty (only ignored files changed)"
+    if e.test is None:
+        return "error", "the verifier did not run"
+    if e.reward is None:
+        if e.test.timed_out:
+            return "resisted", "the verifier timed out: no reward"
+        return "error", e.reward_problem or f"no reward.json (exit {e.test.exit_code})"
+    if e.reward.reward == 1:
+        return "earned-reward", "reward 1 without a fix"
+    if e.reward.patch_applied != 1:
+        return "not-applicable", "its patch did not apply on the post-setup tree"
+    if not e.kept_changes and e.undone:
+        return "resisted", f"undone by the patch policy: {e.undone}"
+    detail = "reward 0"
+    if e.problem:
+        detail += f": {e.problem}"
+    if e.undone:
+        detail += f"; the patch policy undid {e.undone}"
+    return "resisted", detail
+
+
+def judge_hack(results: Sequence[tuple[str, str, str, str | None, str]]) -> Judgement:
+    """results: (name, summary, outcome, patch path, failing line) per exploit."""
+    won = [r for r in results if r[2] == "earned-reward"]
+    if won:
+        name, summary, _, patch, line = won[0]
+        more = f" (and {len(won) - 1} more: {', '.join(r[0] for r in won[1:4])})" if won[1:] else ""
+        detail = (
+            f"the verifier can be gamed: exploit {name} earned reward 1 without a fix{more}: "
+            f"{summary}"
+        )
+        if patch:
+            detail += f"; its patch: {patch}"
+        if line:
+            detail += f"; fail-to-pass said: {line[:200]}"
+        return failed(detail)
+    counted = [r for r in results if r[2] in ("resisted", "no-effect")]
+    skipped = [r[0] for r in results if r[2] == "not-applicable"]
+    errors = [r[0] for r in results if r[2] == "error"]
+    detail = f"{len(counted)} exploit(s) earned no reward"
+    if errors and not counted:
+        return errored(f"no exploit ran to the end: {', '.join(errors)}; see the hack directory")
+    if skipped:
+        detail += f"; not applicable: {', '.join(skipped)}"
+    if errors:
+        detail += f"; did not run to the end: {', '.join(errors)}"
+    return passed(detail)

@@ -1,0 +1,200 @@
+"""The nop and oracle gates (their reward, the selectors that must fail or pass alone) and
+the determinism gate."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from runner.judge.base import (
+    Judgement,
+    errored,
+    failed,
+    passed,
+    storage_reason,
+    with_limit_notes,
+)
+from runner.judge.grade import some_of
+from runner.model.report import LimitsData, Status
+from runner.model.reward import Reward, VerifierDetails
+from runner.plan.runtime import ExecOutcome
+
+
+def evaluate_gate(
+    gate: str, reward: Reward, details: VerifierDetails | None = None
+) -> tuple[bool, str]:
+    """The seeds' pass criteria, with one sentence saying why."""
+    f2p_exit = details.fail_to_pass_exit_code if details else None
+    p2p_exit = details.pass_to_pass_exit_code if details else None
+
+    def exit_note(code: int | None) -> str:
+        return f" (exit {code})" if code is not None else ""
+
+    if reward.setup_completed != 1:
+        return False, "setup did not complete in the verifier image"
+    if gate == "nop":
+        if reward.patch_applied != 1:
+            return False, "the empty agent patch or test.patch did not apply on the base snapshot"
+        if reward.fail_to_pass != 0:
+            return False, "fail-to-pass tests already pass on the base snapshot"
+        if reward.pass_to_pass != 1:
+            return False, f"pass-to-pass tests fail on the base snapshot{exit_note(p2p_exit)}"
+        return True, (
+            f"fail-to-pass fails{exit_note(f2p_exit)} and pass-to-pass passes on the base"
+        )
+    if gate == "oracle":
+        if reward.patch_applied != 1:
+            return False, "the gold patch or test.patch does not apply"
+        if reward.fail_to_pass != 1:
+            return False, (
+                f"fail-to-pass tests still fail with the gold patch{exit_note(f2p_exit)}"
+            )
+        if reward.pass_to_pass != 1:
+            return False, f"pass-to-pass tests fail with the gold patch{exit_note(p2p_exit)}"
+        return True, "the gold patch applies and every selected test passes"
+    if reward.deterministic != 1:
+        repeat = details.fail_to_pass_repeat_exit_code if details else None
+        return False, (
+            "fail-to-pass passed once with the gold patch, then failed on the repeat"
+            f"{exit_note(repeat)}"
+        )
+    return True, "fail-to-pass passed a second time with the gold patch"
+
+
+def tests_failed(gate: str, reward: Reward) -> bool:
+    """Whether a red nop or oracle is the tests' (not a patch that did not apply, not setup)."""
+    if reward.setup_completed != 1 or reward.patch_applied != 1:
+        return False
+    if gate == "nop":
+        return reward.pass_to_pass != 1
+    return reward.fail_to_pass != 1 or reward.pass_to_pass != 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialEvidence:
+    gate: str
+    solve: ExecOutcome | None
+    collect: ExecOutcome | None
+    test: ExecOutcome | None
+    reward: Reward | None
+    details: VerifierDetails | None
+    reward_problem: str | None  # reward.json present but malformed
+    limits: LimitsData
+    agent_timeout: float
+    verifier_timeout: float
+    storage_mb: int
+    memory_mb: int
+    pids: int
+    agent_log: str
+    collect_log: str
+    verifier_log: str
+    # The last meaningful line each test command printed (`fail_to_pass`, `pass_to_pass`):
+    # a red gate quotes the failing one.
+    last_lines: Mapping[str, str] = field(default_factory=dict)
+    # The first problem the per-test evidence found in each run (a red gate says it first).
+    problems: Mapping[str, str] = field(default_factory=dict)
+
+
+def _quote(reward: Reward, gate: str, lines: Mapping[str, str], problems: Mapping[str, str]) -> str:
+    """`: <what the evidence found>` (else the failing command's last line) for a red gate, or
+    ''."""
+    if gate == "nop" and reward.pass_to_pass != 1:
+        run = "pass_to_pass"
+    elif gate == "oracle" and reward.fail_to_pass != 1:
+        run = "fail_to_pass"
+    elif gate == "oracle" and reward.pass_to_pass != 1:
+        run = "pass_to_pass"
+    elif gate == "oracle" and reward.deterministic != 1:
+        run = "fail_to_pass_repeat"
+    else:
+        return ""
+    line = problems.get(run) or lines.get(run)
+    if not line:
+        return ""
+    return f": {line[:300]}"
+
+
+def judge_trial(evidence: TrialEvidence) -> Judgement:
+    e = evidence
+    notes = {"memory_mb": e.memory_mb, "pids": e.pids}
+    if e.solve is not None:
+        if e.solve.timed_out:
+            return failed(
+                f"solution/solve.sh timed out after {int(e.agent_timeout)}s; the runner stopped it"
+            )
+        if e.solve.storage_exceeded_mb is not None:
+            return failed(
+                storage_reason(
+                    e.solve.storage_exceeded_mb, e.storage_mb, e.limits.storage_mechanism
+                )
+            )
+        if e.solve.exit_code != 0:
+            detail = (
+                f"solution/solve.sh exited {e.solve.exit_code}: the gold patch does not apply "
+                f"to the post-setup tree; see {e.agent_log}"
+            )
+            return failed(with_limit_notes(detail, e.limits, **notes))
+    if e.collect is not None and (e.collect.timed_out or e.collect.exit_code != 0):
+        what = "timed out" if e.collect.timed_out else f"failed (exit {e.collect.exit_code})"
+        return errored(f"collecting the agent patch {what}; see {e.collect_log}")
+    if e.test is None:
+        return errored("the verifier did not run")
+    if e.test.timed_out:
+        return failed(f"verifier timed out after {int(e.verifier_timeout)}s; the runner stopped it")
+    if e.limits.storage_exceeded_mb is not None:
+        return failed(
+            storage_reason(e.limits.storage_exceeded_mb, e.storage_mb, e.limits.storage_mechanism)
+        )
+    if e.reward is None:
+        if e.reward_problem:
+            return failed(f"the verifier's {e.reward_problem}; see {e.verifier_log}")
+        if e.limits.oom_kills > 0 or e.limits.pids_limit_hits > 0:
+            detail = f"the verifier wrote no reward.json (exit {e.test.exit_code})"
+            return failed(with_limit_notes(detail, e.limits, **notes))
+        return errored(
+            f"the verifier wrote no reward.json (exit {e.test.exit_code}); see {e.verifier_log}"
+        )
+    ok, detail = evaluate_gate(e.gate, e.reward, e.details)
+    if not ok:
+        detail += _quote(e.reward, e.gate, e.last_lines, e.problems)
+    detail = with_limit_notes(detail, e.limits, **notes)
+    return passed(detail) if ok else failed(detail)
+
+
+def judge_selectors(
+    judgement: Judgement,
+    *,
+    gate: str,
+    passing_alone: Sequence[str],
+    breaking_alone: Sequence[str],
+    undone: str,
+) -> Judgement:
+    """A nop or oracle trial, with what each selector did when run alone: at nop, a
+    fail-to-pass selector that passes on the base by itself fails the gate (the selectors
+    failed together only); a failed gate names the pass-to-pass selectors that fail alone, and
+    what the patch policy undid."""
+    status, detail = judgement.status, judgement.detail
+    if status is Status.FAILED and breaking_alone:
+        detail += "; failing alone: " + some_of(breaking_alone)
+    if gate == "nop" and passing_alone and status is Status.PASSED:
+        status = Status.FAILED
+        detail = (
+            "fail-to-pass selector(s) already pass on the base snapshot when run alone: "
+            + some_of(passing_alone)
+        )
+    if undone and status is not Status.PASSED:
+        detail += "; the verifier's patch policy undid " + undone
+    return Judgement(status, detail)
+
+
+def judge_determinism(
+    reward: Reward, details: VerifierDetails | None, changed_ids: Sequence[str] = ()
+) -> Judgement:
+    ok, detail = evaluate_gate("determinism", reward, details)
+    if ok and changed_ids:
+        shown = ", ".join(changed_ids[:5]) + (" ..." if len(changed_ids) > 5 else "")
+        return failed(
+            "the fail-to-pass tests' ids changed between the two runs (a census of them could "
+            f"not grade an agent): {shown}"
+        )
+    return passed(detail) if ok else failed(detail)
