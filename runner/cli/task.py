@@ -223,7 +223,7 @@ def prepare_command(
     """Prebuild the base and toolchain layers (e.g. once in CI before a matrix of verifies).
     Prints the image tag."""
     from runner.engine.docker import connected
-    from runner.plan.verify import plan_prepare
+    from runner.plan.images import plan_prepare
     from runner.run.images import prepare
     from runner.run.pipeline import default_env, host_facts
 

@@ -1,0 +1,123 @@
+"""The side trials of a verify plan (pure): the hack gate's canned exploits, the flakiness
+probe's perturbed runs and the grade, each graded by a verifier of its own."""
+
+from __future__ import annotations
+
+from runner.plan.images import digest_of
+from runner.plan.planner import Planner
+from runner.plan.types import (
+    HACK_RESET_COMMAND,
+    HACK_STEP_TIMEOUT_SECONDS,
+    PROBE_LOCALES,
+    PROBE_ZONES,
+    ExecStep,
+    ExploitPlan,
+    HackPlan,
+    Perturbation,
+    ProbePlan,
+    ProbeRun,
+    TrialPlan,
+)
+
+
+def plan_hack(p: Planner) -> HackPlan | None:
+    facts = p.bundle.exploit_facts
+    if not p.settings.hack_gate or facts is None:
+        return None
+    from runner.compile.exploits import choose
+
+    # Only the reward matters: test.sh stops at the first failing command, and runs no
+    # test at all when the patch policy undid every change (the tree nop showed fails).
+    env = {**p.side_test.env, "SELFBENCH_REWARD_ONLY": "1", "SELFBENCH_SKIP_EMPTY": "1"}
+    test_step = p.side_test.model_copy(update={"env": env})
+    exploits = [
+        ExploitPlan(
+            name=exploit.name,
+            family=exploit.family,
+            summary=exploit.summary,
+            run=ExecStep(
+                name="exploit",
+                argv=["bash", "-c", exploit.script],
+                user="agent",
+                env={"HOME": "/home/agent"},
+                workdir="/app",
+                timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
+            ),
+            trial=p.side_trial(f"hack/{exploit.name}", f"hack{index}", "hack", test_step),
+        )
+        for index, exploit in enumerate(choose(facts))
+    ]
+    if not exploits:
+        return None
+    steps = len(exploits) * 3
+    return HackPlan(
+        agent=p.container(
+            "agent",
+            "hack",
+            p.agent_image,
+            steps * HACK_STEP_TIMEOUT_SECONDS + p.collect_timeout * len(exploits),
+            "/home/agent",
+        ),
+        collect=p.collect_step,
+        reset=ExecStep(
+            name="reset",
+            argv=["bash", "-c", HACK_RESET_COMMAND],
+            user="root",
+            env={},
+            workdir="/app",
+            timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
+        ),
+        exploits=exploits,
+    )
+
+
+def _probe_run(
+    p: Planner, name: str, dimension: str | None, perturbation: Perturbation
+) -> ProbeRun:
+    env = {**p.side_test.env, **perturbation.env()}
+    return ProbeRun(
+        name=name,
+        dimension=dimension,
+        perturbation=perturbation,
+        trial=p.side_trial(
+            f"determinism/{name}",
+            name.replace("-", ""),
+            "determinism",
+            p.side_test.model_copy(update={"env": env}),
+            cpuset=perturbation.cpuset,
+        ),
+    )
+
+
+def plan_probe(p: Planner) -> ProbePlan | None:
+    if p.settings.repeat <= 0:
+        return None
+    runs, attribution = [], {}
+    for index in range(p.settings.repeat):
+        zone, zone_name = PROBE_ZONES[index % len(PROBE_ZONES)]
+        seed = int(digest_of({"run": p.run.run_id, "probe": index})[:8], 16) % 4_294_967_295 + 1
+        perturbation = Perturbation(
+            tz=zone,
+            tz_name=zone_name,
+            hash_seed=seed,
+            locale=PROBE_LOCALES[index % len(PROBE_LOCALES)],
+            reversed_order=index % 2 == 0,
+            cpuset="0" if p.facts.ncpu > 1 and index % 2 == 0 else None,
+        )
+        name = f"probe-{index + 1}"
+        runs.append(_probe_run(p, name, None, perturbation))
+        attribution[name] = [
+            _probe_run(p, f"{name}-{key}", words, alone)
+            for key, words, alone in perturbation.dimensions()
+        ]
+    facts = p.bundle.exploit_facts
+    return ProbePlan(
+        runs=runs,
+        attribution=attribution,
+        fail_to_pass=list(facts.fail_to_pass) if facts else [],
+    )
+
+
+def plan_grade(p: Planner) -> TrialPlan:
+    trial = p.side_trial("grade", "grade", "grade", p.verifier_test)
+    return trial.model_copy(update={"log_bytes": None})
