@@ -124,14 +124,8 @@ def grade(
     from runner.plan.types import RunIdentity
     from runner.plan.verify import plan_verify
     from runner.run.executor import Executor
-    from runner.run.pipeline import (
-        _docker_engine,
-        _owner,
-        default_env,
-        make_run_dir,
-        new_run_id,
-        run_log,
-    )
+    from runner.run.pipeline import _docker_engine, _owner, default_env, new_run_id
+    from runner.run.rundir import make_run_dir, run_log
 
     started = time.monotonic()
     resolved = resolve_target(target)

@@ -16,25 +16,22 @@ import os
 import secrets
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from runner import __version__
 from runner.base.errors import (
     Interrupted,
     InvalidTaskError,
-    Problem,
     RunnerError,
     UsageError,
 )
-from runner.base.safeio import is_within, require_directory, write_atomic
-from runner.base.validation import safe_dir_name
+from runner.base.safeio import require_directory, write_atomic
 from runner.compile.audit import AuditResult, audit
-from runner.compile.bundle import Bundle, is_bundle, load_bundle
+from runner.compile.bundle import is_bundle, load_bundle
 from runner.compile.compiler import compile_task
 from runner.compile.taskdir import AuthoredTask, load_authored_task
-from runner.judge import decide_verdict, verdict_reason
 from runner.model.census import seal
 from runner.model.predictions import PatchPredictions
 from runner.model.report import (
@@ -43,15 +40,10 @@ from runner.model.report import (
     CompileData,
     InputProblem,
     Report,
-    ReportCensus,
-    ReportSettings,
-    Stages,
     Status,
-    TruncatedLog,
-    Verdict,
     write_report,
 )
-from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings, cache_root
+from runner.model.settings import VerifySettings, cache_root
 from runner.model.task import Toolchain
 from runner.model.toolchains import Arch, load_catalog
 from runner.plan.runtime import Engine
@@ -60,13 +52,13 @@ from runner.plan.verify import plan_verify
 from runner.run.artifacts import fetch_registry_artifact
 from runner.run.context import ExecutionEnv
 from runner.run.executor import Executor
-from runner.run.state import HACK_OPTIONAL, Execution, StageEvent, StageListener, StageResult
+from runner.run.reporting import Progress, RunRecord, build_report
+from runner.run.rundir import RUN_LOG, check_run_location, make_run_dir, run_log
+from runner.run.state import Execution, StageEvent, StageListener, StageResult
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[str, str], None]
 EngineFactory = Callable[[], Engine]
-RUN_LOG = "runner.log"
 
 
 def new_run_id() -> str:
@@ -100,94 +92,6 @@ class VerifyOutcome:
     run_dir: Path | None = None
 
 
-@dataclass(kw_only=True)
-class _Run:
-    run_id: str
-    started: float
-    started_at: str
-    target: Path
-    settings: VerifySettings
-    progress: Progress
-    on_stage: StageListener | None = None
-    run_dir: Path | None = None
-    task_id: str | None = None
-    bundle: Bundle | None = None
-    compile: StageResult = field(default_factory=StageResult)
-    audit: StageResult = field(default_factory=StageResult)
-    errors: list[Problem] = field(default_factory=list)
-    invalid: bool = False
-    internal: str | None = None
-    interrupted: str | None = None
-    execution: Execution | None = None
-    sealed: Path | None = None  # the bundle with the census sealed in
-
-
-# ---- run directory ---------------------------------------------------------------------------
-
-
-def check_run_location(target: Path, settings: VerifySettings) -> None:
-    """Refuse, before anything runs, a run directory inside the task directory."""
-    where = settings.run_dir if settings.run_dir is not None else settings.logs_root
-    option = "--run-dir" if settings.run_dir is not None else "--logs"
-    if is_within(where, target):
-        raise UsageError(
-            f"the run directory would be inside the task directory {target}; pass {option} "
-            "with a directory outside it",
-            path=str(where),
-            field=option,
-        )
-    if settings.run_dir is not None and settings.run_dir.exists():
-        if settings.run_dir.is_symlink() or not settings.run_dir.is_dir():
-            raise UsageError("exists and is not a directory", path=str(where), field=option)
-        if any(settings.run_dir.iterdir()):
-            raise UsageError(
-                "is not empty: a run directory holds one run; use --logs DIR for a root that "
-                "keeps every run apart",
-                path=str(where),
-                field=option,
-            )
-
-
-def make_run_dir(settings: VerifySettings, task_name: str, run_id: str, target: Path) -> Path:
-    run_dir = settings.run_dir or settings.logs_root / safe_dir_name(task_name) / run_id
-    if is_within(run_dir, target):
-        raise UsageError(
-            f"the run directory {run_dir} would be inside the task directory {target}; pass "
-            "--logs with a directory outside it",
-            path=str(run_dir),
-            field="--logs",
-        )
-    try:
-        run_dir.mkdir(parents=True, exist_ok=settings.run_dir is not None)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot create the run directory: {exc.strerror or exc}",
-            path=str(run_dir),
-            field="--run-dir" if settings.run_dir else "--logs",
-        ) from None
-    return run_dir
-
-
-@contextlib.contextmanager
-def run_log(run_dir: Path) -> Iterator[None]:
-    """Everything the runner logs during the run, tracebacks included, in runner.log."""
-    handler = logging.FileHandler(run_dir / RUN_LOG, encoding="utf-8")
-    handler.setLevel(logging.DEBUG)
-    handler.setFormatter(
-        logging.Formatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s")
-    )
-    root = logging.getLogger()
-    previous = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(previous)
-        handler.close()
-
-
 # ---- stages before Docker ------------------------------------------------------------------
 
 
@@ -195,7 +99,7 @@ def _timed(stage: StageResult, started: float) -> None:
     stage.seconds = round(time.monotonic() - started, 3)
 
 
-def _event(run: _Run, name: str, stage: StageResult | None = None) -> None:
+def _event(run: RunRecord, name: str, stage: StageResult | None = None) -> None:
     if run.on_stage is None:
         return
     if stage is None:
@@ -208,7 +112,7 @@ def _event(run: _Run, name: str, stage: StageResult | None = None) -> None:
         )
 
 
-def _load(run: _Run) -> AuthoredTask | None:
+def _load(run: RunRecord) -> AuthoredTask | None:
     """Read the target without writing anything: an authored task or a compiled bundle."""
     started = time.monotonic()
     try:
@@ -224,7 +128,7 @@ def _load(run: _Run) -> AuthoredTask | None:
         _timed(run.compile, started)
 
 
-def _compile_and_audit(run: _Run, task: AuthoredTask | None) -> None:
+def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
     assert run.run_dir is not None
     started = time.monotonic()
     if task is None:
@@ -297,7 +201,7 @@ def verify(
     report. `on_stage` hears each stage start and end; `run_id` names the run (labels, run
     directory) instead of a new one."""
     check_run_location(target, settings)
-    run = _Run(
+    run = RunRecord(
         run_id=run_id or new_run_id(),
         started=time.monotonic(),
         started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -332,7 +236,7 @@ def verify(
     except Exception as exc:
         run.internal = f"internal error: {type(exc).__name__}: {exc}"
         _record_traceback(run)
-    report = _report(run)
+    report = build_report(run)
     if run.run_dir is not None and not plan_only:
         write_report(run.run_dir / "report.json", report)
         _write_html(run.run_dir, report)
@@ -350,14 +254,14 @@ def _write_html(run_dir: Path, report: Report) -> None:
         log.exception("report.html could not be written")
 
 
-def _invalid(run: _Run, exc: InvalidTaskError) -> None:
+def _invalid(run: RunRecord, exc: InvalidTaskError) -> None:
     run.invalid = True
     run.errors = list(exc.problems)
     run.compile.set(Status.FAILED, exc.one_line())
     run.compile.data = CompileData(errors=[InputProblem.of(p) for p in exc.problems])
 
 
-def _record_traceback(run: _Run) -> None:
+def _record_traceback(run: RunRecord) -> None:
     text = traceback.format_exc()
     if run.run_dir is not None:
         with contextlib.suppress(OSError), (run.run_dir / RUN_LOG).open("a") as handle:
@@ -368,7 +272,7 @@ def _record_traceback(run: _Run) -> None:
 
 
 def _run_stages(
-    run: _Run,
+    run: RunRecord,
     task: AuthoredTask | None,
     engine_factory: EngineFactory | None,
     plan_only: bool,
@@ -427,7 +331,7 @@ def _run_stages(
     return plan
 
 
-def _seal(run: _Run) -> None:
+def _seal(run: RunRecord) -> None:
     """The census the run's nop and oracle made, sealed into its bundle (a compiled bundle given
     as the target is copied into the run directory first: the input is never changed)."""
     execution = run.execution
@@ -455,115 +359,3 @@ def _owner() -> str:
     from runner.engine.owners import owner_id
 
     return owner_id()
-
-
-# ---- the report ------------------------------------------------------------------------------
-
-
-def _stage_model(stages: Stages, name: str, result: StageResult) -> None:
-    stage = stages.get(name)
-    stage.status = result.status
-    stage.detail = result.detail
-    stage.seconds = result.seconds
-    stage.logs = list(dict.fromkeys(result.logs))
-    stage.truncated_logs = [
-        TruncatedLog(path=t.path, original_bytes=t.original_bytes, kept_bytes=t.kept_bytes)
-        for t in result.truncated
-    ]
-    if result.data is not None:
-        stage.data = result.data  # type: ignore[assignment]
-
-
-def _census_info(run: _Run) -> ReportCensus | None:
-    census = run.execution.census if run.execution else None
-    if census is None or run.sealed is None:
-        return None
-    return ReportCensus(
-        file=str(run.sealed / "tests" / "expected-tests.json"),
-        fail_to_pass=census.fail_to_pass.mode,
-        pass_to_pass=census.pass_to_pass.mode,
-        fail_to_pass_tests=len(census.fail_to_pass.tests),
-        pass_to_pass_tests=len(census.pass_to_pass.tests),
-    )
-
-
-def _tests_network(run: _Run) -> str | None:
-    if run.bundle is None:
-        return None
-    contract = run.bundle.contract
-    return contract.tests_network if contract else "no-network"
-
-
-def _storage_words(mechanism: str | None) -> str | None:
-    return {
-        "quota": "enforced by the engine's quota (--storage-opt size)",
-        "watchdog": (
-            "enforced by the runner's watchdog (each container's filesystem measured at start, "
-            f"every {STORAGE_SAMPLE_SECONDS:g} s and after each command)"
-        ),
-        "off": "not enforced (--storage-limit off)",
-    }.get(mechanism or "")
-
-
-def _report(run: _Run) -> Report:
-    settings = run.settings
-    stages = Stages()
-    _stage_model(stages, "compile", run.compile)
-    _stage_model(stages, "audit", run.audit)
-    execution = run.execution
-    if execution is not None:
-        for name, result in execution.stages.items():
-            _stage_model(stages, name, result)
-    if run.internal:
-        first_open = next(
-            (s for _, s in stages.items() if s.status is Status.SKIPPED and s.detail == "not run"),
-            stages.compile,
-        )
-        first_open.status = Status.ERROR
-        first_open.detail = f"{run.internal}; the traceback is in " + (
-            str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log"
-        )
-    if run.interrupted and execution is None:
-        for _, stage in stages.items():
-            if stage.detail == "not run":
-                stage.detail = "skipped: interrupted"
-    statuses = {name: stage.status for name, stage in stages.items()}
-    hack = stages.hack
-    optional = frozenset(
-        {"hack"} if hack.status is Status.SKIPPED and hack.detail in HACK_OPTIONAL else set()
-    )
-    verdict = decide_verdict(statuses, invalid=run.invalid, optional=optional)
-    reason = verdict_reason([(n, s.status, s.detail) for n, s in stages.items()])
-    if run.interrupted:
-        reason = f"interrupted ({run.interrupted}); the run's containers were removed"
-        if not run.invalid:
-            verdict = Verdict.INFRASTRUCTURE_FAILED
-    build = settings.build
-    return Report(
-        task_id=run.task_id,
-        verdict=verdict,
-        reason=reason,
-        interrupted=run.interrupted is not None,
-        errors=[InputProblem.of(p) for p in run.errors],
-        stages=stages,
-        seconds=round(time.monotonic() - run.started, 3),
-        runner_version=__version__,
-        run_id=run.run_id,
-        started_at=run.started_at,
-        run_dir=str(run.run_dir) if run.run_dir else None,
-        bundle=str(run.sealed or run.bundle.root) if run.bundle else None,
-        census=_census_info(run),
-        settings=ReportSettings(
-            base_image=build.base_image,
-            extra_ca_certs=str(build.extra_ca_certs) if build.extra_ca_certs else None,
-            toolchain_sources={k.value: v.value for k, v in build.toolchains.sources.items()},
-            toolchain_mirrors={k.value: v for k, v in build.toolchains.mirrors.items()},
-            build_network=build.build_network,
-            pids_limit=settings.pids_limit,
-            max_log_bytes=settings.max_log_bytes,
-            storage_limit=_storage_words(execution.storage_mechanism if execution else None),
-            tests_network=_tests_network(run),
-            keep=settings.keep,
-        ),
-        kept=execution.kept if execution else [],
-    )

@@ -1,0 +1,160 @@
+"""What one run knew by its end (RunRecord), and the report made from it once: every stage's
+result, the verdict and its reason, the settings it ran with."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner import __version__
+from runner.base.errors import Problem
+from runner.compile.bundle import Bundle
+from runner.judge import decide_verdict, verdict_reason
+from runner.model.report import (
+    InputProblem,
+    Report,
+    ReportCensus,
+    ReportSettings,
+    Stages,
+    Status,
+    TruncatedLog,
+    Verdict,
+)
+from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
+from runner.run.rundir import RUN_LOG
+from runner.run.state import HACK_OPTIONAL, Execution, StageListener, StageResult
+
+Progress = Callable[[str, str], None]
+
+
+@dataclass(kw_only=True)
+class RunRecord:
+    run_id: str
+    started: float
+    started_at: str
+    target: Path
+    settings: VerifySettings
+    progress: Progress
+    on_stage: StageListener | None = None
+    run_dir: Path | None = None
+    task_id: str | None = None
+    bundle: Bundle | None = None
+    compile: StageResult = field(default_factory=StageResult)
+    audit: StageResult = field(default_factory=StageResult)
+    errors: list[Problem] = field(default_factory=list)
+    invalid: bool = False
+    internal: str | None = None
+    interrupted: str | None = None
+    execution: Execution | None = None
+    sealed: Path | None = None  # the bundle with the census sealed in
+
+
+def _stage_model(stages: Stages, name: str, result: StageResult) -> None:
+    stage = stages.get(name)
+    stage.status = result.status
+    stage.detail = result.detail
+    stage.seconds = result.seconds
+    stage.logs = list(dict.fromkeys(result.logs))
+    stage.truncated_logs = [
+        TruncatedLog(path=t.path, original_bytes=t.original_bytes, kept_bytes=t.kept_bytes)
+        for t in result.truncated
+    ]
+    if result.data is not None:
+        stage.data = result.data  # type: ignore[assignment]
+
+
+def _census_info(run: RunRecord) -> ReportCensus | None:
+    census = run.execution.census if run.execution else None
+    if census is None or run.sealed is None:
+        return None
+    return ReportCensus(
+        file=str(run.sealed / "tests" / "expected-tests.json"),
+        fail_to_pass=census.fail_to_pass.mode,
+        pass_to_pass=census.pass_to_pass.mode,
+        fail_to_pass_tests=len(census.fail_to_pass.tests),
+        pass_to_pass_tests=len(census.pass_to_pass.tests),
+    )
+
+
+def _tests_network(run: RunRecord) -> str | None:
+    if run.bundle is None:
+        return None
+    contract = run.bundle.contract
+    return contract.tests_network if contract else "no-network"
+
+
+def _storage_words(mechanism: str | None) -> str | None:
+    return {
+        "quota": "enforced by the engine's quota (--storage-opt size)",
+        "watchdog": (
+            "enforced by the runner's watchdog (each container's filesystem measured at start, "
+            f"every {STORAGE_SAMPLE_SECONDS:g} s and after each command)"
+        ),
+        "off": "not enforced (--storage-limit off)",
+    }.get(mechanism or "")
+
+
+def build_report(run: RunRecord) -> Report:
+    settings = run.settings
+    stages = Stages()
+    _stage_model(stages, "compile", run.compile)
+    _stage_model(stages, "audit", run.audit)
+    execution = run.execution
+    if execution is not None:
+        for name, result in execution.stages.items():
+            _stage_model(stages, name, result)
+    if run.internal:
+        first_open = next(
+            (s for _, s in stages.items() if s.status is Status.SKIPPED and s.detail == "not run"),
+            stages.compile,
+        )
+        first_open.status = Status.ERROR
+        first_open.detail = f"{run.internal}; the traceback is in " + (
+            str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log"
+        )
+    if run.interrupted and execution is None:
+        for _, stage in stages.items():
+            if stage.detail == "not run":
+                stage.detail = "skipped: interrupted"
+    statuses = {name: stage.status for name, stage in stages.items()}
+    hack = stages.hack
+    optional = frozenset(
+        {"hack"} if hack.status is Status.SKIPPED and hack.detail in HACK_OPTIONAL else set()
+    )
+    verdict = decide_verdict(statuses, invalid=run.invalid, optional=optional)
+    reason = verdict_reason([(n, s.status, s.detail) for n, s in stages.items()])
+    if run.interrupted:
+        reason = f"interrupted ({run.interrupted}); the run's containers were removed"
+        if not run.invalid:
+            verdict = Verdict.INFRASTRUCTURE_FAILED
+    build = settings.build
+    return Report(
+        task_id=run.task_id,
+        verdict=verdict,
+        reason=reason,
+        interrupted=run.interrupted is not None,
+        errors=[InputProblem.of(p) for p in run.errors],
+        stages=stages,
+        seconds=round(time.monotonic() - run.started, 3),
+        runner_version=__version__,
+        run_id=run.run_id,
+        started_at=run.started_at,
+        run_dir=str(run.run_dir) if run.run_dir else None,
+        bundle=str(run.sealed or run.bundle.root) if run.bundle else None,
+        census=_census_info(run),
+        settings=ReportSettings(
+            base_image=build.base_image,
+            extra_ca_certs=str(build.extra_ca_certs) if build.extra_ca_certs else None,
+            toolchain_sources={k.value: v.value for k, v in build.toolchains.sources.items()},
+            toolchain_mirrors={k.value: v for k, v in build.toolchains.mirrors.items()},
+            build_network=build.build_network,
+            pids_limit=settings.pids_limit,
+            max_log_bytes=settings.max_log_bytes,
+            storage_limit=_storage_words(execution.storage_mechanism if execution else None),
+            tests_network=_tests_network(run),
+            keep=settings.keep,
+        ),
+        kept=execution.kept if execution else [],
+    )
