@@ -47,7 +47,8 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
     from runner.compile.audit import audit
     from runner.compile.compiler import evidence_paths
     from runner.compile.coupling import candidates
-    from runner.compile.repository import check_repository, resolve_repository
+    from runner.compile.repocheck import check_repository
+    from runner.compile.repository import resolve_repository
     from runner.compile.taskdir import load_authored_task
 
     try:

@@ -29,12 +29,8 @@ from runner.compile.render import (
     render_bundle,
     shell_scripts,
 )
-from runner.compile.repository import (
-    RepositoryFacts,
-    cached_archive,
-    check_repository,
-    resolve_repository,
-)
+from runner.compile.repocheck import RepositoryFacts, check_repository
+from runner.compile.repository import cached_archive, resolve_repository
 from runner.compile.taskdir import DEFINITION, AuthoredTask, parse_json_object
 from runner.model.harbor import read_task_toml
 from runner.model.settings import CompileOptions

@@ -25,160 +25,25 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cache
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from runner.base.errors import InfrastructureError, RepositoryError, UsageError
+from runner.base.errors import RepositoryError, UsageError
 from runner.base.safeio import file_kind, read_regular
+from runner.compile.git import (
+    ARCHIVE_SETTINGS,
+    REPOSITORY_CONFIG,
+    git_command,
+    git_environment,
+    git_root,
+    git_version,
+    last_error,
+    run_git,
+)
 from runner.model.settings import cache_root
 
 _REMOTE = re.compile(r"^(?:https?|ssh|git)://|^[\w.-]+@[\w.-]+:")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
-GIT_TIMEOUT_SECONDS = 600
-
-# The user's own environment may choose how to reach a remote (an ssh command, a CA bundle);
-# every other GIT_* variable (GIT_DIR, GIT_CONFIG_PARAMETERS, GIT_INDEX_FILE, ...) would change
-# what a call reads or runs, so none is inherited.
-_PASSED_GIT_VARIABLES = frozenset(
-    {"GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_SSL_CAINFO", "GIT_SSL_CAPATH"}
-)
-# Legacy shapes real histories carry (fsck warns; `transfer.fsckObjects` would refuse them).
-# Errors that matter (a `.git` entry in a tree, a broken link) stay errors.
-_FSCK_IGNORED = (
-    "badDate",
-    "badTimezone",
-    "missingSpaceBeforeDate",
-    "missingSpaceBeforeEmail",
-    "zeroPaddedDate",
-    "zeroPaddedFilemode",
-    "badFilemode",
-    "emptyName",
-    "fullPathname",
-    "largePathname",
-)
-# Given on every call's command line, where they outrank any file: nothing git reads from a
-# repository or a configuration file can name a command for it to run.
-_FIXED_CONFIG: tuple[str, ...] = (
-    "core.hooksPath=/dev/null",
-    "core.fsmonitor=false",
-    "core.untrackedCache=false",
-    "core.attributesFile=/dev/null",
-    "core.pager=cat",
-    "core.editor=false",
-    "core.askPass=",
-    "core.gitProxy=",
-    "core.alternateRefsCommand=",
-    "core.autocrlf=false",
-    "core.symlinks=true",
-    "credential.helper=",
-    "diff.external=",
-    "gc.auto=0",
-    "maintenance.auto=false",
-    "fetch.writeCommitGraph=false",
-    "fetch.recurseSubmodules=false",
-    "submodule.recurse=false",
-    "protocol.allow=never",
-    "protocol.https.allow=always",
-    "protocol.http.allow=always",
-    "protocol.ssh.allow=always",
-    "protocol.git.allow=always",
-    "protocol.file.allow=always",
-    "transfer.fsckObjects=true",
-    *(f"fetch.fsck.{name}=ignore" for name in _FSCK_IGNORED),
-    "tar.umask=0022",
-)
-# Written into every repository the runner makes (its store, a lending repository): upload-pack
-# runs with a lending repository's own file, never the command line above.
-_REPOSITORY_CONFIG = """\
-[core]
-\trepositoryformatversion = 0
-\tfilemode = true
-\tbare = true
-\thooksPath = /dev/null
-\tfsmonitor = false
-[gc]
-\tauto = 0
-[maintenance]
-\tauto = false
-[uploadpack]
-\tallowAnySHA1InWant = true
-"""
-# What shapes an archive besides the commit: bump when the archive command changes.
-ARCHIVE_SETTINGS = "git-archive tar umask=0022 gzip level=6 mtime=0 v2"
-
-
-def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("GIT_") or key in _PASSED_GIT_VARIABLES
-    }
-    env.update(
-        {
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_SYSTEM": os.devnull,
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_ATTR_NOSYSTEM": "1",
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_NO_REPLACE_OBJECTS": "1",
-            "GIT_OPTIONAL_LOCKS": "0",
-            "GIT_PAGER": "cat",
-            "GIT_EDITOR": "false",
-            "GIT_ASKPASS": "",
-            "GIT_PROTOCOL_FROM_USER": "0",
-            **(extra or {}),
-        }
-    )
-    return env
-
-
-def git_command(args: Sequence[str], *, git_dir: Path | None = None) -> list[str]:
-    fixed = [part for setting in _FIXED_CONFIG for part in ("-c", setting)]
-    where = ["--git-dir", str(git_dir)] if git_dir is not None else []
-    return ["git", *fixed, *where, *args]
-
-
-def _git(
-    args: Sequence[str],
-    *,
-    git_dir: Path | None = None,
-    cwd: Path | None = None,
-    check: bool = True,
-    env: Mapping[str, str] | None = None,
-    stdin: bytes | None = None,
-    timeout: float = GIT_TIMEOUT_SECONDS,
-) -> subprocess.CompletedProcess[bytes]:
-    try:
-        result = subprocess.run(
-            git_command(args, git_dir=git_dir),
-            # Never inside a repository the runner did not make (git would discover it).
-            cwd=cwd if cwd is not None else _git_root(),
-            capture_output=True,
-            check=False,
-            input=stdin,
-            timeout=timeout,
-            env=git_environment(env),
-        )
-    except FileNotFoundError:
-        raise InfrastructureError("git is not installed on this machine") from None
-    except subprocess.TimeoutExpired:
-        raise InfrastructureError(f"git {' '.join(args[:2])} took longer than {timeout}s") from None
-    if check and result.returncode != 0:
-        raise RepositoryError(f"git {' '.join(args[:2])} failed: {_last_error(result)}")
-    return result
-
-
-def _last_error(result: subprocess.CompletedProcess[bytes]) -> str:
-    lines = [ln.strip() for ln in (result.stderr or b"").decode(errors="replace").splitlines()]
-    lines = [ln for ln in lines if ln]
-    return lines[-1] if lines else f"exit {result.returncode}"
-
-
-@cache
-def git_version() -> str:
-    return _git(["--version"]).stdout.decode().strip()
 
 
 def is_remote(spec: str) -> bool:
@@ -188,16 +53,10 @@ def is_remote(spec: str) -> bool:
 # ---- the store ------------------------------------------------------------------------------
 
 
-def _git_root() -> Path:
-    root = cache_root() / "git"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 @contextlib.contextmanager
 def _store_lock() -> Iterator[None]:
     """One writer of the store at a time (fetches update its shallow file and refs)."""
-    fd = os.open(_git_root() / "store.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(git_root() / "store.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -207,8 +66,8 @@ def _store_lock() -> Iterator[None]:
 
 def _new_repository(path: Path, *, alternate: Path | None = None) -> None:
     """A bare repository with the runner's configuration, no template (no sample hooks)."""
-    _git(["init", "--bare", "-q", "--template=", str(path)])
-    (path / "config").write_text(_REPOSITORY_CONFIG, encoding="utf-8")
+    run_git(["init", "--bare", "-q", "--template=", str(path)])
+    (path / "config").write_text(REPOSITORY_CONFIG, encoding="utf-8")
     if alternate is not None:
         info = path / "objects" / "info"
         info.mkdir(parents=True, exist_ok=True)
@@ -217,7 +76,7 @@ def _new_repository(path: Path, *, alternate: Path | None = None) -> None:
 
 def store() -> Path:
     """The runner's own bare repository: every commit a task names, fetched once."""
-    path = _git_root() / "store.git"
+    path = git_root() / "store.git"
     if (path / "HEAD").is_file():
         return path
     with _store_lock():
@@ -230,7 +89,7 @@ def store() -> Path:
 
 
 def has_commit(git_dir: Path, commit: str) -> bool:
-    result = _git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False)
+    result = run_git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False)
     return result.returncode == 0
 
 
@@ -242,7 +101,7 @@ def _fetch(
     source: str, refspecs: Sequence[str], *, depth: bool
 ) -> subprocess.CompletedProcess[bytes]:
     args = ["fetch", "-q", "--no-tags", "--no-write-fetch-head", "--no-auto-gc"]
-    return _git(
+    return run_git(
         [*args, *(["--depth", "1"] if depth else []), "--", source, *refspecs],
         git_dir=store(),
         check=False,
@@ -270,11 +129,11 @@ def _take(source: str, commit: str, *, label: str, key: str, bundle: bool = Fals
             )
             if fetched.returncode != 0:
                 raise RepositoryError(
-                    f"cannot fetch from repository {label}: {_last_error(fetched)}"
+                    f"cannot fetch from repository {label}: {last_error(fetched)}"
                 )
         if not has_commit(target, commit):
             raise RepositoryError(f"base commit {commit} not found in repository {label}")
-        _git(["update-ref", _pin(commit), commit], git_dir=target)
+        run_git(["update-ref", _pin(commit), commit], git_dir=target)
 
 
 def _git_dir_of(path: Path, *, label: str) -> Path:
@@ -314,7 +173,7 @@ def _take_local(path: Path, commit: str, *, label: str) -> None:
     if has_commit(store(), commit):
         return
     objects = _objects_of(path, label=label)
-    with tempfile.TemporaryDirectory(prefix="lend.", dir=_git_root()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="lend.", dir=git_root()) as tmp:
         lend = Path(tmp) / "lend.git"
         _new_repository(lend, alternate=objects)
         if not has_commit(lend, commit):
@@ -382,7 +241,7 @@ def resolve_repository(
 
 def tree_of(repo: Path, commit: str) -> str:
     """The id of the commit's tree: what the commit holds, whatever repository it came from."""
-    result = _git(["rev-parse", "--verify", "-q", f"{commit}^{{tree}}"], git_dir=repo)
+    result = run_git(["rev-parse", "--verify", "-q", f"{commit}^{{tree}}"], git_dir=repo)
     return result.stdout.decode().strip()
 
 
@@ -441,10 +300,10 @@ def changed_paths(ref: str) -> tuple[Path, list[Path]]:
     if ref.startswith("-"):
         raise UsageError("a git ref cannot start with '-'", field="--changed-since")
     here = Path.cwd()
-    top = _git(["rev-parse", "--show-toplevel"], cwd=here, check=False)
+    top = run_git(["rev-parse", "--show-toplevel"], cwd=here, check=False)
     if top.returncode != 0:
         raise UsageError("--changed-since needs a git checkout", field="--changed-since")
-    diff = _git(
+    diff = run_git(
         [
             "diff",
             "--name-only",
@@ -459,120 +318,7 @@ def changed_paths(ref: str) -> tuple[Path, list[Path]]:
     )
     if diff.returncode != 0:
         raise UsageError(
-            f"git diff {ref}...HEAD failed: {_last_error(diff)[:300]}", field="--changed-since"
+            f"git diff {ref}...HEAD failed: {last_error(diff)[:300]}", field="--changed-since"
         )
     root = Path(top.stdout.decode().strip()).resolve()
     return root, [root / line for line in diff.stdout.decode().splitlines() if line]
-
-
-@dataclass(frozen=True, kw_only=True)
-class RepositoryFacts:
-    """What compile learned from the repository at the base commit, for the audit."""
-
-    workdir_problem: str | None = None
-    apply_problems: list[str] = field(default_factory=list)
-    evidence_problems: list[str] = field(default_factory=list)
-    # Of the coupling candidates asked about, those the base tree already holds.
-    present_at_base: frozenset[str] = frozenset()
-
-    @property
-    def problems(self) -> list[str]:
-        return [
-            *([self.workdir_problem] if self.workdir_problem else []),
-            *self.apply_problems,
-            *self.evidence_problems,
-        ]
-
-
-def object_type(repo: Path, commit: str, path: str) -> str | None:
-    """`tree`, `blob`, `commit` (a gitlink) or None for `commit:path`."""
-    if path in ("", "."):
-        return "tree"
-    result = _git(["cat-file", "-t", f"{commit}:{path}"], git_dir=repo, check=False)
-    return result.stdout.decode().strip() or None if result.returncode == 0 else None
-
-
-def _first_error(result: subprocess.CompletedProcess[bytes]) -> str:
-    lines = [ln.strip() for ln in (result.stderr or b"").decode(errors="replace").splitlines()]
-    lines = [ln for ln in lines if ln]
-    return "; ".join(lines[:2]) or f"exit {result.returncode}"
-
-
-def check_repository(
-    repo: Path,
-    commit: str,
-    *,
-    workdir: str,
-    test_patch: bytes,
-    gold_patch: bytes,
-    evidence: Sequence[str] = (),
-    coupling_needles: Sequence[str] = (),
-) -> RepositoryFacts:
-    """The workdir is a directory at `commit`, and both patches apply there: each alone, and
-    the held-out tests on top of the gold patch (as the oracle applies them). `git apply
-    --check` runs against a temporary index, so no checkout is needed."""
-    kind = object_type(repo, commit, workdir)
-    workdir_problem = None
-    if kind is None:
-        workdir_problem = f"workdir {workdir!r} does not exist at baseCommit"
-    elif kind != "tree":
-        what = "a submodule" if kind == "commit" else "a file"
-        workdir_problem = f"workdir {workdir!r} is {what} at baseCommit, not a directory"
-    problems: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="selfbench-apply.") as tmp:
-        index = Path(tmp) / "index"
-        env = {"GIT_INDEX_FILE": str(index)}
-
-        def reset() -> None:
-            _git(["read-tree", commit], git_dir=repo, env=env)
-
-        def apply(patch: bytes, *, check: bool) -> subprocess.CompletedProcess[bytes]:
-            args = ["apply", "--cached", "--binary", "--whitespace=nowarn"]
-            return _git(
-                [*args, *(["--check"] if check else []), "-"],
-                git_dir=repo,
-                env=env,
-                check=False,
-                stdin=patch,
-            )
-
-        reset()
-        gold = apply(gold_patch, check=False)
-        if gold.returncode != 0:
-            problems.append(f"gold.patch does not apply to baseCommit: {_first_error(gold)}")
-        reset()
-        tests = apply(test_patch, check=True)
-        if tests.returncode != 0:
-            problems.append(f"test.patch does not apply to baseCommit: {_first_error(tests)}")
-        if gold.returncode == 0 and tests.returncode == 0:
-            reset()
-            apply(gold_patch, check=False)
-            both = apply(test_patch, check=True)
-            if both.returncode != 0:
-                problems.append(
-                    "test.patch does not apply on top of gold.patch: " + _first_error(both)
-                )
-    evidence_problems = [
-        f"evidence path {path!r} does not exist at baseCommit"
-        for path in dict.fromkeys(evidence)
-        if object_type(repo, commit, path) is None
-    ]
-    return RepositoryFacts(
-        workdir_problem=workdir_problem,
-        apply_problems=problems,
-        evidence_problems=evidence_problems,
-        present_at_base=present_in_tree(repo, commit, coupling_needles),
-    )
-
-
-def present_in_tree(repo: Path, commit: str, needles: Sequence[str]) -> frozenset[str]:
-    """Which of these fixed strings occur anywhere in the commit's tree (one `git grep`)."""
-    wanted = {n for n in needles if n and "\n" not in n}
-    if not wanted:
-        return frozenset()
-    args = ["grep", "-F", "-o", "-h", "-I", "--no-color"]
-    for needle in sorted(wanted):
-        args += ["-e", needle]
-    result = _git([*args, commit, "--"], git_dir=repo, check=False)
-    found = {line for line in result.stdout.decode(errors="replace").splitlines()}
-    return frozenset(wanted & found)

@@ -161,7 +161,7 @@ def test_environment_is_read_in_the_settings_module_only() -> None:
         text = path.read_text()
         if ("os.environ" in text or "os.getenv" in text) and str(path.relative_to(PACKAGE)) not in (
             "model/settings.py",
-            "compile/repository.py",  # passes the environment through to git, with its own
+            "compile/git.py",  # passes the environment through to git, with its own
             "cli/output.py",  # GitHub Actions' own variables decide the output format
             "supervise/forkserver.py",  # sets a forked child's environment, reads none
         ):

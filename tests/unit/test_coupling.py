@@ -9,7 +9,8 @@ import pytest
 
 from runner.compile.coupling import candidates, coupling
 from runner.compile.patches import PatchInfo, parse_patch
-from runner.compile.repository import present_in_tree, resolve_repository
+from runner.compile.repocheck import present_in_tree
+from runner.compile.repository import resolve_repository
 from tests.helpers import make_repo
 
 

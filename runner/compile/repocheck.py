@@ -1,0 +1,126 @@
+"""What the task's files are checked against in its repository: the base commit exists, the
+patches apply there (and the held-out tests are new or changed), the paths they name exist at
+the base."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.compile.git import run_git
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepositoryFacts:
+    """What compile learned from the repository at the base commit, for the audit."""
+
+    workdir_problem: str | None = None
+    apply_problems: list[str] = field(default_factory=list)
+    evidence_problems: list[str] = field(default_factory=list)
+    # Of the coupling candidates asked about, those the base tree already holds.
+    present_at_base: frozenset[str] = frozenset()
+
+    @property
+    def problems(self) -> list[str]:
+        return [
+            *([self.workdir_problem] if self.workdir_problem else []),
+            *self.apply_problems,
+            *self.evidence_problems,
+        ]
+
+
+def object_type(repo: Path, commit: str, path: str) -> str | None:
+    """`tree`, `blob`, `commit` (a gitlink) or None for `commit:path`."""
+    if path in ("", "."):
+        return "tree"
+    result = run_git(["cat-file", "-t", f"{commit}:{path}"], git_dir=repo, check=False)
+    return result.stdout.decode().strip() or None if result.returncode == 0 else None
+
+
+def _first_error(result: subprocess.CompletedProcess[bytes]) -> str:
+    lines = [ln.strip() for ln in (result.stderr or b"").decode(errors="replace").splitlines()]
+    lines = [ln for ln in lines if ln]
+    return "; ".join(lines[:2]) or f"exit {result.returncode}"
+
+
+def check_repository(
+    repo: Path,
+    commit: str,
+    *,
+    workdir: str,
+    test_patch: bytes,
+    gold_patch: bytes,
+    evidence: Sequence[str] = (),
+    coupling_needles: Sequence[str] = (),
+) -> RepositoryFacts:
+    """The workdir is a directory at `commit`, and both patches apply there: each alone, and
+    the held-out tests on top of the gold patch (as the oracle applies them). `git apply
+    --check` runs against a temporary index, so no checkout is needed."""
+    kind = object_type(repo, commit, workdir)
+    workdir_problem = None
+    if kind is None:
+        workdir_problem = f"workdir {workdir!r} does not exist at baseCommit"
+    elif kind != "tree":
+        what = "a submodule" if kind == "commit" else "a file"
+        workdir_problem = f"workdir {workdir!r} is {what} at baseCommit, not a directory"
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="selfbench-apply.") as tmp:
+        index = Path(tmp) / "index"
+        env = {"GIT_INDEX_FILE": str(index)}
+
+        def reset() -> None:
+            run_git(["read-tree", commit], git_dir=repo, env=env)
+
+        def apply(patch: bytes, *, check: bool) -> subprocess.CompletedProcess[bytes]:
+            args = ["apply", "--cached", "--binary", "--whitespace=nowarn"]
+            return run_git(
+                [*args, *(["--check"] if check else []), "-"],
+                git_dir=repo,
+                env=env,
+                check=False,
+                stdin=patch,
+            )
+
+        reset()
+        gold = apply(gold_patch, check=False)
+        if gold.returncode != 0:
+            problems.append(f"gold.patch does not apply to baseCommit: {_first_error(gold)}")
+        reset()
+        tests = apply(test_patch, check=True)
+        if tests.returncode != 0:
+            problems.append(f"test.patch does not apply to baseCommit: {_first_error(tests)}")
+        if gold.returncode == 0 and tests.returncode == 0:
+            reset()
+            apply(gold_patch, check=False)
+            both = apply(test_patch, check=True)
+            if both.returncode != 0:
+                problems.append(
+                    "test.patch does not apply on top of gold.patch: " + _first_error(both)
+                )
+    evidence_problems = [
+        f"evidence path {path!r} does not exist at baseCommit"
+        for path in dict.fromkeys(evidence)
+        if object_type(repo, commit, path) is None
+    ]
+    return RepositoryFacts(
+        workdir_problem=workdir_problem,
+        apply_problems=problems,
+        evidence_problems=evidence_problems,
+        present_at_base=present_in_tree(repo, commit, coupling_needles),
+    )
+
+
+def present_in_tree(repo: Path, commit: str, needles: Sequence[str]) -> frozenset[str]:
+    """Which of these fixed strings occur anywhere in the commit's tree (one `git grep`)."""
+    wanted = {n for n in needles if n and "\n" not in n}
+    if not wanted:
+        return frozenset()
+    args = ["grep", "-F", "-o", "-h", "-I", "--no-color"]
+    for needle in sorted(wanted):
+        args += ["-e", needle]
+    result = run_git([*args, commit, "--"], git_dir=repo, check=False)
+    found = {line for line in result.stdout.decode(errors="replace").splitlines()}
+    return frozenset(wanted & found)
