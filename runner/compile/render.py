@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-
-import jinja2
 
 from runner import __version__
 from runner.base import validation as v
-from runner.base.resources import dockerfiles_dir, verifier_dir
+from runner.base.resources import verifier_dir
 from runner.compile.harness import command_files, selector_files
 from runner.compile.patches import PatchInfo, repository_path
-from runner.compile.templatecache import bytecode_cache
+from runner.compile.templates import (
+    DEFAULT_BASE_IMAGE,
+    dockerfile_value,
+    template_environment,
+    toolchain_scripts,
+)
 from runner.model.contract import EnvironmentContract
 from runner.model.harbor import (
     COLLECT_COMMAND,
@@ -41,9 +42,9 @@ from runner.model.harbor import (
 from runner.model.reward import DETAIL_KEYS, REWARD_KEYS
 from runner.model.runners import expected_runners
 from runner.model.settings import DEFAULT_MAX_LOG_BYTES, CompileOptions
-from runner.model.shell import expand_tests, quote
+from runner.model.shell import expand_tests
 from runner.model.task import TaskDefinition, Toolchain
-from runner.model.toolchains import Catalog, ToolchainSpec
+from runner.model.toolchains import Catalog
 
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
 MANIFEST = ".selfbench-manifest.json"
@@ -54,17 +55,12 @@ VERIFIER_ASSETS = "tests/selfbench"
 # The census placeholder a bundle is compiled with: the verification that accepts the task seals
 # the tests it saw into it (runner.model.census).
 UNSEALED_CENSUS = b'{"schemaVersion": 1, "sealed": false}\n'
-DEFAULT_BASE_IMAGE = "ubuntu:24.04"  # the seed's base for tasks that pin none
 COMPOSE_FILE = "tests/docker-compose.yaml"
 
 # The bundle's two build contexts: the agent's image and the verifier's.
 AGENT_CONTEXT = "environment"
 VERIFIER_CONTEXT = "tests"
 CONTEXT_DIRS = (AGENT_CONTEXT, VERIFIER_CONTEXT)
-
-
-class RenderError(ValueError):
-    """A value cannot be rendered safely (the validation layer should have refused it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,75 +73,6 @@ class RenderInput:
     gold: PatchInfo
     digests: Mapping[str, str]
     options: CompileOptions = field(default_factory=CompileOptions)
-
-
-def dockerfile_value(value: str) -> str:
-    """A value placed on a Dockerfile line: refuses anything that could end the line."""
-    problem = v.control_character(value)
-    if problem:
-        raise RenderError(f"cannot place a value that {problem} in a Dockerfile")
-    return value
-
-
-_DOCKER_ESCAPE = re.compile(r'([\\"$])')
-
-
-def dockerfile_quote(value: str) -> str:
-    """A double-quoted Dockerfile word (ENV/LABEL) that Docker reads back as `value`: its
-    lexer treats backslash, double quote and `$` specially inside double quotes."""
-    return '"' + _DOCKER_ESCAPE.sub(r"\\\1", dockerfile_value(value)) + '"'
-
-
-def _shell(value: str) -> str:
-    return quote(dockerfile_value(value))
-
-
-@cache
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(dockerfiles_dir())),
-        bytecode_cache=bytecode_cache(),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=False,
-        autoescape=False,
-    )
-    env.filters["shquote"] = quote
-    env.filters["docker_shquote"] = _shell
-    env.filters["docker_quote"] = dockerfile_quote
-    env.filters["docker_value"] = dockerfile_value
-    env.globals.update(
-        registry_case=_registry_case, upstream_case=_upstream_case, upstream_url=_upstream_url
-    )
-    return env
-
-
-def _case(entries: Sequence[tuple[str, Mapping[str, str]]]) -> str:
-    lines = ['    case "$arch" in']
-    for arch, values in entries:
-        assignments = "; ".join(f"{key}={quote(value)}" for key, value in values.items())
-        lines.append(f"      {arch}) {assignments} ;;")
-    lines.append("    esac")
-    return "\n".join(lines)
-
-
-def _registry_case(spec: ToolchainSpec) -> str:
-    assert spec.registry is not None
-    return _case(
-        [(a, {"file": e.file, "sha256": e.sha256}) for a, e in sorted(spec.registry.arch.items())]
-    )
-
-
-def _upstream_case(spec: ToolchainSpec) -> str:
-    return _case([(a, {"triple": e.triple}) for a, e in sorted(spec.upstream.arch.items())])
-
-
-def _upstream_url(spec: ToolchainSpec) -> str:
-    assert spec.upstream.url is not None and spec.upstream.mirror_base is not None
-    base = f"${{SELFBENCH_{spec.name.value.upper()}_MIRROR:-{spec.upstream.mirror_base}}}"
-    return spec.upstream.url.format(
-        base=base, version=spec.version, triple="${triple}", rustup_version=spec.rustup_version
-    )
 
 
 def harness_paths(
@@ -292,7 +219,7 @@ def task_toml(definition: TaskDefinition, options: CompileOptions) -> str:
 def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
     """Every file of the bundle except the two copies of repo.tar.gz."""
     definition = data.definition
-    env = _environment()
+    env = template_environment()
     layers = catalog.close(definition.toolchains)
     contract = definition.environment
     manifest_changes = data.gold.manifest_changes()
@@ -406,31 +333,6 @@ def compose_file(contract: EnvironmentContract) -> str:
     return json.dumps({"services": services}, indent=2) + "\n"
 
 
-def toolchain_scripts(layers: Sequence[ToolchainSpec]) -> dict[str, bytes]:
-    env = _environment()
-    scripts = {
-        f"toolchains/{name}": (dockerfiles_dir() / "toolchains" / name).read_bytes()
-        for name in ("lib.sh", "share-caches.sh")
-    }
-    for spec in layers:
-        scripts[f"toolchains/{spec.name.value}.sh"] = (
-            env.get_template(spec.script).render(tc=spec).encode()
-        )
-    return scripts
-
-
-def render_toolchain_context(layers: Sequence[ToolchainSpec]) -> dict[str, bytes]:
-    """A build context holding just the base and toolchain layers, as every bundle renders
-    them: building it warms the layer cache for any task with the same toolchain set."""
-    dockerfile = (
-        _environment()
-        .get_template("toolchains.Dockerfile.j2")
-        .render(toolchain_layers=list(layers), base_image=DEFAULT_BASE_IMAGE)
-        .encode()
-    )
-    return {"Dockerfile": dockerfile, **toolchain_scripts(layers)}
-
-
 def default_smoke_script(toolchains: Sequence[Toolchain], catalog: Catalog) -> bytes:
     """smoke.sh as rendered for a task without a smoke command: version answers and a git work
     tree, nothing written. A bundle whose smoke.sh is exactly this may run it in the nop
@@ -440,12 +342,7 @@ def default_smoke_script(toolchains: Sequence[Toolchain], catalog: Catalog) -> b
         "toolchain_layers": catalog.close(toolchains),
         "workdir_abs": "/app",
     }
-    return _environment().get_template("smoke.sh.j2").render(context).encode()
-
-
-def render_derived_base(*, extra_ca: bool, artifacts: bool) -> bytes:
-    template = _environment().get_template("derived-base.Dockerfile.j2")
-    return template.render(extra_ca=extra_ca, artifacts=artifacts).encode()
+    return template_environment().get_template("smoke.sh.j2").render(context).encode()
 
 
 def manifest_json(data: RenderInput) -> str:
@@ -482,22 +379,3 @@ def executable_files(files: Mapping[str, bytes]) -> frozenset[str]:
 def shell_scripts(files: Mapping[str, bytes]) -> list[str]:
     """Every rendered script the compiler checks with `bash -n`."""
     return sorted(name for name in files if name.endswith(".sh"))
-
-
-_INSTRUCTION = re.compile(r"^([A-Za-z]+)(?:\s|$)")
-
-
-def dockerfile_instructions(text: str) -> list[str]:
-    """The instruction keywords of a Dockerfile, in order (comments and continuation lines
-    skipped): what an injected line would change."""
-    instructions: list[str] = []
-    continued = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not continued and stripped and not stripped.startswith("#"):
-            match = _INSTRUCTION.match(stripped)
-            instructions.append(match.group(1).upper() if match else "?")
-        if stripped.startswith("#") and not continued:
-            continue
-        continued = stripped.endswith("\\")
-    return instructions

@@ -116,7 +116,7 @@ def resolve_storage(requested: StorageLimit, facts: EngineFacts) -> StorageLimit
 def plan_prepare(
     toolchains: Iterable[Toolchain], settings: VerifySettings, facts: EngineFacts
 ) -> PreparePlan:
-    from runner.compile.render import render_toolchain_context
+    from runner.compile.templates import render_toolchain_context
 
     selected = list(toolchains)
     base = plan_base(settings, selected, facts.arch)

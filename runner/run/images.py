@@ -11,7 +11,7 @@ from runner.base.errors import (
     EngineError,
     InfrastructureError,
 )
-from runner.compile.render import render_derived_base, render_toolchain_context
+from runner.compile.templates import render_derived_base, render_toolchain_context
 from runner.model.settings import (
     DEFAULT_MAX_LOG_BYTES,
     HELPER_BUILD_TIMEOUT_SECONDS,

@@ -291,7 +291,7 @@ def test_env_values_survive_dockerfile_quoting(tmp_path: Path, base_image: str) 
     import random
 
     from runner.base.validation import control_character
-    from runner.compile.render import dockerfile_quote
+    from runner.compile.templates import dockerfile_quote
 
     values = [
         "plain",

@@ -21,6 +21,7 @@ PURE = (
     "compile/patches",
     "compile/audit",
     "compile/render",
+    "compile/templates",
     "compile/exploits/__init__",
     "compile/exploits/kit",
     "compile/exploits/python",

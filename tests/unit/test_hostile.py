@@ -30,8 +30,9 @@ from hypothesis import strategies as st
 from runner.cli.main import run_cli
 from runner.compile.compiler import render_input
 from runner.compile.patches import PatchParseError, parse_patch, patch_problems
-from runner.compile.render import dockerfile_quote, render_bundle
+from runner.compile.render import render_bundle
 from runner.compile.taskdir import definition_problems, load_authored_task
+from runner.compile.templates import dockerfile_quote
 from runner.model.settings import CompileOptions
 from runner.model.shell import quote
 from runner.model.toolchains import load_catalog

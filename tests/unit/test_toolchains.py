@@ -8,7 +8,7 @@ import pytest
 
 from runner.base.errors import UsageError
 from runner.base.resources import dockerfiles_dir
-from runner.compile.render import _environment
+from runner.compile.templates import template_environment as _environment
 from runner.model.task import Toolchain
 from runner.model.toolchains import Source, load_catalog, settings_from
 
