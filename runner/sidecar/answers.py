@@ -11,8 +11,9 @@ from typing import Any
 
 from runner.base.safeio import write_atomic
 from runner.run.events import LoggedEvent
+from runner.sidecar.jobs import Job
 from runner.sidecar.request import ErrorBody, JobState, VerificationResponse
-from runner.sidecar.store import Job, Store
+from runner.sidecar.store import Store
 
 log = logging.getLogger(__name__)
 

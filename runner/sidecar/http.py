@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from runner import __version__
+from runner.sidecar.jobs import JobSummary
 from runner.sidecar.metrics import Metrics
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import (
@@ -34,7 +35,6 @@ from runner.sidecar.request import (
     VerificationStatus,
 )
 from runner.sidecar.service import SOURCE_HTTP, Service
-from runner.sidecar.store import JobSummary
 from runner.sidecar.transport import BODY_IDLE_SECONDS, Guard, error_json
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024

@@ -38,6 +38,7 @@ from pydantic import ValidationError
 
 from runner.base.errors import InvalidTaskError
 from runner.base.safeio import DirectoryHandle
+from runner.sidecar.jobs import JobSummary
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import (
     NAME_PATTERN,
@@ -47,7 +48,6 @@ from runner.sidecar.request import (
     VerificationResponse,
 )
 from runner.sidecar.service import SOURCE_MAILBOX, Service
-from runner.sidecar.store import JobSummary
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from runner.base.errors import RunnerError
 from runner.base.safeio import write_atomic
 from runner.sidecar.answers import Answers, Listener
 from runner.sidecar.engineops import EngineOps
+from runner.sidecar.jobs import ConflictError, Job
 from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
 from runner.sidecar.request import (
     JobState,
@@ -36,7 +37,7 @@ from runner.sidecar.request import (
     VerificationResponse,
     payload_digest,
 )
-from runner.sidecar.store import ConflictError, Job, Store
+from runner.sidecar.store import Store
 from runner.sidecar.verification import Verification
 from runner.supervise.launcher import Child, Launcher
 

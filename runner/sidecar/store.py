@@ -7,21 +7,19 @@ point restarts with every request either finished (its response stored) or reque
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.run.events import LoggedEvent
+from runner.sidecar.jobs import ConflictError, Job, JobSummary, QueueEntry, status_of
 from runner.sidecar.request import (
     JobState,
-    StageProgress,
     VerificationRequest,
     VerificationResponse,
     VerificationStatus,
@@ -79,52 +77,6 @@ _SUMMARY = (
     "id, source, archive, task_id, digest, state, run_id, pid, attempts, cancel, created, "
     "started, finished, verdict, response"
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class QueueEntry:
-    """A queued job without its (possibly large) request: what the scheduler looks at."""
-
-    id: str
-    task_id: str | None
-    digest: str | None
-    cancel: bool
-
-
-class ConflictError(Exception):
-    """The id (or the archive path) is already taken by another request."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSummary:
-    """A job without its request: what status reads, event streams and listings need."""
-
-    id: str
-    source: str
-    archive: Path
-    task_id: str | None
-    digest: str | None
-    state: JobState
-    run_id: str | None
-    pid: int | None
-    attempts: int
-    cancel: bool
-    created: float
-    started: float | None
-    finished: float | None
-    verdict: str | None
-    response: VerificationResponse | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Job(JobSummary):
-    request: VerificationRequest
-
-
-def _iso(stamp: float | None) -> str | None:
-    if stamp is None:
-        return None
-    return dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(timespec="milliseconds")
 
 
 class Store:
@@ -392,26 +344,7 @@ class Store:
         ]
 
     def status(self, job: JobSummary) -> VerificationStatus:
-        stages: dict[str, StageProgress] = {}
-        for event in self.events(job.id):
-            if event.stage == "job":
-                if event.status == "running":
-                    stages.clear()  # a new attempt: only its stages count
-                continue
-            stages[event.stage] = StageProgress(
-                status=event.status, detail=event.detail, seconds=event.seconds
-            )
-        return VerificationStatus(
-            id=job.id,
-            status=job.state,
-            stages=stages,
-            verdict=job.verdict,
-            queued_at=_iso(job.created) or "",
-            started_at=_iso(job.started),
-            finished_at=_iso(job.finished),
-            attempts=job.attempts,
-            response=job.response,
-        )
+        return status_of(job, self.events(job.id))
 
     # ---- rows --------------------------------------------------------------------------
 

@@ -15,9 +15,10 @@ from runner.model.stages import STAGE_NAMES
 from runner.run.events import LoggedEvent, read_events
 from runner.sidecar.answers import Answers
 from runner.sidecar.engineops import EngineOps
+from runner.sidecar.jobs import Job
 from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
 from runner.sidecar.request import JobState, VerificationResponse
-from runner.sidecar.store import Job, Store
+from runner.sidecar.store import Store
 from runner.supervise.job import VERIFY_CODES, ChildResult, VerifyJob
 from runner.supervise.launcher import Child, Launcher
 

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from runner.sidecar.jobs import ConflictError
 from runner.sidecar.mailbox import Mailbox, sidecar_name
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import (
@@ -29,7 +30,7 @@ from runner.sidecar.request import (
     payload_digest,
 )
 from runner.sidecar.service import Service, ServiceConfig
-from runner.sidecar.store import ConflictError, Store
+from runner.sidecar.store import Store
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
