@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -80,3 +81,34 @@ class Answers:
                 )
             ],
         )
+
+    def reuse(self, job: Job, accepted: Job) -> bool:
+        """Answer `job` with the accepted report of an identical payload (its archive holds
+        the request and that report); False when that job has no report to give."""
+        source = accepted.response
+        if source is None or source.report is None:
+            return False
+        report = source.report
+        archive = job.archive
+        with contextlib.suppress(OSError):
+            archive.mkdir(parents=True, exist_ok=True)
+            write_atomic(archive / "request.json", job.request.to_json())
+            write_atomic(archive / "report.json", json.dumps(report, indent=2) + "\n")
+        response = VerificationResponse(
+            id=job.id,
+            status="done",
+            report=report,
+            reused=True,
+            reused_from=str(report.get("runId") or accepted.run_id or accepted.id),
+            archive=str(archive),
+        )
+        if self.metrics is not None:
+            self.metrics.reused()
+        self.finish(
+            job,
+            response,
+            state=JobState.DONE,
+            verdict=str(report.get("verdict")),
+            detail=f"{report.get('verdict')} (the report of {accepted.id}, reused)",
+        )
+        return True

@@ -1,6 +1,7 @@
 """The sidecar's engine room: admission (repository policy, payload digest, reuse), a scheduler
-bounded by `--jobs`, workers that run each verification as a `selfbench-runner verify` child
-process, cancellation, restart recovery and graceful stop.
+bounded by `--jobs`, workers that run each verification as a `verify` child process (through
+runner.supervise: a fork of a pre-imported server), cancellation, restart recovery and graceful
+stop.
 
 Why a child process per verification: a verification installs signal handlers, logs to its
 run directory through the root logger and may be interrupted; in a process of its own it
@@ -11,7 +12,6 @@ containers), and the kernel stops it if the sidecar dies (PR_SET_PDEATHSIG).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import queue
@@ -23,11 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner import __version__
 from runner.base.children import process_is
-from runner.base.errors import RunnerError
-from runner.base.safeio import write_atomic
 from runner.sidecar.answers import Answers, Listener
+from runner.sidecar.digests import PayloadDigests
 from runner.sidecar.engineops import EngineOps
 from runner.sidecar.jobs import ConflictError, Job
 from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
@@ -35,7 +33,6 @@ from runner.sidecar.request import (
     JobState,
     VerificationRequest,
     VerificationResponse,
-    payload_digest,
 )
 from runner.sidecar.store import Store
 from runner.sidecar.verification import Verification
@@ -48,7 +45,6 @@ DIGEST_THREADS = 2
 KILL_WAIT_SECONDS = 20.0  # how long a verification may take to remove its containers
 SOURCE_HTTP = "http"
 SOURCE_MAILBOX = "mailbox"
-_STAGE_STATUSES = frozenset({"running", "passed", "failed", "error", "skipped"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +94,12 @@ class Service:
         self.engine = engine or EngineOps()
         self.launcher = Launcher(python=config.python, fork=config.fork)
         self.policy = RepositoryPolicy(roots=config.allow_repo_roots, urls=config.allow_repo_urls)
+        self.digests = PayloadDigests(
+            policy=self.policy,
+            engine=self.engine,
+            settings=config.digest_settings,
+            base_image=config.base_image,
+        )
         self.answers = Answers(store)
         self.answers.metrics = metrics
         self.verification = Verification(
@@ -115,7 +117,6 @@ class Service:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._scheduler: threading.Thread | None = None
-        self._digest_cache: dict[str, tuple[float, str | None]] = {}
         # Digests need the repository (a fetch, for a URL): computed off the scheduler, so a
         # slow or hanging remote delays only its own request, never a reuse answer.
         self._digest_queue: queue.Queue[str] = queue.Queue()
@@ -289,7 +290,7 @@ class Service:
                     if (
                         job is not None
                         and job.state is JobState.QUEUED
-                        and self._reuse(job, accepted)
+                        and self.answers.reuse(job, accepted)
                     ):
                         continue
             with self._lock:
@@ -311,7 +312,7 @@ class Service:
             try:
                 job = self.store.get(job_id)
                 if job is not None and job.state is JobState.QUEUED and not job.cancel:
-                    self.store.set_digest(job_id, self._digest(job))
+                    self.store.set_digest(job_id, self.digests.of(job))
             except Exception:
                 log.exception("payload digest of %s failed", job_id)
                 self.store.set_digest(job_id, "")
@@ -319,65 +320,6 @@ class Service:
                 with self._lock:
                     self._digesting.discard(job_id)
                 self._notify()
-
-    def _digest(self, job: Job) -> str:
-        """The payload digest, or "" when it cannot be known (no reuse then)."""
-        from runner.compile.repository import resolve_repository, tree_of
-
-        request = job.request
-        commit = request.base_commit()
-        try:
-            spec = self.repository(request)
-            if spec is None or commit is None or len(commit) != 40:
-                return ""
-            repo = resolve_repository(spec, spec, commit)
-            tree = tree_of(repo, commit)
-        except (RequestRefusedError, RunnerError) as exc:
-            log.info("no payload digest for %s: %s", job.id, exc)
-            return ""
-        settings = dict(self.config.digest_settings)
-        if self.config.base_image:
-            settings["baseImageId"] = self._base_image_id(self.config.base_image)
-        return payload_digest(
-            request, base_tree=tree, runner_version=__version__, settings=settings
-        )
-
-    def _base_image_id(self, ref: str) -> str | None:
-        cached = self._digest_cache.get(ref)
-        if cached is not None and time.monotonic() - cached[0] < 10.0:
-            return cached[1]
-        value = self.engine.image_id(ref)
-        self._digest_cache[ref] = (time.monotonic(), value)
-        return value
-
-    def _reuse(self, job: Job, accepted: Job) -> bool:
-        source = accepted.response
-        if source is None or source.report is None:
-            return False
-        report = source.report
-        archive = job.archive
-        with contextlib.suppress(OSError):
-            archive.mkdir(parents=True, exist_ok=True)
-            write_atomic(archive / "request.json", job.request.to_json())
-            write_atomic(archive / "report.json", json.dumps(report, indent=2) + "\n")
-        response = VerificationResponse(
-            id=job.id,
-            status="done",
-            report=report,
-            reused=True,
-            reused_from=str(report.get("runId") or accepted.run_id or accepted.id),
-            archive=str(archive),
-        )
-        if self.metrics is not None:
-            self.metrics.reused()
-        self.answers.finish(
-            job,
-            response,
-            state=JobState.DONE,
-            verdict=str(report.get("verdict")),
-            detail=f"{report.get('verdict')} (the report of {accepted.id}, reused)",
-        )
-        return True
 
     def _launch(self, job_id: str, task_id: str | None, digest: str | None) -> None:
         from runner.run.pipeline import new_run_id
