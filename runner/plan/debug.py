@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.base.errors import UsageError
 from runner.model.report import Report, Status
+from runner.plan.debugcommands import (
+    docker_create,
+    docker_env,
+    docker_exec,
+    docker_labels,
+    docker_step,
+)
 from runner.plan.types import (
-    LABEL_KIND,
-    LABEL_OWNER,
-    LABEL_RUN,
-    LABEL_RUNNER,
-    LABEL_TASK,
-    ContainerPlan,
-    ExecStep,
     TrialPlan,
     VerifyPlan,
 )
@@ -89,43 +88,6 @@ def first_red(report: Report) -> str | None:
     if report.stages.hack.status is Status.FAILED:
         return "hack"
     return None
-
-
-def _labels(plan: VerifyPlan, debug_id: str, owner: str) -> list[str]:
-    labels = {
-        LABEL_RUNNER: "1",
-        LABEL_RUN: f"debug-{debug_id}",
-        LABEL_TASK: plan.task_id,
-        LABEL_KIND: "debug",
-        **({LABEL_OWNER: owner} if owner else {}),
-    }
-    out: list[str] = []
-    for key, value in labels.items():
-        out += ["--label", f"{key}={value}"]
-    return out
-
-
-def _limits(container: ContainerPlan) -> list[str]:
-    limits = container.limits
-    return [
-        "--cpus",
-        f"{limits.cpus:g}",
-        "--memory",
-        f"{limits.memory_mb}m",
-        "--memory-swap",
-        f"{limits.memory_mb}m",
-        "--pids-limit",
-        str(limits.pids),
-    ]
-
-
-def _env(env: dict[str, str], proxies: list[str]) -> list[str]:
-    out: list[str] = []
-    for key, value in sorted(env.items()):
-        out += ["-e", f"{key}={value}"]
-    for name in proxies:  # by name only: the value comes from the caller's environment
-        out += ["-e", name]
-    return out
 
 
 def _failing_command(step: str) -> str:
@@ -242,8 +204,8 @@ def _build_session(
             "--cpuset-cpus",
             build.limits.cpuset,
         ]
-    labels = _labels(plan, debug_id, owner) if plan else []
-    base = ["docker", "run", "--rm", "--name", name, *labels, *limits, *_env({}, proxies)]
+    labels = docker_labels(plan, debug_id, owner) if plan else []
+    base = ["docker", "run", "--rm", "--name", name, *labels, *limits, *docker_env({}, proxies)]
     # The layer's own user and working directory are docker run's defaults: the step's.
     shell = [
         *base[:2],
@@ -275,73 +237,6 @@ def _build_session(
     )
 
 
-def _create(
-    name: str, container: ContainerPlan, labels: list[str], proxies: list[str]
-) -> list[list[str]]:
-    """A gate container as the plan makes it (image, limits, network, workdir, environment),
-    kept alive for the debugging session, and started."""
-    return [
-        [
-            "docker",
-            "create",
-            "--name",
-            name,
-            *labels,
-            *_limits(container),
-            "--network",
-            container.network,
-            "-w",
-            container.workdir,
-            *_env(container.env, [*container.proxy_env, *proxies]),
-            container.image,
-            "sleep",
-            "infinity",
-        ],
-        ["docker", "start", name],
-    ]
-
-
-def _exec(
-    name: str,
-    argv: list[str],
-    *,
-    user: str,
-    workdir: str | None = None,
-    env: Sequence[str] = (),
-    interactive: bool = False,
-) -> list[str]:
-    return [
-        "docker",
-        "exec",
-        *(["-it"] if interactive else []),
-        "-u",
-        user,
-        *(["-w", workdir] if workdir else []),
-        *env,
-        name,
-        *argv,
-    ]
-
-
-def _step(
-    name: str,
-    step: ExecStep,
-    *,
-    extra_env: Sequence[str] = (),
-    interactive: bool = False,
-    argv: list[str] | None = None,
-) -> list[str]:
-    """A plan's exec step (its user, workdir and environment) in the debug container."""
-    return _exec(
-        name,
-        step.argv if argv is None else argv,
-        user=step.user,
-        workdir=step.workdir,
-        env=[*_env(step.env, []), *extra_env],
-        interactive=interactive,
-    )
-
-
 def _gate_session(
     plan: VerifyPlan,
     run_dir: Path,
@@ -364,8 +259,8 @@ def _gate_session(
     if stage == "smoke" and plan.smoke.container is not None:
         verifier = plan.smoke.container
     name = f"selfbench-debug-{debug_id}-verifier"
-    labels = _labels(plan, debug_id, owner)
-    setup = _create(name, verifier, labels, proxies)
+    labels = docker_labels(plan, debug_id, owner)
+    setup = docker_create(name, verifier, labels, proxies)
     cleanup = [["docker", "rm", "-f", name]]
     notes: list[str] = []
     if trial.services is not None or (stage == "smoke" and plan.smoke.services is not None):
@@ -374,25 +269,7 @@ def _gate_session(
             "to connect"
         )
     if stage == "smoke":
-        smoke = plan.smoke.run
-        command = shlex.join(smoke.argv)
-        history = ["-e", f"HISTFILE={HISTFILE}", "-e", f"SELFBENCH_DEBUG_COMMAND={command}"]
-        notes.append(f"the smoke command: {command}")
-        return DebugSession(
-            stage=stage,
-            why=why,
-            setup=setup,
-            shell=_step(
-                name,
-                smoke,
-                extra_env=history,
-                interactive=True,
-                argv=["bash", "-c", _SHELL_WITH_HISTORY],
-            ),
-            reproduce=[_step(name, smoke)],
-            cleanup=cleanup,
-            notes=notes,
-        )
+        return _smoke_session(plan, why, name, setup, cleanup, notes)
     setup.append(
         ["docker", "cp", str(run_dir / gate / "agent.patch"), f"{name}:{trial.agent_patch}"]
     )
@@ -400,11 +277,11 @@ def _gate_session(
     setup.append(
         ["docker", "exec", "-e", "SELFBENCH_PREPARE_ONLY=1", *verifier_env, name, *trial.test.argv]
     )
-    shell = _exec(
+    shell = docker_exec(
         name, ["bash", "-c", _VERIFIER_SHELL], user="verifier", env=verifier_env, interactive=True
     )
     reproduce = [
-        _exec(name, ["bash", f"/opt/selfbench/{script}"], user="verifier", env=verifier_env)
+        docker_exec(name, ["bash", f"/opt/selfbench/{script}"], user="verifier", env=verifier_env)
         for script in ("fail_to_pass.sh", "pass_to_pass.sh")
     ]
     notes.append(
@@ -420,10 +297,10 @@ def _gate_session(
     ]
     if gate == "oracle" and trial.agent is not None and trial.solve is not None:
         agent_name = f"selfbench-debug-{debug_id}-agent"
-        setup += _create(agent_name, trial.agent, labels, proxies)
+        setup += docker_create(agent_name, trial.agent, labels, proxies)
         if trial.solution_dir:
             setup.append(["docker", "cp", f"{trial.solution_dir}/.", f"{agent_name}:/solution"])
-        setup.append(_step(agent_name, trial.solve))
+        setup.append(docker_step(agent_name, trial.solve))
         cleanup.append(["docker", "rm", "-f", agent_name])
         notes.append(f"the agent side after solve.sh: docker exec -it -u agent {agent_name} bash")
     return DebugSession(
@@ -435,4 +312,34 @@ def _gate_session(
         cleanup=cleanup,
         notes=notes,
         show=show,
+    )
+
+
+def _smoke_session(
+    plan: VerifyPlan,
+    why: str,
+    name: str,
+    setup: list[list[str]],
+    cleanup: list[list[str]],
+    notes: list[str],
+) -> DebugSession:
+    """The smoke container, its command first in the shell's history."""
+    smoke = plan.smoke.run
+    command = shlex.join(smoke.argv)
+    history = ["-e", f"HISTFILE={HISTFILE}", "-e", f"SELFBENCH_DEBUG_COMMAND={command}"]
+    notes.append(f"the smoke command: {command}")
+    return DebugSession(
+        stage="smoke",
+        why=why,
+        setup=setup,
+        shell=docker_step(
+            name,
+            smoke,
+            extra_env=history,
+            interactive=True,
+            argv=["bash", "-c", _SHELL_WITH_HISTORY],
+        ),
+        reproduce=[docker_step(name, smoke)],
+        cleanup=cleanup,
+        notes=notes,
     )

@@ -36,6 +36,7 @@ PURE = (
     "plan/sides",
     "plan/runtime",
     "plan/debug",
+    "plan/debugcommands",
     "judge/__init__",
     "judge/base",
     "judge/images",
