@@ -25,28 +25,31 @@ from runner.run.state import RunState, StageResult
 log = logging.getLogger(__name__)
 
 
-class BuildStage(RunState):
-    def _build(self, stage: StageResult) -> None:
-        plan = self.plan
+class BuildStage:
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+    def build(self, stage: StageResult) -> None:
+        plan = self.state.plan
         data = BuildData(base_image=plan.base.image, from_image=plan.base.from_image)
         stage.data = data
-        self.progress("build", f"base image {plan.base.image}")
-        base = ensure_image(self.engine, plan.base.image)
+        self.state.progress("build", f"base image {plan.base.image}")
+        base = ensure_image(self.state.engine, plan.base.image)
         data.base_image_id = base.id
         data.base_image_digests = list(base.repo_digests)
         from_id = base.id
         if plan.base.derived is not None:
-            log_path = self._path("build", "base.log")
+            log_path = self.state.path("build", "base.log")
             from_id = build_derived_base(
-                self.engine,
+                self.state.engine,
                 plan.base,
                 base.id,
-                env=self.env,
-                facts=self.plan.facts,
+                env=self.state.env,
+                facts=self.state.plan.facts,
                 network=plan.builds[0].network,
                 log_path=log_path,
                 max_log_bytes=plan.max_log_bytes,
-                progress=self.progress,
+                progress=self.state.progress,
             )
         for build in plan.builds:
             if not self._image(build, from_id, stage, data):
@@ -58,22 +61,22 @@ class BuildStage(RunState):
 
     def _build_line(self, line: str) -> None:
         if line.startswith("Step "):
-            self.progress("build", line)
+            self.state.progress("build", line)
         else:
             log.debug("%s", line)
 
     def _image(self, build: ImageBuild, from_id: str, stage: StageResult, data: BuildData) -> bool:
-        existing = self.engine.image(build.tag)
+        existing = self.state.engine.image(build.tag)
         if existing is not None and existing.labels.get(LABEL_FROM_ID) == from_id:
             data.images[build.kind] = ImageData(tag=build.tag, id=existing.id, cached=True)
-            self.progress("build", f"{build.kind} image cached ({build.tag})")
+            self.state.progress("build", f"{build.kind} image cached ({build.tag})")
             return True
-        log_path = self._path("build", f"{build.kind}.log")
+        log_path = self.state.path("build", f"{build.kind}.log")
         log_path.unlink(missing_ok=True)
         stage.logs.append(str(log_path))
-        self.progress("build", f"building {build.kind} image {build.tag}")
-        proxies = {k: v for k, v in self.env.proxies.items() if k in build.proxy_build_args}
-        outcome = self.engine.build(
+        self.state.progress("build", f"building {build.kind} image {build.tag}")
+        proxies = {k: v for k, v in self.state.env.proxies.items() if k in build.proxy_build_args}
+        outcome = self.state.engine.build(
             BuildRequest(
                 context=Path(build.context),
                 tag=build.tag,
@@ -85,7 +88,7 @@ class BuildStage(RunState):
                 network=build.network,
             ),
             log_path,
-            limit=self.plan.max_log_bytes,
+            limit=self.state.plan.max_log_bytes,
             on_line=self._build_line,
         )
         if outcome.truncation:

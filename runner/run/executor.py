@@ -6,71 +6,118 @@ and oracle run independently so an author sees both). A RunnerError becomes the 
 (`error` for infrastructure), any other exception `error` with its traceback in the run log, and
 Ctrl-C/SIGTERM marks the running stage interrupted. The run's containers are removed on every
 path unless the plan keeps them.
+
+The executor only schedules. What the stages share is one RunState; each kind of stage is an
+object of its own module, given the state and the stages it builds on: the build, the gate
+sides (agent and verifier), smoke, the flakiness probe, the nop and oracle trials, the hack
+gate (and grade).
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from runner.base.errors import (
-    Interrupted,
-)
-from runner.model.report import (
-    Status,
-)
+from runner.base.errors import Interrupted
+from runner.model.census import Census
+from runner.model.report import Status
+from runner.plan.runtime import Engine
+from runner.plan.types import VerifyPlan
+from runner.run.build import BuildStage
+from runner.run.context import ExecutionEnv, Progress
 from runner.run.hack import HackStage
-from runner.run.state import HACK_DISABLED, HACK_NONE, Execution
+from runner.run.probe import ProbeStage
+from runner.run.sides import Sides
+from runner.run.smoke import SmokeStage
+from runner.run.state import (
+    HACK_DISABLED,
+    HACK_NONE,
+    Execution,
+    RunState,
+    StageListener,
+    StageResult,
+)
+from runner.run.trials import TrialStages
 
 
-class Executor(HackStage):
+class Executor:
+    def __init__(
+        self,
+        plan: VerifyPlan,
+        engine: Engine,
+        *,
+        run_dir: Path,
+        env: ExecutionEnv,
+        progress: Progress,
+        on_stage: StageListener | None = None,
+    ) -> None:
+        state = self.state = RunState(
+            plan, engine, run_dir=run_dir, env=env, progress=progress, on_stage=on_stage
+        )
+        self.builder = BuildStage(state)
+        sides = Sides(state)
+        self.smoke = SmokeStage(state, sides)
+        self.trials = TrialStages(state, sides, self.smoke, ProbeStage(state, sides))
+        self.hack = HackStage(state, sides, self.builder)
+
     def run(self) -> Execution:
         """build, then smoke, both agent sides and the hack gate's at once (the verifier
         containers start meanwhile), then the two verifiers once smoke passed; determinism once
         the oracle passed, the hack gate's verifiers once nop did."""
+        state, plan, stages = self.state, self.state.plan, self.state.stages
         interrupted: str | None = None
         pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gate")
         try:
-            self._stage("build", self._build)
-            if self.stages["build"].status is Status.PASSED:
+            state.run_stage("build", self.builder.build)
+            if stages["build"].status is Status.PASSED:
                 # The oracle's agent side is the longest path: it starts first.
-                futures = [pool.submit(self._oracle_and_determinism), pool.submit(self._nop)]
-                if self.plan.hack is not None:
-                    futures.append(pool.submit(self._stage, "hack", self._hack))
+                futures = [
+                    pool.submit(self.trials.oracle_and_determinism),
+                    pool.submit(self.trials.nop),
+                ]
+                if plan.hack is not None:
+                    futures.append(pool.submit(state.run_stage, "hack", self.hack.hack))
                 else:
-                    self.stages["hack"].detail = HACK_NONE if self.plan.hack_gate else HACK_DISABLED
-                if self.plan.smoke.container is not None:
-                    futures.append(pool.submit(self._run_smoke))
+                    stages["hack"].detail = HACK_NONE if plan.hack_gate else HACK_DISABLED
+                if plan.smoke.container is not None:
+                    futures.append(pool.submit(self.smoke.run_smoke))
                 for future in futures:
                     future.result()
             else:
                 for name in ("smoke", "nop", "oracle", "hack"):
-                    self.stages[name].detail = "skipped: build did not pass"
-                self.stages["determinism"].detail = "skipped: oracle did not pass"
+                    stages[name].detail = "skipped: build did not pass"
+                stages["determinism"].detail = "skipped: oracle did not pass"
         except (KeyboardInterrupt, Interrupted) as exc:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
-            self._interrupted.set()
+            state.interrupted.set()
         finally:
-            self._smoke_done.set()
-            self._nop_done.set()
-            self._census_ready.set()
-            self._cleanup()
+            state.smoke_done.set()
+            state.nop_done.set()
+            state.census_ready.set()
+            state.cleanup()
             pool.shutdown(wait=interrupted is None, cancel_futures=True)
-            self._opener.shutdown(wait=interrupted is None, cancel_futures=True)
+            state.opener.shutdown(wait=interrupted is None, cancel_futures=True)
         if interrupted is not None:
-            with self._lock:
-                running = set(self._running)
-            for name, stage in self.stages.items():
-                if name in running:
-                    stage.set(
-                        Status.ERROR,
-                        f"interrupted ({interrupted}); the run's containers were removed",
-                    )
-                elif stage.detail == "not run":
-                    stage.detail = "skipped: interrupted"
+            self._mark_interrupted(interrupted)
         return Execution(
-            stages=self.stages,
-            kept=self.kept,
+            stages=stages,
+            kept=state.kept,
             interrupted=interrupted,
-            storage_mechanism=self.storage_mechanism,
-            census=self._census,
+            storage_mechanism=state.storage_mechanism,
+            census=state.census,
         )
+
+    def _mark_interrupted(self, signal_name: str) -> None:
+        with self.state.lock:
+            running = set(self.state.running)
+        for name, stage in self.state.stages.items():
+            if name in running:
+                stage.set(
+                    Status.ERROR, f"interrupted ({signal_name}); the run's containers were removed"
+                )
+            elif stage.detail == "not run":
+                stage.detail = "skipped: interrupted"
+
+    def grade(self, patch: bytes, census: Census | None) -> tuple[StageResult, StageResult]:
+        """Build, then one fresh verifier for `patch` (runner.run.hack)."""
+        return self.hack.grade(patch, census)

@@ -30,30 +30,36 @@ from runner.plan.types import (
     TrialPlan,
 )
 from runner.run import collect as left
-from runner.run.state import ExploitSide, SkippedError, StageResult, TrialRun
-from runner.run.trials import TrialStages
+from runner.run.build import BuildStage
+from runner.run.sides import Sides
+from runner.run.state import ExploitSide, RunState, SkippedError, StageResult, TrialRun
 
 
-class HackStage(TrialStages):
-    def _hack(self, stage: StageResult) -> None:
+class HackStage:
+    def __init__(self, state: RunState, sides: Sides, builder: BuildStage) -> None:
+        self.state = state
+        self.sides = sides
+        self.builder = builder
+
+    def hack(self, stage: StageResult) -> None:
         """Each canned exploit runs as the agent in one agent container (reset to the post-setup
         tree between them); each collected patch then goes to a fresh verifier, once nop has
         shown that the tests fail on the base (else a reward 0 would prove nothing)."""
-        plan = self.plan.hack
+        plan = self.state.plan.hack
         assert plan is not None
         data = HackData()
         stage.data = data
-        limit = self.plan.max_log_bytes
+        limit = self.state.plan.max_log_bytes
         sides: dict[str, ExploitSide] = {}
         verifying: dict[str, Future[TrialRun]] = {}
         # Each collected patch goes to its verifier at once (once nop passed), while the next
         # exploit runs in the agent container.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
-            with self.engine.container(
-                plan.agent, env=self.env.proxies, keep=self.plan.keep
+            with self.state.engine.container(
+                plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
             ) as agent:
                 for exploit in plan.exploits:
-                    directory = self._path("hack", exploit.name, "exploit.log").parent
+                    directory = self.state.path("hack", exploit.name, "exploit.log").parent
                     script_log = directory / "exploit.log"
                     stage.logs.append(str(script_log))
                     ran = agent.exec(exploit.run, script_log, limit=limit)
@@ -82,14 +88,14 @@ class HackStage(TrialStages):
                             f"resetting the hack gate's agent container after {exploit.name} "
                             f"failed; see {directory / 'reset.log'}"
                         )
-                self._keep("hack agent", agent)
+                self.state.keep("hack agent", agent)
             self._after_census()
             runs = {name: future.result() for name, future in verifying.items()}
         results = []
         for exploit in plan.exploits:
             side = sides[exploit.name]
             run = runs.get(exploit.name)
-            verifier_dir = self.run_dir / "hack" / exploit.name / "logs" / "verifier"
+            verifier_dir = self.state.run_dir / "hack" / exploit.name / "logs" / "verifier"
             policy = read_policy(verifier_dir)
             undone = [c for c in policy if c.verdict != "keep"]
             problem = next(
@@ -118,7 +124,7 @@ class HackStage(TrialStages):
                 ),
                 not_applicable=NOT_APPLICABLE,
             )
-            patch_path = self.run_dir / "hack" / exploit.name / "agent.patch"
+            patch_path = self.state.run_dir / "hack" / exploit.name / "agent.patch"
             patch = str(patch_path) if patch_path.is_file() else None
             data.exploits.append(
                 ExploitResult(
@@ -153,52 +159,52 @@ class HackStage(TrialStages):
         """An exploit's reward 0 proves something only once nop has shown the tests fail on
         the base, and the oracle has shown which tests a fix makes pass (the census every later
         verifier grades by)."""
-        self._census_ready.wait()
-        if self._interrupted.is_set():
+        self.state.census_ready.wait()
+        if self.state.interrupted.is_set():
             raise SkippedError("skipped: interrupted")
-        if self._census is None and self._census_missing:
-            raise SkippedError(f"skipped: {self._census_missing}")
+        if self.state.census is None and self.state.census_missing:
+            raise SkippedError(f"skipped: {self.state.census_missing}")
 
     def _verify_exploit(self, trial: TrialPlan, patch: bytes) -> TrialRun:
         self._after_census()
-        return self._verify_patch(trial, patch)
+        return self.sides.verify_patch(trial, patch)
 
     def grade(self, patch: bytes, census: Census | None) -> tuple[StageResult, StageResult]:
         """`grade`: the bundle's images (built, or found in the cache), then `patch` through a
         fresh verifier graded by `census` (recorded afresh when the bundle has none): the path
         every exploit of the hack gate takes. Returns (build, grade) results."""
         grade = StageResult()
-        self._census = census
-        self._census_ready.set()
+        self.state.census = census
+        self.state.census_ready.set()
         try:
-            self._stage("build", self._build)
-            if self.stages["build"].status is Status.PASSED:
-                assert self.plan.grade is not None
-                trial = self.plan.grade
+            self.state.run_stage("build", self.builder.build)
+            if self.state.stages["build"].status is Status.PASSED:
+                assert self.state.plan.grade is not None
+                trial = self.state.plan.grade
                 if census is None:
                     trial = trial.model_copy(update={"census": "unsealed"})
                 data = GateData()
                 grade.data = data
                 started = time.monotonic()
-                run = self._verify_patch(trial, patch, grade, data)
+                run = self.sides.verify_patch(trial, patch, grade, data)
                 grade.seconds = round(time.monotonic() - started, 3)
-                self._save_patch(trial, grade, data, run)
+                self.sides.save_patch(trial, grade, data, run)
                 self._judge_grade(trial, grade, data, run)
             else:
                 grade.detail = "skipped: build did not pass"
         except (KeyboardInterrupt, Interrupted):
-            self._interrupted.set()
+            self.state.interrupted.set()
             raise
         finally:
-            self._cleanup()
-        return self.stages["build"], grade
+            self.state.cleanup()
+        return self.state.stages["build"], grade
 
     def _judge_grade(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
     ) -> None:
-        directory = self._verifier_dir(trial)
+        directory = self.sides.verifier_dir(trial)
         data.reward, data.details = run.reward, run.details
-        data.limits = judge.limits_data(run.test, run.details, self.storage_mechanism)
+        data.limits = judge.limits_data(run.test, run.details, self.state.storage_mechanism)
         data.evidence = summarize(directory)
         data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
         data.discarded = left.discarded(directory)

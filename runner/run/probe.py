@@ -19,13 +19,17 @@ from runner.plan.types import (
     ProbeRun,
 )
 from runner.run import collect as left
-from runner.run.smoke import SmokeStage
-from runner.run.state import StageResult
+from runner.run.sides import Sides
+from runner.run.state import RunState, StageResult
 
 
-class ProbeStage(SmokeStage):
-    def _determinism(self, stage: StageResult) -> None:
-        oracle = self.stages["oracle"].data
+class ProbeStage:
+    def __init__(self, state: RunState, sides: Sides) -> None:
+        self.state = state
+        self.sides = sides
+
+    def determinism(self, stage: StageResult) -> None:
+        oracle = self.state.stages["oracle"].data
         assert isinstance(oracle, GateData) and oracle.reward is not None
         details = oracle.details
         data = DeterminismData(
@@ -34,10 +38,10 @@ class ProbeStage(SmokeStage):
         )
         stage.data = data
         judgement = judge.judge_determinism(
-            oracle.reward, details, ids_changed(self.run_dir / "oracle" / "logs" / "verifier")
+            oracle.reward, details, ids_changed(self.state.run_dir / "oracle" / "logs" / "verifier")
         )
-        if judgement.passed and self.plan.probe is not None:
-            judgement = self._probe(self.plan.probe, data, stage)
+        if judgement.passed and self.state.plan.probe is not None:
+            judgement = self._probe(self.state.plan.probe, data, stage)
         stage.set(judgement.status, judgement.detail)
 
     def _probe(
@@ -45,15 +49,15 @@ class ProbeStage(SmokeStage):
     ) -> judge.Judgement:
         """The oracle's patch verified again under each perturbation; a run that fails is
         retried with each of its dimensions alone, to name the ones that change the outcome."""
-        patch = (self.run_dir / "oracle" / "agent.patch").read_bytes()
+        patch = (self.state.run_dir / "oracle" / "agent.patch").read_bytes()
 
         def run_all(runs: list[ProbeRun]) -> list[ProbeResult]:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
-                futures = [pool.submit(self._verify_patch, r.trial, patch) for r in runs]
+                futures = [pool.submit(self.sides.verify_patch, r.trial, patch) for r in runs]
                 done = [f.result() for f in futures]
             results = []
             for plan, run in zip(runs, done, strict=True):
-                directory = self.run_dir / plan.trial.gate / "logs" / "verifier"
+                directory = self.state.run_dir / plan.trial.gate / "logs" / "verifier"
                 alone = [(s.selector, s.exit_code) for s in left.selectors(directory)]
                 passed, what, failing = judge.probe_outcome(
                     run.reward, run.test, alone, probe.fail_to_pass
@@ -68,7 +72,7 @@ class ProbeStage(SmokeStage):
                         what_failed=what,
                         failing_selectors=failing,
                         reward=run.reward,
-                        logs=str(self.run_dir / plan.trial.gate),
+                        logs=str(self.state.run_dir / plan.trial.gate),
                     )
                 )
             return results
@@ -92,5 +96,5 @@ class ProbeStage(SmokeStage):
         return judge.judge_probe(
             [(r.name, r.passed, r.what_failed, r.failing_selectors) for r in main],
             data.perturbations,
-            str(self.run_dir / "determinism"),
+            str(self.state.run_dir / "determinism"),
         )

@@ -48,9 +48,8 @@ from runner.plan.types import (
     TrialPlan,
 )
 from runner.run import collect as left
-from runner.run.build import BuildStage
 from runner.run.images import ensure_image
-from runner.run.state import StageResult, TrialRun
+from runner.run.state import RunState, StageResult, TrialRun
 
 
 def _patch_file(patch: bytes) -> FileToPut:
@@ -61,15 +60,18 @@ def _patch_file(patch: bytes) -> FileToPut:
 log = logging.getLogger(__name__)
 
 
-class Sides(BuildStage):
+class Sides:
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
     def _census_file(self, trial: TrialPlan) -> FileToPut:
         """The census a verifier grades by: none yet for nop and the oracle (they record), the
         sealed one for every other (put in before the start, whatever the image holds)."""
-        census = self._census if trial.census == "sealed" else None
+        census = self.state.census if trial.census == "sealed" else None
         data = census.to_json().encode() if census is not None else UNSEALED_CENSUS
         return FileToPut(directory="/tests", name="expected-tests.json", data=data, mode=0o600)
 
-    def _open_verifier(
+    def open_verifier(
         self,
         trial: TrialPlan,
         stage: StageResult,
@@ -78,12 +80,12 @@ class Sides(BuildStage):
     ) -> Container:
         """The trial's verifier container, started (with its services). A patch known already
         goes in before the start (then `_verifier_side(..., patched=True)`)."""
-        network = stack.enter_context(self._services(trial.services, trial.gate, stage))
+        network = stack.enter_context(self.services(trial.services, trial.gate, stage))
         census = self._census_file(trial)
         files = (census,) if patch is None else (census, _patch_file(patch))
         verifier = stack.enter_context(
-            self.engine.container(
-                trial.verifier, env=self.env.proxies, keep=self.plan.keep, files=files
+            self.state.engine.container(
+                trial.verifier, env=self.state.env.proxies, keep=self.state.plan.keep, files=files
             )
         )
         if network is not None and trial.verifier.network != network:
@@ -92,7 +94,7 @@ class Sides(BuildStage):
         return verifier
 
     @contextlib.contextmanager
-    def _services(
+    def services(
         self, services: GateServices | None, gate: str, stage: StageResult
     ) -> Iterator[str | None]:
         """Yields the network's name (what containers are created on or connected to)."""
@@ -103,26 +105,28 @@ class Sides(BuildStage):
             return
         with contextlib.ExitStack() as stack:
             stack.enter_context(
-                self.engine.network(
-                    services.network, labels=services.network_labels, keep=self.plan.keep
+                self.state.engine.network(
+                    services.network, labels=services.network_labels, keep=self.state.plan.keep
                 )
             )
             network = services.network
             running: list[tuple[ServicePlan, Service]] = []
             try:
                 for plan in services.services:
-                    ensure_image(self.engine, plan.image, what=f"service {plan.name}'s image")
+                    ensure_image(self.state.engine, plan.image, what=f"service {plan.name}'s image")
                     running.append(
                         (
                             plan,
                             stack.enter_context(
-                                self.engine.service(plan, network=network, keep=self.plan.keep)
+                                self.state.engine.service(
+                                    plan, network=network, keep=self.state.plan.keep
+                                )
                             ),
                         )
                     )
-                if self.plan.keep:
-                    with self._lock:
-                        self.kept.extend(
+                if self.state.plan.keep:
+                    with self.state.lock:
+                        self.state.kept.extend(
                             KeptContainer(
                                 label=f"{gate} service {plan.name}",
                                 name=plan.container,
@@ -130,13 +134,13 @@ class Sides(BuildStage):
                             )
                             for plan, _ in running
                         )
-                self.progress(gate, f"waiting for {', '.join(p.name for p, _ in running)}")
+                self.state.progress(gate, f"waiting for {', '.join(p.name for p, _ in running)}")
                 self._wait_healthy(running, services.ready_timeout_seconds, gate)
                 yield network
             finally:
                 for plan, service in running:
-                    path = self._path(gate, "services", f"{plan.name}.log")
-                    service.save_logs(path, limit=self.plan.max_log_bytes)
+                    path = self.state.path(gate, "services", f"{plan.name}.log")
+                    service.save_logs(path, limit=self.state.plan.max_log_bytes)
                     stage.logs.append(str(path))
 
     def _wait_healthy(
@@ -163,8 +167,8 @@ class Sides(BuildStage):
             time.sleep(0.2)
 
     def _service_reason(self, plan: ServicePlan, service: Service, gate: str, what: str) -> str:
-        path = self._path(gate, "services", f"{plan.name}.log")
-        lines = service.save_logs(path, limit=self.plan.max_log_bytes)
+        path = self.state.path(gate, "services", f"{plan.name}.log")
+        lines = service.save_logs(path, limit=self.state.plan.max_log_bytes)
         tail = " / ".join(line.strip() for line in lines[-3:] if line.strip())
         return (
             f"service {plan.name} {what}"
@@ -172,7 +176,7 @@ class Sides(BuildStage):
             + (f"; see {path}")
         )
 
-    def _agent_side(
+    def agent_side(
         self,
         trial: TrialPlan,
         plan: ContainerPlan,
@@ -182,11 +186,13 @@ class Sides(BuildStage):
         started: Callable[[], None],
     ) -> None:
         assert trial.collect is not None
-        limit = self.plan.max_log_bytes
-        with self.engine.container(plan, env=self.env.proxies, keep=self.plan.keep) as agent:
+        limit = self.state.plan.max_log_bytes
+        with self.state.engine.container(
+            plan, env=self.state.env.proxies, keep=self.state.plan.keep
+        ) as agent:
             log.debug("%s: agent container started", trial.gate)
             started()
-            self.storage_mechanism = agent.storage_mechanism
+            self.state.storage_mechanism = agent.storage_mechanism
             if trial.solution_dir and trial.solve:
                 agent.put_directory(Path(trial.solution_dir), "/solution")
                 stage.logs.append(str(run.agent_log))
@@ -205,20 +211,20 @@ class Sides(BuildStage):
                 if run.collect.exit_code == 0 and not run.collect.timed_out:
                     found = agent.get_file(trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES)
                     run.patch = found or b""
-            self._keep(f"{trial.gate} agent", agent)
+            self.state.keep(f"{trial.gate} agent", agent)
         log.debug("%s: agent side done", trial.gate)
-        self._save_patch(trial, stage, data, run)
+        self.save_patch(trial, stage, data, run)
 
-    def _save_patch(
+    def save_patch(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
     ) -> None:
         if run.patch is not None:
-            patch_path = self._path(trial.gate, "agent.patch")
+            patch_path = self.state.path(trial.gate, "agent.patch")
             patch_path.write_bytes(run.patch)
             stage.logs.append(str(patch_path))
             data.agent_patch_bytes = len(run.patch)
 
-    def _verifier_side(
+    def verifier_side(
         self,
         trial: TrialPlan,
         stage: StageResult,
@@ -231,13 +237,13 @@ class Sides(BuildStage):
         """test.sh on `run.patch` (copied in now, unless `patched`: it went in before the
         start), then the verifier's logs out."""
         assert run.patch is not None
-        limit = trial.log_bytes or self.plan.max_log_bytes
+        limit = trial.log_bytes or self.state.plan.max_log_bytes
         log.debug("%s: verifier side starts (agent patch %d bytes)", trial.gate, len(run.patch))
         if not patched:
             file = _patch_file(run.patch)
             verifier.put_file(file.directory, file.name, file.data)
         stage.logs.append(str(run.verifier_log))
-        with self._verifier_slots:
+        with self.state.verifier_slots:
             log.debug("%s: test.sh starts", trial.gate)
             run.test = verifier.exec(trial.test, run.verifier_log, limit=limit)
             log.debug("%s: test.sh ended (exit %s)", trial.gate, run.test.exit_code)
@@ -247,17 +253,17 @@ class Sides(BuildStage):
         if run.test.truncation:
             stage.truncated.append(run.test.truncation)
         truncated = verifier.copy_out(
-            trial.verifier_logs, self._path(trial.gate, "logs"), limit=limit
+            trial.verifier_logs, self.state.path(trial.gate, "logs"), limit=limit
         )
         stage.truncated.extend(truncated or [])
-        self._keep(f"{trial.gate} verifier", verifier)
+        self.state.keep(f"{trial.gate} verifier", verifier)
         run.reward, run.details, run.reward_problem = self._read_reward(trial.gate, stage)
         log.debug("%s: verifier side done", trial.gate)
 
     def _read_reward(
         self, gate: str, stage: StageResult
     ) -> tuple[Reward | None, VerifierDetails | None, str | None]:
-        directory = self.run_dir / gate / "logs" / "verifier"
+        directory = self.state.run_dir / gate / "logs" / "verifier"
         reward_path = directory / REWARD_FILE
         details_path = directory / DETAILS_FILE
         if not reward_path.is_file():
@@ -276,15 +282,15 @@ class Sides(BuildStage):
                 log.warning("%s: %s", details_path, exc)
         return reward, details, None
 
-    def _verifier_dir(self, trial: TrialPlan) -> Path:
-        return self.run_dir / trial.gate / "logs" / "verifier"
+    def verifier_dir(self, trial: TrialPlan) -> Path:
+        return self.state.run_dir / trial.gate / "logs" / "verifier"
 
-    def _judge_trial(
+    def judge_trial(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
     ) -> None:
         data.reward, data.details = run.reward, run.details
         last = run.test or run.collect or run.solve
-        data.limits = judge.limits_data(last, run.details, self.storage_mechanism)
+        data.limits = judge.limits_data(last, run.details, self.state.storage_mechanism)
         limits = trial.verifier.limits
         judgement = judge.judge_trial(
             judge.TrialEvidence(
@@ -306,18 +312,18 @@ class Sides(BuildStage):
                 verifier_log=str(run.verifier_log),
                 last_lines={
                     name: left.last_line(
-                        self.run_dir / trial.gate / "logs" / "verifier" / f"{name}.log"
+                        self.state.run_dir / trial.gate / "logs" / "verifier" / f"{name}.log"
                     )
                     for name in ("fail_to_pass", "pass_to_pass")
                 },
                 problems={
                     name: problem
                     for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
-                    if (problem := first_problem(self._verifier_dir(trial), name))
+                    if (problem := first_problem(self.verifier_dir(trial), name))
                 },
             )
         )
-        directory = self._verifier_dir(trial)
+        directory = self.verifier_dir(trial)
         data.evidence = summarize(directory)
         data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
         data.discarded = left.discarded(directory)
@@ -332,7 +338,7 @@ class Sides(BuildStage):
         )
         stage.set(verdict.status, verdict.detail)
 
-    def _verify_patch(
+    def verify_patch(
         self,
         trial: TrialPlan,
         patch: bytes,
@@ -344,16 +350,16 @@ class Sides(BuildStage):
         """A patch through a fresh verifier of the plan's trial (the hack gate, the probe, a
         predicted run), its logs and data in `scratch` and `data` when the caller keeps them."""
         run = TrialRun(
-            agent_log=self._path(trial.gate, "agent.log"),
-            collect_log=self._path(trial.gate, "collect.log"),
-            verifier_log=self._path(trial.gate, "verifier.log"),
+            agent_log=self.state.path(trial.gate, "agent.log"),
+            collect_log=self.state.path(trial.gate, "collect.log"),
+            verifier_log=self.state.path(trial.gate, "verifier.log"),
             patch=patch,
         )
         scratch = StageResult() if scratch is None else scratch
         data = GateData() if data is None else data
         with contextlib.ExitStack() as stack:
-            verifier = self._open_verifier(trial, scratch, stack, patch)
+            verifier = self.open_verifier(trial, scratch, stack, patch)
             if before_tests is not None:
                 before_tests()
-            self._verifier_side(trial, scratch, data, run, verifier, patched=True)
+            self.verifier_side(trial, scratch, data, run, verifier, patched=True)
         return run

@@ -15,44 +15,52 @@ from runner.plan.types import (
 )
 from runner.run import collect as left
 from runner.run.sides import Sides
-from runner.run.state import SkippedError, StageResult
+from runner.run.state import RunState, SkippedError, StageResult
 
 
-class SmokeStage(Sides):
-    def _run_smoke(self) -> None:
+class SmokeStage:
+    def __init__(self, state: RunState, sides: Sides) -> None:
+        self.state = state
+        self.sides = sides
+
+    def run_smoke(self) -> None:
         """Smoke in a container of its own (a contract's smoke command, which may write)."""
         try:
-            self._stage("smoke", self._smoke)
+            self.state.run_stage("smoke", self._smoke)
         finally:
-            self._smoke_finished()
+            self.smoke_finished()
 
-    def _smoke_finished(self) -> None:
-        self._smoke_passed = self.stages["smoke"].status is Status.PASSED
-        self._smoke_done.set()
+    def smoke_finished(self) -> None:
+        self.state.smoke_passed = self.state.stages["smoke"].status is Status.PASSED
+        self.state.smoke_done.set()
 
     def _smoke(self, stage: StageResult) -> None:
-        smoke = self.plan.smoke
+        smoke = self.state.plan.smoke
         assert smoke.container is not None
         with (
-            self._services(smoke.services, "smoke", stage) as network,
-            self.engine.container(smoke.container, env=self.env.proxies, keep=self.plan.keep) as c,
+            self.sides.services(smoke.services, "smoke", stage) as network,
+            self.state.engine.container(
+                smoke.container, env=self.state.env.proxies, keep=self.state.plan.keep
+            ) as c,
         ):
             if network is not None and smoke.container.network != network:
                 c.connect(network)
-            self._smoke_in(c, smoke.container, stage)
-            self._keep("smoke", c)
+            self.smoke_in(c, smoke.container, stage)
+            self.state.keep("smoke", c)
 
-    def _smoke_in(self, container: Container, plan: ContainerPlan, stage: StageResult) -> None:
+    def smoke_in(self, container: Container, plan: ContainerPlan, stage: StageResult) -> None:
         """Run the smoke check in `container` (its own, or the nop verifier's: the default
         check only reads) and judge it."""
-        log_path = self._path("smoke", "smoke.log")
+        log_path = self.state.path("smoke", "smoke.log")
         stage.logs.append(str(log_path))
-        outcome = container.exec(self.plan.smoke.run, log_path, limit=self.plan.max_log_bytes)
-        self.storage_mechanism = container.storage_mechanism
+        outcome = container.exec(
+            self.state.plan.smoke.run, log_path, limit=self.state.plan.max_log_bytes
+        )
+        self.state.storage_mechanism = container.storage_mechanism
         if outcome.truncation:
             stage.truncated.append(outcome.truncation)
         lines = left.tail_lines(log_path)
-        limits = judge.limits_data(outcome, None, self.storage_mechanism)
+        limits = judge.limits_data(outcome, None, self.state.storage_mechanism)
         stage.data = SmokeData(
             exit_code=outcome.exit_code,
             timed_out=outcome.timed_out,
@@ -71,10 +79,10 @@ class SmokeStage(Sides):
         )
         stage.set(judgement.status, judgement.detail)
 
-    def _after_smoke(self) -> None:
+    def after_smoke(self) -> None:
         """Verifiers run only once smoke passed (the seed: smoke before the nop split)."""
-        self._smoke_done.wait()
-        if self._interrupted.is_set():
+        self.state.smoke_done.wait()
+        if self.state.interrupted.is_set():
             raise SkippedError("skipped: interrupted")
-        if not self._smoke_passed:
+        if not self.state.smoke_passed:
             raise SkippedError("skipped: smoke did not pass")

@@ -161,23 +161,23 @@ class RunState:
         self.stages = {name: StageResult() for name in GATES}
         self.kept: list[KeptContainer] = []
         self.storage_mechanism: str | None = None
-        self._lock = threading.Lock()
-        self._running: set[str] = set()
-        self._interrupted = threading.Event()
-        self._smoke_done = threading.Event()
-        self._nop_done = threading.Event()
-        self._smoke_passed = False
-        self._census: Census | None = None
-        self._census_ready = threading.Event()
-        self._census_missing = "nop did not pass (a reward 0 would prove nothing)"
-        self._opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
-        self._verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
+        self.lock = threading.Lock()
+        self.running: set[str] = set()
+        self.interrupted = threading.Event()
+        self.smoke_done = threading.Event()
+        self.nop_done = threading.Event()
+        self.smoke_passed = False
+        self.census: Census | None = None
+        self.census_ready = threading.Event()
+        self.census_missing = "nop did not pass (a reward 0 would prove nothing)"
+        self.opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
+        self.verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
 
-    def _stage(self, name: str, body: Callable[[StageResult], None]) -> None:
+    def run_stage(self, name: str, body: Callable[[StageResult], None]) -> None:
         stage = self.stages[name]
         started = time.monotonic()
-        with self._lock:
-            self._running.add(name)
+        with self.lock:
+            self.running.add(name)
         if self.on_stage is not None:
             self.on_stage(StageEvent(stage=name, status="running"))
         try:
@@ -206,9 +206,9 @@ class RunState:
         finally:
             stage.seconds = round(time.monotonic() - started, 3)
         # Not reached on an interrupt: the stage stays `running` for the handler to mark.
-        with self._lock:
-            self._running.discard(name)
-        if not self._interrupted.is_set():
+        with self.lock:
+            self.running.discard(name)
+        if not self.interrupted.is_set():
             self.progress(name, f"{stage.status.value}: {stage.detail}")
             if self.on_stage is not None:
                 self.on_stage(
@@ -220,7 +220,7 @@ class RunState:
                     )
                 )
 
-    def _cleanup(self) -> None:
+    def cleanup(self) -> None:
         if self.plan.keep:
             return
         try:
@@ -231,13 +231,13 @@ class RunState:
         except Exception as exc:  # cleanup must not hide the verdict
             log.warning("cleanup failed: %s", exc)
 
-    def _path(self, *parts: str) -> Path:
+    def path(self, *parts: str) -> Path:
         path = self.run_dir.joinpath(*parts)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def _keep(self, label: str, container: Container) -> None:
+    def keep(self, label: str, container: Container) -> None:
         if self.plan.keep:
             kept = KeptContainer(label=label, name=container.name, enter=container.enter_hint())
-            with self._lock:
+            with self.lock:
                 self.kept.append(kept)

@@ -29,7 +29,16 @@ from runner.plan.types import (
     TrialPlan,
 )
 from runner.run.probe import ProbeStage
-from runner.run.state import PREDICTED_DIR, Prediction, SkippedError, StageResult, TrialRun
+from runner.run.sides import Sides
+from runner.run.smoke import SmokeStage
+from runner.run.state import (
+    PREDICTED_DIR,
+    Prediction,
+    RunState,
+    SkippedError,
+    StageResult,
+    TrialRun,
+)
 
 
 def _predicted_trial(trial: TrialPlan) -> TrialPlan:
@@ -68,20 +77,26 @@ def _predicted_trial(trial: TrialPlan) -> TrialPlan:
 log = logging.getLogger(__name__)
 
 
-class TrialStages(ProbeStage):
-    def _oracle_and_determinism(self) -> None:
+class TrialStages:
+    def __init__(self, state: RunState, sides: Sides, smoke: SmokeStage, probe: ProbeStage) -> None:
+        self.state = state
+        self.sides = sides
+        self.smoke = smoke
+        self.probe = probe
+
+    def oracle_and_determinism(self) -> None:
         """Determinism (the flakiness probe) starts as soon as the oracle passed, beside the
         hack gate."""
-        self._stage("oracle", partial(self._trial, self.plan.trial("oracle")))
+        self.state.run_stage("oracle", partial(self._trial, self.state.plan.trial("oracle")))
         self._seal()
-        if self._interrupted.is_set():
+        if self.state.interrupted.is_set():
             return
-        if self.stages["oracle"].status is Status.PASSED:
-            self._stage("determinism", self._determinism)
+        if self.state.stages["oracle"].status is Status.PASSED:
+            self.state.run_stage("determinism", self.probe.determinism)
         else:
-            self.stages["determinism"].detail = (
+            self.state.stages["determinism"].detail = (
                 "skipped: oracle did not pass"
-                if self.stages["oracle"].detail != "skipped: smoke did not pass"
+                if self.state.stages["oracle"].detail != "skipped: smoke did not pass"
                 else "skipped: smoke did not pass"
             )
 
@@ -89,53 +104,53 @@ class TrialStages(ProbeStage):
         """The census of the tests nop and the oracle saw, once both passed: every later
         verifier (the probe's, the hack gate's, `grade`'s) grades by it."""
         try:
-            self._nop_done.wait()
-            if self._interrupted.is_set():
+            self.state.nop_done.wait()
+            if self.state.interrupted.is_set():
                 return
-            if self.stages["nop"].status is not Status.PASSED:
+            if self.state.stages["nop"].status is not Status.PASSED:
                 return
-            if self.stages["oracle"].status is not Status.PASSED:
-                self._census_missing = (
+            if self.state.stages["oracle"].status is not Status.PASSED:
+                self.state.census_missing = (
                     "oracle did not pass (there is no census of its tests to grade by)"
                 )
                 return
-            oracle = self.run_dir / "oracle" / "logs" / "verifier"
+            oracle = self.state.run_dir / "oracle" / "logs" / "verifier"
             fail_to_pass = read_run(oracle, "fail_to_pass")
-            self._census_missing = ""
+            self.state.census_missing = ""
             if fail_to_pass is None:
                 # A verifier that records no evidence (a bundle compiled before it did): later
                 # verifiers judge as nop and the oracle did.
                 log.warning("the oracle's verifier left no evidence of its tests: no census")
                 return
             try:
-                self._census = build_census(
+                self.state.census = build_census(
                     nop_fail_to_pass=read_run(
-                        self.run_dir / "nop" / "logs" / "verifier", "fail_to_pass"
+                        self.state.run_dir / "nop" / "logs" / "verifier", "fail_to_pass"
                     ),
                     oracle_fail_to_pass=fail_to_pass,
                     oracle_pass_to_pass=read_run(oracle, "pass_to_pass"),
-                    run_id=self.plan.run_id,
-                    runner_version=self.plan.runner_version,
+                    run_id=self.state.plan.run_id,
+                    runner_version=self.state.plan.runner_version,
                 )
             except CensusError as exc:
-                self._census_missing = str(exc)
+                self.state.census_missing = str(exc)
         finally:
-            self._census_ready.set()
+            self.state.census_ready.set()
 
-    def _nop(self) -> None:
+    def nop(self) -> None:
         try:
-            self._stage("nop", partial(self._trial, self.plan.trial("nop")))
+            self.state.run_stage("nop", partial(self._trial, self.state.plan.trial("nop")))
         finally:
-            self._nop_done.set()
+            self.state.nop_done.set()
 
     def _trial(self, trial: TrialPlan, stage: StageResult) -> None:
         gate = trial.gate
         data = GateData()
         stage.data = data
         evidence = TrialRun(
-            agent_log=self._path(gate, "agent.log"),
-            collect_log=self._path(gate, "collect.log"),
-            verifier_log=self._path(gate, "verifier.log"),
+            agent_log=self.state.path(gate, "agent.log"),
+            collect_log=self.state.path(gate, "collect.log"),
+            verifier_log=self.state.path(gate, "verifier.log"),
         )
         with contextlib.ExitStack() as stack:
             if trial.agent is None:
@@ -152,21 +167,21 @@ class TrialStages(ProbeStage):
                     # predicted run's verifier is already starting.
                     if prediction is None or prediction.future is None:
                         opening.append(
-                            self._opener.submit(self._open_verifier, trial, stage, stack)
+                            self.state.opener.submit(self.sides.open_verifier, trial, stage, stack)
                         )
 
                 try:
-                    self._agent_side(trial, trial.agent, stage, data, evidence, agent_started)
-                    self._after_smoke()
+                    self.sides.agent_side(trial, trial.agent, stage, data, evidence, agent_started)
+                    self.smoke.after_smoke()
                     if evidence.patch is not None and not self._predicted_run_counts(
                         trial, stage, data, evidence, prediction
                     ):
                         verifier = (
                             opening[0].result()
                             if opening
-                            else self._open_verifier(trial, stage, stack)
+                            else self.sides.open_verifier(trial, stage, stack)
                         )
-                        self._verifier_side(trial, stage, data, evidence, verifier)
+                        self.sides.verifier_side(trial, stage, data, evidence, verifier)
                 finally:
                     # Whatever happened, the container must be in the stack before it unwinds
                     # (and the predicted run's container removed before the stage ends).
@@ -176,7 +191,7 @@ class TrialStages(ProbeStage):
                     if prediction is not None and prediction.future is not None:
                         with contextlib.suppress(Exception):
                             prediction.future.result()
-        self._judge_trial(trial, stage, data, evidence)
+        self.sides.judge_trial(trial, stage, data, evidence)
         if (
             stage.status is Status.FAILED
             and trial.online_verifier is not None
@@ -199,7 +214,7 @@ class TrialStages(ProbeStage):
             return None
         return prediction_key(
             {
-                "task": self.plan.task_id,
+                "task": self.state.plan.task_id,
                 "image": trial.agent.image,
                 "solution": solution,
                 "workdir": trial.agent.workdir,
@@ -213,7 +228,7 @@ class TrialStages(ProbeStage):
     def _predict(self, trial: TrialPlan) -> Prediction | None:
         """Start the verifier on the predicted patch, if there is one (runner.model.predictions);
         the agent side runs meanwhile."""
-        store = self.env.predictions
+        store = self.state.env.predictions
         key = self._prediction_key(trial) if store is not None else None
         if store is None or key is None:
             return None
@@ -235,13 +250,13 @@ class TrialStages(ProbeStage):
         scratch, data = StageResult(), GateData()
         # Not gated on smoke, unlike the others: its result counts only after the caller has
         # waited for smoke to pass (a red smoke skips the gate, whatever ran here).
-        run = self._verify_patch(
+        run = self.sides.verify_patch(
             _predicted_trial(trial), patch, scratch, data, before_tests=self._unless_interrupted
         )
         return run, scratch, data
 
     def _unless_interrupted(self) -> None:
-        if self._interrupted.is_set():
+        if self.state.interrupted.is_set():
             raise SkippedError("skipped: interrupted")
 
     def _predicted_run_counts(
@@ -256,9 +271,11 @@ class TrialStages(ProbeStage):
         one, the predicted run is this gate's verifier run: its logs move into place. Otherwise
         (no prediction, another patch, or the predicted run did not finish) the caller verifies
         the collected patch in a fresh verifier."""
-        if prediction is None or evidence.patch is None or self.env.predictions is None:
+        if prediction is None or evidence.patch is None or self.state.env.predictions is None:
             return False
-        self.env.predictions.record(prediction.key, evidence.patch, predicted=prediction.patch)
+        self.state.env.predictions.record(
+            prediction.key, evidence.patch, predicted=prediction.patch
+        )
         if prediction.future is None or prediction.patch is None:
             return False
         if evidence.patch != prediction.patch:
@@ -269,7 +286,7 @@ class TrialStages(ProbeStage):
                 trial.gate,
                 len(evidence.patch),
                 len(prediction.patch),
-                self.run_dir / trial.gate / PREDICTED_DIR,
+                self.state.run_dir / trial.gate / PREDICTED_DIR,
             )
             return False
         try:
@@ -281,7 +298,7 @@ class TrialStages(ProbeStage):
                 "%s: the predicted run did not finish (%s); verifying again", trial.gate, exc
             )
             return False
-        gate_dir = self.run_dir / trial.gate
+        gate_dir = self.state.run_dir / trial.gate
         moved = gate_dir / PREDICTED_DIR
         for name in ("verifier.log", "logs", "services"):
             if (moved / name).exists():
@@ -304,12 +321,12 @@ class TrialStages(ProbeStage):
         data.timed_out = predicted_data.timed_out
         data.predicted_patch = "confirmed"
         prefix = f"{trial.gate}/{PREDICTED_DIR} "
-        with self._lock:  # a kept container of the run that counts is the gate's own
-            self.kept = [
+        with self.state.lock:  # a kept container of the run that counts is the gate's own
+            self.state.kept = [
                 k.model_copy(update={"label": f"{trial.gate} {k.label[len(prefix) :]}"})
                 if k.label.startswith(prefix)
                 else k
-                for k in self.kept
+                for k in self.state.kept
             ]
         log.debug(
             "%s: the collected patch is the predicted one: its verifier run counts", trial.gate
@@ -329,7 +346,7 @@ class TrialStages(ProbeStage):
                 "online_services": None,
             }
         )
-        run = self._verify_patch(online, patch)
+        run = self.sides.verify_patch(online, patch)
         stage.logs.append(str(run.verifier_log))
         passed = run.reward is not None and judge.evaluate_gate(trial.gate, run.reward)[0]
         data.passes_online = passed
@@ -337,7 +354,7 @@ class TrialStages(ProbeStage):
             stage.detail = (
                 f"{stage.detail}; the tests ran with the network off, and pass with it on: they "
                 'need the network (declare environment.testsNetwork: "public"); see '
-                f"{self.run_dir / trial.gate / 'online'}"
+                f"{self.state.run_dir / trial.gate / 'online'}"
             )
 
     def _trial_without_agent(
@@ -352,21 +369,21 @@ class TrialStages(ProbeStage):
         its patch is empty without a container. When the plan shares it, the smoke check runs
         first in this verifier's container, and its result gates this verifier and the other."""
         run.patch = b""
-        self._save_patch(trial, stage, data, run)
-        if self.plan.smoke.container is None:
+        self.sides.save_patch(trial, stage, data, run)
+        if self.state.plan.smoke.container is None:
             opened: list[Container] = []
 
             def smoke(smoke_stage: StageResult) -> None:
-                opened.append(self._open_verifier(trial, stage, stack, run.patch))
-                self._smoke_in(opened[0], trial.verifier, smoke_stage)
+                opened.append(self.sides.open_verifier(trial, stage, stack, run.patch))
+                self.smoke.smoke_in(opened[0], trial.verifier, smoke_stage)
 
             try:
-                self._stage("smoke", smoke)
+                self.state.run_stage("smoke", smoke)
             finally:
-                self._smoke_finished()
-            self._after_smoke()
+                self.smoke.smoke_finished()
+            self.smoke.after_smoke()
             verifier = opened[0]
         else:
-            verifier = self._open_verifier(trial, stage, stack, run.patch)
-            self._after_smoke()
-        self._verifier_side(trial, stage, data, run, verifier, patched=True)
+            verifier = self.sides.open_verifier(trial, stage, stack, run.patch)
+            self.smoke.after_smoke()
+        self.sides.verifier_side(trial, stage, data, run, verifier, patched=True)
