@@ -28,6 +28,7 @@ from runner.model.settings import (
     proxy_environment,
 )
 from runner.model.stages import STAGE_NAMES
+from runner.plan.debug import DebugSession, plan_debug
 
 
 @cli.command("clean")
@@ -130,7 +131,6 @@ def debug_command(
     import secrets
 
     from runner.engine.owners import owner_id
-    from runner.plan.debug import plan_debug
 
     run_dir = target
     if (target / "definition.json").is_file() and not (target / "report.json").is_file():
@@ -176,6 +176,14 @@ def debug_command(
         raise UsageError(
             "an interactive shell needs a terminal; use --print for the commands", field="--print"
         )
+    _enter(session)
+    return 0
+
+
+def _enter(session: DebugSession) -> None:
+    """Recreate the state, open the shell, and remove what was created, whatever happens."""
+    import subprocess
+
     click.echo(f"{PROG} debug: {session.stage} ({session.why})", err=True)
     for note in session.notes:
         click.echo(f"  {note}", err=True)
@@ -186,14 +194,11 @@ def debug_command(
             if session.show:
                 click.echo("  the test commands (fail-to-pass, then pass-to-pass):", err=True)
                 _run_docker(session.show)
-            import subprocess
-
             subprocess.run(session.shell, check=False)
     finally:
         for argv in session.cleanup:
             _run_docker([*argv], check=False, silent=True)
         click.echo(f"{PROG} debug: removed what debug created", err=True)
-    return 0
 
 
 @cli.command("logs")

@@ -18,6 +18,7 @@ from runner.model.census import (
     summarize,
 )
 from runner.model.report import (
+    ExploitOutcome,
     ExploitResult,
     GateData,
     HackData,
@@ -27,6 +28,7 @@ from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
 from runner.plan.types import (
+    ExploitPlan,
     TrialPlan,
 )
 from runner.run import collect as left
@@ -91,69 +93,77 @@ class HackStage:
                 self.state.keep("hack agent", agent)
             self._after_census()
             runs = {name: future.result() for name, future in verifying.items()}
-        results = []
-        for exploit in plan.exploits:
-            side = sides[exploit.name]
-            run = runs.get(exploit.name)
-            verifier_dir = self.state.run_dir / "hack" / exploit.name / "logs" / "verifier"
-            policy = read_policy(verifier_dir)
-            undone = [c for c in policy if c.verdict != "keep"]
-            problem = next(
-                (
-                    p
-                    for name in ("fail_to_pass", "pass_to_pass")
-                    if (p := first_problem(verifier_dir, name))
-                ),
-                None,
-            )
-            outcome, detail = judge.judge_exploit(
-                judge.ExploitEvidence(
-                    name=exploit.name,
-                    summary=exploit.summary,
-                    script_exit=side.script.exit_code,
-                    script_timed_out=side.script.timed_out,
-                    script_said=side.said,
-                    collect_failed=side.collect_failed,
-                    patch_bytes=side.patch_bytes,
-                    test=run.test if run else None,
-                    reward=run.reward if run else None,
-                    reward_problem=run.reward_problem if run else None,
-                    undone=judge.undone_words(undone, [c.path for c in undone]) if undone else "",
-                    kept_changes=any(c.verdict == "keep" for c in policy) or not policy,
-                    problem=problem,
-                ),
-                not_applicable=NOT_APPLICABLE,
-            )
-            patch_path = self.state.run_dir / "hack" / exploit.name / "agent.patch"
-            patch = str(patch_path) if patch_path.is_file() else None
-            data.exploits.append(
-                ExploitResult(
-                    name=exploit.name,
-                    family=exploit.family,
-                    summary=exploit.summary,
-                    outcome=outcome,
-                    detail=detail,
-                    reward=run.reward if run else None,
-                    discarded=left.discarded(verifier_dir),
-                    undone=undone,
-                    evidence=summarize(verifier_dir) if run else None,
-                    patch=patch,
-                    patch_bytes=side.patch_bytes,
-                )
-            )
-            if outcome == "earned-reward":
-                stage.logs.append(str(patch_path))
-            results.append(
-                (
-                    exploit.name,
-                    exploit.summary,
-                    outcome,
-                    patch,
-                    left.last_line(verifier_dir / "fail_to_pass.log"),
-                )
-            )
+        results = [
+            self._judge_exploit(exploit, sides[exploit.name], runs.get(exploit.name), stage, data)
+            for exploit in plan.exploits
+        ]
         judgement = judge.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
+
+    def _judge_exploit(
+        self,
+        exploit: ExploitPlan,
+        side: ExploitSide,
+        run: TrialRun | None,
+        stage: StageResult,
+        data: HackData,
+    ) -> tuple[str, str, ExploitOutcome, str | None, str]:
+        """What the verifier gave one exploit's patch, judged and recorded."""
+        verifier_dir = self.state.run_dir / "hack" / exploit.name / "logs" / "verifier"
+        policy = read_policy(verifier_dir)
+        undone = [c for c in policy if c.verdict != "keep"]
+        problem = next(
+            (
+                p
+                for name in ("fail_to_pass", "pass_to_pass")
+                if (p := first_problem(verifier_dir, name))
+            ),
+            None,
+        )
+        outcome, detail = judge.judge_exploit(
+            judge.ExploitEvidence(
+                name=exploit.name,
+                summary=exploit.summary,
+                script_exit=side.script.exit_code,
+                script_timed_out=side.script.timed_out,
+                script_said=side.said,
+                collect_failed=side.collect_failed,
+                patch_bytes=side.patch_bytes,
+                test=run.test if run else None,
+                reward=run.reward if run else None,
+                reward_problem=run.reward_problem if run else None,
+                undone=judge.undone_words(undone, [c.path for c in undone]) if undone else "",
+                kept_changes=any(c.verdict == "keep" for c in policy) or not policy,
+                problem=problem,
+            ),
+            not_applicable=NOT_APPLICABLE,
+        )
+        patch_path = self.state.run_dir / "hack" / exploit.name / "agent.patch"
+        patch = str(patch_path) if patch_path.is_file() else None
+        data.exploits.append(
+            ExploitResult(
+                name=exploit.name,
+                family=exploit.family,
+                summary=exploit.summary,
+                outcome=outcome,
+                detail=detail,
+                reward=run.reward if run else None,
+                discarded=left.discarded(verifier_dir),
+                undone=undone,
+                evidence=summarize(verifier_dir) if run else None,
+                patch=patch,
+                patch_bytes=side.patch_bytes,
+            )
+        )
+        if outcome == "earned-reward":
+            stage.logs.append(str(patch_path))
+        return (
+            exploit.name,
+            exploit.summary,
+            outcome,
+            patch,
+            left.last_line(verifier_dir / "fail_to_pass.log"),
+        )
 
     def _after_census(self) -> None:
         """An exploit's reward 0 proves something only once nop has shown the tests fail on
