@@ -27,7 +27,7 @@ from runner.model.settings import (
     VerifySettings,
     proxy_environment,
 )
-from runner.model.stages import STAGE_NAMES
+from runner.model.stages import DEBUGGABLE_STAGES, STAGE_NAMES
 from runner.plan.debug import DebugSession, plan_debug
 
 
@@ -96,7 +96,7 @@ def _run_docker(
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option(
     "--stage",
-    type=click.Choice(["build", "smoke", "nop", "oracle", "hack"]),
+    type=click.Choice(list(DEBUGGABLE_STAGES)),
     help="The stage to open (default: the first red one).",
 )
 @click.option(

@@ -1,5 +1,31 @@
-"""The report's stage names, in order (a module of its own: the CLI needs them at import time,
-without the report's models)."""
+"""The report's stages, in order: the one list of their names (a module of its own: the CLI
+needs them at import time, without the report's models)."""
 
-STAGE_NAMES = ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism", "hack")
-DOCKER_STAGES = STAGE_NAMES[2:]
+from enum import StrEnum
+
+
+class StageName(StrEnum):
+    COMPILE = "compile"
+    AUDIT = "audit"
+    BUILD = "build"
+    SMOKE = "smoke"
+    NOP = "nop"
+    ORACLE = "oracle"
+    DETERMINISM = "determinism"
+    HACK = "hack"
+
+
+STAGE_NAMES: tuple[str, ...] = tuple(name.value for name in StageName)
+# The stages a verification runs on Docker (after compile and audit).
+DOCKER_STAGES: tuple[str, ...] = STAGE_NAMES[2:]
+# The stages `debug` can recreate the state of (a gate's container, or the last build layer).
+DEBUGGABLE_STAGES: tuple[str, ...] = tuple(
+    name.value
+    for name in (
+        StageName.BUILD,
+        StageName.SMOKE,
+        StageName.NOP,
+        StageName.ORACLE,
+        StageName.HACK,
+    )
+)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from runner.base.errors import UsageError
 from runner.model.report import Report, Status
+from runner.model.stages import DEBUGGABLE_STAGES
 from runner.plan.debugcommands import (
     docker_create,
     docker_env,
@@ -28,7 +29,7 @@ from runner.plan.types import (
     VerifyPlan,
 )
 
-STAGES = ("build", "smoke", "nop", "oracle", "hack")
+STAGES = DEBUGGABLE_STAGES
 HISTFILE = "/tmp/.selfbench_history"
 # The interactive shell puts the failing command into its history first, so Up + Enter runs it.
 _SHELL_WITH_HISTORY = (

@@ -30,10 +30,9 @@ from runner.run.probe import ProbeStage
 from runner.run.sides import Sides
 from runner.run.smoke import SmokeStage
 from runner.run.state import (
-    HACK_DISABLED,
-    HACK_NONE,
     Execution,
     RunState,
+    Skip,
     StageListener,
     StageResult,
 )
@@ -78,15 +77,15 @@ class Executor:
                 if plan.hack is not None:
                     futures.append(pool.submit(state.run_stage, "hack", self.hack.hack))
                 else:
-                    stages["hack"].detail = HACK_NONE if plan.hack_gate else HACK_DISABLED
+                    stages["hack"].skipped(Skip.HACK_NONE if plan.hack_gate else Skip.HACK_DISABLED)
                 if plan.smoke.container is not None:
                     futures.append(pool.submit(self.smoke.run_smoke))
                 for future in futures:
                     future.result()
             else:
                 for name in ("smoke", "nop", "oracle", "hack"):
-                    stages[name].detail = "skipped: build did not pass"
-                stages["determinism"].detail = "skipped: oracle did not pass"
+                    stages[name].skipped(Skip.BUILD_RED)
+                stages["determinism"].skipped(Skip.ORACLE_RED)
         except (KeyboardInterrupt, Interrupted) as exc:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
             state.interrupted.set()
@@ -115,8 +114,8 @@ class Executor:
                 stage.set(
                     Status.ERROR, f"interrupted ({signal_name}); the run's containers were removed"
                 )
-            elif stage.detail == "not run":
-                stage.detail = "skipped: interrupted"
+            elif stage.skip is Skip.NOT_RUN:
+                stage.skipped(Skip.INTERRUPTED)
 
     def grade(self, patch: bytes, census: Census | None) -> tuple[StageResult, StageResult]:
         """Build, then one fresh verifier for `patch` (runner.run.hack)."""

@@ -34,7 +34,7 @@ from runner.plan.types import (
 from runner.run import collect as left
 from runner.run.build import BuildStage
 from runner.run.sides import Sides
-from runner.run.state import ExploitSide, RunState, SkippedError, StageResult, TrialRun
+from runner.run.state import ExploitSide, RunState, Skip, SkippedError, StageResult, TrialRun
 
 
 class HackStage:
@@ -171,9 +171,9 @@ class HackStage:
         verifier grades by)."""
         self.state.census_ready.wait()
         if self.state.interrupted.is_set():
-            raise SkippedError("skipped: interrupted")
+            raise SkippedError(Skip.INTERRUPTED)
         if self.state.census is None and self.state.census_missing:
-            raise SkippedError(f"skipped: {self.state.census_missing}")
+            raise SkippedError(Skip.OTHER, self.state.census_missing)
 
     def _verify_exploit(self, trial: TrialPlan, patch: bytes) -> TrialRun:
         self._after_census()
@@ -201,7 +201,7 @@ class HackStage:
                 self.sides.save_patch(trial, grade, data, run)
                 self._judge_grade(trial, grade, data, run)
             else:
-                grade.detail = "skipped: build did not pass"
+                grade.skipped(Skip.BUILD_RED)
         except (KeyboardInterrupt, Interrupted):
             self.state.interrupted.set()
             raise

@@ -54,7 +54,7 @@ from runner.run.context import ExecutionEnv
 from runner.run.executor import Executor
 from runner.run.reporting import Progress, RunRecord, build_report
 from runner.run.rundir import RUN_LOG, check_run_location, make_run_dir, run_log
-from runner.run.state import Execution, StageEvent, StageListener, StageResult
+from runner.run.state import Execution, Skip, StageEvent, StageListener, StageResult
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
         assert run.bundle is not None
         run.compile.set(Status.PASSED, "compiled bundle given; verified as it is")
         run.compile.data = CompileData(bundle=str(run.target))
-        run.audit.detail = "skipped: compiled bundle (no definition.json to audit)"
+        run.audit.skipped(Skip.BUNDLE)
         _event(run, "compile", run.compile)
         return
     out = run.run_dir / "bundle"

@@ -23,8 +23,9 @@ from runner.model.report import (
     Verdict,
 )
 from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
+from runner.model.stages import STAGE_NAMES
 from runner.run.rundir import RUN_LOG
-from runner.run.state import HACK_OPTIONAL, Execution, StageListener, StageResult
+from runner.run.state import Execution, Skip, StageListener, StageResult
 
 Progress = Callable[[str, str], None]
 
@@ -96,33 +97,39 @@ def _storage_words(mechanism: str | None) -> str | None:
     }.get(mechanism or "")
 
 
+def _results(run: RunRecord) -> dict[str, StageResult]:
+    """Every stage's result in the report's order, as the run left them (copies: the report's
+    own amendments, an internal error or an interrupt, never change the run's)."""
+    from dataclasses import replace
+
+    executed = run.execution.stages if run.execution else {}
+    found = {"compile": run.compile, "audit": run.audit, **executed}
+    return {name: replace(found.get(name) or StageResult()) for name in STAGE_NAMES}
+
+
 def build_report(run: RunRecord) -> Report:
     settings = run.settings
-    stages = Stages()
-    _stage_model(stages, "compile", run.compile)
-    _stage_model(stages, "audit", run.audit)
     execution = run.execution
-    if execution is not None:
-        for name, result in execution.stages.items():
-            _stage_model(stages, name, result)
+    results = _results(run)
     if run.internal:
         first_open = next(
-            (s for _, s in stages.items() if s.status is Status.SKIPPED and s.detail == "not run"),
-            stages.compile,
+            (r for r in results.values() if r.skip is Skip.NOT_RUN), results["compile"]
         )
-        first_open.status = Status.ERROR
-        first_open.detail = f"{run.internal}; the traceback is in " + (
-            str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log"
+        first_open.set(
+            Status.ERROR,
+            f"{run.internal}; the traceback is in "
+            + (str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log"),
         )
     if run.interrupted and execution is None:
-        for _, stage in stages.items():
-            if stage.detail == "not run":
-                stage.detail = "skipped: interrupted"
+        for result in results.values():
+            if result.skip is Skip.NOT_RUN:
+                result.skipped(Skip.INTERRUPTED)
+    stages = Stages()
+    for name, result in results.items():
+        _stage_model(stages, name, result)
     statuses = {name: stage.status for name, stage in stages.items()}
-    hack = stages.hack
-    optional = frozenset(
-        {"hack"} if hack.status is Status.SKIPPED and hack.detail in HACK_OPTIONAL else set()
-    )
+    hack = results["hack"]
+    optional = frozenset({"hack"} if hack.skip is not None and hack.skip.optional else set())
     verdict = decide_verdict(statuses, invalid=run.invalid, optional=optional)
     reason = verdict_reason([(n, s.status, s.detail) for n, s in stages.items()])
     if run.interrupted:

@@ -15,7 +15,7 @@ from runner.plan.types import (
 )
 from runner.run import collect as left
 from runner.run.sides import Sides
-from runner.run.state import RunState, SkippedError, StageResult
+from runner.run.state import RunState, Skip, SkippedError, StageResult
 
 
 class SmokeStage:
@@ -83,6 +83,6 @@ class SmokeStage:
         """Verifiers run only once smoke passed (the seed: smoke before the nop split)."""
         self.state.smoke_done.wait()
         if self.state.interrupted.is_set():
-            raise SkippedError("skipped: interrupted")
+            raise SkippedError(Skip.INTERRUPTED)
         if not self.state.smoke_passed:
-            raise SkippedError("skipped: smoke did not pass")
+            raise SkippedError(Skip.SMOKE_RED)

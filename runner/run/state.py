@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -31,6 +32,7 @@ from runner.model.reward import (
     Reward,
     VerifierDetails,
 )
+from runner.model.stages import DOCKER_STAGES
 from runner.plan.runtime import (
     Container,
     Engine,
@@ -61,17 +63,28 @@ class StageEvent:
 StageListener = Callable[[StageEvent], None]
 
 
-GATES = ("build", "smoke", "nop", "oracle", "determinism", "hack")
+GATES = DOCKER_STAGES
 
 
-# A hack stage skipped for one of these reasons does not keep a task from being accepted.
-HACK_DISABLED = "skipped: --no-hack-gate"
+class Skip(StrEnum):
+    """Why a stage did not run (its detail says it in these words): what the verdict and the
+    report decide from, never the detail's text."""
 
+    NOT_RUN = "not run"
+    INTERRUPTED = "skipped: interrupted"
+    BUILD_RED = "skipped: build did not pass"
+    SMOKE_RED = "skipped: smoke did not pass"
+    ORACLE_RED = "skipped: oracle did not pass"
+    BUNDLE = "skipped: compiled bundle (no definition.json to audit)"
+    # A hack stage skipped for one of these does not keep a task from being accepted.
+    HACK_DISABLED = "skipped: --no-hack-gate"
+    HACK_NONE = "skipped: no canned exploit applies to this task"
+    # Another stage's own words (e.g. why the census is missing): `skipped: <why>`.
+    OTHER = "skipped"
 
-HACK_NONE = "skipped: no canned exploit applies to this task"
-
-
-HACK_OPTIONAL = (HACK_DISABLED, HACK_NONE)
+    @property
+    def optional(self) -> bool:
+        return self in (Skip.HACK_DISABLED, Skip.HACK_NONE)
 
 
 @dataclass(kw_only=True)
@@ -82,9 +95,15 @@ class StageResult:
     logs: list[str] = field(default_factory=list)
     truncated: list[Truncation] = field(default_factory=list)
     data: BaseModel | None = None
+    skip: Skip | None = Skip.NOT_RUN  # None once the stage ran
 
     def set(self, status: Status, detail: str) -> None:
-        self.status, self.detail = status, detail
+        self.status, self.detail, self.skip = status, detail, None
+
+    def skipped(self, reason: Skip, why: str | None = None) -> None:
+        """Not run, for `reason` (Skip.OTHER: in the words `why`)."""
+        self.status, self.skip = Status.SKIPPED, reason
+        self.detail = f"skipped: {why}" if reason is Skip.OTHER and why else reason.value
 
 
 @dataclass(kw_only=True)
@@ -103,7 +122,12 @@ class ExploitSide:
 
 
 class SkippedError(Exception):
-    """A stage that cannot run because another did not pass; the message says which."""
+    """A stage that cannot run because another did not pass; the reason says which."""
+
+    def __init__(self, reason: Skip, why: str | None = None) -> None:
+        super().__init__(reason.value if why is None else f"skipped: {why}")
+        self.reason = reason
+        self.why = why
 
 
 @dataclass(kw_only=True)
@@ -183,7 +207,7 @@ class RunState:
         try:
             body(stage)
         except SkippedError as skip:
-            stage.detail = str(skip)
+            stage.skipped(skip.reason, skip.why)
         except (InvalidTaskError, TaskFailedError) as exc:
             stage.set(Status.FAILED, exc.one_line())
         except RunnerError as exc:

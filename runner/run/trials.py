@@ -35,6 +35,7 @@ from runner.run.state import (
     PREDICTED_DIR,
     Prediction,
     RunState,
+    Skip,
     SkippedError,
     StageResult,
     TrialRun,
@@ -94,10 +95,9 @@ class TrialStages:
         if self.state.stages["oracle"].status is Status.PASSED:
             self.state.run_stage("determinism", self.probe.determinism)
         else:
-            self.state.stages["determinism"].detail = (
-                "skipped: oracle did not pass"
-                if self.state.stages["oracle"].detail != "skipped: smoke did not pass"
-                else "skipped: smoke did not pass"
+            smoke_red = self.state.stages["oracle"].skip is Skip.SMOKE_RED
+            self.state.stages["determinism"].skipped(
+                Skip.SMOKE_RED if smoke_red else Skip.ORACLE_RED
             )
 
     def _seal(self) -> None:
@@ -257,7 +257,7 @@ class TrialStages:
 
     def _unless_interrupted(self) -> None:
         if self.state.interrupted.is_set():
-            raise SkippedError("skipped: interrupted")
+            raise SkippedError(Skip.INTERRUPTED)
 
     def _predicted_run_counts(
         self,

@@ -11,6 +11,9 @@ from runner.base.errors import ExitCode
 from runner.base.safeio import write_atomic
 from runner.cli.output import Output, step_summary, summary_lines
 from runner.model.report import Report, Status, Verdict, load_report, report_schema, write_report
+from runner.model.settings import VerifySettings
+from runner.run.reporting import RunRecord, build_report
+from runner.run.state import Execution, Skip, StageResult
 
 
 def report(**statuses: Status) -> Report:
@@ -97,3 +100,50 @@ def test_github_annotation_and_step_summary(
     text = summary.read_text()
     assert text == step_summary(result)
     assert "| oracle | failed | 0.0 | oracle failed |" in text
+
+
+def _record(stages: dict[str, StageResult]) -> RunRecord:
+    record = RunRecord(
+        run_id="r",
+        started=0.0,
+        started_at="2026-12-01T00:00:00Z",
+        target=Path("/nowhere"),
+        settings=VerifySettings(),
+        progress=lambda stage, line: None,
+    )
+    record.compile.set(Status.PASSED, "compiled")
+    record.audit.set(Status.PASSED, "audited")
+    record.execution = Execution(stages=stages)
+    return record
+
+
+def test_the_verdict_reads_why_a_stage_was_skipped_never_its_words() -> None:
+    """An optional hack gate is one skipped for that reason; a stage whose own words happen to
+    read the same (here: a census problem that says `--no-hack-gate`) is not optional."""
+
+    def gates(hack: StageResult) -> dict[str, StageResult]:
+        ran = {name: StageResult() for name in ("build", "smoke", "nop", "oracle", "determinism")}
+        for result in ran.values():
+            result.set(Status.PASSED, "ok")
+        return {**ran, "hack": hack}
+
+    disabled = StageResult()
+    disabled.skipped(Skip.HACK_DISABLED)
+    assert build_report(_record(gates(disabled))).verdict is Verdict.ACCEPTED
+    lookalike = StageResult()
+    lookalike.skipped(Skip.OTHER, "--no-hack-gate")
+    assert lookalike.detail == disabled.detail
+    report = build_report(_record(gates(lookalike)))
+    assert report.verdict is Verdict.INFRASTRUCTURE_FAILED
+
+
+def test_an_internal_error_lands_on_the_first_stage_that_never_ran() -> None:
+    build = StageResult()
+    build.set(Status.PASSED, "built")
+    record = _record({"build": build})
+    record.internal = "internal error: KeyError: 'x'"
+    report = build_report(record)
+    assert report.stages.build.status is Status.PASSED
+    assert report.stages.smoke.status is Status.ERROR
+    assert report.stages.smoke.detail.startswith("internal error: KeyError")
+    assert report.stages.nop.detail == "not run"
