@@ -30,7 +30,7 @@ from runner.engine.docker import connected
 from runner.engine.hosts import Endpoint, SshTunnel, context_endpoint
 from runner.engine.hosts import resolve as resolve_endpoint
 from runner.model.settings import child_environment
-from runner.plan.types import LABEL_RUN, LABEL_RUNNER
+from runner.plan.types import runner_labels
 from runner.run.events import read_events
 from runner.supervise.job import VerifyJob
 from runner.supervise.launcher import Child, Launcher
@@ -135,7 +135,7 @@ def remove_runs(engine: Engine, run_ids: list[str]) -> int:
         return 0
     try:
         with connected(environment=engine.env, timeout=60) as docker_engine:
-            return sum(docker_engine.cleanup({LABEL_RUNNER: "1", LABEL_RUN: r}) for r in run_ids)
+            return sum(docker_engine.cleanup(runner_labels(run=r)) for r in run_ids)
     except RunnerError as exc:
         log.warning("removing stranded runs on %s: %s", engine.spec.name, exc)
         return 0

@@ -37,11 +37,9 @@ from runner.plan.debug import DebugSession, plan_debug
 def clean_command(images: bool, run_id: str | None) -> int:
     """Remove containers, networks and volumes the runner left behind (by label)."""
     from runner.engine.docker import connected
-    from runner.plan.types import LABEL_RUN, LABEL_RUNNER
+    from runner.plan.types import runner_labels
 
-    labels = {LABEL_RUNNER: "1"}
-    if run_id:
-        labels[LABEL_RUN] = run_id
+    labels = runner_labels(run=run_id)
     with connected() as engine:
         removed = engine.cleanup(labels, images=images)
     click.echo(f"removed {removed} object(s)")

@@ -48,6 +48,7 @@ from runner.plan.types import (
     ContainerPlan,
     EngineFacts,
     ServicePlan,
+    runner_labels,
 )
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ class DockerEngine:
                 probe = self.api.create_container(
                     PROBE_IMAGE,
                     command=["true"],
-                    labels={LABEL_RUNNER: "1", "org.selfbench.kind": "probe"},
+                    labels=runner_labels(kind="probe"),
                     host_config=self.api.create_host_config(storage_opt={"size": "64M"}),
                 )
             except APIError as exc:

@@ -6,25 +6,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runner.plan.types import (
-    LABEL_KIND,
-    LABEL_OWNER,
-    LABEL_RUN,
-    LABEL_RUNNER,
-    LABEL_TASK,
     ContainerPlan,
     ExecStep,
     VerifyPlan,
+    runner_labels,
 )
 
 
 def docker_labels(plan: VerifyPlan, debug_id: str, owner: str) -> list[str]:
-    labels = {
-        LABEL_RUNNER: "1",
-        LABEL_RUN: f"debug-{debug_id}",
-        LABEL_TASK: plan.task_id,
-        LABEL_KIND: "debug",
-        **({LABEL_OWNER: owner} if owner else {}),
-    }
+    labels = runner_labels(
+        run=f"debug-{debug_id}", task=plan.task_id, kind="debug", owner=owner or None
+    )
     out: list[str] = []
     for key, value in labels.items():
         out += ["--label", f"{key}={value}"]

@@ -14,12 +14,6 @@ from runner.model.settings import (
 from runner.model.toolchains import load_catalog
 from runner.plan.images import container_limits, digest_of, plan_base, resolve_storage
 from runner.plan.types import (
-    LABEL_INPUTS,
-    LABEL_KIND,
-    LABEL_OWNER,
-    LABEL_RUN,
-    LABEL_RUNNER,
-    LABEL_TASK,
     SIDE_RUN_MAX_LOG_BYTES,
     TASK_BUILD_STEPS,
     VERIFIER_LOGS,
@@ -32,6 +26,7 @@ from runner.plan.types import (
     RunIdentity,
     ServicePlan,
     TrialPlan,
+    runner_labels,
 )
 
 
@@ -100,18 +95,17 @@ class Planner:
 
     # ---- what every part uses -----------------------------------------------------------
 
-    def labels(self, kind: str, **extra: str) -> dict[str, str]:
-        return {
-            LABEL_RUNNER: "1",
-            LABEL_RUN: self.run.run_id,
-            LABEL_TASK: self.task_id,
-            LABEL_KIND: kind,
+    def labels(self, kind: str, side: str | None = None) -> dict[str, str]:
+        return runner_labels(
+            kind=kind,
+            run=self.run.run_id,
+            task=self.task_id,
             # A kept container outlives its runner on purpose: with no owner, no other runner's
             # stale-run reaper removes it (CI 2026-12: a --keep run's containers were reaped by
             # a parallel run while the test that asked to keep them still inspected them).
-            **({LABEL_OWNER: self.run.owner} if self.run.owner and not self.settings.keep else {}),
-            **extra,
-        }
+            owner=None if self.settings.keep else self.run.owner,
+            side=side,
+        )
 
     def network_for(self, role: str, gate: str) -> str:
         """Agent sides need no network (solve.sh applies a patch, collect diffs). The verifier's
@@ -148,9 +142,7 @@ class Planner:
             workdir="/app",
             network=self.network_for(role, gate),
             limits=self.limits.model_copy(update={"cpuset": cpuset}) if cpuset else self.limits,
-            labels=self.labels(
-                label or gate, **({"org.selfbench.side": role} if role != "smoke" else {})
-            ),
+            labels=self.labels(label or gate, side=role if role != "smoke" else None),
             storage=self.storage,
         )
 
@@ -175,7 +167,7 @@ class Planner:
                         retries=service.healthcheck.retries,
                         start_period_seconds=service.healthcheck.start_period_seconds,
                     ),
-                    labels=self.labels(gate, **{"org.selfbench.side": f"service-{service.name}"}),
+                    labels=self.labels(gate, side=f"service-{service.name}"),
                     limits=self.limits,
                 )
                 for service in contract.services
@@ -200,12 +192,7 @@ class Planner:
                     from_image=self.base.from_image,
                     build_args=self.build_args,
                     proxy_build_args=self.proxies,
-                    labels={
-                        LABEL_RUNNER: "1",
-                        LABEL_TASK: self.task_id,
-                        LABEL_KIND: kind,
-                        LABEL_INPUTS: inputs,
-                    },
+                    labels=runner_labels(task=self.task_id, kind=kind, inputs=inputs),
                     limits=self.build_limits,
                     timeout_seconds=self.config.environment.build_timeout_sec,
                     network=self.settings.build.build_network,

@@ -38,6 +38,34 @@ LABEL_OWNER = "org.selfbench.owner"
 LABEL_FROM_ID = "org.selfbench.from-id"
 
 
+LABEL_SIDE = "org.selfbench.side"  # a gate container's side: agent, verifier, service-<name>
+
+
+def runner_labels(
+    *,
+    kind: str | None = None,
+    run: str | None = None,
+    task: str | None = None,
+    owner: str | None = None,
+    inputs: str | None = None,
+    from_id: str | None = None,
+    side: str | None = None,
+) -> dict[str, str]:
+    """The one label maker: what the runner puts on everything it creates (and filters by).
+    `owner` (host:pid:start) lets the stale-run reaper remove what a dead runner left; a name
+    left out is not set."""
+    named = {
+        LABEL_RUN: run,
+        LABEL_TASK: task,
+        LABEL_KIND: kind,
+        LABEL_OWNER: owner,
+        LABEL_INPUTS: inputs,
+        LABEL_FROM_ID: from_id,
+        LABEL_SIDE: side,
+    }
+    return {LABEL_RUNNER: "1", **{k: v for k, v in named.items() if v}}
+
+
 # Instructions (substrings) whose failure is the task's fault: its setup command and the
 # dependency-setup pass. Any other failing step is infrastructure (a download, the engine).
 TASK_BUILD_STEPS = (

@@ -27,12 +27,10 @@ from runner.plan.runtime import (
 )
 from runner.plan.types import (
     LABEL_FROM_ID,
-    LABEL_INPUTS,
-    LABEL_KIND,
-    LABEL_RUNNER,
     BasePlan,
     EngineFacts,
     PreparePlan,
+    runner_labels,
 )
 from runner.run.context import ExecutionEnv, Progress
 
@@ -108,12 +106,7 @@ def build_derived_base(
                 context=context,
                 tag=derived.tag,
                 buildargs={"BASE_IMAGE": base.image, **env.proxies},
-                labels={
-                    LABEL_RUNNER: "1",
-                    LABEL_KIND: "base",
-                    LABEL_INPUTS: derived.digest,
-                    LABEL_FROM_ID: base_id,
-                },
+                labels=runner_labels(kind="base", inputs=derived.digest, from_id=base_id),
                 memory_mb=HELPER_MEMORY_MB,
                 cpuset="0-1" if facts.ncpu > 1 else "0",
                 timeout_seconds=HELPER_BUILD_TIMEOUT_SECONDS,
@@ -167,12 +160,7 @@ def prepare(
                 **plan.build_args,
                 **{k: v for k, v in env.proxies.items() if k in plan.proxy_build_args},
             },
-            labels={
-                LABEL_RUNNER: "1",
-                LABEL_KIND: "toolchains",
-                LABEL_INPUTS: plan.tag,
-                LABEL_FROM_ID: from_id,
-            },
+            labels=runner_labels(kind="toolchains", inputs=plan.tag, from_id=from_id),
             memory_mb=plan.limits.memory_mb,
             cpuset=plan.limits.cpuset,
             timeout_seconds=plan.timeout_seconds,

@@ -44,11 +44,11 @@ class EngineOps:
             return self._ping_ok
 
     def remove_run(self, run_id: str) -> int:
-        from runner.plan.types import LABEL_RUN, LABEL_RUNNER
+        from runner.plan.types import runner_labels
 
         with self._lock:
             try:
-                return int(self._get().cleanup({LABEL_RUNNER: "1", LABEL_RUN: run_id}))
+                return int(self._get().cleanup(runner_labels(run=run_id)))
             except (RunnerError, Exception) as exc:
                 log.warning("could not remove the containers of run %s: %s", run_id, exc)
                 self._engine = None

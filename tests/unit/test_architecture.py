@@ -149,6 +149,17 @@ def test_an_engine_is_constructed_in_the_engine_package_only() -> None:
     assert makers == []
 
 
+def test_labels_are_made_in_one_place() -> None:
+    """runner.plan.types.runner_labels: no other module spells the runner's label by hand."""
+    spelled = [
+        str(path.relative_to(PACKAGE))
+        for path in modules()
+        if path.relative_to(PACKAGE).as_posix() != "plan/types.py"
+        and ('LABEL_RUNNER: "1"' in path.read_text() or '"org.selfbench.' in path.read_text())
+    ]
+    assert spelled == []
+
+
 def test_the_old_orchestrator_is_gone() -> None:
     assert not (PACKAGE / "verify.py").exists()
     for path in modules():
