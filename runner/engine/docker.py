@@ -41,6 +41,7 @@ from runner.engine.images import TaskImage, remove_task_image, task_images
 from runner.engine.owners import owner_alive
 from runner.model.settings import StorageLimit, docker_environment
 from runner.model.toolchains import Arch
+from runner.plan.images import resolve_storage
 from runner.plan.runtime import BuildOutcome, BuildRequest, FileToPut, ImageInfo
 from runner.plan.types import (
     LABEL_OWNER,
@@ -251,9 +252,9 @@ class DockerEngine:
         }
         if limits.cpuset:
             host["cpuset_cpus"] = limits.cpuset
-        storage = plan.storage
-        if storage is StorageLimit.AUTO:
-            storage = StorageLimit.QUOTA if self.storage_quota() else StorageLimit.WATCHDOG
+        # A plan made from this engine's facts is resolved already; one made without (a test's,
+        # `verify --plan`'s) is resolved here by the same rule.
+        storage = resolve_storage(plan.storage, self.facts())
         if storage is StorageLimit.QUOTA:
             host["storage_opt"] = {"size": f"{limits.storage_mb}M"}
         with engine_errors(f"creating container {plan.name} from {plan.image}"):
