@@ -35,6 +35,10 @@ class Answers:
             error=ErrorBody(code=code, message=message),
         )
 
+    def fail(self, job: Job, code: str, message: str) -> None:
+        """End `job` in an error response (code, message)."""
+        self.finish(job, self.error(job, code, message), state=JobState.ERROR, verdict=None)
+
     def cancelled(self, job: Job) -> VerificationResponse:
         return self.error(job, "cancelled", "cancelled (DELETE); its containers were removed")
 

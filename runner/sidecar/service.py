@@ -32,7 +32,6 @@ from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
 from runner.sidecar.request import (
     JobState,
     VerificationRequest,
-    VerificationResponse,
 )
 from runner.sidecar.store import Store
 from runner.sidecar.verification import Verification
@@ -348,14 +347,7 @@ class Service:
             log.exception("worker error for %s", job_id)
             job = self.store.get(job_id)
             if job is not None and not job.state.finished:
-                self.answers.finish(
-                    job,
-                    self.answers.error(
-                        job, "internal", f"the sidecar failed: {type(exc).__name__}"
-                    ),
-                    state=JobState.ERROR,
-                    verdict=None,
-                )
+                self.answers.fail(job, "internal", f"the sidecar failed: {type(exc).__name__}")
         finally:
             with self._lock:
                 self._running.pop(job_id, None)
@@ -364,14 +356,3 @@ class Service:
     def _started(self, job_id: str, child: Child) -> None:
         with self._lock:
             self._running[job_id].child = child
-
-    def _finish(
-        self,
-        job: Job,
-        response: VerificationResponse,
-        *,
-        state: JobState,
-        verdict: str | None,
-        detail: str | None = None,
-    ) -> None:
-        self.answers.finish(job, response, state=state, verdict=verdict, detail=detail)

@@ -98,22 +98,10 @@ class Verification:
             archive = self._prepare_archive(job)
             verify = self.verify_job(job, archive, run_id)
         except RequestRefusedError as exc:
-            self.answers.finish(
-                job,
-                self.answers.error(job, exc.code, exc.message),
-                state=JobState.ERROR,
-                verdict=None,
-            )
+            self.answers.fail(job, exc.code, exc.message)
             return
         except OSError as exc:
-            self.answers.finish(
-                job,
-                self.answers.error(
-                    job, "archive", f"cannot write the archive: {exc.strerror or exc}"
-                ),
-                state=JobState.ERROR,
-                verdict=None,
-            )
+            self.answers.fail(job, "archive", f"cannot write the archive: {exc.strerror or exc}")
             return
         child = self.launcher.start(verify)
         self.started(job.id, child)
@@ -160,20 +148,10 @@ class Verification:
                 self.store.requeue(job.id)
                 self.answers.event(job.id, "queued", "interrupted by shutdown; requeued")
             else:
-                self.answers.finish(
-                    job,
-                    self.answers.error(job, "interrupted", "the verification was interrupted"),
-                    state=JobState.ERROR,
-                    verdict=None,
-                )
+                self.answers.fail(job, "interrupted", "the verification was interrupted")
             return
         if not result.ended_on_its_terms or result.document is None or result.report is None:
-            self.answers.finish(
-                job,
-                self.answers.error(job, "verify-failed", result.failure()),
-                state=JobState.ERROR,
-                verdict=None,
-            )
+            self.answers.fail(job, "verify-failed", result.failure())
             return
         response = VerificationResponse(
             id=job.id, status="done", report=result.document, archive=str(archive)

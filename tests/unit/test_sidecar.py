@@ -370,7 +370,7 @@ def finish(service: Service, request_id: str, verdict: str = "rejected") -> None
     assert job is not None
     service.store.start(request_id, run_id="x")
     done = VerificationResponse(id=request_id, status="done", report={"verdict": verdict})
-    service._finish(job, done, state=JobState.DONE, verdict=verdict)
+    service.answers.finish(job, done, state=JobState.DONE, verdict=verdict)
 
 
 @pytest.mark.parametrize("swapped", ["responses", "claimed", "claimed/<sidecar>", "rejected"])
