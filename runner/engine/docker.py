@@ -252,9 +252,11 @@ class DockerEngine:
         }
         if limits.cpuset:
             host["cpuset_cpus"] = limits.cpuset
-        # A plan made from this engine's facts is resolved already; one made without (a test's,
-        # `verify --plan`'s) is resolved here by the same rule.
-        storage = resolve_storage(plan.storage, self.facts())
+        storage = plan.storage
+        if storage is StorageLimit.AUTO:
+            # A plan made from this engine's facts is resolved already; one made without (a
+            # test's) is resolved here by the same rule, probing the engine only then.
+            storage = resolve_storage(storage, self.facts())
         if storage is StorageLimit.QUOTA:
             host["storage_opt"] = {"size": f"{limits.storage_mb}M"}
         with engine_errors(f"creating container {plan.name} from {plan.image}"):

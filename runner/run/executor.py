@@ -15,7 +15,7 @@ gate (and grade).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from runner.base.errors import Interrupted
@@ -37,6 +37,20 @@ from runner.run.state import (
     StageResult,
 )
 from runner.run.trials import TrialStages
+
+# How often the main thread wakes while the stages run: a signal the kernel delivered to another
+# thread is only handled when the main thread runs again (CPython runs handlers there), and a
+# future's plain result() would block it until the stage ends.
+SIGNAL_POLL_SECONDS = 0.25
+
+
+def _wait(future: Future[None]) -> None:
+    while True:
+        try:
+            future.result(timeout=SIGNAL_POLL_SECONDS)
+            return
+        except TimeoutError:
+            continue
 
 
 class Executor:
@@ -81,7 +95,7 @@ class Executor:
                 if plan.smoke.container is not None:
                     futures.append(pool.submit(self.smoke.run_smoke))
                 for future in futures:
-                    future.result()
+                    _wait(future)
             else:
                 for name in ("smoke", "nop", "oracle", "hack"):
                     stages[name].skipped(Skip.BUILD_RED)

@@ -275,10 +275,16 @@ def test_stale_containers_of_dead_runners_are_reaped(
     with engine.container(stale, env={}, keep=True), engine.container(foreign, env={}, keep=True):
         pass
     # Any runner's reaper may get there first (each run reaps at its start, and other workers
-    # run meanwhile): what counts is that the dead runner's container is gone afterwards.
+    # run meanwhile; a removal another one started is still in progress): what counts is that
+    # the dead runner's container is gone soon after.
     engine.reap_stale()
-    # The raw listing: other tests' containers come and go meanwhile (no inspect of each).
-    names = [n.lstrip("/") for c in docker_client.api.containers(all=True) for n in c["Names"]]
+    deadline = time.monotonic() + 30
+    while True:
+        # The raw listing: other tests' containers come and go meanwhile (no inspect of each).
+        names = [n.lstrip("/") for c in docker_client.api.containers(all=True) for n in c["Names"]]
+        if stale.name not in names or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert stale.name not in names
     assert foreign.name in names
     engine.cleanup({LABEL_RUN: "test-engine-reap"})
