@@ -34,10 +34,7 @@ def _entry(spec: str | None) -> Callable[[list[str]], int]:
     if spec is None:
         from runner.cli.main import run_cli
 
-        def run(argv: list[str]) -> int:
-            return run_cli(argv)
-
-        return run
+        return run_cli
     module, _, name = spec.partition(":")
     function: Callable[[list[str]], int] = getattr(importlib.import_module(module), name)
     return function
