@@ -227,6 +227,37 @@ FIELD_EXPECT = {
 }
 
 
+PLACEHOLDER_MISPLACED = 'test command must expand "{tests}" as an unquoted shell argument list'
+# `{tests}` anywhere but a command's own argument list (each is also a unit test in
+# test_audit.py, which holds the list of contexts that stay allowed).
+PLACEHOLDER_CONTEXTS: list[tuple[str, str]] = [
+    ("bash-c", "bash -c 'bash tests/run.sh {tests}'"),
+    ("double-quoted-substitution", 'echo "$("{tests}")"'),
+    ("heredoc", "bash tests/run.sh <<EOF\n{tests}\nEOF"),
+    ("quoted-heredoc", "bash <<'EOF'\nbash tests/run.sh {tests}\nEOF"),
+    ("comment", "bash tests/run.sh tests # {tests}"),
+    ("command-substitution", "bash tests/run.sh $(echo {tests})"),
+    ("backticks", "bash tests/run.sh `echo {tests}`"),
+    ("process-substitution", "bash tests/run.sh <(echo {tests})"),
+    ("for-loop", "for t in {tests}; do bash tests/run.sh $t; done"),
+    ("case", "case {tests} in *) bash tests/run.sh;; esac"),
+    ("redirect", "bash tests/run.sh > {tests}"),
+    ("export", "export T={tests}; bash tests/run.sh $T"),
+    ("array", "T=({tests}); bash tests/run.sh ${T[@]}"),
+    ("function", "f() { bash tests/run.sh {tests}; }"),
+    ("glued", "bash tests/run.sh --only={tests}"),
+    ("parameter", "bash tests/run.sh ${tests}"),
+    ("ansi-c", "bash tests/run.sh $'{tests}'"),
+    ("escaped", "bash tests/run.sh \\{tests}"),
+    ("program", "{tests}"),
+    ("eval", "eval bash tests/run.sh {tests}"),
+    ("source", ". {tests}"),
+    ("script", "bash {tests}"),
+    ("env-program", "env CI=1 {tests}"),
+    ("unterminated-quote", "bash tests/run.sh 'x {tests}"),
+]
+
+
 def _definition_case(field: str, label: str, value: Any) -> Case:
     def make(fx: Fixture, where: Path) -> Path:
         doc = _set(fx.definition(), field, value)
@@ -282,6 +313,9 @@ def field_cases() -> Iterator[Case]:
     ]
     for field, label, value in specific:
         yield _definition_case(field, label, value)
+    for label, command in PLACEHOLDER_CONTEXTS:
+        case = _definition_case("testCommand", f"placeholder-{label}", command)
+        yield Case(case.name, case.category, case.kind, case.make, expect=PLACEHOLDER_MISPLACED)
     for field in ("setupCommand", "testCommand", "failToPass"):
         snake = "".join("_" + c.lower() if c.isupper() else c for c in field)
 

@@ -102,6 +102,8 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
         else:
             for blocker in result.blockers:
                 click.echo(f"blocker: {blocker}")
+            for hint in result.hints:
+                click.echo(f"  why: {hint}")
             click.echo(f"audit: rejected: {result.reason()}")
     return int(ExitCode.ACCEPTED if result.accepted else ExitCode.REJECTED)
 
@@ -125,6 +127,7 @@ def _audit_json(
             "repositoryChecked": False,
             "repositoryNote": None,
             "coupling": [],
+            "hints": [],
         }
     return {
         "schemaVersion": 2,
@@ -142,6 +145,7 @@ def _audit_json(
         "repositoryChecked": result.repository_checked,
         "repositoryNote": note,
         "coupling": [item.model_dump(mode="json") for item in result.coupling],
+        "hints": result.hints,
     }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -11,8 +10,9 @@ from runner.base import validation as v
 from runner.compile.coupling import coupling
 from runner.compile.harness import harness_changes
 from runner.compile.patches import PatchInfo
+from runner.compile.shellsyntax import placement_problem
 from runner.model.report import CouplingItem
-from runner.model.shell import quote_state_at, words
+from runner.model.shell import words
 from runner.model.task import TESTS_PLACEHOLDER, Difficulty, TaskDefinition
 
 
@@ -36,9 +36,6 @@ PLACEHOLDER_HARDCODED = (
 )
 NO_TEST_FILES = "held-out test patch changes no files"
 
-# `NAME={tests}` collapses the list into one scalar assignment: not an argument list either.
-_ASSIGNMENT_BEFORE = re.compile(r"(?:^|[\s;&|(])[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=$")
-
 
 class AuditMetrics(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -56,6 +53,8 @@ class AuditResult(BaseModel):
     repository_checked: bool = False
     # Evidence for the reviewer, never a blocker; computed when the repository was at hand.
     coupling: list[CouplingItem] = []
+    # Why a blocker holds, where its fixed wording cannot say (the seed's messages are exact).
+    hints: list[str] = []
 
     @property
     def accepted(self) -> bool:
@@ -71,7 +70,7 @@ def placeholder_blockers(command: str, selectors: list[str]) -> list[str]:
         return [PLACEHOLDER_COUNT]
     blockers: list[str] = []
     index = command.index(TESTS_PLACEHOLDER)
-    if quote_state_at(command, index) is not None or _ASSIGNMENT_BEFORE.search(command[:index]):
+    if placement_problem(command) is not None:
         blockers.append(PLACEHOLDER_QUOTED)
     rest = command[:index] + " " + command[index + len(TESTS_PLACEHOLDER) :]
     if _hardcodes_selector(rest, selectors):
@@ -159,6 +158,9 @@ def audit(
             definition.test_command, [*definition.fail_to_pass, *definition.pass_to_pass]
         )
     )
+    hints: list[str] = []
+    if PLACEHOLDER_QUOTED in blockers:
+        hints.append(f"testCommand: {{tests}} {placement_problem(definition.test_command)}")
     blockers.extend(repository or [])
     evidence = (
         coupling(tests, gold, instruction, set(present_at_base))
@@ -168,6 +170,7 @@ def audit(
     return AuditResult(
         blockers=blockers,
         coupling=evidence,
+        hints=hints,
         repository_checked=repository is not None,
         metrics=AuditMetrics(
             implementation_files=implementation_files,

@@ -111,6 +111,8 @@ class AuditData(_Model):
     # What the held-out tests reach for that only the gold patch brings (evidence for the
     # verification round, never a blocker).
     coupling: list[CouplingItem] = Field(default_factory=list)
+    # Why a blocker holds where the seed's fixed words cannot say.
+    hints: list[str] = Field(default_factory=list)
 
 
 class ImageData(_Model):

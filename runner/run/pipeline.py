@@ -168,6 +168,7 @@ def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
         ),
         repository_checked=result_audit.repository_checked,
         coupling=result_audit.coupling,
+        hints=result_audit.hints,
     )
     if result_audit.accepted:
         run.audit.set(

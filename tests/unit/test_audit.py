@@ -187,10 +187,58 @@ def test_blockers_are_joined_in_table_order() -> None:
         ("pytest tests/ {tests}", []),
         ("pytest tests/test_new.shx {tests}", []),
         ('pytest "{tests}" tests/test_new.sh', [PLACEHOLDER_QUOTED, PLACEHOLDER_HARDCODED]),
+        # Every context but a command's own argument list, as the shell parses it.
+        ("bash -c '{tests}'", [PLACEHOLDER_QUOTED]),
+        ('echo "$("{tests}")"', [PLACEHOLDER_QUOTED]),
+        ("cat <<EOF\n{tests}\nEOF\n", [PLACEHOLDER_QUOTED]),
+        ("bash <<'EOF'\npytest {tests}\nEOF\n", [PLACEHOLDER_QUOTED]),
+        ("pytest tests # {tests}", [PLACEHOLDER_QUOTED]),
+        ("pytest $(echo {tests})", [PLACEHOLDER_QUOTED]),
+        ("pytest `echo {tests}`", [PLACEHOLDER_QUOTED]),
+        ("pytest <(printf '%s\\n' {tests})", [PLACEHOLDER_QUOTED]),
+        ("for t in {tests}; do pytest $t; done", [PLACEHOLDER_QUOTED]),
+        ("case {tests} in *) pytest;; esac", [PLACEHOLDER_QUOTED]),
+        ("[[ -n {tests} ]] && pytest", [PLACEHOLDER_QUOTED]),
+        ("pytest > {tests}", [PLACEHOLDER_QUOTED]),
+        ("export T={tests}; pytest $T", [PLACEHOLDER_QUOTED]),
+        ("T=({tests}); pytest ${T[@]}", [PLACEHOLDER_QUOTED]),
+        ("f() { pytest {tests}; }", [PLACEHOLDER_QUOTED]),
+        ("pytest x{tests}", [PLACEHOLDER_QUOTED]),
+        ("pytest --files={tests}", [PLACEHOLDER_QUOTED]),
+        ("pytest ${tests}", [PLACEHOLDER_QUOTED]),
+        ("pytest $'{tests}'", [PLACEHOLDER_QUOTED]),
+        ("pytest \\{tests}", [PLACEHOLDER_QUOTED]),
+        ("{tests}", [PLACEHOLDER_QUOTED]),
+        ("eval pytest {tests}", [PLACEHOLDER_QUOTED]),
+        (". {tests}", [PLACEHOLDER_QUOTED]),
+        ("bash {tests}", [PLACEHOLDER_QUOTED]),
+        ("bash -ec {tests}", [PLACEHOLDER_QUOTED]),
+        ("env CI=1 {tests}", [PLACEHOLDER_QUOTED]),
+        ("timeout 60 {tests}", [PLACEHOLDER_QUOTED]),
+        ("if {tests}", [PLACEHOLDER_QUOTED]),
+        ("pytest 'unterminated {tests}", [PLACEHOLDER_QUOTED]),
+        # ... and the argument lists that stay: nested in lists, pipelines, subshells, groups.
+        ("cd pkg && uv run pytest -q {tests} 2>&1 | tee log", []),
+        ("(cd pkg; go test -count=1 {tests}) && echo done", []),
+        ("{ set -e; bun test {tests}; }", []),
+        ("if pytest {tests}; then echo ok; fi", []),
+        ("sh -c 'pytest \"$@\"' sh {tests}", []),
+        ("timeout 600 env CI=1 npx jest {tests}", []),
+        ("bash tests/run.sh {tests} # the runner", []),
     ],
 )
 def test_placeholder_rules(command: str, expected: list[str]) -> None:
     assert placeholder_blockers(command, ["tests/test_new.sh", "tests/test_old.sh"]) == expected
+
+
+def test_a_misplaced_placeholder_keeps_the_seeds_words_and_says_where_it_is() -> None:
+    result = audit(
+        model(testCommand="bash tests/run.sh <<EOF\n{tests}\nEOF"),
+        gold=patch({"lib.sh": 20}),
+        tests=TESTS,
+    )
+    assert result.blockers == [PLACEHOLDER_QUOTED]
+    assert result.hints == ["testCommand: {tests} it is part of a heredoc body"]
 
 
 def test_escaped_quote_does_not_open_a_string() -> None:
