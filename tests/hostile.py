@@ -52,6 +52,8 @@ class Case:
     make: Callable[[Fixture, Path], Path]  # builds the case under a directory, returns target
     # A fragment the error output must contain (a regression for a bullet of the issue).
     expect: str | None = None
+    # The exit code `audit` must give (1: a blocker, 2: invalid input), when it is decided.
+    audit_code: int | None = None
 
 
 def make_fixture(root: Path) -> Fixture:
@@ -315,7 +317,14 @@ def field_cases() -> Iterator[Case]:
         yield _definition_case(field, label, value)
     for label, command in PLACEHOLDER_CONTEXTS:
         case = _definition_case("testCommand", f"placeholder-{label}", command)
-        yield Case(case.name, case.category, case.kind, case.make, expect=PLACEHOLDER_MISPLACED)
+        yield Case(
+            case.name,
+            case.category,
+            case.kind,
+            case.make,
+            expect=PLACEHOLDER_MISPLACED,
+            audit_code=1,
+        )
     for field in ("setupCommand", "testCommand", "failToPass"):
         snake = "".join("_" + c.lower() if c.isupper() else c for c in field)
 
@@ -335,7 +344,8 @@ def field_cases() -> Iterator[Case]:
             fx.test_patch,
             fx.gold_patch,
         ),
-        expect="is also in failToPass",
+        expect="is in both failToPass and passToPass",
+        audit_code=1,
     )
     yield Case(
         "testPaths-hold-the-gold-file",

@@ -97,6 +97,18 @@ def _hardcodes_selector(command: str, selectors: list[str]) -> bool:
     return False
 
 
+def selectors_in_both(definition: TaskDefinition) -> list[str]:
+    """A selector cannot fail at the base commit (failToPass) and pass there (passToPass): the
+    schema allows it, the seed's semantics do not."""
+    both = sorted(set(definition.fail_to_pass) & set(definition.pass_to_pass))
+    return [
+        f"selector {selector!r} is in both failToPass and passToPass "
+        f"(passToPass[{definition.pass_to_pass.index(selector)}]): it cannot both fail and "
+        "pass at baseCommit"
+        for selector in both
+    ]
+
+
 def held_out_gold(definition: TaskDefinition, gold: PatchInfo, tests: PatchInfo) -> list[str]:
     """Gold files that a testPaths entry holds out: the verifier would restore them from the
     base and discard the reference implementation. (A file in both patches is the overlap
@@ -153,6 +165,7 @@ def audit(
             f"test{'s' if profile.min_pass_to_pass != 1 else ''}; found "
             f"{len(definition.pass_to_pass)}"
         )
+    blockers.extend(selectors_in_both(definition))
     blockers.extend(
         placeholder_blockers(
             definition.test_command, [*definition.fail_to_pass, *definition.pass_to_pass]

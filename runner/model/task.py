@@ -190,10 +190,6 @@ def cross_field_problems(definition: TaskDefinition) -> list[tuple[str, str]]:
             continue
         if v.covers(normalized, workdir):
             problems.append((field, f"held-out path {path!r} covers the whole workdir ({workdir})"))
-    both = sorted(set(definition.fail_to_pass) & set(definition.pass_to_pass))
-    for selector in both:
-        index = definition.pass_to_pass.index(selector)
-        problems.append((f"passToPass[{index}]", f"selector {selector!r} is also in failToPass"))
     return problems
 
 

@@ -145,6 +145,26 @@ def test_rename_source_counts_for_overlap() -> None:
     assert "gold and held-out test patches overlap: tests/test_new.sh" in result.blockers
 
 
+def test_a_selector_in_both_lists_is_a_blocker_not_invalid_input(tmp_path: Path) -> None:
+    from runner.compile.taskdir import load_authored_task
+    from tests.helpers import bash_task
+
+    result = audit(
+        model(failToPass=["t1", "t3"], passToPass=["t2", "t1", "t3"]),
+        gold=patch({"lib.sh": 20}),
+        tests=TESTS,
+    )
+    assert result.blockers == [
+        "selector 't1' is in both failToPass and passToPass (passToPass[1]): it cannot both "
+        "fail and pass at baseCommit",
+        "selector 't3' is in both failToPass and passToPass (passToPass[2]): it cannot both "
+        "fail and pass at baseCommit",
+    ]
+    # The schema allows it: the task loads.
+    task = bash_task(tmp_path, failToPass=["tests/test_new.sh"], passToPass=["tests/test_new.sh"])
+    assert load_authored_task(task.directory).definition.pass_to_pass == ["tests/test_new.sh"]
+
+
 def test_held_out_patch_without_files() -> None:
     result = audit(model(), gold=patch({"lib.sh": 20}), tests=PatchInfo(changes=()))
     assert result.blockers == [NO_TEST_FILES]

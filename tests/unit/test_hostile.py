@@ -157,6 +157,8 @@ def test_hostile_input(case: Case, fixture: Fixture, tmp_path: Path) -> None:
     if case.kind == "task":
         code, out, err = cli("audit", str(target))
         check_output(code, out, err, allowed={0, 1, 2})
+        if case.audit_code is not None:
+            assert code == case.audit_code, (code, out, err)
         messages += out + err
         bundle = tmp_path / "out" / "bundle"
         code, out, err = cli("compile", str(target), "-o", str(bundle))
