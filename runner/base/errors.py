@@ -82,9 +82,12 @@ class InvalidInputError(InvalidTaskError):
     def __init__(self, problems: list[Problem] | tuple[Problem, ...]) -> None:
         if not problems:
             raise ValueError("InvalidInputError needs at least one problem")
-        first = problems[0]
+        # One problem found twice (a path named by both a section's `diff --git` line and its
+        # `+++` line, say) is said once.
+        unique = tuple(dict.fromkeys(problems))
+        first = unique[0]
         super().__init__(first.message, path=first.file, field=first.field)
-        self._problems = tuple(problems)
+        self._problems = unique
 
     @property
     def problems(self) -> tuple[Problem, ...]:

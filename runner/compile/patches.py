@@ -266,7 +266,7 @@ def section_problems(change: FileChange, index: int) -> list[str]:
     """What makes one section unsafe or useless; each message names the section."""
     label = f"section {index + 1} ({change.path!s})"
     problems: list[str] = []
-    for name in (*change.paths, *change.header_names):
+    for name in dict.fromkeys((*change.paths, *change.header_names)):
         try:
             normalized = v.normalize_repo_path(name)
         except ValueError as exc:

@@ -2,7 +2,7 @@
 `audit`, `compile` and, for forged bundles, `verify --plan`, plus property tests.
 
 Promises checked on every case: no traceback; exit 0, 1 or 2 only; errors one line each, on
-stderr; nothing written outside the output directory; nothing half-written on failure; the
+stderr, none said twice; nothing written outside the output directory; nothing half-written on failure; the
 rendered Dockerfiles carry exactly the template's instructions; every rendered script parses
 with `bash -n`.
 """
@@ -144,6 +144,7 @@ def check_output(
         assert lines, "an invalid input must say why"
         if error_lines:
             assert all(line.startswith("selfbench-runner: error: ") for line in lines), lines
+            assert len(lines) == len(set(lines)), f"an error line is said twice: {lines}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
