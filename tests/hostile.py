@@ -616,8 +616,91 @@ PATCH_EXPECT = {
 }
 
 
+# Sections `git apply` takes but a task may not carry: added to a valid patch, each is a static
+# audit blocker (exit 1) naming the patch and the section.
+ODDITIES: list[tuple[str, str, str, str]] = [
+    # (label, the section's path, the section, what the blocker says after naming it)
+    (
+        "hunk-longer-than-header",
+        "notes.txt",
+        "diff --git a/notes.txt b/notes.txt\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/notes.txt\n@@ -0,0 +1 @@\n+shown\n+never applied\n",
+        "line 7 of the section ('+never applied') lies after hunk 1 outside what any hunk "
+        "header counts",
+    ),
+    (
+        "hunk-shorter-than-header",
+        "notes.txt",
+        "diff --git a/notes.txt b/notes.txt\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/notes.txt\n@@ -0,0 +1,4 @@\n+one\n",
+        "hunk 1 (@@ -0,0 +1,4 @@) declares 0 old and 4 new lines but holds 0 and 1",
+    ),
+    (
+        "gitmodules",
+        ".gitmodules",
+        _section(".gitmodules", '@@ -0,0 +1,2 @@\n+[submodule "x"]\n+\tpath = x\n'),
+        ".gitmodules configures submodules",
+    ),
+    (
+        "gitattributes-filter",
+        ".gitattributes",
+        _section(".gitattributes", "@@ -0,0 +1 @@\n+*.sh filter=evil\n"),
+        "line 1 sets filter=evil",
+    ),
+    (
+        "nested-gitattributes-diff-merge",
+        "tests/.gitattributes",
+        _section("tests/.gitattributes", "@@ -0,0 +1,2 @@\n+# drivers\n+*.txt diff=x merge=y\n"),
+        "line 2 sets diff=x, merge=y",
+    ),
+    ("dash-path", "-rf", _section("-rf"), "path '-rf' starts with '-'"),
+    ("colon-path", ":(top)x", _section(":(top)x"), "path ':(top)x' starts with ':'"),
+    (
+        "semicolon-path",
+        "a;touch x.txt",
+        _section("a;touch x.txt"),
+        "path 'a;touch x.txt' holds the shell metacharacter ';'",
+    ),
+    (
+        "substitution-path",
+        "a$(id).txt",
+        _section("a$(id).txt"),
+        "path 'a$(id).txt' holds the shell metacharacter '$('",
+    ),
+    (
+        "backtick-path",
+        "a`id`.txt",
+        _section("a`id`.txt"),
+        "path 'a`id`.txt' holds the shell metacharacter '`'",
+    ),
+    (
+        "glob-path",
+        "tests/*.sh",
+        _section("tests/*.sh"),
+        "path 'tests/*.sh' holds the shell metacharacter '*'",
+    ),
+]
+
+
 def patch_cases() -> Iterator[Case]:
     for which in ("test", "gold"):
+        for label, path, section, says in ODDITIES:
+
+            def make_odd(
+                fx: Fixture, where: Path, which: str = which, section: str = section
+            ) -> Path:
+                test = fx.test_patch + section.encode() if which == "test" else fx.test_patch
+                gold = fx.gold_patch + section.encode() if which == "gold" else fx.gold_patch
+                return write(where / "task", fx.definition(), test, gold)
+
+            yield Case(
+                f"{which}.patch:oddity-{label}",
+                "patch",
+                "task",
+                make_odd,
+                expect=f"{which}.patch: section 2 ({path}): {says}",
+                audit_code=1,
+            )
         for label, raw in hostile_patches():
 
             def make(fx: Fixture, where: Path, which: str = which, raw: bytes = raw) -> Path:

@@ -66,6 +66,14 @@ def read_regular(path: Path, *, limit: int) -> bytes:
     return _read_opened(fd, str(path), limit)
 
 
+def size_words(size: int) -> str:
+    """A byte count as people read limits: "20 MiB", "256 KiB", "100 bytes"."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} bytes"
+
+
 def _read_opened(fd: int, where: str, limit: int) -> bytes:
     """The bytes of an opened file that must be regular and at most `limit` bytes; closes it."""
     try:
@@ -76,7 +84,8 @@ def _read_opened(fd: int, where: str, limit: int) -> bytes:
             )
         if info.st_size > limit:
             raise InvalidTaskError(
-                f"is too large ({info.st_size} bytes; at most {limit})", path=where
+                f"is too large ({info.st_size} bytes; the limit is {size_words(limit)})",
+                path=where,
             )
         chunks: list[bytes] = []
         size = 0
@@ -90,7 +99,9 @@ def _read_opened(fd: int, where: str, limit: int) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
-                raise InvalidTaskError(f"is too large (more than {limit} bytes)", path=where)
+                raise InvalidTaskError(
+                    f"is too large (more than the limit of {size_words(limit)})", path=where
+                )
         return b"".join(chunks)
     finally:
         os.close(fd)

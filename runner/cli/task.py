@@ -97,13 +97,13 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
         )
         if note:
             click.echo(note)
+        for blocker in result.blockers:
+            click.echo(f"blocker: {blocker}")
+        for hint in result.hints:
+            click.echo(f"note: {hint}")
         if result.accepted:
             click.echo("audit: accepted")
         else:
-            for blocker in result.blockers:
-                click.echo(f"blocker: {blocker}")
-            for hint in result.hints:
-                click.echo(f"  why: {hint}")
             click.echo(f"audit: rejected: {result.reason()}")
     return int(ExitCode.ACCEPTED if result.accepted else ExitCode.REJECTED)
 

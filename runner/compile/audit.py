@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import posixpath
+import re
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
 from runner.base import validation as v
-from runner.compile.coupling import coupling
+from runner.base.errors import printable
+from runner.compile.coupling import added_lines, coupling, coupling_notes
 from runner.compile.harness import harness_changes
 from runner.compile.patches import PatchInfo
 from runner.compile.shellsyntax import placement_problem
@@ -109,6 +112,69 @@ def selectors_in_both(definition: TaskDefinition) -> list[str]:
     ]
 
 
+# Characters that make a path a command line's business: the shell's own (`;`, `&`, `|`, `<`,
+# `>`, quotes, backslash, backtick, `$(`, `${`) and the pathspec globs `*` and `?` (git reads
+# them as patterns). `[`, `(`, `{`, `$`, `+`, `@` and spaces stay allowed: routing frameworks
+# name real files with them (Next.js `[id].tsx` and `(group)/`, Remix `$slug.tsx`, SvelteKit
+# `+page.svelte`), and every path reaches a command as one quoted word.
+_PATH_METACHARACTERS = frozenset(";&|<>\"'\\`*?")
+_PATH_SEQUENCES = ("$(", "${")
+# Attributes that name a driver: a command git runs on the file's content (gitattributes(5)).
+_DRIVER_ATTRIBUTE = re.compile(r"^(filter|diff|merge)=(\S+)$")
+
+
+def path_oddity(path: str) -> str | None:
+    """Why `path` may not be a task's file, or None."""
+    if path.startswith(("-", ":")):
+        return (
+            f"path {path!r} starts with {path[0]!r} (read as an option, or as pathspec magic, "
+            "by the commands it reaches)"
+        )
+    found = sorted({c for c in path if c in _PATH_METACHARACTERS})
+    found += [seq for seq in _PATH_SEQUENCES if seq in path]
+    if found:
+        return f"path {path!r} holds the shell metacharacter{'s' if len(found) > 1 else ''} " + (
+            " ".join(repr(c) for c in found)
+        )
+    return None
+
+
+def patch_oddities(label: str, info: PatchInfo) -> list[str]:
+    """Sections `git apply` would take but a task may not carry: hunks whose lines disagree
+    with their headers, submodule configuration, git attributes that name drivers, and paths
+    a command line would misread. Each names the patch and the section."""
+    blockers: list[str] = []
+    for index, change in enumerate(info.changes):
+        where = f"{label}: section {index + 1} ({printable(change.path)})"
+        blockers.extend(f"{where}: {problem}" for problem in change.hunk_problems)
+        for path in change.paths:
+            problem = path_oddity(path)
+            if problem:
+                blockers.append(f"{where}: {problem}")
+        names = {posixpath.basename(p).lower() for p in change.paths}
+        if ".gitmodules" in names:
+            blockers.append(
+                f"{where}: .gitmodules configures submodules, which a task cannot carry"
+            )
+        if ".gitattributes" in names and change.new_path is not None:
+            for number, text in added_lines(change):
+                drivers = _drivers(text)
+                if drivers:
+                    blockers.append(
+                        f"{where}: line {number} sets {', '.join(drivers)}: a driver is a "
+                        "command git runs on the files, which a task cannot carry"
+                    )
+    return blockers
+
+
+def _drivers(line: str) -> list[str]:
+    stripped = line.strip()
+    if not stripped or stripped.startswith("#"):
+        return []
+    attributes = stripped.split()[1:]
+    return [a for a in attributes if _DRIVER_ATTRIBUTE.match(a)]
+
+
 def held_out_gold(definition: TaskDefinition, gold: PatchInfo, tests: PatchInfo) -> list[str]:
     """Gold files that a testPaths entry holds out: the verifier would restore them from the
     base and discard the reference implementation. (A file in both patches is the overlap
@@ -144,6 +210,12 @@ def audit(
     if overlap:
         blockers.append(f"gold and held-out test patches overlap: {', '.join(overlap)}")
     blockers.extend(held_out_gold(definition, gold, tests))
+    blockers.extend(patch_oddities("test.patch", tests))
+    blockers.extend(patch_oddities("gold.patch", gold))
+    for index, entry in enumerate(definition.test_paths):
+        problem = path_oddity(entry)
+        if problem:
+            blockers.append(f"testPaths[{index}]: {problem}")
     blockers.extend(harness_changes(definition, gold))
 
     implementation_files = len(gold.changes)
@@ -180,6 +252,8 @@ def audit(
         if present_at_base is not None
         else []
     )
+    if present_at_base is not None:
+        hints.extend(coupling_notes(tests, gold))
     return AuditResult(
         blockers=blockers,
         coupling=evidence,

@@ -13,14 +13,17 @@ import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
+from runner.compile.codetokens import language_of, tokens
 from runner.compile.patches import FileChange, PatchInfo
 from runner.model.report import CouplingItem
 
 MAX_ITEMS = 100
 MAX_CANDIDATES = 300
-_IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{2,63}\b")
-_STRING = re.compile(r"""(?P<q>["'`])(?P<s>[^"'`\\\n]{4,200})(?P=q)""")
+# New-side text read per patch: real tests are far smaller; this bounds the grammars' work on a
+# patch near the 20 MiB limit (about 1 s a MiB for Python-looking garbage).
+MAX_READ_BYTES = 1024 * 1024
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 CODE_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs", ".rb", ".java")
 
@@ -49,17 +52,107 @@ def added_lines(change: FileChange) -> Iterator[tuple[int, str]]:
             number += 1
 
 
-def _tokens(patch: PatchInfo) -> dict[str, _Site]:
-    """Every identifier and string literal an added line holds, with its first site."""
+@dataclass(frozen=True)
+class Fragments:
+    """A section's hunks, new side: each a contiguous piece of the new file (context and added
+    lines, so a grammar reads the added ones in context) with, per row, its line number there
+    and whether it is added."""
+
+    pieces: list[tuple[str, list[tuple[int, bool]]]]
+    size: int  # characters taken
+    cut: bool  # the limit stopped the reading
+
+
+def fragments(change: FileChange, limit: int) -> Fragments:
+    """At most `limit` characters of new-side text, cut at a line's end."""
+    pieces: list[tuple[str, list[tuple[int, bool]]]] = []
+    rows: list[tuple[int, bool]] = []
+    lines: list[str] = []
+    size = 0
+    number = 0
+    in_hunk = False
+    cut = False
+    # New-side text is at most the section's size: reading past 4 times the limit is waste.
+    source = change.raw if len(change.raw) <= 4 * limit else change.raw[: 4 * limit]
+    for raw in source.decode("utf-8", "replace").splitlines():
+        if match := _HUNK.match(raw):
+            if lines:
+                pieces.append(("\n".join(lines), rows))
+            rows, lines = [], []
+            number = int(match.group(1))
+            in_hunk = True
+            continue
+        if not in_hunk or raw.startswith(("+++", "---")):
+            continue
+        if raw.startswith(("+", " ")):
+            if size + len(raw) > limit:
+                cut = True
+                break
+            size += len(raw)
+            rows.append((number, raw.startswith("+")))
+            lines.append(raw[1:])
+            number += 1
+    if lines:
+        pieces.append(("\n".join(lines), rows))
+    return Fragments(pieces, size, cut or source is not change.raw)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    found: dict[str, _Site]
+    added: list[tuple[str, int, str]]  # (path, line number, text) of each added line read
+    unread: int  # sections left (partly) unread past MAX_READ_BYTES of new-side text
+
+
+@lru_cache(maxsize=8)
+def _read(patch: PatchInfo) -> _Reading:
+    """Every name and string literal the added lines hold (comments and docstrings left out,
+    by the file's own grammar), with its first site, in the first MAX_READ_BYTES of the
+    patch's new-side text. Cached: the audit and the repository lookup ask for the same
+    patches."""
     found: dict[str, _Site] = {}
+    added: list[tuple[str, int, str]] = []
+    budget = MAX_READ_BYTES
+    unread = 0
     for change in patch.changes:
+        if budget <= 0:
+            unread += 1
+            continue
         path = change.new_path or change.old_path or ""
-        for number, text in added_lines(change):
-            for match in _STRING.finditer(text):
-                found.setdefault("\0" + match.group("s"), _Site(path, number))
-            for match in _IDENTIFIER.finditer(_STRING.sub(" ", text)):
-                found.setdefault(match.group(0), _Site(path, number))
-    return found
+        language = language_of(path)
+        taken = fragments(change, budget)
+        for text, rows in taken.pieces:
+            added.extend(
+                (path, number, line)
+                for (number, is_added), line in zip(rows, text.split("\n"), strict=True)
+                if is_added
+            )
+            for token in tokens(text, language):
+                number, is_added = rows[token.row]
+                if is_added:
+                    key = "\0" + token.text if token.kind == "string" else token.text
+                    found.setdefault(key, _Site(path, number))
+        budget = 0 if taken.cut else budget - taken.size
+        unread += taken.cut
+    return _Reading(found, added, unread)
+
+
+def _tokens(patch: PatchInfo) -> dict[str, _Site]:
+    return _read(patch).found
+
+
+def coupling_notes(tests: PatchInfo, gold: PatchInfo) -> list[str]:
+    """What the evidence did not read (a patch past MAX_READ_BYTES of new-side text)."""
+    notes = []
+    for label, patch in (("test.patch", tests), ("gold.patch", gold)):
+        unread = _read(patch).unread
+        if unread:
+            notes.append(
+                f"coupling evidence read the first {MAX_READ_BYTES // (1024 * 1024)} MiB of "
+                f"{label}'s new lines ({unread} section{'s' if unread != 1 else ''} not read "
+                "to the end)"
+            )
+    return notes
 
 
 def _module_names(path: str) -> list[str]:
@@ -136,38 +229,36 @@ def coupling(
         )
     # New modules and files of the gold patch that the tests import or read.
     added_files = [c.new_path for c in gold.changes if c.old_path is None and c.new_path]
-    for change in tests.changes:
-        test_path = change.new_path or change.old_path or ""
-        for number, text in added_lines(change):
-            for path in added_files:
-                names = _module_names(path)
-                module = next((n for n in names if n in text and n not in instruction), None)
-                if path in instruction or posixpath.basename(path) in instruction:
-                    continue  # the instruction names it: part of the task's contract
-                if module is not None:
-                    items.append(
-                        CouplingItem(
-                            kind="new-module",
-                            name=module,
-                            test_file=test_path,
-                            test_line=number,
-                            gold_file=path,
-                            gold_line=1,
-                        )
+    for test_path, number, text in _read(tests).added if added_files else ():
+        for path in added_files:
+            names = _module_names(path)
+            module = next((n for n in names if n in text and n not in instruction), None)
+            if path in instruction or posixpath.basename(path) in instruction:
+                continue  # the instruction names it: part of the task's contract
+            if module is not None:
+                items.append(
+                    CouplingItem(
+                        kind="new-module",
+                        name=module,
+                        test_file=test_path,
+                        test_line=number,
+                        gold_file=path,
+                        gold_line=1,
                     )
-                elif not path.endswith(CODE_SUFFIXES) and (
-                    path in text or posixpath.basename(path) in text
-                ):
-                    items.append(
-                        CouplingItem(
-                            kind="gold-only-file",
-                            name=path,
-                            test_file=test_path,
-                            test_line=number,
-                            gold_file=path,
-                            gold_line=1,
-                        )
+                )
+            elif not path.endswith(CODE_SUFFIXES) and (
+                path in text or posixpath.basename(path) in text
+            ):
+                items.append(
+                    CouplingItem(
+                        kind="gold-only-file",
+                        name=path,
+                        test_file=test_path,
+                        test_line=number,
+                        gold_file=path,
+                        gold_line=1,
                     )
+                )
     order = {
         "private-name": 0,
         "new-module": 1,

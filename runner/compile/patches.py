@@ -15,9 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from unidiff.errors import UnidiffParseError
-from unidiff.patch import PatchSet
+from unidiff.patch import PatchedFile, PatchSet
 
 from runner.base import validation as v
+from runner.base.errors import printable
 
 GIT_PATCH_PREFIX = b"diff --git "
 DEV_NULL = "/dev/null"
@@ -65,6 +66,7 @@ _SIMPLE_ESCAPES = {
 _HEADER_NAME = re.compile(r"^(rename from |rename to |copy from |copy to |--- |\+\+\+ )(.*)$")
 _HEADER_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\S+)$")
 _INDEX_MODE = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+ (\S+)$")
+_HUNK_HEADER = re.compile(r"^@@ -\d+(,(\d+))? \+\d+(,(\d+))? @@")
 
 
 class PatchParseError(ValueError):
@@ -89,6 +91,8 @@ class FileChange:
     binary_data: bool = False  # a `GIT binary patch` payload (not just "Binary files differ")
     header_names: tuple[str, ...] = ()  # every raw name its header lines give
     symlink_target: str | None = None
+    # Where a hunk's lines disagree with its header (an audit blocker, naming the section).
+    hunk_problems: tuple[str, ...] = ()
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -210,46 +214,118 @@ def _header(section: str) -> tuple[list[str], list[str], str | None, str | None]
     return names, modes, old_mode, new_mode
 
 
-def parse_patch(raw: bytes) -> PatchInfo:
-    """Parse a Git patch. Raises PatchParseError when it cannot be read."""
-    text = raw.decode("utf-8", "surrogateescape")
+@dataclass(frozen=True)
+class _Hunks:
+    """A section's hunks as `git apply` counts them."""
+
+    count: int
+    added: int
+    removed: int
+    problems: tuple[str, ...]  # where a hunk's header and its lines disagree
+
+
+def _scan_hunks(section: str) -> _Hunks:
+    """Check every hunk's line counts against its `@@ -a,b +c,d @@` header. unidiff takes a
+    hunk with more lines than its header counts and drops the rest (so does `git apply`: a
+    reader sees lines that are never applied); a short one fails the whole patch."""
+    lines = section.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # what follows the section's last newline is no line
+    index = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
+    count = added = removed = 0
+    problems: list[str] = []
+    while index < len(lines):
+        line = lines[index].rstrip("\r")
+        match = _HUNK_HEADER.match(line)
+        if match is None:
+            if line and not line.startswith("\\"):
+                after = f"after hunk {count} " if count else ""
+                problems.append(
+                    f"line {index + 1} of the section ({printable(line[:40])!r}) lies {after}"
+                    "outside what any hunk header counts"
+                )
+                break
+            index += 1
+            continue
+        count += 1
+        old_wanted = int(match.group(2)) if match.group(2) is not None else 1
+        new_wanted = int(match.group(4)) if match.group(4) is not None else 1
+        old = new = 0
+        index += 1
+        while index < len(lines) and (old < old_wanted or new < new_wanted):
+            first = lines[index][:1]
+            if first in (" ", "", "\r"):  # git reads an empty line as empty context
+                old += 1
+                new += 1
+            elif first == "-":
+                old += 1
+                removed += 1
+            elif first == "+":
+                new += 1
+                added += 1
+            elif first != "\\":
+                break
+            index += 1
+        if (old, new) != (old_wanted, new_wanted):
+            problems.append(
+                f"hunk {count} ({line[: line.index('@@', 2) + 2]}) declares {old_wanted} old and "
+                f"{new_wanted} new lines but holds {old} and {new}"
+            )
+            break
+    return _Hunks(count=count, added=added, removed=removed, problems=tuple(problems))
+
+
+def _parse_section(text: str) -> PatchedFile:
     try:
-        parsed = PatchSet(text)
+        parsed = PatchSet(text, metadata_only=True)
     except UnidiffParseError as exc:
         raise PatchParseError(str(exc)) from exc
     except (ValueError, IndexError, TypeError, AttributeError) as exc:
         # unidiff assumes well-formed input; on hostile bytes it can fail in other ways.
         raise PatchParseError(f"unreadable diff ({type(exc).__name__})") from exc
+    if len(parsed) != 1:
+        raise PatchParseError(f"a 'diff --git' section holds {len(parsed)} file diffs")
+    return parsed[0]
+
+
+def parse_patch(raw: bytes) -> PatchInfo:
+    """Parse a Git patch, section by section (unidiff reads the headers and counts; the hunk
+    counts are checked here). Raises PatchParseError when it cannot be read."""
+    if not raw.strip():
+        return PatchInfo(changes=())
     sections = _split_sections(raw)
-    if len(sections) != len(parsed):
-        raise PatchParseError(
-            f"found {len(sections)} 'diff --git' sections but could parse {len(parsed)}"
-        )
+    if not sections:
+        raise PatchParseError("no 'diff --git' section")
     changes = []
-    for patched, section in zip(parsed, sections, strict=True):
+    for section in sections:
         section_text = section.decode("utf-8", "surrogateescape")
+        hunks = _scan_hunks(section_text)
+        header_text = section_text.split("\n@@", 1)[0] + "\n"
+        # A section whose hunks disagree with their headers is read by its header alone: the
+        # audit names it (a blocker), and nothing here guesses which lines were meant.
+        patched = _parse_section(header_text if hunks.problems else section_text)
         names, _modes, old_mode, new_mode = _header(section_text)
         old = None if patched.is_added_file else _strip_prefix(patched.source_file, "a/")
         new = None if patched.is_removed_file else _strip_prefix(patched.target_file, "b/")
-        header_lines = section_text.split("\n@@", 1)[0].splitlines()
+        header_lines = header_text.splitlines()
         symlink_target = None
         if new_mode == SYMLINK_MODE and new is not None:
+            body = section_text.split("\n@@", 1)[1] if "\n@@" in section_text else ""
             added = [
-                line.value
-                for hunk in patched
-                for line in hunk
-                if line.is_added and line.value.strip("\n")
+                line[1:]
+                for line in body.split("\n")[1:]
+                if line.startswith("+") and line[1:].strip("\n")
             ]
             symlink_target = "".join(added).rstrip("\n")
         changes.append(
             FileChange(
                 old_path=old,
                 new_path=new,
-                added_lines=patched.added,
-                removed_lines=patched.removed,
+                added_lines=hunks.added,
+                removed_lines=hunks.removed,
                 binary=bool(patched.is_binary_file),
                 raw=section,
-                hunks=len(patched),
+                hunks=hunks.count,
                 old_mode=old_mode,
                 new_mode=new_mode,
                 rename=any(line.startswith("rename from ") for line in header_lines),
@@ -257,6 +333,7 @@ def parse_patch(raw: bytes) -> PatchInfo:
                 binary_data="\nGIT binary patch\n" in section_text,
                 header_names=tuple(names),
                 symlink_target=symlink_target,
+                hunk_problems=hunks.problems,
             )
         )
     return PatchInfo(changes=tuple(changes))

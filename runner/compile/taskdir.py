@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 
 from runner.base import validation as v
 from runner.base.errors import InvalidInputError, InvalidTaskError, Problem
-from runner.base.safeio import optional_regular, read_regular, require_directory
+from runner.base.safeio import optional_regular, read_regular, require_directory, size_words
 from runner.compile.patches import (
     PatchInfo,
     PatchParseError,
@@ -242,8 +242,8 @@ def load_authored_task(directory: Path) -> AuthoredTask:
             Problem(
                 file=str(directory),
                 field=None,
-                message=f"task files are too large together ({total} bytes; at most "
-                f"{v.MAX_TASK_BYTES})",
+                message=f"task files are too large together ({total} bytes; the limit is "
+                f"{size_words(v.MAX_TASK_BYTES)})",
             )
         )
     if problems or definition is None:

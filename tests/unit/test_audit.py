@@ -411,3 +411,46 @@ def test_selector_files_and_the_contract_list_are_harness_too() -> None:
         "gold.patch changes ci/check.py, which the environment contract's harnessProtect "
         "lists: a reference solution must not change the test harness",
     ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "app/[id]/page.tsx",
+        "app/(marketing)/about/page.tsx",
+        "app/routes/posts.$slug.tsx",
+        "src/routes/+page.svelte",
+        "packages/@scope/pkg/index.ts",
+        "docs/Release Notes.md",
+        "src/{curly}.txt",
+        "a/-dash-inside.txt",
+    ],
+)
+def test_paths_of_real_frameworks_are_no_oddity(path: str) -> None:
+    from runner.compile.audit import path_oddity
+
+    assert path_oddity(path) is None
+
+
+def test_a_held_out_path_a_command_line_would_misread_is_a_blocker() -> None:
+    result = audit(
+        model(testPaths=["tests/test_new.sh", "--collect-only", "tests/$(id)"]),
+        gold=patch({"lib.sh": 20}),
+        tests=TESTS,
+    )
+    assert result.blockers == [
+        "testPaths[1]: path '--collect-only' starts with '-' (read as an option, or as pathspec "
+        "magic, by the commands it reaches)",
+        "testPaths[2]: path 'tests/$(id)' holds the shell metacharacter '$('",
+    ]
+
+
+def test_gitattributes_without_drivers_is_no_oddity() -> None:
+    from runner.compile.audit import patch_oddities
+
+    text = (
+        "diff --git a/.gitattributes b/.gitattributes\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/.gitattributes\n@@ -0,0 +1,4 @@\n+# line endings\n+*.sh text eol=lf\n"
+        "+*.png binary -diff\n+[attr]generated -merge linguist-generated\n"
+    )
+    assert patch_oddities("gold.patch", parse_patch(text.encode())) == []

@@ -177,3 +177,89 @@ def test_names_already_in_the_base_tree_are_found_by_one_git_grep(tmp_path: Path
     )
     assert found == {"_existing", "missing key: %s", "MAX_SIZE"}
     assert present_in_tree(store, commit, []) == frozenset()
+
+
+# The name `parse_fragment` and the advisory id's pieces exist only in the gold patch; a test
+# that mentions them in a comment, a docstring or inside a sentence does not use them.
+PROSE_ONLY = {
+    "tests/test_prose.py": [
+        '"""Regression for GHSA-q7r2-wxyz: parse_fragment accepted junk."""',
+        "# parse_fragment used to accept junk (GHSA-q7r2-wxyz)",
+        "def test_junk():",
+        '    assert run("parse_fragment rejects junk now") == 0',
+    ],
+    "test/prose.test.js": [
+        "/* GHSA-q7r2-wxyz: parse_fragment accepted junk",
+        " * parse_fragment used to accept it */",
+        "// parse_fragment again",
+        "test('parse_fragment rejects junk', () => { expect(run()).toBe(0); });",
+    ],
+    "test/prose.test.ts": [
+        "/** GHSA-q7r2-wxyz parse_fragment */",
+        "const label: string = `parse_fragment is strict`;",
+    ],
+    "prose_test.go": [
+        "// GHSA-q7r2-wxyz: parse_fragment accepted junk",
+        "/* parse_fragment */",
+        'func TestJunk(t *testing.T) { t.Log("parse_fragment rejects junk") }',
+    ],
+    "tests/prose.rs": [
+        "/// GHSA-q7r2-wxyz: parse_fragment accepted junk",
+        "// parse_fragment",
+        '#[test] fn junk() { assert_eq!(run("parse_fragment now strict"), 0); }',
+    ],
+    "tests/test_prose.sh": [
+        "# GHSA-q7r2-wxyz: parse_fragment accepted junk",
+        'echo "parse_fragment rejects junk" >/dev/null',
+    ],
+}
+GOLD_NAMES = patch(
+    added(
+        "src/fragment.py",
+        [
+            "GHSA = 'q7r2'",
+            "wxyz = 1",
+            "def parse_fragment(text):",
+            "    return text",
+        ],
+    )
+)
+
+
+@pytest.mark.parametrize("path", sorted(PROSE_ONLY))
+def test_words_of_comments_docstrings_and_strings_are_not_names(path: str) -> None:
+    tests = patch(added(path, PROSE_ONLY[path]))
+    items = coupling(tests, GOLD_NAMES, "Reject junk.", set())
+    names = {(i.kind, i.name) for i in items if i.kind != "string-literal"}
+    assert not {n for _, n in names} & {"parse_fragment", "GHSA", "wxyz", "q7r2"}, items
+    assert not {"parse_fragment", "GHSA", "wxyz"} & set(
+        candidates(tests, GOLD_NAMES, "Reject junk.")
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "line"),
+    [
+        ("tests/test_use.py", "from fragment import parse_fragment; parse_fragment('x')"),
+        ("test/use.test.js", "import { parse_fragment } from '../src/fragment';"),
+        ("test/use.test.ts", "const f: typeof parse_fragment = parse_fragment;"),
+        ("use_test.go", 'func TestUse(t *testing.T) { parse_fragment("x") }'),
+        ("tests/use.rs", 'fn used() { parse_fragment("x"); }'),
+        ("tests/test_use.sh", "parse_fragment x"),
+    ],
+)
+def test_the_same_name_used_as_code_is_evidence(path: str, line: str) -> None:
+    items = coupling(patch(added(path, [line])), GOLD_NAMES, "Reject junk.", set())
+    assert ("gold-only-name", "parse_fragment", path, 1) in {
+        (i.kind, i.name, i.test_file, i.test_line) for i in items
+    }
+
+
+def test_a_modified_test_file_is_read_in_its_hunk_context() -> None:
+    """The hunk's context lines open the docstring the added line sits in."""
+    tests = patch(
+        "diff --git a/tests/test_x.py b/tests/test_x.py\n--- a/tests/test_x.py\n"
+        "+++ b/tests/test_x.py\n@@ -1,3 +1,4 @@\n"
+        ' def test_x():\n     """Checks\n+    parse_fragment, GHSA and wxyz.\n     """\n'
+    )
+    assert [i for i in coupling(tests, GOLD_NAMES, "", set()) if i.kind != "string-literal"] == []

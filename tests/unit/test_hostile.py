@@ -1,10 +1,10 @@
 """The input boundary under attack: every case of the hostile corpus (tests/hostile.py) through
 `audit`, `compile` and, for forged bundles, `verify --plan`, plus property tests.
 
-Promises checked on every case: no traceback; exit 0, 1 or 2 only; errors one line each, on
-stderr, none said twice; nothing written outside the output directory; nothing half-written on failure; the
-rendered Dockerfiles carry exactly the template's instructions; every rendered script parses
-with `bash -n`.
+Promises checked on every case: no traceback; exit 0, 1 or 2 only (and the audit's own code
+where a case decides it); errors one line each, on stderr, none said twice; nothing written
+outside the output directory; nothing half-written on failure; the rendered Dockerfiles carry
+exactly the template's instructions; every rendered script parses with `bash -n`.
 """
 
 from __future__ import annotations

@@ -251,7 +251,40 @@ def test_real_changes_pass_the_rules(repo: Path) -> None:
     assert patch_problems(parse_patch(raw)) == []
 
 
-def test_truncated_hunk_is_refused() -> None:
-    raw = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n-a\n+b\n"
-    with pytest.raises(ValueError, match="Hunk is shorter"):
-        parse_patch(raw)
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (
+            "@@ -1,3 +1,3 @@\n-a\n+b\n",
+            "hunk 1 (@@ -1,3 +1,3 @@) declares 3 old and 3 new lines but holds 1 and 1",
+        ),
+        # Longer than its header: git applies the first lines and drops the rest unread.
+        (
+            "@@ -1 +1 @@\n-a\n+b\n+c\n+d\n",
+            "line 7 of the section ('+c') lies after hunk 1 outside what any hunk header counts",
+        ),
+        (
+            "@@ -1 +1 @@\n-a\n+b\n+c\n@@ -9 +9 @@\n-q\n+r\n",
+            "line 7 of the section ('+c') lies after hunk 1 outside what any hunk header counts",
+        ),
+        (
+            "@@ -1,2 +1,2 @@\n-a\n+b\n c\n@@ -5,0 +5,2 @@\n+x\n",
+            "hunk 2 (@@ -5,0 +5,2 @@) declares 0 old and 2 new lines but holds 0 and 1",
+        ),
+    ],
+)
+def test_hunks_that_disagree_with_their_headers_are_named(body: str, problem: str) -> None:
+    raw = f"diff --git a/f b/f\n--- a/f\n+++ b/f\n{body}".encode()
+    (change,) = parse_patch(raw).changes
+    assert change.hunk_problems == (problem,)
+    assert change.path == "f"
+
+
+def test_hunks_that_agree_have_no_problem() -> None:
+    raw = (
+        b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n\n"
+        b"@@ -10 +10,2 @@\n-x\n+y\n+z\n\\ No newline at end of file\n"
+    )
+    (change,) = parse_patch(raw).changes
+    assert change.hunk_problems == ()
+    assert (change.hunks, change.added_lines, change.removed_lines) == (2, 3, 2)
