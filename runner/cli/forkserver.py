@@ -21,6 +21,8 @@ PRELOAD = (
     "runner.engine.docker",
     "runner.compile.compiler",
     "runner.compile.repository",
+    "runner.compile.audit",
+    "runner.compile.codetokens",
     "runner.present.html",
     "docker",
     "docker.api",
