@@ -39,17 +39,6 @@ selfbench_sidecar_sha256() {
   rm -f "$out"
 }
 
-# selfbench_shasums_sha256 SHASUMS_URL FILENAME -> the digest listed for FILENAME
-selfbench_shasums_sha256() {
-  local out digest
-  out=$(mktemp)
-  selfbench_download "$1" "$out"
-  digest=$(awk -v name="$2" '$2 == name || $2 == "*" name { print $1 }' "$out")
-  rm -f "$out"
-  [ -n "$digest" ] || selfbench_fail "$2 is not listed in $1"
-  echo "$digest"
-}
-
 # selfbench_registry_artifact TOOLCHAIN FILE SHA256 -> path of the checked artifact
 selfbench_registry_artifact() {
   local path="/opt/selfbench-artifacts/$1/$2"

@@ -59,7 +59,10 @@ def template_environment() -> jinja2.Environment:
     env.filters["docker_quote"] = dockerfile_quote
     env.filters["docker_value"] = dockerfile_value
     env.globals.update(
-        registry_case=_registry_case, upstream_case=_upstream_case, upstream_url=_upstream_url
+        registry_case=_registry_case,
+        upstream_case=_upstream_case,
+        upstream_url=_upstream_url,
+        upstream_digest=_upstream_digest,
     )
     return env
 
@@ -81,7 +84,20 @@ def _registry_case(spec: ToolchainSpec) -> str:
 
 
 def _upstream_case(spec: ToolchainSpec) -> str:
-    return _case([(a, {"triple": e.triple}) for a, e in sorted(spec.upstream.arch.items())])
+    return _case(
+        [
+            (a, {"triple": e.triple, **({"sha256": e.sha256} if e.sha256 else {})})
+            for a, e in sorted(spec.upstream.arch.items())
+        ]
+    )
+
+
+def _upstream_digest(spec: ToolchainSpec) -> str:
+    """The digest an upstream download is checked against, as a shell word: the catalog's pin
+    (set by the arch case), else the `.sha256` published beside "$url"."""
+    if spec.upstream.integrity == "pinned":
+        return '"$sha256"'
+    return '"$(selfbench_sidecar_sha256 "$url")"'
 
 
 def _upstream_url(spec: ToolchainSpec) -> str:

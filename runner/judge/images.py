@@ -3,6 +3,7 @@ or cannot reach its services."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from runner.judge.base import (
@@ -16,11 +17,72 @@ from runner.judge.base import (
 from runner.model.report import LimitsData
 from runner.plan.runtime import BuildOutcome, ExecOutcome
 
+# What a failed RUN step was, by the script it runs (the Dockerfile templates' own steps).
+_STEP_NAMES: tuple[tuple[str, str], ...] = (
+    (
+        "selfbench-dependency-setup.patch",
+        "the dependency-setup pass (setupCommand again, with the gold patch's manifests)",
+    ),
+    ("/opt/selfbench-environment/root-setup.sh", "the root setup (rootSetupCommand)"),
+    ("/opt/selfbench-environment/setup.sh", "the setup command (setupCommand)"),
+    ("selfbench-repo.tar.gz", "the repository snapshot"),
+    ("update-ca-certificates", "the runner's base image (extra CA certificates)"),
+    ("apt-get", "the base layer (apt packages)"),
+    ("useradd --create-home --shell /bin/bash agent", "the agent user layer"),
+    ("useradd --create-home --shell /bin/bash verifier", "the verifier layer"),
+    ("chmod 0700 /tests", "the verifier layer"),
+)
+_TOOLCHAIN_STEP = re.compile(r"/opt/selfbench-toolchains/([a-z]+)\.sh")
+# Builder chatter and the summary line that quotes the RUN line again: never the cause.
+_NOISE = re.compile(
+    r"^(Step \d+/\d+ : | ---> |Removing intermediate container |Successfully |"
+    r"The command .* returned a non-zero code|ERROR: |\s*$)"
+)
+MAX_ERROR_LINES = 3
+MAX_ERROR_LINE = 240
+
+
+def step_label(step: str | None, number: int = 0) -> str:
+    """The failed step as a reader names it: base, a toolchain, the setup command, the
+    dependency-setup pass, the root setup... (the instruction itself goes in the data)."""
+    if not step:
+        return "the build"
+    if match := _TOOLCHAIN_STEP.search(step):
+        return f"the {match.group(1)} toolchain layer"
+    for marker, name in _STEP_NAMES:
+        if marker in step:
+            return name
+    instruction = step.split(None, 1)[0].upper() if step.split() else "a"
+    return f"step {number} ({instruction})" if number else f"a {instruction} step"
+
+
+def error_lines(tail: Sequence[str]) -> list[str]:
+    """The last lines of a failed step's output that say something (at most MAX_ERROR_LINES,
+    each cut to MAX_ERROR_LINE characters)."""
+    meaningful = [line.strip() for line in tail if not _NOISE.match(line)]
+    return [
+        line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 1] + "…"
+        for line in meaningful[-MAX_ERROR_LINES:]
+    ]
+
+
+def build_failure(outcome: BuildOutcome) -> str:
+    """`<step> failed (exit N): <its last error lines>`, without the RUN line."""
+    code = f" (exit {outcome.exit_code})" if outcome.exit_code is not None else ""
+    lines = error_lines(outcome.tail)
+    if lines:
+        cause = " | ".join(lines)
+    elif outcome.error and outcome.exit_code is None:
+        cause = outcome.error  # the engine's own words (no step output to quote)
+    else:
+        cause = "no output"
+    return f"{step_label(outcome.failed_step, outcome.step_number)} failed{code}: {cause}"
+
 
 def judge_build(
     kind: str, outcome: BuildOutcome, *, task_fault: bool, memory_mb: int, log_path: str
 ) -> Judgement:
-    step = f"`{outcome.failed_step}`" if outcome.failed_step else "the build"
+    step = step_label(outcome.failed_step, outcome.step_number)
     if outcome.timed_out:
         # The runner stopped it: never blame memory for the runner's own kill.
         detail = (
@@ -35,14 +97,15 @@ def judge_build(
             f"{kind} image: {step} was killed and the Docker engine stopped answering: "
             f"{why}; see {log_path}"
         )
+    failure = build_failure(outcome)
     if outcome.exit_code == 137:
         if outcome.oom_killed:
-            why += f" (killed by the build's memory limit, {memory_mb} MB)"
+            failure += f" (killed by the build's memory limit, {memory_mb} MB)"
         elif outcome.oom_killed is None:
-            why += f" (killed by SIGKILL; the build's memory limit is {memory_mb} MB)"
+            failure += f" (killed by SIGKILL; the build's memory limit is {memory_mb} MB)"
         else:
-            why += " (killed by SIGKILL; not the memory limit: the engine recorded no OOM kill)"
-    detail = f"{kind} image: {step} failed: {why}; see {log_path}"
+            failure += " (killed by SIGKILL; not the memory limit: the engine recorded no OOM kill)"
+    detail = f"{kind} image: {failure}; see {log_path}"
     return failed(detail) if task_fault else errored(detail)
 
 

@@ -30,13 +30,15 @@ class _Frozen(BaseModel):
 
 class UpstreamArch(_Frozen):
     triple: str
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class Upstream(_Frozen):
     mirror_base: str | None = None
     url: str | None = None
-    integrity: Literal["sidecar", "shasums", "uv-embedded", "npm"]
-    checksums: str | None = None
+    # pinned: the catalog's sha256 per architecture; sidecar: the `.sha256` published beside
+    # the artifact; uv-embedded / npm: the tool checks what it downloads itself.
+    integrity: Literal["pinned", "sidecar", "uv-embedded", "npm"]
     arch: dict[Arch, UpstreamArch] = Field(default_factory=dict)
 
 
@@ -66,10 +68,16 @@ class ToolchainSpec(_Frozen):
 
     @model_validator(mode="after")
     def _pinned(self) -> ToolchainSpec:
-        if self.upstream.integrity in ("sidecar", "shasums") and set(self.upstream.arch) != set(
+        if self.upstream.integrity in ("pinned", "sidecar") and set(self.upstream.arch) != set(
             ARCHES
         ):
             raise ValueError(f"{self.name}: upstream needs every architecture in {ARCHES}")
+        pins = [a.sha256 is not None for a in self.upstream.arch.values()]
+        if (self.upstream.integrity == "pinned") != (bool(pins) and all(pins)):
+            raise ValueError(
+                f"{self.name}: integrity 'pinned' means a sha256 for every architecture, "
+                "and only then"
+            )
         if self.registry is not None and set(self.registry.arch) != set(ARCHES):
             raise ValueError(f"{self.name}: registry needs every architecture in {ARCHES}")
         return self
@@ -164,10 +172,16 @@ def settings_from(
             raise UsageError(
                 f"--toolchain-source {name}: unknown source {value!r} (upstream or registry)"
             ) from None
-        if source is Source.REGISTRY and catalog.toolchains[toolchain].registry is None:
-            raise UsageError(
-                f"--toolchain-source {name}=registry: {name} has no registry source in the catalog"
-            )
+        spec = catalog.toolchains[toolchain]
+        if source is Source.REGISTRY and spec.registry is None:
+            if spec.upstream.integrity != "npm":
+                raise UsageError(
+                    f"--toolchain-source {name}=registry: {name} has no registry source in the "
+                    "catalog"
+                )
+            # Its upstream is a registry already (bun is installed from npm, checked by npm):
+            # the registry source is the same path.
+            source = Source.UPSTREAM
         chosen[toolchain] = source
     mirror_map: dict[Toolchain, str] = {}
     for name, url in parse_assignments(mirrors, option="--toolchain-mirror").items():

@@ -12,6 +12,7 @@ from runner.base.errors import (
     InfrastructureError,
 )
 from runner.compile.templates import render_derived_base, render_toolchain_context
+from runner.judge.images import build_failure
 from runner.model.settings import (
     DEFAULT_MAX_LOG_BYTES,
     HELPER_BUILD_TIMEOUT_SECONDS,
@@ -118,8 +119,7 @@ def build_derived_base(
         )
     if not outcome.ok or outcome.image_id is None:
         raise InfrastructureError(
-            f"the runner's base image failed to build at `{outcome.failed_step}`: "
-            f"{outcome.error}; see {log_path}"
+            f"the runner's base image did not build: {build_failure(outcome)}; see {log_path}"
         )
     return outcome.image_id
 
@@ -172,7 +172,7 @@ def prepare(
     )
     if not outcome.ok:
         raise InfrastructureError(
-            f"toolchain layers failed to build at `{outcome.failed_step}`: {outcome.error}; "
+            f"toolchain layers did not build: {build_failure(outcome)}; "
             f"see {workdir / 'toolchains.log'}"
         )
     return False

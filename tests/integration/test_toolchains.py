@@ -1,6 +1,7 @@
 """Toolchain layers really built on this machine: registry sources for uv, node, bun and go,
 a bun task verified end to end, and the upstream download-and-verify path through a local
-mirror on 127.0.0.1 (including a wrong digest, which must fail the build)."""
+mirror on 127.0.0.1: a mirror's own file is refused by the catalog's pin (go, node, rust), and
+uv, checked against its published `.sha256`, fails on a wrong one."""
 
 from __future__ import annotations
 
@@ -199,93 +200,101 @@ def mirrored_run(
     task = bash_task(tmp_path, name=name, toolchains=toolchains)
     options = [*verify_options, "--build-network", "host"]
     for item in mirrors:
-        options += ["--toolchain-mirror", item]
+        # A mirror serves the upstream source: whatever source the suite chose for it.
+        options += [
+            "--toolchain-mirror",
+            item,
+            "--toolchain-source",
+            f"{item.split('=')[0]}=upstream",
+        ]
     return run_verify(task.directory, options, tmp_path / "run")
 
 
-def test_go_through_a_mirror(tmp_path: Path, verify_options: list[str], mirror: Mirror) -> None:
-    mirror.add("go/go1.25.0.linux-amd64.tar.gz", tarball({"go/bin/go": FAKE_GO}))
-    run = mirrored_run(tmp_path, verify_options, "go-mirror", ["go"], [f"go={mirror.base}/go"])
+FAKE_RUSTUP = (
+    '#!/bin/sh\nset -e\nmkdir -p "$CARGO_HOME/bin" "$RUSTUP_HOME"\n'
+    'printf \'#!/bin/sh\\necho "cargo 1.90.0 (mirror test)"\\n\' > "$CARGO_HOME/bin/cargo"\n'
+    'chmod 755 "$CARGO_HOME/bin/cargo"\n'
+)
+FAKE_NODE: dict[str, str | bytes] = {
+    "node-v22.14.0-linux-x64/bin/node": "#!/bin/sh\necho v22.14.0\n",
+    "node-v22.14.0-linux-x64/bin/npm": "#!/bin/sh\necho 10.9.2\n",
+    "node-v22.14.0-linux-x64/bin/corepack": "#!/bin/sh\necho 0.31.0\n",
+}
+
+
+@pytest.mark.parametrize("name", ["go", "node", "rust"])
+def test_a_mirror_that_serves_its_own_file_and_checksums_is_refused_by_the_pin(
+    tmp_path: Path, verify_options: list[str], mirror: Mirror, name: str
+) -> None:
+    """A mirror (or whoever answers for the upstream) that serves other bytes together with a
+    checksum file that matches them: the catalog's pin, not the served checksum, decides."""
+    if name == "go":
+        relative = "go/go1.25.0.linux-amd64.tar.gz"
+        data = tarball({"go/bin/go": FAKE_GO})
+    elif name == "node":
+        relative = "node/v22.14.0/node-v22.14.0-linux-x64.tar.xz"
+        data = tarball(FAKE_NODE, mode="w:xz")
+    else:
+        relative = "rust/rustup/archive/1.28.2/x86_64-unknown-linux-gnu/rustup-init"
+        data = FAKE_RUSTUP.encode()
+    served = mirror.add(relative, data)
+    if name == "node":
+        (mirror.root / "node/v22.14.0/SHASUMS256.txt").write_text(
+            f"{served}  node-v22.14.0-linux-x64.tar.xz\n"
+        )
+    run = mirrored_run(
+        tmp_path, verify_options, f"{name}-pin", [name], [f"{name}={mirror.base}/{name}"]
+    )
+    assert run.code == 3, run.stderr[-3000:]
+    build = run.stage("build")
+    assert build["status"] == "error"
+    assert f"selfbench-toolchains/{name}.sh" in build["data"]["failedStep"]
+    pin = load_catalog().toolchains[Toolchain(name)].upstream.arch["amd64"].sha256
+    log = (tmp_path / "run" / "build" / "agent.log").read_text()
+    url = f"{mirror.base}/{relative}"
+    assert f"toolchain {name}: sha256 mismatch for {url}: expected {pin}, got {served}" in log
+    # The file was fetched from the mirror; no checksum file was asked for.
+    assert f"/{relative}" in mirror.requests
+    assert not [r for r in mirror.requests if r.endswith((".sha256", "SHASUMS256.txt"))]
+
+
+def uv_tarball() -> bytes:
+    """The real uv binary in uv's upstream archive layout."""
+    wheel = fetch_registry_artifact(load_catalog().toolchains[Toolchain.UV], "amd64")
+    with zipfile.ZipFile(wheel) as archive:
+        uv = archive.read("uv-0.13.9.data/scripts/uv")
+    return tarball(
+        {
+            "uv-x86_64-unknown-linux-gnu/uv": uv,
+            "uv-x86_64-unknown-linux-gnu/uvx": '#!/bin/sh\nexec uv tool run "$@"\n',
+        }
+    )
+
+
+def test_uv_upstream_layout_through_a_mirror(
+    tmp_path: Path, verify_options: list[str], mirror: Mirror
+) -> None:
+    """uv is the one upstream without a public pin: its `.sha256` beside the archive decides."""
+    mirror.add("uv/0.13.9/uv-x86_64-unknown-linux-gnu.tar.gz", uv_tarball())
+    run = mirrored_run(tmp_path, verify_options, "uv-mirror", ["uv"], [f"uv={mirror.base}/uv"])
     assert run.code == 0, run.stderr[-3000:]
-    assert "go version go1.25.0" in answers(run.report)
-    assert "/go/go1.25.0.linux-amd64.tar.gz.sha256" in mirror.requests
+    assert "uv 0.13.9" in answers(run.report)
+    assert "/uv/0.13.9/uv-x86_64-unknown-linux-gnu.tar.gz.sha256" in mirror.requests
 
 
 def test_wrong_digest_fails_the_build(
     tmp_path: Path, verify_options: list[str], mirror: Mirror
 ) -> None:
     wrong = "0" * 64
-    real = mirror.add(
-        "go/go1.25.0.linux-amd64.tar.gz", tarball({"go/bin/go": FAKE_GO}), digest=wrong
-    )
-    run = mirrored_run(tmp_path, verify_options, "go-bad-digest", ["go"], [f"go={mirror.base}/go"])
+    real = mirror.add("uv/0.13.9/uv-x86_64-unknown-linux-gnu.tar.gz", uv_tarball(), digest=wrong)
+    run = mirrored_run(tmp_path, verify_options, "uv-bad-digest", ["uv"], [f"uv={mirror.base}/uv"])
     assert run.code == 3
     build = run.stage("build")
     assert build["status"] == "error"
-    assert "selfbench-toolchains/go.sh" in build["data"]["failedStep"]
+    assert "selfbench-toolchains/uv.sh" in build["data"]["failedStep"]
     log = (tmp_path / "run" / "build" / "agent.log").read_text()
-    url = f"{mirror.base}/go/go1.25.0.linux-amd64.tar.gz"
-    assert f"toolchain go: sha256 mismatch for {url}: expected {wrong}, got {real}" in log
-
-
-def test_rust_through_a_mirror(tmp_path: Path, verify_options: list[str], mirror: Mirror) -> None:
-    fake_rustup = (
-        '#!/bin/sh\nset -e\nmkdir -p "$CARGO_HOME/bin" "$RUSTUP_HOME"\n'
-        'printf \'#!/bin/sh\\necho "cargo 1.90.0 (mirror test)"\\n\' > "$CARGO_HOME/bin/cargo"\n'
-        'printf \'#!/bin/sh\\necho "rustc 1.90.0 (mirror test)"\\n\' > "$CARGO_HOME/bin/rustc"\n'
-        'chmod 755 "$CARGO_HOME/bin/cargo" "$CARGO_HOME/bin/rustc"\n'
-        'echo "rustup-init $*" > "$RUSTUP_HOME/args"\n'
-    )
-    mirror.add(
-        "rust/rustup/archive/1.28.2/x86_64-unknown-linux-gnu/rustup-init", fake_rustup.encode()
-    )
-    run = mirrored_run(
-        tmp_path, verify_options, "rust-mirror", ["rust"], [f"rust={mirror.base}/rust"]
-    )
-    assert run.code == 0, run.stderr[-3000:]
-    assert "cargo 1.90.0" in answers(run.report)
-
-
-def test_uv_and_node_upstream_layout_through_a_mirror(
-    tmp_path: Path, verify_options: list[str], mirror: Mirror
-) -> None:
-    """The real uv binary and a Node layout, served in the upstream archive formats."""
-    catalog = load_catalog()
-    wheel = fetch_registry_artifact(catalog.toolchains[Toolchain.UV], "amd64")
-    with zipfile.ZipFile(wheel) as archive:
-        uv = archive.read("uv-0.13.9.data/scripts/uv")
-    mirror.add(
-        "uv/0.13.9/uv-x86_64-unknown-linux-gnu.tar.gz",
-        tarball(
-            {
-                "uv-x86_64-unknown-linux-gnu/uv": uv,
-                "uv-x86_64-unknown-linux-gnu/uvx": '#!/bin/sh\nexec uv tool run "$@"\n',
-            }
-        ),
-    )
-    node = tarball(
-        {
-            "node-v22.14.0-linux-x64/bin/node": "#!/bin/sh\necho v22.14.0\n",
-            "node-v22.14.0-linux-x64/bin/npm": "#!/bin/sh\necho 10.9.2\n",
-            "node-v22.14.0-linux-x64/bin/corepack": "#!/bin/sh\necho 0.31.0\n",
-        },
-        mode="w:xz",
-    )
-    digest = mirror.add("node/v22.14.0/node-v22.14.0-linux-x64.tar.xz", node, sidecar=False)
-    (mirror.root / "node/v22.14.0/SHASUMS256.txt").write_text(
-        f"{'1' * 64}  node-v22.14.0-darwin-arm64.tar.gz\n{digest}  node-v22.14.0-linux-x64.tar.xz\n"
-    )
-    run = mirrored_run(
-        tmp_path,
-        verify_options,
-        "uv-node-mirror",
-        ["uv", "node"],
-        [f"uv={mirror.base}/uv", f"node={mirror.base}/node"],
-    )
-    assert run.code == 0, run.stderr[-3000:]
-    smoke = answers(run.report)
-    assert "uv 0.13.9" in smoke
-    assert "v22.14.0" in smoke.splitlines()
+    url = f"{mirror.base}/uv/0.13.9/uv-x86_64-unknown-linux-gnu.tar.gz"
+    assert f"toolchain uv: sha256 mismatch for {url}: expected {wrong}, got {real}" in log
 
 
 @pytest.mark.serial  # acts on every runner container or image of the engine

@@ -12,6 +12,8 @@ from click.testing import CliRunner
 
 from runner.cli.main import run_cli
 from runner.compile.taskdir import load_authored_task
+from runner.model.task import Toolchain
+from runner.model.toolchains import Source
 from tests.helpers import bash_task, compiled
 
 
@@ -169,6 +171,27 @@ def test_bad_toolchain_source_is_a_usage_error(tmp_path: Path) -> None:
     code, _, err = run("verify", str(task.directory), "--toolchain-source", "rust=registry")
     assert code == 2
     assert "rust has no registry source" in err
+
+
+def test_bun_registry_source_is_accepted_everywhere_a_source_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README's toolchain table says bun's registry source is its upstream one (npm)."""
+    task = bash_task(tmp_path, toolchains=["bun"])
+    code, out, err = run(
+        "verify", str(task.directory), "--plan", "--toolchain-source", "bun=registry,node=registry"
+    )
+    assert code == 0, err
+    plan = json.loads(out)
+    assert "SELFBENCH_BUN_SOURCE" not in json.dumps(plan)
+    assert "SELFBENCH_NODE_SOURCE" in json.dumps(plan)
+    monkeypatch.setenv("SELFBENCH_TOOLCHAIN_SOURCES", "bun=registry")
+    assert run("verify", str(task.directory), "--plan")[0] == 0
+    # prepare, batch and serve build their settings through the same function as verify.
+    from runner.cli.common import _build_environment
+
+    environment = _build_environment("ubuntu:24.04", None, ("bun=registry",), (), None)
+    assert environment.toolchains.source(Toolchain.BUN) is Source.UPSTREAM
 
 
 def test_forged_bundle_with_a_bad_value_is_invalid_with_a_report(

@@ -294,6 +294,73 @@ def test_a_killed_build_step_is_judged_by_what_the_engine_recorded() -> None:
     assert "stopped answering" in judgement.detail
 
 
+DEPENDENCY_SETUP_RUN = (
+    "RUN git -C /app apply --binary --whitespace=nowarn /tmp/selfbench-dependency-setup.patch"
+    "     && cd '/app/packages/core'     && /opt/selfbench-environment/setup.sh     && bash "
+    "/opt/selfbench-toolchains/share-caches.sh     && mkdir -p -m 0700 /opt/selfbench-trusted"
+)
+
+
+@pytest.mark.parametrize(
+    ("step", "name"),
+    [
+        (DEPENDENCY_SETUP_RUN, "the dependency-setup pass (setupCommand again, with the gold"),
+        ("RUN bash /opt/selfbench-environment/root-setup.sh", "the root setup (rootSetupCommand)"),
+        (
+            "RUN chmod 0755 /opt/selfbench-environment/setup.sh /opt/selfbench-environment/smoke"
+            ".sh     && cd '/app'     && /opt/selfbench-environment/setup.sh",
+            "the setup command (setupCommand)",
+        ),
+        ("RUN bash /opt/selfbench-toolchains/go.sh", "the go toolchain layer"),
+        ("RUN apt-get update     && apt-get install -y git", "the base layer (apt packages)"),
+        ("RUN mkdir -p /app     && tar -xzf /tmp/selfbench-repo.tar.gz", "the repository"),
+    ],
+)
+def test_a_failed_build_names_its_step_and_cause_not_the_run_line(step: str, name: str) -> None:
+    """Seen: a 1,038-character detail quoting the RUN line twice, naming neither the pass nor
+    the cause, which was only in the log."""
+    outcome = BuildOutcome(
+        ok=False,
+        failed_step=step,
+        step_number=14,
+        error=f"The command '/bin/sh -c {step.removeprefix('RUN ')}' returned a non-zero code: 2",
+        exit_code=2,
+        tail=[
+            "Step 14/22 : " + step,
+            " ---> Running in 0123456789ab",
+            "Resolved 41 packages in 12ms",
+            "error: The lockfile at `uv.lock` needs to be updated, but `--locked` was provided. "
+            "To update the lockfile, run `uv lock`.",
+            "",
+        ],
+    )
+    judgement = judge_build("verifier", outcome, task_fault=True, memory_mb=512, log_path="v.log")
+    assert judgement.status is Status.FAILED
+    assert judgement.detail.startswith(f"verifier image: {name}")
+    assert " failed (exit 2): Resolved 41 packages in 12ms | error: The lockfile at `uv.lock` " in (
+        judgement.detail
+    )
+    assert judgement.detail.endswith(
+        "needs to be updated, but `--locked` was provided. To update the lockfile, run `uv lock`."
+        "; see v.log"
+    )
+    assert "RUN " not in judgement.detail and "/bin/sh -c" not in judgement.detail
+    assert len(judgement.detail) < 400
+
+
+def test_a_build_step_without_output_says_so() -> None:
+    outcome = BuildOutcome(
+        ok=False,
+        failed_step="RUN true",
+        step_number=3,
+        error="returned a non-zero code: 1",
+        exit_code=1,
+        tail=["Step 3/9 : RUN true", " ---> Running in 0123456789ab"],
+    )
+    detail = judge_build("agent", outcome, task_fault=False, memory_mb=1, log_path="a.log").detail
+    assert detail == "agent image: step 3 (RUN) failed (exit 1): no output; see a.log"
+
+
 def test_smoke_judgement() -> None:
     ok = judge_smoke(
         ExecOutcome(exit_code=0, seconds=0.2),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 
 import pytest
 
@@ -50,11 +51,53 @@ def test_seed_versions() -> None:
 def test_every_entry_is_pinned_and_checked() -> None:
     for spec in load_catalog().toolchains.values():
         assert spec.smoke, spec.name
-        assert spec.upstream.integrity in ("sidecar", "shasums", "uv-embedded", "npm")
+        assert spec.upstream.integrity in ("pinned", "sidecar", "uv-embedded", "npm")
         if spec.registry is not None:
             for entry in spec.registry.arch.values():
                 assert re.fullmatch(r"[0-9a-f]{64}", entry.sha256)
                 assert spec.version in entry.file
+
+
+# The upstream release checksums of the catalog's versions, as each project publishes them
+# (Node's signed SHASUMS256.txt, the Go download page, the rustup archive's .sha256 files).
+PINS = {
+    "node": {
+        "amd64": "69b09dba5c8dcb05c4e4273a4340db1005abeafe3927efda2bc5b249e80437ec",
+        "arm64": "08bfbf538bad0e8cbb0269f0173cca28d705874a67a22f60b57d99dc99e30050",
+    },
+    "go": {
+        "amd64": "2852af0cb20a13139b3448992e69b868e50ed0f8a1e5940ee1de9e19a123b613",
+        "arm64": "05de75d6994a2783699815ee553bd5a9327d8b79991de36e38b66862782f54ae",
+    },
+    "rust": {
+        "amd64": "20a06e644b0d9bd2fbdbfd52d42540bdde820ea7df86e92e533c073da0cdd43c",
+        "arm64": "e3853c5a252fca15252d07cb23a1bdd9377a8c6f3efa01531109281ae47f841c",
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINS))
+def test_upstream_downloads_are_checked_against_the_pin_not_a_published_file(name: str) -> None:
+    """A mirror that serves its own file and its own checksum file must not be believed: the
+    script checks the catalog's pin and never fetches a checksum file."""
+    spec = load_catalog().toolchains[Toolchain(name)]
+    assert spec.upstream.integrity == "pinned"
+    assert {a: e.sha256 for a, e in spec.upstream.arch.items()} == PINS[name]
+    script = render_all_layers()[name]
+    upstream = script.split("  upstream)")[-1]  # rust has no other source
+    for arch, digest in PINS[name].items():
+        assert f"{arch}) triple=" in upstream and f"sha256='{digest}'" in upstream
+    assert f'selfbench_check {name} "$url"' in upstream and '"$sha256"' in upstream
+    assert "selfbench_sidecar_sha256" not in upstream and "SHASUMS" not in upstream
+
+
+def test_a_pin_is_for_every_architecture_or_none() -> None:
+    from runner.model.toolchains import parse_catalog
+
+    data = tomllib.loads((dockerfiles_dir() / "toolchains.toml").read_text())
+    del data["toolchains"]["go"]["upstream"]["arch"]["arm64"]["sha256"]
+    with pytest.raises(ValueError, match="integrity 'pinned' means a sha256 for every"):
+        parse_catalog(data)
 
 
 def test_scripts_check_before_use() -> None:
@@ -91,12 +134,20 @@ def test_settings_parsing() -> None:
     }
 
 
+def test_bun_registry_is_its_upstream() -> None:
+    """bun is installed from npm either way: `bun=registry` is accepted and is the same path."""
+    settings = settings_from(["bun=registry"], [])
+    assert settings.source(Toolchain.BUN) is Source.UPSTREAM
+    assert settings.build_args(load_catalog().close([Toolchain.BUN])) == {}
+
+
 @pytest.mark.parametrize(
     ("sources", "mirrors", "message"),
     [
         (["java=registry"], [], "unknown toolchain 'java'"),
         (["uv=cloud"], [], "unknown source 'cloud'"),
         (["rust=registry"], [], "rust has no registry source"),
+        (["python=registry"], [], "python has no registry source"),
         (["uv"], [], "expected NAME=VALUE"),
         ([], ["bun=https://x"], "bun cannot be mirrored"),
         ([], ["go=ftp://x"], "expected an http(s) URL"),
