@@ -594,6 +594,7 @@ def hostile_patches() -> list[tuple[str, bytes]]:
         )
     )
     cases.append(("too-large", b"diff --git a/x b/x\n" + b"+" * (64 * 1024 * 1024 + 1)))
+    cases.append(("over-the-limit", b"diff --git a/x b/x\n" + b"+" * (20 * 1024 * 1024)))
     return cases
 
 
@@ -613,6 +614,7 @@ PATCH_EXPECT = {
     "quoted-newline-name": "newline",
     "does-not-apply": "does not apply to baseCommit",
     "too-large": "too large",
+    "over-the-limit": "is too large (20971539 bytes; the limit is 20 MiB)",
 }
 
 
@@ -711,6 +713,27 @@ def patch_cases() -> Iterator[Case]:
             yield Case(
                 f"{which}.patch:{label}", "patch", "task", make, expect=PATCH_EXPECT.get(label)
             )
+
+    def too_large_together(fx: Fixture, where: Path) -> Path:
+        """Each patch under its limit, the task over its own."""
+        padding = "".join(f"+{'x' * 99}\n" for _ in range(13 * 1024 * 1024 // 101))
+        big = "diff --git a/pad.txt b/pad.txt\nnew file mode 100644\n--- /dev/null\n"
+        section = f"{big}+++ b/pad.txt\n@@ -0,0 +1,{13 * 1024 * 1024 // 101} @@\n{padding}"
+        return write(
+            where / "task",
+            fx.definition(),
+            fx.test_patch + section.encode(),
+            fx.gold_patch + section.replace("pad.txt", "pad2.txt").encode(),
+        )
+
+    yield Case(
+        "patches-too-large-together",
+        "patch",
+        "task",
+        too_large_together,
+        expect="task files are too large together",
+        audit_code=2,
+    )
 
     def overlap(fx: Fixture, where: Path) -> Path:
         return write(where / "task", fx.definition(), fx.test_patch, fx.gold_patch + fx.test_patch)

@@ -35,9 +35,10 @@ _STEP_NAMES: tuple[tuple[str, str], ...] = (
 _TOOLCHAIN_STEP = re.compile(r"/opt/selfbench-toolchains/([a-z]+)\.sh")
 # Builder chatter and the summary line that quotes the RUN line again: never the cause.
 _NOISE = re.compile(
-    r"^(Step \d+/\d+ : | ---> |Removing intermediate container |Successfully |"
-    r"The command .* returned a non-zero code|ERROR: |\s*$)"
+    r"^(Step \d+/\d+ : |---> |Removing intermediate container |Successfully |"
+    r"The command .* returned a non-zero code|ERROR: |$)"
 )
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 MAX_ERROR_LINES = 3
 MAX_ERROR_LINE = 240
 
@@ -59,7 +60,9 @@ def step_label(step: str | None, number: int = 0) -> str:
 def error_lines(tail: Sequence[str]) -> list[str]:
     """The last lines of a failed step's output that say something (at most MAX_ERROR_LINES,
     each cut to MAX_ERROR_LINE characters)."""
-    meaningful = [line.strip() for line in tail if not _NOISE.match(line)]
+    # The classic builder paints a step's stderr red: the escapes are no part of the words.
+    plain = (_ANSI.sub("", line).strip() for line in tail)
+    meaningful = [line for line in plain if not _NOISE.match(line)]
     return [
         line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 1] + "…"
         for line in meaningful[-MAX_ERROR_LINES:]

@@ -163,6 +163,11 @@ def test_setup_failure_is_red_not_infrastructure(tmp_path: Path, verify_options:
     assert "/opt/selfbench-environment/setup.sh" in build["data"]["failedStep"]
     assert any("broken setup" in line for line in build["data"]["tail"])
     assert "agent.log" in build["detail"]
+    # The step by name and its cause, the RUN line only in the data.
+    assert build["detail"].startswith(
+        "agent image: the setup command (setupCommand) failed (exit 3): broken setup; see "
+    ), build["detail"]
+    assert "RUN " not in build["detail"]
     assert run.stage("smoke")["status"] == "skipped"
 
 

@@ -328,9 +328,10 @@ def test_a_failed_build_names_its_step_and_cause_not_the_run_line(step: str, nam
         tail=[
             "Step 14/22 : " + step,
             " ---> Running in 0123456789ab",
-            "Resolved 41 packages in 12ms",
+            "\x1b[91mResolved 41 packages in 12ms",
             "error: The lockfile at `uv.lock` needs to be updated, but `--locked` was provided. "
             "To update the lockfile, run `uv lock`.",
+            "\x1b[0mRemoving intermediate container 0123456789ab",
             "",
         ],
     )
