@@ -236,29 +236,23 @@ def coupling(
             if path in instruction or posixpath.basename(path) in instruction:
                 continue  # the instruction names it: part of the task's contract
             if module is not None:
-                items.append(
-                    CouplingItem(
-                        kind="new-module",
-                        name=module,
-                        test_file=test_path,
-                        test_line=number,
-                        gold_file=path,
-                        gold_line=1,
-                    )
-                )
+                kind, name = "new-module", module
             elif not path.endswith(CODE_SUFFIXES) and (
                 path in text or posixpath.basename(path) in text
             ):
-                items.append(
-                    CouplingItem(
-                        kind="gold-only-file",
-                        name=path,
-                        test_file=test_path,
-                        test_line=number,
-                        gold_file=path,
-                        gold_line=1,
-                    )
+                kind, name = "gold-only-file", path
+            else:
+                continue
+            items.append(
+                CouplingItem(
+                    kind=kind,
+                    name=name,
+                    test_file=test_path,
+                    test_line=number,
+                    gold_file=path,
+                    gold_line=1,
                 )
+            )
     order = {
         "private-name": 0,
         "new-module": 1,
