@@ -889,6 +889,24 @@ def bundle_cases() -> Iterator[Case]:
 
     yield Case("bundle:task.toml-huge", "bundle", "bundle", huge, expect="too large")
 
+    def huge_patch(name: str) -> Callable[[Fixture, Path], Path]:
+        def make(fx: Fixture, where: Path) -> Path:
+            bundle = _bundle(fx, where)
+            with (bundle / name).open("ab") as handle:
+                handle.truncate(20 * 1024 * 1024 + 1)  # sparse: costs nothing to make
+            return bundle
+
+        return make
+
+    for name in ("solution/gold.patch", "tests/test.patch"):
+        yield Case(
+            f"bundle:{name}-over-the-limit",
+            "bundle",
+            "bundle",
+            huge_patch(name),
+            expect="the limit is 20 MiB",
+        )
+
 
 def all_cases() -> list[Case]:
     cases = [

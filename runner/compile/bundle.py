@@ -190,7 +190,7 @@ def read_exploit_facts(root: Path, config: TaskToml, manifest: dict[str, Any]) -
     gold_files: list[str] = []
     held_out = _repo_paths(_strings(verification.get("heldOut"), v.MAX_LIST, v.MAX_SHORT_TEXT))
     for name, into in (("solution/gold.patch", gold_files), ("tests/test.patch", held_out)):
-        patch = optional_regular(root / name, limit=64 * 1024 * 1024)
+        patch = optional_regular(root / name, limit=v.MAX_PATCH_BYTES)
         if patch is None:
             continue
         try:
