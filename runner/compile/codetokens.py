@@ -36,9 +36,7 @@ MAX_STRING = 200
 _IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{2,63}\b")
 _WHOLE_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,63}")
 _QUOTED = re.compile(r"""(?P<q>["'`])(?P<s>[^"'`\\\n]{4,200})(?P=q)""")
-_QUOTED_OR_WORD = re.compile(
-    r"""(?P<q>["'`])(?P<s>[^"'`\\\n]{4,200})(?P=q)|(?P<w>\b[A-Za-z_][A-Za-z0-9_]{2,63}\b)"""
-)
+_QUOTED_OR_WORD = re.compile(f"{_QUOTED.pattern}|(?P<w>{_IDENTIFIER.pattern})")
 # Source in languages without a grammar here: their words still count, as a plain scan finds
 # them. Any other file (data, fixtures, prose) holds no names, only its quoted strings.
 _OTHER_CODE = frozenset({".rb", ".java", ".kt", ".scala", ".php", ".cs", ".c", ".h", ".cpp"})
@@ -131,7 +129,7 @@ def tokens(text: str, language: str | None) -> Iterator[Token]:
         yield from _scan(text, names=language == "code")
         return
     source = text.encode("utf-8", "surrogateescape")
-    tree = _parse(language, source)
+    tree = parse(language, source)
     if tree is None:
         yield from _scan(text, names=True)
         return
@@ -150,7 +148,7 @@ def tokens(text: str, language: str | None) -> Iterator[Token]:
         if node.child_count == 0:
             if not node.is_named:
                 continue  # keywords and punctuation
-            word = _decode(node, source)
+            word = node_text(node, source)
             if kind in _SHELL_WORDS:
                 for match in _IDENTIFIER.finditer(word):
                     yield Token("name", match.group(0), node.start_point.row)
@@ -160,9 +158,11 @@ def tokens(text: str, language: str | None) -> Iterator[Token]:
         stack.extend(reversed(node.children))
 
 
-def _parse(language: str, source: bytes) -> Tree | None:
-    """The tree, or None when the grammar takes longer than PARSE_SECONDS (its error recovery
-    on hostile text can be slow: 13 s for 20 MiB of diff lines read as Python)."""
+def parse(language: str, source: bytes) -> Tree | None:
+    """The tree of `source` in `language` (a key of the grammars here, "bash" included), or
+    None when the grammar takes longer than PARSE_SECONDS (its error recovery on hostile text
+    can be slow: 13 s for 20 MiB of diff lines read as Python). Read a node's text with
+    node_text: the tree keeps none of its own."""
     deadline = time.monotonic() + PARSE_SECONDS
     parser = _parser(language)
     try:
@@ -175,22 +175,22 @@ def _parse(language: str, source: bytes) -> Tree | None:
         return None
 
 
-def _decode(node: Node, source: bytes) -> str:
+def node_text(node: Node, source: bytes, errors: str = "replace") -> str:
     # Sliced from the source: a tree parsed through a read callback has no text of its own
     # (Node.text re-reads it, 0.1 ms a node).
-    return source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+    return source[node.start_byte : node.end_byte].decode("utf-8", errors)
 
 
 def _literal(node: Node, source: bytes) -> str | None:
     """The text of a string literal with no code inside, when it is one line of a useful
     length."""
     if node.child_count == 0:  # a shell 'raw string' or a character literal: quotes included
-        text = _decode(node, source)
+        text = node_text(node, source)
         body = text[1:-1] if len(text) >= 2 and text[0] == text[-1] else text
     else:
         if any(c.type not in _STRING_CONTENT and c.type not in _DELIMITERS for c in node.children):
             return None
-        body = "".join(_decode(c, source) for c in node.children if c.type in _STRING_CONTENT)
+        body = "".join(node_text(c, source) for c in node.children if c.type in _STRING_CONTENT)
     if MIN_STRING <= len(body) <= MAX_STRING and "\n" not in body and "\\" not in body:
         return body
     return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from runner.compile.codetokens import language_of, tokens
-from runner.compile.patches import FileChange, PatchInfo
+from runner.compile.patches import HUNK_HEADER, FileChange, PatchInfo
 from runner.model.report import CouplingItem
 
 MAX_ITEMS = 100
@@ -24,7 +24,6 @@ MAX_CANDIDATES = 300
 # New-side text read per patch: real tests are far smaller; this bounds the grammars' work on a
 # patch near the 20 MiB limit (about 1 s a MiB for Python-looking garbage).
 MAX_READ_BYTES = 1024 * 1024
-_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 CODE_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".rs", ".rb", ".java")
 
 
@@ -32,24 +31,6 @@ CODE_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".ts", ".tsx", ".jsx", ".go", ".r
 class _Site:
     file: str
     line: int
-
-
-def added_lines(change: FileChange) -> Iterator[tuple[int, str]]:
-    """(line number in the new file, text) of each added line of one file's diff."""
-    number = 0
-    in_hunk = False
-    for raw in change.raw.decode("utf-8", "replace").splitlines():
-        if match := _HUNK.match(raw):
-            number = int(match.group(1))
-            in_hunk = True
-            continue
-        if not in_hunk or raw.startswith(("+++", "---")):
-            continue
-        if raw.startswith("+"):
-            yield number, raw[1:]
-            number += 1
-        elif raw.startswith(" "):
-            number += 1
 
 
 @dataclass(frozen=True)
@@ -61,6 +42,13 @@ class Fragments:
     pieces: list[tuple[str, list[tuple[int, bool]]]]
     size: int  # characters taken
     cut: bool  # the limit stopped the reading
+
+    def added(self) -> Iterator[tuple[int, str]]:
+        """(line number in the new file, text) of each added line taken."""
+        for text, rows in self.pieces:
+            for (number, is_added), line in zip(rows, text.split("\n"), strict=True):
+                if is_added:
+                    yield number, line
 
 
 def fragments(change: FileChange, limit: int) -> Fragments:
@@ -75,11 +63,11 @@ def fragments(change: FileChange, limit: int) -> Fragments:
     # New-side text is at most the section's size: reading past 4 times the limit is waste.
     source = change.raw if len(change.raw) <= 4 * limit else change.raw[: 4 * limit]
     for raw in source.decode("utf-8", "replace").splitlines():
-        if match := _HUNK.match(raw):
+        if match := HUNK_HEADER.match(raw):
             if lines:
                 pieces.append(("\n".join(lines), rows))
             rows, lines = [], []
-            number = int(match.group(1))
+            number = int(match.group(3))
             in_hunk = True
             continue
         if not in_hunk or raw.startswith(("+++", "---")):
@@ -95,6 +83,11 @@ def fragments(change: FileChange, limit: int) -> Fragments:
     if lines:
         pieces.append(("\n".join(lines), rows))
     return Fragments(pieces, size, cut or source is not change.raw)
+
+
+def added_lines(change: FileChange) -> Iterator[tuple[int, str]]:
+    """(line number in the new file, text) of each added line of one file's diff."""
+    return fragments(change, len(change.raw)).added()
 
 
 @dataclass(frozen=True)
@@ -121,12 +114,8 @@ def _read(patch: PatchInfo) -> _Reading:
         path = change.new_path or change.old_path or ""
         language = language_of(path)
         taken = fragments(change, budget)
+        added.extend((path, number, line) for number, line in taken.added())
         for text, rows in taken.pieces:
-            added.extend(
-                (path, number, line)
-                for (number, is_added), line in zip(rows, text.split("\n"), strict=True)
-                if is_added
-            )
             for token in tokens(text, language):
                 number, is_added = rows[token.row]
                 if is_added:

@@ -66,7 +66,8 @@ _SIMPLE_ESCAPES = {
 _HEADER_NAME = re.compile(r"^(rename from |rename to |copy from |copy to |--- |\+\+\+ )(.*)$")
 _HEADER_MODE = re.compile(r"^(old mode|new mode|new file mode|deleted file mode) (\S+)$")
 _INDEX_MODE = re.compile(r"^index [0-9a-f]+\.\.[0-9a-f]+ (\S+)$")
-_HUNK_HEADER = re.compile(r"^@@ -\d+(,(\d+))? \+\d+(,(\d+))? @@")
+# `@@ -old_start[,old_count] +new_start[,new_count] @@`; a count left out is 1.
+HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
 class PatchParseError(ValueError):
@@ -236,7 +237,7 @@ def _scan_hunks(section: str) -> _Hunks:
     problems: list[str] = []
     while index < len(lines):
         line = lines[index].rstrip("\r")
-        match = _HUNK_HEADER.match(line)
+        match = HUNK_HEADER.match(line)
         if match is None:
             if line and not line.startswith("\\"):
                 after = f"after hunk {count} " if count else ""

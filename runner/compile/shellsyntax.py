@@ -12,11 +12,10 @@ evaluates) changes what the selectors mean. The command is parsed by tree-sitter
 from __future__ import annotations
 
 import posixpath
-from functools import cache
 
-import tree_sitter_bash
-from tree_sitter import Language, Node, Parser
+from tree_sitter import Node
 
+from runner.compile.codetokens import node_text, parse
 from runner.model.task import TESTS_PLACEHOLDER
 
 # Statements that run the command they hold, once, as it is written.
@@ -55,11 +54,6 @@ _WRAPPERS = {
 }
 
 
-@cache
-def _parser() -> Parser:
-    return Parser(Language(tree_sitter_bash.language()))
-
-
 def _sentinel(command: str) -> str:
     """A plain word the command does not hold, to stand for the placeholder while parsing (the
     braces of `{tests}` mean something else to a shell before substitution)."""
@@ -82,22 +76,20 @@ def _covering(node: Node, start: int, end: int) -> Node:
         node = inner
 
 
-def _text(node: Node) -> str:
-    return (node.text or b"").decode("utf-8", "surrogateescape")
-
-
 def placement_problem(command: str) -> str | None:
     """Why the one `{tests}` of `command` (the caller checked there is one) does not expand as
     an argument list, or None when it does."""
     sentinel = _sentinel(command)
     source = command.replace(TESTS_PLACEHOLDER, sentinel).encode("utf-8", "surrogateescape")
-    tree = _parser().parse(source)
+    tree = parse("bash", source)
+    if tree is None:
+        return "the command could not be parsed in time"
     root = tree.root_node
     if root.has_error:
         return "the command is not valid shell syntax"
     start = source.index(sentinel.encode())
     node = _covering(root, start, start + len(sentinel))
-    if node.type != "word" or _text(node) != sentinel:
+    if node.type != "word" or node_text(node, source) != sentinel:
         return f"it is part of a {node.type.replace('_', ' ')}"
     command_node = node.parent
     if command_node is None or command_node.type != "command":
@@ -108,19 +100,19 @@ def placement_problem(command: str) -> str | None:
         if ancestor.type not in _CARRIERS:
             return f"it is inside a {ancestor.type.replace('_', ' ')}"
         ancestor = ancestor.parent
-    return _runs_as_code(command_node, node)
+    return _runs_as_code(command_node, node, source)
 
 
-def _runs_as_code(command_node: Node, placeholder: Node) -> str | None:
+def _runs_as_code(command_node: Node, placeholder: Node, source: bytes) -> str | None:
     name_node = command_node.child_by_field_name("name")
     if name_node is None:
         return "it has no command to pass the selectors to"
-    name = posixpath.basename(_text(name_node))
+    name = posixpath.basename(node_text(name_node, source, "surrogateescape"))
     arguments = [c for c in command_node.children_by_field_name("argument") if c.type != "comment"]
     index = next((i for i, c in enumerate(arguments) if c.id == placeholder.id), None)
     if index is None:
         return "it is not an argument of the command"
-    before = [_text(a) for a in arguments[:index]]
+    before = [node_text(a, source, "surrogateescape") for a in arguments[:index]]
     if name in _EVALUATORS:
         return f"`{name}` runs its arguments as shell code"
     if name in _SHELLS:
