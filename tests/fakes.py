@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,21 @@ def exits(code: int) -> Action:
 def raises(exc: BaseException) -> Action:
     def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
         raise exc
+
+    return action
+
+
+def runs_until_removed(seconds: float) -> Action:
+    """A command that takes `seconds`, or ends (killed, exit 137) as soon as its container is
+    removed, as a real engine's exec does."""
+
+    def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if container.name not in container.engine.live:
+                return ExecOutcome(exit_code=137, seconds=0.01)
+            time.sleep(0.02)
+        return ExecOutcome(exit_code=0, seconds=seconds)
 
     return action
 

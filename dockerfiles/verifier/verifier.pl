@@ -14,13 +14,15 @@
 #                           one test run's per-test evidence, judged; prints passed=0|1
 #   grade TASK              the runs' evidence summarised in /logs/verifier/evidence.json
 #   go-filter FILE          `go test -json` on stdin: raw events to FILE, their text to stdout
+#   watch TASK NAME         the runner's hack gate: beside the run NAME, its first failed test
+#                           stops it (the reward is 0 already)
 #
 # TASK is /tests/selfbench-task.json (rendered by the compiler). The census of the tests this
 # task's verification saw is /tests/expected-tests.json; unsealed until the runner seals it.
 use strict;
 use warnings;
 use Cwd qw(realpath);
-use Fcntl qw(O_RDONLY O_NOFOLLOW O_WRONLY O_CREAT O_TRUNC S_ISREG S_ISDIR S_ISLNK);
+use Fcntl qw(O_RDONLY O_NOFOLLOW O_NONBLOCK O_WRONLY O_CREAT O_TRUNC S_ISREG S_ISDIR S_ISLNK);
 use File::Basename qw(basename dirname);
 use File::Find ();
 use JSON::PP ();
@@ -713,6 +715,83 @@ sub read_cargo_log {
     $run->{finished}{cargo} = 1 if $open && $results >= $open;
 }
 
+# ---- the early stop (the runner's hack gate) -----------------------------------------------------
+# A run of the fail-to-pass selection whose first test failed has reward 0 whatever the rest
+# does: every failed test of a run is a problem of that run (cmd_collect), and a run with a
+# problem does not pass. So the hack gate, which needs only the reward, stops it there.
+
+my $WATCH_SECONDS = 0.2;
+
+# The failed test one line of a run's output reports (KIND: bun or cargo for the log's lines,
+# go for go's events, else the hooks' events of RUNNERS), or undef.
+sub first_failure {
+    my ($kind, $line, $runners) = @_;
+    if ($kind eq 'bun' || $kind eq 'cargo') {
+        my $text = strip_ansi($line);
+        return $1 if $kind eq 'bun' && $text =~ /^\s*\(fail\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/;
+        return $1 if $kind eq 'cargo' && $text =~ /^test (.+?) \.\.\. FAILED$/;
+        return undef;
+    }
+    return undef unless $line =~ /^\{/;
+    my $event = eval { $JSON->decode($line) };
+    return undef unless ref($event) eq 'HASH';
+    if ($kind eq 'go') {
+        return undef unless $runners->{go};
+        my ($action, $test, $package) = ($event->{Action} // '', $event->{Test} // '', $event->{Package});
+        return undef unless defined $package;
+        return "$package $test" if $action eq 'fail' && length $test;
+        return "$package [build failed]"
+          if $action eq 'build-fail' || ($action eq 'fail' && defined $event->{FailedBuild});
+        return undef;
+    }
+    my $outcome = $event->{outcome} // '';
+    return undef unless ($event->{t} // '') eq 'test' && $runners->{ $event->{runner} // '' };
+    return $event->{id} // '(unnamed)' if $outcome eq 'failed' || $outcome eq 'error';
+    return undef;
+}
+
+# watch TASK NAME: beside the run NAME (as root), until its first failed test, which it writes to
+# $EVIDENCE_ROOT/NAME.stopped before it kills every verifier process. Only what cmd_collect
+# would count is read: the census's runners (every runner before there is one), and the log's
+# lines only for a runner that has no reporter of its own (bun, cargo).
+sub cmd_watch {
+    my ($task_path, $name) = @_;
+    my $task = task($task_path);
+    my ($dir, $log, $mark) = ("$EVIDENCE_ROOT/$name", "$LOGS/$name.log", "$EVIDENCE_ROOT/$name.stopped");
+    my %expected = map { $_ => 1 } @{ $task->{expectedRunners} // [] };
+    my $sealed = census();
+    my %runners = map { $_ => 1 } $sealed
+      ? @{ ($sealed->{failToPass} // {})->{runners} // [] }
+      : qw(pytest unittest jest vitest mocha node-test go bun cargo);
+    my $log_kind = $expected{bun} && $runners{bun} ? 'bun' : $expected{cargo} && $runners{cargo} ? 'cargo' : '';
+    my (%offset, %rest);
+    while (1) {
+        for my $path (($log_kind ? ($log) : ()), evidence_files($dir)) {
+            my $kind = $path eq $log ? $log_kind : basename($path) =~ /^go-/ ? 'go' : 'hook';
+            # Never through a link, never blocking on a FIFO: the directory is the tests' own.
+            sysopen(my $fh, $path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) or next;
+            my @st = stat($fh);
+            my $at = $offset{$path} // 0;
+            if (!@st || !S_ISREG($st[2]) || $st[7] <= $at) { close $fh; next }
+            sysseek($fh, $at, 0);
+            my $got = sysread($fh, my $chunk, 1 << 20);
+            close $fh;
+            next unless $got;
+            $offset{$path} = $at + $got;
+            my @lines = split /\n/, ($rest{$path} // '') . $chunk, -1;
+            $rest{$path} = pop @lines;
+            $rest{$path} = '' if length($rest{$path}) > (1 << 20);  # a line without end: dropped
+            for my $line (@lines) {
+                my $failed = first_failure($kind, $line, \%runners) // next;
+                write_file($mark, substr($failed, 0, 500) . "\n");
+                system('pkill', '-KILL', '-u', 'verifier');
+                return 0;
+            }
+        }
+        select(undef, undef, undef, $WATCH_SECONDS);
+    }
+}
+
 # ---- attribution: which tests a selector selected -----------------------------------------------
 
 sub go_module_of {
@@ -875,6 +954,12 @@ sub cmd_collect {
         push @attribution, $entry;
     }
     my (@missing, @not_passed);
+    # The hack gate's watcher stopped this run at its first failed test (cmd_watch): what did
+    # not run or finish after it says nothing more.
+    my $stopped = -l "$EVIDENCE_ROOT/$name.stopped" ? undef : read_file("$EVIDENCE_ROOT/$name.stopped", 1000);
+    chomp $stopped if defined $stopped;
+    push @problems, "stopped at its first failed test, $stopped (the reward is 0 already)"
+      if defined $stopped;
     if ($mode eq 'per-test') {
         if (!@tests && !%{ $run->{seen} }) {
             push @problems, 'no per-test results from ' . join(' or ', @runners)
@@ -882,9 +967,10 @@ sub cmd_collect {
         } else {
             my @unfinished = grep { $FINISHING{$_} && !$run->{finished}{$_} } @runners;
             push @problems, join(', ', @unfinished) . ' did not finish its run (it ended early)'
-              if @unfinished;
+              if @unfinished && !defined $stopped;
             push @problems, scalar(@failing) . ' test(s) failed: ' . shorten(\@failing) if @failing;
-            push @problems, "the runner exited $exit although no test failed" if $exit != 0 && !@failing;
+            push @problems, "the runner exited $exit although no test failed"
+              if $exit != 0 && !@failing && !defined $stopped;
             push @problems, 'exit 0 but failures were reported' if $exit == 0 && @failing;
         }
         if (@{ $run->{tampered} // [] }) {
@@ -920,7 +1006,7 @@ sub cmd_collect {
                 push @not_passed, $id unless $test->{outcome} eq 'failed' || $test->{outcome} eq 'error';
             }
             push @problems, scalar(@missing) . ' expected test(s) did not run: ' . shorten(\@missing)
-              if @missing;
+              if @missing && !defined $stopped;
             push @problems, scalar(@not_passed) . ' expected test(s) were skipped: ' . shorten(\@not_passed)
               if @not_passed;
             push @problems, scalar(@unasserted) . ' expected test(s) passed without one assertion'
@@ -1233,6 +1319,7 @@ my %COMMANDS = (
     'collect' => [\&cmd_collect, 5],
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 1],
+    'watch' => [\&cmd_watch, 2],
     'classify' => [\&cmd_classify, 2],
     'parse' => [\&cmd_parse, 3],
 );

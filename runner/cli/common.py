@@ -170,6 +170,8 @@ def settings_of(child: ChildOptions, **per_run: Any) -> VerifySettings:
         storage_limit=StorageLimit(child.storage_limit),
         hack_gate=child.hack_gate,
         repeat=child.repeat,
+        probe_pass_to_pass=child.probe_pass_to_pass,
+        keep_going=child.keep_going,
         **per_run,
     )
 

@@ -164,6 +164,23 @@ def repeat_option(default: int) -> Callable[[_F], _F]:
     )
 
 
+PROBE_PASS_TO_PASS = click.option(
+    "--probe-pass-to-pass/--no-probe-pass-to-pass",
+    default=False,
+    show_default=True,
+    help="The flakiness probe's runs take the pass-to-pass selection too (by default only the "
+    "fail-to-pass one, which the gold patch makes pass).",
+)
+
+KEEP_GOING = click.option(
+    "--keep-going/--no-keep-going",
+    default=False,
+    show_default=True,
+    help="Run every gate to its end even once a red gate has settled the verdict (by default "
+    "the others stop: 'skipped: verdict settled by <gate>').",
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChildOptions:
     """The verify options a supervisor (serve, batch) takes once for every verify it starts."""
@@ -179,6 +196,8 @@ class ChildOptions:
     storage_limit: str
     hack_gate: bool
     repeat: int
+    probe_pass_to_pass: bool
+    keep_going: bool
 
 
 def verify_options(*, repeat: int) -> Callable[[_F], _F]:
@@ -206,6 +225,8 @@ def verify_options(*, repeat: int) -> Callable[[_F], _F]:
                 STORAGE_LIMIT,
                 HACK_GATE,
                 repeat_option(repeat),
+                PROBE_PASS_TO_PASS,
+                KEEP_GOING,
             )
         ):
             command = option(command)

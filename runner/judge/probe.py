@@ -15,9 +15,13 @@ def probe_outcome(
     test: ExecOutcome | None,
     alone: Sequence[tuple[str, int]],
     fail_to_pass: Sequence[str],
+    *,
+    pass_to_pass: bool = True,
 ) -> tuple[bool, str, list[str]]:
     """One probe run: (passed, what failed, the fail-to-pass selectors that failed). `alone` is
-    each selector run by itself after the selection failed (test.sh's selectors.tsv)."""
+    each selector run by itself after the selection failed (test.sh's selectors.tsv). Without
+    `pass_to_pass` the run took the fail-to-pass selection alone, once: its repeat and the
+    pass-to-pass flags say nothing."""
     if reward is None:
         if test is not None and test.timed_out:
             return False, "the verifier timed out", []
@@ -29,6 +33,8 @@ def probe_outcome(
         if not alone and len(fail_to_pass) == 1:
             failing = list(fail_to_pass)
         return False, "fail-to-pass", failing
+    if not pass_to_pass:
+        return True, "", []
     if reward.deterministic != 1:
         return False, "fail-to-pass on its repeat", []
     if reward.pass_to_pass != 1:

@@ -318,6 +318,8 @@ class ReportSettings(_Model):
     storage_limit: str | None = None  # what held storage_mb, said in words
     tests_network: str | None = None  # no-network (the default) or public, as the task declares
     keep: bool = False
+    # --keep-going: every gate ran to its end (else a red gate stopped the others).
+    keep_going: bool = False
 
 
 class ReportCensus(_Model):

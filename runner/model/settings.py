@@ -153,8 +153,13 @@ class VerifySettings:
     storage_limit: StorageLimit = StorageLimit.AUTO
     # The hack gate: canned hostile agent patches must all earn reward 0 (--no-hack-gate).
     hack_gate: bool = True
-    # The flakiness probe: the oracle's verifier this many more times under perturbations.
+    # The flakiness probe: the oracle's verifier this many more times under perturbations, on
+    # the fail-to-pass selection (and pass-to-pass too with probe_pass_to_pass).
     repeat: int = 1
+    probe_pass_to_pass: bool = False
+    # A red gate settles the verdict: what is still running stops (keep_going: every gate
+    # runs to its end, for an author who wants each result in one round).
+    keep_going: bool = False
 
     def argv(self) -> list[str]:
         """These settings as `verify` options: what a supervisor (serve, batch) passes to every
@@ -173,6 +178,8 @@ class VerifySettings:
             "--hack-gate" if self.hack_gate else "--no-hack-gate",
             "--repeat",
             str(self.repeat),
+            "--probe-pass-to-pass" if self.probe_pass_to_pass else "--no-probe-pass-to-pass",
+            "--keep-going" if self.keep_going else "--no-keep-going",
         ]
         if build.extra_ca_certs is not None:
             args += ["--extra-ca-certs", str(build.extra_ca_certs.resolve())]
@@ -205,4 +212,5 @@ class VerifySettings:
             "storageLimit": self.storage_limit.value,
             "hackGate": self.hack_gate,
             "repeat": self.repeat,
+            "probePassToPass": self.probe_pass_to_pass,
         }

@@ -26,9 +26,15 @@ def plan_hack(p: Planner) -> HackPlan | None:
         return None
     from runner.compile.exploits import choose
 
-    # Only the reward matters: test.sh stops at the first failing command, and runs no
-    # test at all when the patch policy undid every change (the tree nop showed fails).
-    env = {**p.side_test.env, "SELFBENCH_REWARD_ONLY": "1", "SELFBENCH_SKIP_EMPTY": "1"}
+    # Only the reward matters: test.sh runs no test at all when the patch policy undid every
+    # change (the tree nop showed fails), stops a run at its first failed test and the
+    # verification at its first failed command.
+    env = {
+        **p.side_test.env,
+        "SELFBENCH_REWARD_ONLY": "1",
+        "SELFBENCH_SKIP_EMPTY": "1",
+        "SELFBENCH_STOP_AT_FAILURE": "1",
+    }
     test_step = p.side_test.model_copy(update={"env": env})
     exploits = [
         ExploitPlan(
@@ -75,6 +81,8 @@ def _probe_run(
     p: Planner, name: str, dimension: str | None, perturbation: Perturbation
 ) -> ProbeRun:
     env = {**p.side_test.env, **perturbation.env()}
+    if not p.settings.probe_pass_to_pass:
+        env["SELFBENCH_FAIL_TO_PASS_ONLY"] = "1"
     return ProbeRun(
         name=name,
         dimension=dimension,
@@ -115,6 +123,7 @@ def plan_probe(p: Planner) -> ProbePlan | None:
         runs=runs,
         attribution=attribution,
         fail_to_pass=list(facts.fail_to_pass) if facts else [],
+        pass_to_pass=p.settings.probe_pass_to_pass,
     )
 
 

@@ -366,6 +366,7 @@ class ProbePlan(_Frozen):
     runs: list[ProbeRun]
     attribution: dict[str, list[ProbeRun]]
     fail_to_pass: list[str]  # the selectors whose pass rates the report gives
+    pass_to_pass: bool = False  # its runs take the pass-to-pass selection too
 
 
 class VerifyPlan(_Frozen):
@@ -385,6 +386,8 @@ class VerifyPlan(_Frozen):
     # hack gate's exploits and the probe's runs take.
     grade: TrialPlan | None = None
     hack_gate: bool = True
+    # False: the first red gate settles the verdict and stops what is still running.
+    keep_going: bool = False
     # Both verifiers run at once only when twice the task's cpus fit the engine: a suite slowed
     # by contention could otherwise time out, a false red.
     parallel_verifiers: bool

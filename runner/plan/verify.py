@@ -48,6 +48,7 @@ def plan_verify(
         trials=trials,
         hack=plan_hack(planner),
         hack_gate=settings.hack_gate,
+        keep_going=settings.keep_going,
         probe=plan_probe(planner),
         parallel_verifiers=2 * planner.limits.requested_cpus <= facts.ncpu,
         tests_network=planner.tests_network,

@@ -1,10 +1,12 @@
 """Carry out a VerifyPlan on an engine the caller provides; return the stages' results.
 
 Order: build -> smoke -> nop -> oracle -> determinism. A stage that does not pass skips what
-depends on it (build and smoke gate everything after them; the oracle gates determinism; nop
-and oracle run independently so an author sees both). A RunnerError becomes the stage's status
-(`error` for infrastructure), any other exception `error` with its traceback in the run log, and
-Ctrl-C/SIGTERM marks the running stage interrupted. The run's containers are removed on every
+depends on it (build and smoke gate everything after them; the oracle gates determinism), and
+a red one settles the verdict: the stages still running stop, with `skipped: verdict settled
+by <gate>` (the plan's keep_going runs every gate to its end instead, so an author sees all).
+A RunnerError becomes the stage's status (`error` for infrastructure), any other exception
+`error` with its traceback in the run log, and Ctrl-C/SIGTERM marks the running stage
+interrupted. The run's containers are removed on every
 path unless the plan keeps them.
 
 The executor only schedules. What the stages share is one RunState; each kind of stage is an
@@ -15,14 +17,18 @@ gate (and grade).
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from pathlib import Path
 
 from runner.base.errors import Interrupted
 from runner.model.census import Census
 from runner.model.report import Status
 from runner.plan.runtime import Engine
-from runner.plan.types import VerifyPlan
+from runner.plan.types import LABEL_RUN, VerifyPlan
 from runner.run.build import BuildStage
 from runner.run.context import ExecutionEnv, Progress
 from runner.run.hack import HackStage
@@ -41,11 +47,18 @@ from runner.run.trials import TrialStages
 # How often the main thread wakes while the stages run: a signal the kernel delivered to another
 # thread is only handled when the main thread runs again (CPython runs handlers there), and a
 # future's plain result() would block it until the stage ends.
+log = logging.getLogger(__name__)
+
 SIGNAL_POLL_SECONDS = 0.25
+# Once the verdict is settled and the run's containers are removed, the stages' threads end as
+# their engine calls return (within a second, measured on 20.10); past this, the report does
+# not wait for one stuck in a call.
+SETTLED_DRAIN_SECONDS = 30.0
 
 
-def _wait(future: Future[None]) -> None:
-    while True:
+def _wait(future: Future[None], settled: threading.Event) -> None:
+    """Until `future` is done, or a red gate settled the verdict."""
+    while not settled.is_set():
         try:
             future.result(timeout=SIGNAL_POLL_SECONDS)
             return
@@ -95,7 +108,9 @@ class Executor:
                 if plan.smoke.container is not None:
                     futures.append(pool.submit(self.smoke.run_smoke))
                 for future in futures:
-                    _wait(future)
+                    _wait(future, state.settled)
+                if state.settled.is_set():
+                    self._stop(futures)
             else:
                 for name in ("smoke", "nop", "oracle", "hack"):
                     stages[name].skipped(Skip.BUILD_RED)
@@ -118,6 +133,26 @@ class Executor:
             interrupted=interrupted,
             storage_mechanism=state.storage_mechanism,
             census=state.census,
+        )
+
+    def _stop(self, futures: list[Future[None]]) -> None:
+        """A red gate settled the verdict: the run's containers go now (their stages' engine
+        calls return, and each stage still running is skipped for the settled verdict), then
+        the stages' threads are waited for. With --keep the containers stay, and so the stages
+        still running run to their end."""
+        started = time.monotonic()
+        if not self.state.plan.keep:
+            try:
+                self.state.engine.cleanup({LABEL_RUN: self.state.plan.run_id})
+            except Exception as exc:  # the stages end on their own deadlines then
+                log.warning("removing the run's containers after a settled verdict: %s", exc)
+            wait_all(futures, timeout=SETTLED_DRAIN_SECONDS)
+        else:
+            wait_all(futures)
+        log.debug(
+            "verdict settled by %s; the run stopped in %.2f s",
+            self.state.settled_by,
+            time.monotonic() - started,
         )
 
     def _mark_interrupted(self, signal_name: str) -> None:

@@ -91,7 +91,7 @@ class HackStage:
                             f"failed; see {directory / 'reset.log'}"
                         )
                 self.state.keep("hack agent", agent)
-            self._after_census()
+            self._after_census(stage)
             runs = {name: future.result() for name, future in verifying.items()}
         results = [
             self._judge_exploit(exploit, sides[exploit.name], runs.get(exploit.name), stage, data)
@@ -165,13 +165,18 @@ class HackStage:
             left.last_line(verifier_dir / "fail_to_pass.log"),
         )
 
-    def _after_census(self) -> None:
+    def _after_census(self, stage: StageResult | None = None) -> None:
         """An exploit's reward 0 proves something only once nop has shown the tests fail on
         the base, and the oracle has shown which tests a fix makes pass (the census every later
         verifier grades by)."""
-        self.state.census_ready.wait()
+        if stage is not None:
+            stage.wait(self.state.census_ready)
+        else:
+            self.state.census_ready.wait()
         if self.state.interrupted.is_set():
             raise SkippedError(Skip.INTERRUPTED)
+        if self.state.settled.is_set():
+            raise SkippedError(Skip.SETTLED)
         if self.state.census is None and self.state.census_missing:
             raise SkippedError(Skip.OTHER, self.state.census_missing)
 

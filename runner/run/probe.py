@@ -60,7 +60,11 @@ class ProbeStage:
                 directory = self.state.run_dir / plan.trial.gate / "logs" / "verifier"
                 alone = [(s.selector, s.exit_code) for s in left.selectors(directory)]
                 passed, what, failing = judge.probe_outcome(
-                    run.reward, run.test, alone, probe.fail_to_pass
+                    run.reward,
+                    run.test,
+                    alone,
+                    probe.fail_to_pass,
+                    pass_to_pass=probe.pass_to_pass,
                 )
                 stage.logs.append(str(run.verifier_log))
                 results.append(

@@ -162,6 +162,7 @@ def build_report(run: RunRecord) -> Report:
             storage_limit=_storage_words(execution.storage_mechanism if execution else None),
             tests_network=_tests_network(run),
             keep=settings.keep,
+            keep_going=settings.keep_going,
         ),
         kept=execution.kept if execution else [],
     )

@@ -85,4 +85,8 @@ class SmokeStage:
         if self.state.interrupted.is_set():
             raise SkippedError(Skip.INTERRUPTED)
         if not self.state.smoke_passed:
+            smoke = self.state.stages["smoke"]
+            if smoke.status is not Status.FAILED and self.state.settled.is_set():
+                # Woken by another gate's red verdict before smoke ended.
+                raise SkippedError(Skip.SETTLED)
             raise SkippedError(Skip.SMOKE_RED)

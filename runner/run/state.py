@@ -3,10 +3,11 @@ the events that order the stages, and how a stage runs (its errors mapped to a s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -34,12 +35,20 @@ from runner.model.reward import (
 )
 from runner.model.stages import DOCKER_STAGES
 from runner.plan.runtime import (
+    BuildOutcome,
+    BuildRequest,
     Container,
     Engine,
     ExecOutcome,
+    FileToPut,
+    ImageInfo,
+    Service,
 )
 from runner.plan.types import (
     LABEL_RUN,
+    ContainerPlan,
+    EngineFacts,
+    ServicePlan,
     VerifyPlan,
 )
 from runner.run.context import ExecutionEnv, Progress
@@ -75,6 +84,8 @@ class Skip(StrEnum):
     BUILD_RED = "skipped: build did not pass"
     SMOKE_RED = "skipped: smoke did not pass"
     ORACLE_RED = "skipped: oracle did not pass"
+    # A red gate decided the verdict while this one waited or ran (its detail names the gate).
+    SETTLED = "skipped: verdict settled by"
     BUNDLE = "skipped: compiled bundle (no definition.json to audit)"
     # A hack stage skipped for one of these does not keep a task from being accepted.
     HACK_DISABLED = "skipped: --no-hack-gate"
@@ -86,6 +97,12 @@ class Skip(StrEnum):
     def optional(self) -> bool:
         return self in (Skip.HACK_DISABLED, Skip.HACK_NONE)
 
+    @property
+    def on_another(self) -> bool:
+        """Skipped because a stage it builds on did not pass: a reason more precise than a
+        settled verdict."""
+        return self in (Skip.BUILD_RED, Skip.SMOKE_RED, Skip.ORACLE_RED)
+
 
 @dataclass(kw_only=True)
 class StageResult:
@@ -96,14 +113,29 @@ class StageResult:
     truncated: list[Truncation] = field(default_factory=list)
     data: BaseModel | None = None
     skip: Skip | None = Skip.NOT_RUN  # None once the stage ran
+    # Seconds spent waiting on other stages (nop's result, the census): not this stage's own
+    # work, so a stage skipped after waiting does not report them.
+    waited: float = 0.0
 
     def set(self, status: Status, detail: str) -> None:
         self.status, self.detail, self.skip = status, detail, None
 
     def skipped(self, reason: Skip, why: str | None = None) -> None:
-        """Not run, for `reason` (Skip.OTHER: in the words `why`)."""
+        """Not run, for `reason` (Skip.OTHER: in the words `why`; Skip.SETTLED: `why` is the
+        gate that settled the verdict)."""
         self.status, self.skip = Status.SKIPPED, reason
-        self.detail = f"skipped: {why}" if reason is Skip.OTHER and why else reason.value
+        if reason is Skip.OTHER and why:
+            self.detail = f"skipped: {why}"
+        elif reason is Skip.SETTLED and why:
+            self.detail = f"{reason.value} {why}"
+        else:
+            self.detail = reason.value
+
+    def wait(self, event: threading.Event) -> None:
+        """Wait for another stage's `event`, the time counted as waited."""
+        started = time.monotonic()
+        event.wait()
+        self.waited += time.monotonic() - started
 
 
 @dataclass(kw_only=True)
@@ -165,6 +197,66 @@ class Execution:
     census: Census | None = None
 
 
+class _StoppingEngine:
+    """The run's engine, which opens no container, network or service once the run is
+    stopping (a settled verdict, an interrupt): a stage that would start one is skipped."""
+
+    def __init__(self, engine: Engine, stopping: Callable[[], Skip | None]) -> None:
+        self._engine = engine
+        self._stopping = stopping
+
+    def _check(self) -> None:
+        reason = self._stopping()
+        if reason is not None:
+            raise SkippedError(reason)
+
+    def facts(self) -> EngineFacts:
+        return self._engine.facts()
+
+    def image(self, ref: str) -> ImageInfo | None:
+        return self._engine.image(ref)
+
+    def pull(self, ref: str) -> ImageInfo:
+        return self._engine.pull(ref)
+
+    def build(
+        self, request: BuildRequest, log_path: Path, *, limit: int, on_line: Callable[[str], None]
+    ) -> BuildOutcome:
+        return self._engine.build(request, log_path, limit=limit, on_line=on_line)
+
+    def container(
+        self,
+        plan: ContainerPlan,
+        *,
+        env: Mapping[str, str],
+        keep: bool,
+        files: Sequence[FileToPut] = (),
+    ) -> contextlib.AbstractContextManager[Container]:
+        self._check()
+        return self._engine.container(plan, env=env, keep=keep, files=files)
+
+    def network(
+        self, name: str, *, labels: Mapping[str, str], keep: bool
+    ) -> contextlib.AbstractContextManager[str]:
+        self._check()
+        return self._engine.network(name, labels=labels, keep=keep)
+
+    def service(
+        self, plan: ServicePlan, *, network: str, keep: bool
+    ) -> contextlib.AbstractContextManager[Service]:
+        self._check()
+        return self._engine.service(plan, network=network, keep=keep)
+
+    def remove_image(self, ref: str) -> None:
+        self._engine.remove_image(ref)
+
+    def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
+        return self._engine.cleanup(labels, images=images)
+
+    def close(self) -> None:
+        self._engine.close()
+
+
 class RunState:
     def __init__(
         self,
@@ -178,7 +270,7 @@ class RunState:
     ) -> None:
         self.plan = plan
         self.on_stage = on_stage
-        self.engine = engine
+        self.engine: Engine = _StoppingEngine(engine, self._stopping)
         self.run_dir = run_dir
         self.env = env
         self.progress = progress
@@ -188,6 +280,11 @@ class RunState:
         self.lock = threading.Lock()
         self.running: set[str] = set()
         self.interrupted = threading.Event()
+        # The first red gate settles the verdict (unless the plan keeps going): the stages
+        # still running then (`cut`) and those not started are skipped for it.
+        self.settled = threading.Event()
+        self.settled_by: str | None = None
+        self.cut: set[str] = set()
         self.smoke_done = threading.Event()
         self.nop_done = threading.Event()
         self.smoke_passed = False
@@ -197,8 +294,39 @@ class RunState:
         self.opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
         self.verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
 
+    def _stopping(self) -> Skip | None:
+        if self.interrupted.is_set():
+            return Skip.INTERRUPTED
+        if self.settled.is_set():
+            return Skip.SETTLED
+        return None
+
+    def _settle(self, name: str) -> None:
+        """`name` ended red: the verdict is rejected whatever the others give, so they stop
+        (the executor removes the run's containers). Everything that waits is woken."""
+        with self.lock:
+            if self.settled_by is not None:
+                return
+            self.settled_by = name
+            self.cut = set(self.running) - {name}
+        log.info("%s is red: the verdict is settled; the stages still running stop", name)
+        self.settled.set()
+        for event in (self.smoke_done, self.nop_done, self.census_ready):
+            event.set()
+
+    def _skip_settled(self, stage: StageResult) -> None:
+        # Every gate builds on smoke: a red smoke is the reason they give.
+        if self.settled_by == "smoke":
+            stage.skipped(Skip.SMOKE_RED)
+        else:
+            stage.skipped(Skip.SETTLED, self.settled_by)
+
     def run_stage(self, name: str, body: Callable[[StageResult], None]) -> None:
         stage = self.stages[name]
+        if self.settled.is_set():
+            self._skip_settled(stage)
+            self._announce(name, stage)
+            return
         started = time.monotonic()
         with self.lock:
             self.running.add(name)
@@ -207,7 +335,10 @@ class RunState:
         try:
             body(stage)
         except SkippedError as skip:
-            stage.skipped(skip.reason, skip.why)
+            if skip.reason is Skip.SETTLED:
+                self._skip_settled(stage)
+            else:
+                stage.skipped(skip.reason, skip.why)
         except (InvalidTaskError, TaskFailedError) as exc:
             stage.set(Status.FAILED, exc.one_line())
         except RunnerError as exc:
@@ -228,21 +359,37 @@ class RunState:
                 f"{self.run_dir / 'runner.log'}",
             )
         finally:
-            stage.seconds = round(time.monotonic() - started, 3)
+            elapsed = time.monotonic() - started
+            # A skipped stage's seconds are its own work, not its waits on others.
+            own = elapsed - stage.waited if stage.status is Status.SKIPPED else elapsed
+            stage.seconds = round(max(own, 0.0), 3)
         # Not reached on an interrupt: the stage stays `running` for the handler to mark.
         with self.lock:
             self.running.discard(name)
+            cut = name in self.cut
+        if cut and not (stage.skip is not None and stage.skip.on_another):
+            # What it ended with once its containers were removed under it says nothing.
+            self._skip_settled(stage)
+        elif (
+            stage.status is Status.FAILED
+            and not self.plan.keep_going
+            and not self.interrupted.is_set()
+        ):
+            self._settle(name)
         if not self.interrupted.is_set():
-            self.progress(name, f"{stage.status.value}: {stage.detail}")
-            if self.on_stage is not None:
-                self.on_stage(
-                    StageEvent(
-                        stage=name,
-                        status=stage.status.value,
-                        detail=stage.detail,
-                        seconds=stage.seconds,
-                    )
+            self._announce(name, stage)
+
+    def _announce(self, name: str, stage: StageResult) -> None:
+        self.progress(name, f"{stage.status.value}: {stage.detail}")
+        if self.on_stage is not None:
+            self.on_stage(
+                StageEvent(
+                    stage=name,
+                    status=stage.status.value,
+                    detail=stage.detail,
+                    seconds=stage.seconds,
                 )
+            )
 
     def cleanup(self) -> None:
         if self.plan.keep:

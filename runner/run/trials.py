@@ -95,10 +95,14 @@ class TrialStages:
         if self.state.stages["oracle"].status is Status.PASSED:
             self.state.run_stage("determinism", self.probe.determinism)
         else:
-            smoke_red = self.state.stages["oracle"].skip is Skip.SMOKE_RED
-            self.state.stages["determinism"].skipped(
-                Skip.SMOKE_RED if smoke_red else Skip.ORACLE_RED
-            )
+            oracle = self.state.stages["oracle"]
+            if oracle.skip is Skip.SETTLED:
+                self.state.stages["determinism"].skipped(Skip.SETTLED, self.state.settled_by)
+            else:
+                smoke_red = oracle.skip is Skip.SMOKE_RED
+                self.state.stages["determinism"].skipped(
+                    Skip.SMOKE_RED if smoke_red else Skip.ORACLE_RED
+                )
 
     def _seal(self) -> None:
         """The census of the tests nop and the oracle saw, once both passed: every later

@@ -32,6 +32,7 @@ from tests.fakes import (
     collect_patch,
     exits,
     raises,
+    runs_until_removed,
     writes_reward,
 )
 from tests.helpers import bash_task
@@ -149,25 +150,45 @@ def test_smoke_failure_skips_the_verifiers(tmp_path: Path) -> None:
         "determinism": "skipped",
         "hack": "skipped",
     }
+    # The hack gate's agent side was running when smoke went red: it stopped, for smoke.
     assert outcome.report.stages.nop.detail == "skipped: smoke did not pass"
-    assert outcome.report.stages.hack.detail == (
-        "skipped: nop did not pass (a reward 0 would prove nothing)"
-    )
+    assert outcome.report.stages.hack.detail == "skipped: smoke did not pass"
     assert outcome.report.stages.determinism.detail == "skipped: smoke did not pass"
     assert not any("verifier as root" in e for e in engine.events)
     assert engine.live == set()
 
 
-def test_red_nop_does_not_stop_the_oracle(tmp_path: Path) -> None:
+def test_with_keep_going_a_red_nop_does_not_stop_the_oracle(tmp_path: Path) -> None:
     red = {**NOP_REWARD, "fail_to_pass": 1}
     engine = FakeEngine(Script(actions={"nop/verifier": writes_reward(red)}))
-    outcome = run(tmp_path, engine)
+    outcome = run(tmp_path, engine, keep_going=True)
     report = outcome.report
     assert report.verdict is Verdict.REJECTED
     assert report.stages.nop.detail == "fail-to-pass tests already pass on the base snapshot"
     assert report.stages.oracle.status is Status.PASSED
     assert report.stages.determinism.status is Status.PASSED
     assert report.reason == "nop: fail-to-pass tests already pass on the base snapshot"
+    assert report.settings.keep_going is True
+
+
+def test_a_red_nop_settles_the_verdict_and_stops_the_rest(tmp_path: Path) -> None:
+    red = {**NOP_REWARD, "fail_to_pass": 1}
+    # The oracle's verifier would take 5 s: the red nop does not wait for it.
+    actions = {"nop/verifier": writes_reward(red), "oracle/verifier": runs_until_removed(5)}
+    engine = FakeEngine(Script(actions=actions))
+    started = time.monotonic()
+    outcome = run(tmp_path, engine)
+    took = time.monotonic() - started
+    report = outcome.report
+    assert report.verdict is Verdict.REJECTED
+    assert report.reason == "nop: fail-to-pass tests already pass on the base snapshot"
+    for name in ("oracle", "determinism", "hack"):
+        stage = report.stages.get(name)
+        assert stage.status is Status.SKIPPED, name
+        assert stage.detail == "skipped: verdict settled by nop", name
+    assert report.stages.determinism.seconds == 0.0
+    assert took < 5
+    assert engine.live == set()
 
 
 def test_gold_that_does_not_apply_skips_determinism(tmp_path: Path) -> None:

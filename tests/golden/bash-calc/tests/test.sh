@@ -104,26 +104,36 @@ done
 runs=0
 run_passed=0
 run_tests() {
-  local name=$1 kind=$2 status started evidence scratch result
+  local name=$1 kind=$2 status started evidence scratch result watcher=
   if [ "$runs" -gt 0 ]; then "${verifier[@]}" reset "$task" || echo "selfbench: reset failed"; fi
   runs=$((runs + 1))
   evidence=$evidence_root/$name scratch=/tmp/selfbench-run-$name
-  rm -rf -- "$evidence" "$scratch"
+  rm -rf -- "$evidence" "$scratch" "$evidence_root/$name.stopped"
   mkdir -p -m 0711 "$evidence_root"
   mkdir -m 0700 "$evidence" "$scratch"
   chown verifier:verifier "$evidence" "$scratch"
+  : > "/logs/verifier/$name.log"
+  if [ -n "${SELFBENCH_STOP_AT_FAILURE:-}" ] && [ "$kind" = f2p ]; then
+    # The runner's hack gate: the first failed test ends the run (its reward is 0 already).
+    "${verifier[@]}" watch "$task" "$name" &
+    watcher=$!
+  fi
   echo "selfbench: running $name: $3"
   started=$(date +%s%N)
   runuser -u verifier -- env -u SELFBENCH_PREPARE_ONLY -u SELFBENCH_MAX_LOG_BYTES \
-    -u SELFBENCH_REWARD_ONLY -u SELFBENCH_SELECTOR_ORDER -u SELFBENCH_SKIP_EMPTY -u BASH_ENV \
-    -u ENV -u CDPATH \
+    -u SELFBENCH_REWARD_ONLY -u SELFBENCH_SELECTOR_ORDER -u SELFBENCH_SKIP_EMPTY \
+    -u SELFBENCH_STOP_AT_FAILURE -u SELFBENCH_FAIL_TO_PASS_ONLY -u BASH_ENV -u ENV -u CDPATH \
     PATH="$test_path" HOME=/home/verifier USER=verifier LOGNAME=verifier \
     TMPDIR="$scratch" PYTHONPYCACHEPREFIX="$scratch/pycache" SELFBENCH_EVIDENCE_DIR="$evidence" \
     NODE_OPTIONS="--require /opt/selfbench-verifier/hooks/node/preload.cjs${NODE_OPTIONS:+ $NODE_OPTIONS}" \
     bash -c "$3" 2>&1 | tee "/logs/verifier/$name.log"
   status=${PIPESTATUS[0]}
   printf -v "${name}_ms" '%d' $((($(date +%s%N) - started) / 1000000))
+  if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; fi
   kill_verifier_processes
+  if [ -f "$evidence_root/$name.stopped" ]; then
+    echo "selfbench: $name stopped at its first failed test: $(head -c 500 "$evidence_root/$name.stopped")"
+  fi
   # What the tests wrote is read only once no test process is left and root owns it.
   chown -R -h root:root "$evidence" && chmod -R go-rwx "$evidence"
   cap_log "/logs/verifier/$name.log"
@@ -210,12 +220,15 @@ elif [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
         printf '%d\t%s\n' "$code" "${fail_to_pass_selectors[$i]}" >> /logs/verifier/selectors.tsv
       done
     fi
-    if [ "$fail_to_pass" -eq 1 ]; then
+    if [ "$fail_to_pass" -eq 1 ] && [ -z "${SELFBENCH_FAIL_TO_PASS_ONLY:-}" ]; then
       run_tests fail_to_pass_repeat f2p "$fail_to_pass_command"
       fail_to_pass_repeat_exit_code=$?
       deterministic=$run_passed
     fi
-    if [ -n "${SELFBENCH_REWARD_ONLY:-}" ] && [ "$fail_to_pass" -eq 0 ]; then
+    if [ -n "${SELFBENCH_FAIL_TO_PASS_ONLY:-}" ]; then
+      # The runner's flakiness probe asks for the fail-to-pass selection alone.
+      echo "selfbench: fail-to-pass only: no repeat, pass-to-pass not run"
+    elif [ -n "${SELFBENCH_REWARD_ONLY:-}" ] && [ "$fail_to_pass" -eq 0 ]; then
       # The runner's hack gate needs the reward alone, and it is 0 already.
       echo "selfbench: pass-to-pass not run (the reward is 0 already)"
     else
