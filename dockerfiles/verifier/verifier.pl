@@ -14,6 +14,9 @@
 #                           one test run's per-test evidence, judged; prints passed=0|1
 #   grade TASK              the runs' evidence summarised in /logs/verifier/evidence.json
 #   go-filter FILE          `go test -json` on stdin: raw events to FILE, their text to stdout
+#   policy-check TASK DIR OUT
+#                           the runner's hack gate: each DIR/*.patch through the policy, in an
+#                           index of its own (the tree untouched); what it keeps, to OUT
 #   watch TASK NAME         the runner's hack gate: beside the run NAME, its first failed test
 #                           stops it (the reward is 0 already)
 #
@@ -420,6 +423,62 @@ sub cmd_apply_policy {
     say_line(scalar(@discarded) . ' change(s) undone by the patch policy') if @discarded;
     # 3: nothing of the patch is left, and the tree is exactly the one nop tested.
     return $kept || $restored_trusted ? 0 : 3;
+}
+
+# policy-check TASK DIR OUT: the runner's hack gate, before any exploit's verifier runs. Each
+# DIR/*.patch goes through the policy exactly as apply-policy would take it (the same apply, the
+# same view of the applied tree, the same classification), in an index of its own: the work
+# tree is not touched. OUT gets one JSON object per patch: whether it applies, how many of its
+# changes the policy keeps, and whether an undo would restore a trusted manifest. A patch that
+# applies with nothing kept and nothing restored leaves the tree nop tested.
+sub cmd_policy_check {
+    my ($task_path, $dir, $out) = @_;
+    my $task = task($task_path);
+    $task->{goldSet} = { map { $_ => 1 } @{ $task->{goldFiles} } };
+    my $index = "$WORK/policy-check.index";
+    system('mkdir', '-p', $WORK);
+    chmod 0700, $WORK;
+    start_index($index);
+    git_out($index, 'add', '--all');
+    my $before = git_out($index, 'write-tree');
+    chomp $before;
+    my %trusted;
+    for my $line (split /\n/, read_file($TRUSTED_MANIFESTS) // '') {
+        my ($blob, $mode, $path) = split /\t/, $line, 3;
+        $trusted{$path} = 1 if defined $path;
+    }
+    opendir(my $dh, $dir) or fail("cannot read $dir");
+    my @names = sort grep { /^[A-Za-z0-9._-]+\.patch$/ && -f "$dir/$_" && !-l "$dir/$_" } readdir $dh;
+    closedir $dh;
+    my %results;
+    for my $file (@names) {
+        (my $name = $file) =~ s/\.patch$//;
+        git_out($index, 'read-tree', $before);
+        my ($code) = git_run($index, undef, 'apply', '--cached', '--binary', '--whitespace=nowarn',
+          "$dir/$file");
+        if ($code != 0) {
+            $results{$name} = { applied => JSON::PP::false, kept => 0, restores => 0, changes => [] };
+            next;
+        }
+        my @fields = zsplit(git_out($index, 'diff-index', '--cached', '--raw', '--no-renames', '-z',
+          $before));
+        my (@changes, $kept, $restores);
+        ($kept, $restores) = (0, 0);
+        while (@fields) {
+            my $meta = shift @fields;
+            my $path = shift @fields // last;
+            my (undef, $new_mode, undef, undef, $status) = split / /, substr($meta, 1);
+            $status = substr($status, 0, 1);
+            my ($verdict, $reason) = classify($task, $path, $status, $new_mode);
+            push @changes, { path => $path, status => $status, verdict => $verdict, reason => $reason };
+            if ($verdict eq 'keep') { $kept++ } elsif ($trusted{$path}) { $restores++ }
+        }
+        $results{$name} = { applied => JSON::PP::true, kept => $kept, restores => $restores,
+          changes => \@changes };
+    }
+    unlink $index;
+    write_json($out, \%results);
+    return 0;
 }
 
 # ---- lockdown and reset -------------------------------------------------------------------------
@@ -1320,6 +1379,7 @@ my %COMMANDS = (
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 1],
     'watch' => [\&cmd_watch, 2],
+    'policy-check' => [\&cmd_policy_check, 3],
     'classify' => [\&cmd_classify, 2],
     'parse' => [\&cmd_parse, 3],
 );

@@ -55,6 +55,9 @@ from runner.plan.types import (
 log = logging.getLogger(__name__)
 
 PROBE_IMAGE = "selfbench/probe:empty"
+# A background container's CPU weight against the engine's default 1024: while a gate that
+# decides the verdict competes for the CPU, a probe or exploit run gets a fifth of it.
+BACKGROUND_CPU_SHARES = 256
 
 
 class DockerEngine:
@@ -252,6 +255,8 @@ class DockerEngine:
         }
         if limits.cpuset:
             host["cpuset_cpus"] = limits.cpuset
+        if plan.background:
+            host["cpu_shares"] = BACKGROUND_CPU_SHARES
         storage = plan.storage
         if storage is StorageLimit.AUTO:
             # A plan made from this engine's facts is resolved already; one made without (a

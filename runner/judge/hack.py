@@ -33,6 +33,10 @@ class ExploitEvidence:
     undone: str = ""
     kept_changes: bool = True
     problem: str | None = None
+    # Decided by the patch policy alone, before any test (runner.run.hack): `applies` says
+    # whether the patch applied; if it did, nothing of it was left.
+    policy_only: bool = False
+    applies: bool = True
 
 
 def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOutcome, str]:
@@ -46,6 +50,10 @@ def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOu
         return "error", "collecting the exploit's patch failed"
     if not e.patch_bytes:
         return "no-effect", "the collected patch is empty (only ignored files changed)"
+    if e.policy_only:
+        if not e.applies:
+            return "not-applicable", "its patch did not apply on the post-setup tree"
+        return "resisted", f"undone by the patch policy: {e.undone} (no test run: nop's tree)"
     if e.test is None:
         return "error", "the verifier did not run"
     if e.reward is None:

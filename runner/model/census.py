@@ -102,6 +102,34 @@ class PolicyChange(_Model):
     reason: str
 
 
+class PolicyCheck(_Model):
+    """One patch through the verifier's patch policy without tests (verifier.pl policy-check):
+    whether it applies, how many of its changes the policy keeps, how many of its undone ones a
+    trusted manifest would replace."""
+
+    applied: bool
+    kept: int
+    restores: int
+    changes: list[PolicyChange] = Field(default_factory=list)
+
+    @property
+    def leaves_nop_tree(self) -> bool:
+        """It applies, and the policy undoes every change back to the post-setup tree."""
+        return self.applied and self.kept == 0 and self.restores == 0
+
+
+def parse_policy_check(raw: bytes) -> dict[str, PolicyCheck]:
+    """policy-check's document: each patch's name to its check. A malformed document is an
+    empty one (every patch then goes to a verifier of its own)."""
+    try:
+        document = json.loads(raw)
+        if not isinstance(document, dict):
+            return {}
+        return {str(k): PolicyCheck.model_validate(v) for k, v in document.items()}
+    except (ValueError, ValidationError):
+        return {}
+
+
 class SelectionCensus(_Model):
     mode: Mode
     runners: list[str] = Field(default_factory=list)

@@ -128,6 +128,7 @@ class Planner:
         home: str,
         label: str | None = None,
         cpuset: str | None = None,
+        background: bool = False,
     ) -> ContainerPlan:
         side = "" if role == "smoke" else f"-{role}"
         return ContainerPlan(
@@ -144,6 +145,7 @@ class Planner:
             limits=self.limits.model_copy(update={"cpuset": cpuset}) if cpuset else self.limits,
             labels=self.labels(label or gate, side=role if role != "smoke" else None),
             storage=self.storage,
+            background=background,
         )
 
     def services(self, gate: str, ready_timeout: float) -> GateServices | None:
@@ -203,10 +205,18 @@ class Planner:
         return builds
 
     def side_trial(
-        self, gate: str, key: str, label: str, test: ExecStep, cpuset: str | None = None
+        self,
+        gate: str,
+        key: str,
+        label: str,
+        test: ExecStep,
+        cpuset: str | None = None,
+        *,
+        background: bool = False,
     ) -> TrialPlan:
         """A verifier of its own for a patch the runner hands it (an exploit's, the oracle's
-        again, one to grade), graded by the sealed census: no agent side."""
+        again, one to grade), graded by the sealed census: no agent side. `background`: it
+        takes the CPU the verdict's gates leave."""
         return TrialPlan(
             census="sealed",
             gate=gate,
@@ -223,6 +233,7 @@ class Planner:
                 "/home/verifier",
                 label=label,
                 cpuset=cpuset,
+                background=background,
             ),
             test=test,
             verifier_logs=VERIFIER_LOGS,

@@ -6,10 +6,14 @@ from __future__ import annotations
 from runner.plan.images import digest_of
 from runner.plan.planner import Planner
 from runner.plan.types import (
+    HACK_POLICY_DIR,
+    HACK_POLICY_RESULT,
     HACK_RESET_COMMAND,
     HACK_STEP_TIMEOUT_SECONDS,
     PROBE_LOCALES,
     PROBE_ZONES,
+    VERIFIER_HELPER,
+    VERIFIER_TASK_FACTS,
     ExecStep,
     ExploitPlan,
     HackPlan,
@@ -49,12 +53,29 @@ def plan_hack(p: Planner) -> HackPlan | None:
                 workdir="/app",
                 timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
             ),
-            trial=p.side_trial(f"hack/{exploit.name}", f"hack{index}", "hack", test_step),
+            trial=p.side_trial(
+                f"hack/{exploit.name}", f"hack{index}", "hack", test_step, background=True
+            ),
         )
         for index, exploit in enumerate(choose(facts))
     ]
     if not exploits:
         return None
+    verifier = exploits[0].trial.verifier
+    policy_check = ExecStep(
+        name="policy-check",
+        argv=[
+            *VERIFIER_HELPER,
+            "policy-check",
+            VERIFIER_TASK_FACTS,
+            HACK_POLICY_DIR,
+            HACK_POLICY_RESULT,
+        ],
+        user="root",
+        env={},
+        workdir="/app",
+        timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
+    )
     steps = len(exploits) * 3
     return HackPlan(
         agent=p.container(
@@ -63,6 +84,7 @@ def plan_hack(p: Planner) -> HackPlan | None:
             p.agent_image,
             steps * HACK_STEP_TIMEOUT_SECONDS + p.collect_timeout * len(exploits),
             "/home/agent",
+            background=True,
         ),
         collect=p.collect_step,
         reset=ExecStep(
@@ -74,6 +96,16 @@ def plan_hack(p: Planner) -> HackPlan | None:
             timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
         ),
         exploits=exploits,
+        policy=p.container(
+            "verifier",
+            "hackpolicy",
+            verifier.image,
+            HACK_STEP_TIMEOUT_SECONDS,
+            "/home/verifier",
+            label="hack",
+            background=True,
+        ),
+        policy_check=policy_check,
     )
 
 
@@ -93,6 +125,7 @@ def _probe_run(
             "determinism",
             p.side_test.model_copy(update={"env": env}),
             cpuset=perturbation.cpuset,
+            background=True,
         ),
     )
 

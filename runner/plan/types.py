@@ -200,6 +200,9 @@ class ContainerPlan(_Frozen):
     limits: Limits
     labels: dict[str, str]
     storage: StorageLimit
+    # The hack gate's and the flakiness probe's containers: they take the CPU the gates that
+    # decide the verdict leave (a lower CPU weight; all of it when nothing else runs).
+    background: bool = False
 
 
 class HealthcheckPlan(_Frozen):
@@ -276,11 +279,25 @@ class ExploitPlan(_Frozen):
     trial: TrialPlan
 
 
+# Where the hack gate's policy check finds the exploits' patches (<name>.patch) and writes what
+# the policy would keep of each, in a verifier container of their own.
+HACK_POLICY_DIR = "/opt/selfbench/exploits"
+HACK_POLICY_RESULT = f"{HACK_POLICY_DIR}/policy-check.json"
+# The verifier image's trusted helper (dockerfiles/verifier/verifier.pl) and the task facts it
+# reads (tests/selfbench-task.json), where test.sh finds them.
+VERIFIER_HELPER = ("/usr/bin/perl", "/opt/selfbench-verifier/verifier.pl")
+VERIFIER_TASK_FACTS = "/tests/selfbench-task.json"
+
+
 class HackPlan(_Frozen):
     agent: ContainerPlan
     collect: ExecStep
     reset: ExecStep  # back to the post-setup tree before the next exploit
     exploits: list[ExploitPlan]
+    # Every collected patch through the verifier's patch policy at once, without tests: one
+    # whose changes the policy undoes entirely leaves nop's tree, which nop showed fails.
+    policy: ContainerPlan | None = None
+    policy_check: ExecStep | None = None
 
 
 # Time zones as POSIX TZ strings (glibc and CPython read them without tzdata, which a base image

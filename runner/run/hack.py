@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import PurePosixPath
 
 from runner import judge
 from runner.base.errors import (
     InfrastructureError,
     Interrupted,
+    RunnerError,
 )
 from runner.compile.exploits import NOT_APPLICABLE
 from runner.model.census import (
+    MAX_EVIDENCE_BYTES,
     Census,
+    PolicyCheck,
     first_problem,
+    parse_policy_check,
     read_policy,
     summarize,
 )
@@ -27,7 +33,10 @@ from runner.model.report import (
 from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
+from runner.plan.runtime import FileToPut
 from runner.plan.types import (
+    HACK_POLICY_DIR,
+    HACK_POLICY_RESULT,
     ExploitPlan,
     TrialPlan,
 )
@@ -35,6 +44,11 @@ from runner.run import collect as left
 from runner.run.build import BuildStage
 from runner.run.sides import Sides
 from runner.run.state import ExploitSide, RunState, Skip, SkippedError, StageResult, TrialRun
+
+log = logging.getLogger(__name__)
+
+# Beside each exploit's patch: what the policy check said of it, when that decided it.
+POLICY_CHECK_FILE = "policy-check.json"
 
 
 class HackStage:
@@ -54,8 +68,6 @@ class HackStage:
         limit = self.state.plan.max_log_bytes
         sides: dict[str, ExploitSide] = {}
         verifying: dict[str, Future[TrialRun]] = {}
-        # Each collected patch goes to its verifier at once (once nop passed), while the next
-        # exploit runs in the agent container.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
             with self.state.engine.container(
                 plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
@@ -80,10 +92,6 @@ class HackStage:
                                 or b""
                             )
                             (directory / "agent.patch").write_bytes(side.patch)
-                            if side.patch:
-                                verifying[exploit.name] = pool.submit(
-                                    self._verify_exploit, exploit.trial, side.patch
-                                )
                     reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
                     if reset.exit_code != 0 or reset.timed_out:
                         raise InfrastructureError(
@@ -91,7 +99,21 @@ class HackStage:
                             f"failed; see {directory / 'reset.log'}"
                         )
                 self.state.keep("hack agent", agent)
+            # The policy first, for every patch at once and without tests (beside nop and the
+            # oracle): only a patch that leaves something the policy keeps needs a verifier.
+            checks = self._policy_check(sides, stage)
             self._after_census(stage)
+            for exploit in plan.exploits:
+                side = sides[exploit.name]
+                check = checks.get(exploit.name)
+                if not side.patch:
+                    continue
+                if check is not None and (not check.applied or check.leaves_nop_tree):
+                    side.decided_by_policy = check
+                    continue
+                verifying[exploit.name] = pool.submit(
+                    self._verify_exploit, exploit.trial, side.patch
+                )
             runs = {name: future.result() for name, future in verifying.items()}
         results = [
             self._judge_exploit(exploit, sides[exploit.name], runs.get(exploit.name), stage, data)
@@ -99,6 +121,53 @@ class HackStage:
         ]
         judgement = judge.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
+
+    def _policy_check(
+        self, sides: dict[str, ExploitSide], stage: StageResult
+    ) -> dict[str, PolicyCheck]:
+        """verifier.pl policy-check on every collected patch, in one verifier container. What
+        it cannot say (it failed, or its engine call did) leaves each patch to its verifier."""
+        plan = self.state.plan.hack
+        assert plan is not None
+        patches = {name: side.patch for name, side in sides.items() if side.patch}
+        if not patches or plan.policy is None or plan.policy_check is None:
+            return {}
+        where = PurePosixPath(HACK_POLICY_DIR)
+        files = [
+            FileToPut(
+                directory=str(where.parent),
+                name=f"{where.name}/{name}.patch",
+                data=patch,
+                mode=0o600,
+            )
+            for name, patch in patches.items()
+        ]
+        log_path = self.state.path("hack", "policy-check.log")
+        stage.logs.append(str(log_path))
+        raw: bytes | None = None
+        try:
+            with self.state.engine.container(
+                plan.policy, env=self.state.env.proxies, keep=self.state.plan.keep, files=files
+            ) as container:
+                ran = container.exec(
+                    plan.policy_check, log_path, limit=self.state.plan.max_log_bytes
+                )
+                if ran.exit_code == 0 and not ran.timed_out:
+                    raw = container.get_file(HACK_POLICY_RESULT, limit=MAX_EVIDENCE_BYTES)
+                self.state.keep("hack policy", container)
+        except RunnerError as exc:
+            log.warning("the hack gate's policy check failed (%s): every exploit is verified", exc)
+            return {}
+        if raw is None:
+            log.warning("the hack gate's policy check said nothing; see %s", log_path)
+            return {}
+        checks = parse_policy_check(raw)
+        for name, check in checks.items():
+            if name in patches:
+                self.state.path("hack", name, POLICY_CHECK_FILE).write_text(
+                    check.model_dump_json(by_alias=True, indent=2)
+                )
+        return checks
 
     def _judge_exploit(
         self,
@@ -110,7 +179,8 @@ class HackStage:
     ) -> tuple[str, str, ExploitOutcome, str | None, str]:
         """What the verifier gave one exploit's patch, judged and recorded."""
         verifier_dir = self.state.run_dir / "hack" / exploit.name / "logs" / "verifier"
-        policy = read_policy(verifier_dir)
+        decided = side.decided_by_policy
+        policy = decided.changes if decided is not None else read_policy(verifier_dir)
         undone = [c for c in policy if c.verdict != "keep"]
         problem = next(
             (
@@ -135,6 +205,8 @@ class HackStage:
                 undone=judge.undone_words(undone, [c.path for c in undone]) if undone else "",
                 kept_changes=any(c.verdict == "keep" for c in policy) or not policy,
                 problem=problem,
+                policy_only=decided is not None,
+                applies=decided is None or decided.applied,
             ),
             not_applicable=NOT_APPLICABLE,
         )
@@ -148,7 +220,9 @@ class HackStage:
                 outcome=outcome,
                 detail=detail,
                 reward=run.reward if run else None,
-                discarded=left.discarded(verifier_dir),
+                discarded=[c.path for c in undone]
+                if decided is not None
+                else left.discarded(verifier_dir),
                 undone=undone,
                 evidence=summarize(verifier_dir) if run else None,
                 patch=patch,

@@ -23,6 +23,7 @@ from runner.base.errors import (
 from runner.base.logs import Truncation
 from runner.model.census import (
     Census,
+    PolicyCheck,
 )
 from runner.model.report import (
     GateData,
@@ -147,6 +148,9 @@ class ExploitSide:
     said: str  # the script's last line (a not-applicable script says why)
     collect_failed: bool = False
     patch: bytes | None = None
+    # The patch policy's verdict without tests, when it decided the exploit (the patch does not
+    # apply, or nothing of it is left): no verifier ran for it.
+    decided_by_policy: PolicyCheck | None = None
 
     @property
     def patch_bytes(self) -> int | None:

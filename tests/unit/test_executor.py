@@ -19,7 +19,7 @@ from runner.model.predictions import PatchPredictions
 from runner.model.report import Status, Verdict
 from runner.model.settings import BuildEnvironment, VerifySettings
 from runner.plan.runtime import ExecOutcome
-from runner.plan.types import ExecStep
+from runner.plan.types import HACK_POLICY_DIR, HACK_POLICY_RESULT, ExecStep
 from runner.run.context import ExecutionEnv
 from runner.run.pipeline import VerifyOutcome, verify
 from tests.fakes import (
@@ -84,8 +84,10 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
         return next(i for i, event in enumerate(events) if event.startswith(prefix))
 
     # The oracle's agent side and the two verifiers; the hack gate's one agent container (every
-    # exploit in turn) and a verifier per exploit. The default smoke check runs in the nop
-    # verifier, before any test; nop's patch is empty without an agent container.
+    # exploit in turn), one verifier for the policy check of every patch, and a verifier per
+    # exploit (the fake's check says nothing, so none is decided by the policy alone). The
+    # default smoke check runs in the nop verifier, before any test; nop's patch is empty
+    # without an agent container.
     created = sorted(e for e in events if e.startswith("create "))
     exploits = [e.name for e in report.stages.hack.data.exploits]
     assert exploits == [
@@ -98,7 +100,7 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
     assert created == [
         "create determinism/verifier",  # the flakiness probe's one perturbed run (--repeat 1)
         "create hack/agent",
-        *["create hack/verifier"] * 5,
+        *["create hack/verifier"] * 6,
         "create nop/verifier",
         "create oracle/agent",
         "create oracle/verifier",
@@ -305,6 +307,7 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
     assert sorted(k.label for k in report.kept) == [
         "determinism/probe-1 verifier",
         "hack agent",
+        "hack policy",
         "hack/harness-rename verifier",
         "hack/harness-rewrite-at-run verifier",
         "hack/held-out-overwrite verifier",
@@ -315,7 +318,7 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
         "oracle verifier",
     ]
     assert all(k.enter.startswith("docker exec -it selfbench-demo-task-") for k in report.kept)
-    assert len(engine.live) == 10
+    assert len(engine.live) == 11
     assert engine.cleanups == []
 
 
@@ -330,6 +333,67 @@ def test_an_exploit_that_earns_a_reward_rejects_the_task(tmp_path: Path) -> None
         "hack: the verifier can be gamed: exploit runner-exit-zero earned reward 1 without a fix"
     )
     assert [e.outcome for e in report.stages.hack.data.exploits] == ["earned-reward"] * 5
+
+
+def test_the_policy_check_decides_exploits_without_a_verifier(tmp_path: Path) -> None:
+    """A patch the policy undoes entirely leaves nop's tree, and one that does not apply earns
+    nothing: neither gets a verifier; the rest do. Their patches reach the check's container."""
+
+    def undone(path: str) -> dict[str, object]:
+        return {"path": path, "status": "A", "verdict": "undo", "reason": "a test-runner hook"}
+
+    checked: dict[str, bytes] = {}
+
+    def check(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        checked.update(
+            {k: v for k, v in container.files.items() if k.startswith(HACK_POLICY_DIR + "/")}
+        )
+        document = {
+            "held-out-overwrite": {
+                "applied": True,
+                "kept": 0,
+                "restores": 0,
+                "changes": [undone("tests/test_calc.sh")],
+            },
+            "harness-rename": {"applied": False, "kept": 0, "restores": 0, "changes": []},
+            # A trusted manifest put back: the tree is not nop's, so it is verified.
+            "reward-file-from-code": {
+                "applied": True,
+                "kept": 0,
+                "restores": 1,
+                "changes": [undone("package.json")],
+            },
+        }
+        container.files[HACK_POLICY_RESULT] = json.dumps(document).encode()
+        return ExecOutcome(exit_code=0, seconds=0.01)
+
+    engine = FakeEngine(Script(actions={"hack/policy-check": check}))
+    report = run(tmp_path, engine).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert sorted(checked) == sorted(
+        f"{HACK_POLICY_DIR}/{name}.patch"
+        for name in (
+            "runner-exit-zero",
+            "held-out-overwrite",
+            "harness-rename",
+            "harness-rewrite-at-run",
+            "reward-file-from-code",
+        )
+    )
+    outcomes = {e.name: (e.outcome, e.detail) for e in report.stages.hack.data.exploits}
+    assert outcomes["held-out-overwrite"] == (
+        "resisted",
+        "undone by the patch policy: tests/test_calc.sh (a test-runner hook) "
+        "(no test run: nop's tree)",
+    )
+    assert outcomes["harness-rename"][0] == "not-applicable"
+    held_out = next(e for e in report.stages.hack.data.exploits if e.name == "held-out-overwrite")
+    assert held_out.discarded == ["tests/test_calc.sh"]
+    assert held_out.reward is None
+    verified = sorted(
+        e.split()[1] for e in engine.events if e.startswith("exec hack/verifier as root")
+    )
+    assert len(verified) == 3  # runner-exit-zero, harness-rewrite-at-run, reward-file-from-code
 
 
 def test_no_hack_gate_skips_it_and_still_accepts(tmp_path: Path) -> None:
