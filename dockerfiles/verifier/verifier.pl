@@ -781,38 +781,39 @@ sub read_cargo_log {
 
 my $WATCH_SECONDS = 0.2;
 
-# The failed test one line of a run's output reports (KIND: bun or cargo for the log's lines,
-# go for go's events, else the hooks' events of RUNNERS), or undef.
+# The failed test one line of a run's output reports, as (runner, id) (KIND: bun or cargo for
+# the log's lines, go for go's events, else the hooks' events of RUNNERS), or ().
 sub first_failure {
     my ($kind, $line, $runners) = @_;
     if ($kind eq 'bun' || $kind eq 'cargo') {
         my $text = strip_ansi($line);
-        return $1 if $kind eq 'bun' && $text =~ /^\s*\(fail\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/;
-        return $1 if $kind eq 'cargo' && $text =~ /^test (.+?) \.\.\. FAILED$/;
-        return undef;
+        return ('bun', $1) if $kind eq 'bun' && $text =~ /^\s*\(fail\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/;
+        return ('cargo', $1) if $kind eq 'cargo' && $text =~ /^test (.+?) \.\.\. FAILED$/;
+        return ();
     }
-    return undef unless $line =~ /^\{/;
+    return () unless $line =~ /^\{/;
     my $event = eval { $JSON->decode($line) };
-    return undef unless ref($event) eq 'HASH';
+    return () unless ref($event) eq 'HASH';
     if ($kind eq 'go') {
-        return undef unless $runners->{go};
+        return () unless $runners->{go};
         my ($action, $test, $package) = ($event->{Action} // '', $event->{Test} // '', $event->{Package});
-        return undef unless defined $package;
-        return "$package $test" if $action eq 'fail' && length $test;
-        return "$package [build failed]"
+        return () unless defined $package;
+        return ('go', "$package $test") if $action eq 'fail' && length $test;
+        return ('go', "$package [build failed]")
           if $action eq 'build-fail' || ($action eq 'fail' && defined $event->{FailedBuild});
-        return undef;
+        return ();
     }
     my $outcome = $event->{outcome} // '';
-    return undef unless ($event->{t} // '') eq 'test' && $runners->{ $event->{runner} // '' };
-    return $event->{id} // '(unnamed)' if $outcome eq 'failed' || $outcome eq 'error';
-    return undef;
+    my $runner = $event->{runner} // '';
+    return () unless ($event->{t} // '') eq 'test' && $runners->{$runner};
+    return ($runner, $event->{id} // '(unnamed)') if $outcome eq 'failed' || $outcome eq 'error';
+    return ();
 }
 
 # watch TASK NAME: beside the run NAME (as root), until its first failed test, which it writes to
-# $EVIDENCE_ROOT/NAME.stopped before it kills every verifier process. Only what cmd_collect
-# would count is read: the census's runners (every runner before there is one), and the log's
-# lines only for a runner that has no reporter of its own (bun, cargo).
+# $EVIDENCE_ROOT/NAME.stopped (`runner<TAB>id`) before it kills every verifier process. Only what
+# cmd_collect would count is read: the census's runners (every runner before there is one), and
+# the log's lines only for a runner that has no reporter of its own (bun, cargo).
 sub cmd_watch {
     my ($task_path, $name) = @_;
     my $task = task($task_path);
@@ -841,8 +842,10 @@ sub cmd_watch {
             $rest{$path} = pop @lines;
             $rest{$path} = '' if length($rest{$path}) > (1 << 20);  # a line without end: dropped
             for my $line (@lines) {
-                my $failed = first_failure($kind, $line, \%runners) // next;
-                write_file($mark, substr($failed, 0, 500) . "\n");
+                my ($runner, $failed) = first_failure($kind, $line, \%runners);
+                next unless defined $failed;
+                $failed =~ s/[\t\n]/ /g;
+                write_file($mark, "$runner\t" . substr($failed, 0, 500) . "\n");
                 system('pkill', '-KILL', '-u', 'verifier');
                 return 0;
             }
@@ -1015,8 +1018,10 @@ sub cmd_collect {
     my (@missing, @not_passed);
     # The hack gate's watcher stopped this run at its first failed test (cmd_watch): what did
     # not run or finish after it says nothing more.
-    my $stopped = -l "$EVIDENCE_ROOT/$name.stopped" ? undef : read_file("$EVIDENCE_ROOT/$name.stopped", 1000);
-    chomp $stopped if defined $stopped;
+    my $mark = -l "$EVIDENCE_ROOT/$name.stopped" ? undef : read_file("$EVIDENCE_ROOT/$name.stopped", 1000);
+    my ($stopped_by, $stopped);
+    ($stopped_by, $stopped) = split /\t/, (split /\n/, $mark)[0] // '', 2 if defined $mark;
+    $stopped = undef unless defined $stopped && length $stopped;
     push @problems, "stopped at its first failed test, $stopped (the reward is 0 already)"
       if defined $stopped;
     if ($mode eq 'per-test') {
@@ -1090,6 +1095,7 @@ sub cmd_collect {
         selectors => \@attribution, missing => \@missing, problems => \@problems,
         passed => $passed ? JSON::PP::true : JSON::PP::false,
         versions => $run->{versions} // {},
+        (defined $stopped ? (stopped => { runner => $stopped_by, id => $stopped }) : ()),
     };
     system('mkdir', '-p', "$LOGS/evidence");
     write_json("$LOGS/evidence/$name.json", $doc);

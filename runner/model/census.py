@@ -72,6 +72,11 @@ class Counts(_Model):
     error: int = 0
 
 
+class StoppedAt(_Model):
+    runner: str
+    id: str
+
+
 class RunEvidence(_Model):
     """/logs/verifier/evidence/<run>.json"""
 
@@ -88,6 +93,8 @@ class RunEvidence(_Model):
     missing: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
     passed: bool = False
+    # The hack gate's runs: the first failed test, at which the verifier stopped the run.
+    stopped: StoppedAt | None = None
 
     def ids(self, *outcomes: Outcome) -> list[str]:
         return [t.id for t in self.tests if not outcomes or t.outcome in outcomes]

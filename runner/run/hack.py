@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import PurePosixPath
@@ -21,6 +22,7 @@ from runner.model.census import (
     first_problem,
     parse_policy_check,
     read_policy,
+    read_run,
     summarize,
 )
 from runner.model.report import (
@@ -42,13 +44,15 @@ from runner.plan.types import (
 )
 from runner.run import collect as left
 from runner.run.build import BuildStage
-from runner.run.sides import Sides
+from runner.run.sides import Sides, trial_apart
 from runner.run.state import ExploitSide, RunState, Skip, SkippedError, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
 
 # Beside each exploit's patch: what the policy check said of it, when that decided it.
 POLICY_CHECK_FILE = "policy-check.json"
+# An exploit's verifier run before the census (`hack/<name>/early/`), until it counts.
+EARLY_DIR = "early"
 
 
 class HackStage:
@@ -102,7 +106,7 @@ class HackStage:
             # The policy first, for every patch at once and without tests (beside nop and the
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
             checks = self._policy_check(sides, stage)
-            self._after_census(stage)
+            left_over: list[tuple[ExploitPlan, bytes]] = []
             for exploit in plan.exploits:
                 side = sides[exploit.name]
                 check = checks.get(exploit.name)
@@ -110,17 +114,94 @@ class HackStage:
                     continue
                 if check is not None and (not check.applied or check.leaves_nop_tree):
                     side.decided_by_policy = check
-                    continue
-                verifying[exploit.name] = pool.submit(
-                    self._verify_exploit, exploit.trial, side.patch
-                )
-            runs = {name: future.result() for name, future in verifying.items()}
+                else:
+                    left_over.append((exploit, side.patch))
+            early = self._early_runs(left_over, pool, stage)
+            self._after_census(stage)
+            runs: dict[str, TrialRun] = {}
+            for exploit, patch in left_over:
+                run = self._early_counts(exploit, early.get(exploit.name))
+                if run is not None:
+                    runs[exploit.name] = run
+                else:
+                    verifying[exploit.name] = pool.submit(
+                        self._verify_exploit, exploit.trial, patch
+                    )
+            runs.update({name: future.result() for name, future in verifying.items()})
         results = [
             self._judge_exploit(exploit, sides[exploit.name], runs.get(exploit.name), stage, data)
             for exploit in plan.exploits
         ]
         judgement = judge.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
+
+    def _early_runs(
+        self,
+        left_over: list[tuple[ExploitPlan, bytes]],
+        pool: ThreadPoolExecutor,
+        stage: StageResult,
+    ) -> dict[str, Future[TrialRun]]:
+        """Once nop has passed with per-test evidence, each patch the policy left something of
+        goes to a verifier before the census exists (ungraded by it), beside the oracle: its
+        fail-to-pass run stops at the first failed test, and a failed test of a runner the
+        census counts makes the reward 0 whatever the census says (runner.run.hack
+        _early_counts). Any other outcome is verified again, graded by the census."""
+        if not left_over:
+            return {}
+        stage.wait(self.state.nop_done)
+        if self.state.stages["nop"].status is not Status.PASSED:
+            return {}
+        nop = read_run(self.state.run_dir / "nop" / "logs" / "verifier", "fail_to_pass")
+        if nop is None or nop.mode != "per-test" or not nop.runners:
+            return {}  # exit-code evidence: a run is never stopped early, so never decided
+        return {
+            exploit.name: pool.submit(
+                self.sides.verify_patch,
+                trial_apart(exploit.trial, EARLY_DIR).model_copy(update={"census": "unsealed"}),
+                patch,
+                before_tests=self._unless_stopping,
+            )
+            for exploit, patch in left_over
+        }
+
+    def _unless_stopping(self) -> None:
+        if self.state.interrupted.is_set():
+            raise SkippedError(Skip.INTERRUPTED)
+        if self.state.settled.is_set():
+            raise SkippedError(Skip.SETTLED)
+
+    def _early_counts(
+        self, exploit: ExploitPlan, future: Future[TrialRun] | None
+    ) -> TrialRun | None:
+        """The early run as the exploit's run, when it stopped at a failed test of a runner the
+        census counts (its logs then move to the exploit's directory); else None."""
+        census = self.state.census
+        if future is None or census is None or census.fail_to_pass.mode != "per-test":
+            return None
+        try:
+            run = future.result()
+        except SkippedError:
+            raise
+        except Exception as exc:
+            log.warning("%s: the early run did not finish (%s); verifying again", exploit.name, exc)
+            return None
+        gate_dir = self.state.run_dir / exploit.trial.gate
+        moved = gate_dir / EARLY_DIR
+        evidence = read_run(moved / "logs" / "verifier", "fail_to_pass")
+        if (
+            run.reward is None
+            or run.reward.reward != 0
+            or evidence is None
+            or evidence.stopped is None
+            or evidence.stopped.runner not in census.fail_to_pass.runners
+        ):
+            return None
+        for name in ("verifier.log", "logs", "services"):
+            if (moved / name).exists():
+                (moved / name).rename(gate_dir / name)
+        shutil.rmtree(moved, ignore_errors=True)
+        run.verifier_log = gate_dir / "verifier.log"
+        return run
 
     def _policy_check(
         self, sides: dict[str, ExploitSide], stage: StageResult

@@ -57,6 +57,39 @@ def _patch_file(patch: bytes) -> FileToPut:
     return FileToPut(directory="/opt/selfbench", name="agent.patch", data=patch)
 
 
+def trial_apart(trial: TrialPlan, suffix: str) -> TrialPlan:
+    """The trial's verifier side under names of its own (its container, its services' network
+    and containers), so that another verifier of the same trial can run beside or after it (the
+    engine removes containers in the background); it logs under `<gate>/<suffix>/`."""
+
+    def renamed(name: str) -> str:
+        return f"{name}-{suffix}"
+
+    services = trial.services
+    verifier = trial.verifier.model_copy(update={"name": renamed(trial.verifier.name)})
+    if services is not None:
+        if verifier.network == services.network:
+            verifier = verifier.model_copy(update={"network": renamed(services.network)})
+        services = services.model_copy(
+            update={
+                "network": renamed(services.network),
+                "services": [
+                    s.model_copy(update={"container": renamed(s.container)})
+                    for s in services.services
+                ],
+            }
+        )
+    return trial.model_copy(
+        update={
+            "gate": f"{trial.gate}/{suffix}",
+            "verifier": verifier,
+            "services": services,
+            "online_verifier": None,
+            "online_services": None,
+        }
+    )
+
+
 log = logging.getLogger(__name__)
 
 

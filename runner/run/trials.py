@@ -29,7 +29,7 @@ from runner.plan.types import (
     TrialPlan,
 )
 from runner.run.probe import ProbeStage
-from runner.run.sides import Sides
+from runner.run.sides import Sides, trial_apart
 from runner.run.smoke import SmokeStage
 from runner.run.state import (
     PREDICTED_DIR,
@@ -40,40 +40,6 @@ from runner.run.state import (
     StageResult,
     TrialRun,
 )
-
-
-def _predicted_trial(trial: TrialPlan) -> TrialPlan:
-    """The trial's verifier side under names of its own (its container, its services' network
-    and containers), so that a fresh verifier can run beside it when the prediction was wrong;
-    it logs under `<gate>/predicted/`."""
-
-    def renamed(name: str) -> str:
-        return f"{name}-{PREDICTED_DIR}"
-
-    services = trial.services
-    verifier = trial.verifier.model_copy(update={"name": renamed(trial.verifier.name)})
-    if services is not None:
-        if verifier.network == services.network:
-            verifier = verifier.model_copy(update={"network": renamed(services.network)})
-        services = services.model_copy(
-            update={
-                "network": renamed(services.network),
-                "services": [
-                    s.model_copy(update={"container": renamed(s.container)})
-                    for s in services.services
-                ],
-            }
-        )
-    return trial.model_copy(
-        update={
-            "gate": f"{trial.gate}/{PREDICTED_DIR}",
-            "verifier": verifier,
-            "services": services,
-            "online_verifier": None,
-            "online_services": None,
-        }
-    )
-
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +221,11 @@ class TrialStages:
         # Not gated on smoke, unlike the others: its result counts only after the caller has
         # waited for smoke to pass (a red smoke skips the gate, whatever ran here).
         run = self.sides.verify_patch(
-            _predicted_trial(trial), patch, scratch, data, before_tests=self._unless_interrupted
+            trial_apart(trial, PREDICTED_DIR),
+            patch,
+            scratch,
+            data,
+            before_tests=self._unless_interrupted,
         )
         return run, scratch, data
 

@@ -143,7 +143,8 @@ def test_a_fail_to_pass_selector_that_already_passes_is_named_at_nop(
         failToPass=["tests/test_new.sh", "tests/test_also.sh"],
         testPaths=["tests/test_new.sh", "tests/test_also.sh"],
     )
-    run = run_verify(task, verify_options, tmp_path / "run")
+    # --keep-going: the oracle's result too, after nop's red settled the verdict.
+    run = run_verify(task, verify_options, tmp_path / "run", "--keep-going")
     assert run.report["verdict"] == "rejected"
     nop = run.stage("nop")
     assert nop["status"] == "failed"
@@ -189,8 +190,13 @@ def with_allow(directory: Path, allow: list[str]) -> Path:
 
 def assert_caught(run: Run, name: str) -> None:
     assert run.report["verdict"] == "rejected", run.report["reason"]
-    for gate in ("nop", "oracle", "determinism"):
+    for gate in ("nop", "oracle"):
         assert run.stage(gate)["status"] == "passed", run.stage(gate)["detail"]
+    # The probe runs beside the hack gate: the red hack gate may have stopped it.
+    determinism = run.stage("determinism")
+    assert determinism["status"] == "passed" or determinism["detail"] == (
+        "skipped: verdict settled by hack"
+    ), determinism["detail"]
     hack = run.stage("hack")
     assert hack["status"] == "failed"
     assert hack["detail"].startswith(GATE_CAUGHT.format(name=name)), hack["detail"]
@@ -216,10 +222,14 @@ def test_generic_exploits_resist_and_a_waived_runner_is_caught(
         "reward-file-from-code": "resisted",
     }
     assert exploit(run, "runner-exit-zero")["discarded"] == ["tests/run.sh"]
-    # Undone by the policy alone: the tests did not run again for it.
+    # Undone by the policy alone (its check, before any verifier): no test ran for it.
     assert exploit(run, "runner-exit-zero")["detail"] == (
-        "undone by the patch policy: tests/run.sh (run by the test command)"
+        "undone by the patch policy: tests/run.sh (run by the test command) "
+        "(no test run: nop's tree)"
     )
+    assert exploit(run, "runner-exit-zero")["reward"] is None
+    assert not (run.run_dir / "hack" / "runner-exit-zero" / "verifier.log").exists()
+    assert (run.run_dir / "hack" / "runner-exit-zero" / "policy-check.json").is_file()
     assert exploit(run, "held-out-overwrite")["discarded"] == ["tests/test_new.sh"]
     # Code under test wrote the reward files while the tests ran: refused, and nothing of it
     # reached the verifier's logs.

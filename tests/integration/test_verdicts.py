@@ -367,7 +367,10 @@ def test_a_conftest_the_contract_allows_still_earns_nothing(
     ]
     assert conftest["outcome"] == "resisted"
     assert conftest["discarded"] == []  # the contract kept it
-    assert conftest["detail"].startswith("reward 0: 1 test(s) failed: tests/test_mul.py")
+    # Its fail-to-pass run stopped at the first failed test (the module that fails to import).
+    assert conftest["detail"].startswith(
+        "reward 0: stopped at its first failed test, tests/test_mul.py (the reward is 0 already)"
+    ), conftest["detail"]
 
 
 def test_code_under_test_cannot_rewrite_the_harness_while_it_runs(

@@ -181,7 +181,8 @@ def test_hanging_test_is_killed_at_the_verifier_timeout(
         timeouts={"setupSeconds": 4, "testsSeconds": 4},
     )
     started = time.monotonic()
-    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    # --keep-going: both gates' timeouts (the first would settle the verdict and stop the other).
+    run = run_verify(task.directory, verify_options, tmp_path / "run", "--keep-going")
     elapsed = time.monotonic() - started
     assert run.code == 1
     for gate in ("nop", "oracle"):
@@ -189,6 +190,30 @@ def test_hanging_test_is_killed_at_the_verifier_timeout(
         assert run.stage(gate)["detail"] == "verifier timed out after 8s; the runner stopped it"
         assert 8 <= run.stage(gate)["seconds"] < 60
     assert elapsed < 240
+    assert leftovers(docker_client, run.report["runId"]) == []
+
+
+def test_a_red_nop_settles_the_verdict_and_stops_the_oracle(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """The fail-to-pass test already passes on the base (nop red at once); with the gold patch
+    it takes 120 s. The verdict is settled by nop: the oracle's verifier is stopped under it, and
+    the stages it would have started say why, in no time."""
+    slow_with_gold = ". ./lib.sh\nif type shout >/dev/null 2>&1; then sleep 120; fi\ntrue\n"
+    task = bash_task(tmp_path, name="settled", new_test=slow_with_gold)
+    started = time.monotonic()
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    elapsed = time.monotonic() - started
+    assert run.code == 1
+    assert run.report["verdict"] == "rejected"
+    assert run.stage("nop")["status"] == "failed"
+    assert run.report["reason"].startswith("nop: fail-to-pass tests already pass"), run.report
+    for gate in ("oracle", "determinism", "hack"):
+        assert run.stage(gate)["status"] == "skipped", gate
+        assert run.stage(gate)["detail"] == "skipped: verdict settled by nop", gate
+    assert run.stage("determinism")["seconds"] == 0.0
+    assert run.report["settings"]["keepGoing"] is False
+    assert elapsed < 100
     assert leftovers(docker_client, run.report["runId"]) == []
 
 
