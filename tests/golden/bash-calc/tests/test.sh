@@ -132,7 +132,7 @@ run_tests() {
   if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; fi
   kill_verifier_processes
   if [ -f "$evidence_root/$name.stopped" ]; then
-    echo "selfbench: $name stopped at its first failed test: $(head -c 500 "$evidence_root/$name.stopped")"
+    echo "selfbench: $name stopped at its first failed test: $(cut -f2- "$evidence_root/$name.stopped" | head -c 500)"
   fi
   # What the tests wrote is read only once no test process is left and root owns it.
   chown -R -h root:root "$evidence" && chmod -R go-rwx "$evidence"
