@@ -11,8 +11,7 @@ every command before it does any work, `verify` after its heavy imports.
 
 from __future__ import annotations
 
-import sys
-
+from runner.cli.leave import leave
 from runner.cli.startup import pause_collector, startup_finished
 
 
@@ -23,4 +22,4 @@ def main() -> None:
     except BaseException:
         startup_finished()
         raise
-    sys.exit(run_cli())
+    leave(run_cli())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 import tempfile
 import traceback
 from pathlib import Path
@@ -25,6 +24,7 @@ from runner.base.errors import (
 # Each command module registers its commands on the group when imported.
 from runner.cli import batch, collection, debugging, serve, task, verify  # noqa: F401
 from runner.cli.common import PROG, cli, interrupts
+from runner.cli.leave import leave
 from runner.cli.output import print_problems
 from runner.model.settings import (
     cache_root,
@@ -74,4 +74,4 @@ def run_cli(args: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run_cli())  # (the installed command starts in runner.cli.launch)
+    leave(run_cli())  # (the installed command starts in runner.cli.launch)

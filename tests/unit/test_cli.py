@@ -490,3 +490,34 @@ def test_the_plan_holds_the_probe_the_exploits_and_the_online_retry(
     assert code == 0
     plan = json.loads(out)
     assert plan["probe"] is None and plan["hack"] is None and plan["hack_gate"] is False
+
+
+def test_an_interrupted_command_does_not_wait_on_a_stuck_worker_thread() -> None:
+    """A worker thread still blocked after an interrupt (an engine call the engine has not
+    answered) must not hold the process: the interpreter's exit would join it forever."""
+    import subprocess
+    import sys
+    import time
+
+    program = (
+        "import threading\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from runner.cli.leave import leave\n"
+        "pool = ThreadPoolExecutor(max_workers=1)\n"
+        "pool.submit(threading.Event().wait)\n"
+        "pool.shutdown(wait=False)\n"
+        "print('report written', flush=True)\n"
+        "leave(130)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    took = time.monotonic() - started
+    assert (done.returncode, done.stdout) == (130, "report written\n"), done.stderr
+    assert took < 30
+    # Any other exit code is a plain exit (here, nothing is left to wait for).
+    plain = subprocess.run(
+        [sys.executable, "-c", "from runner.cli.leave import leave\nleave(1)\n"], timeout=60
+    )
+    assert plain.returncode == 1
