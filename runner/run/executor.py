@@ -34,14 +34,9 @@ from runner.run.context import ExecutionEnv, Progress
 from runner.run.hack import HackStage
 from runner.run.probe import ProbeStage
 from runner.run.sides import Sides
+from runner.run.skips import Skip
 from runner.run.smoke import SmokeStage
-from runner.run.state import (
-    Execution,
-    RunState,
-    Skip,
-    StageListener,
-    StageResult,
-)
+from runner.run.state import Execution, RunState, StageListener, StageResult
 from runner.run.trials import TrialStages
 
 # How often the main thread wakes while the stages run: a signal the kernel delivered to another

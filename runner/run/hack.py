@@ -45,7 +45,8 @@ from runner.plan.types import (
 from runner.run import collect as left
 from runner.run.build import BuildStage
 from runner.run.sides import Sides, trial_apart
-from runner.run.state import ExploitSide, RunState, Skip, SkippedError, StageResult, TrialRun
+from runner.run.skips import Skip, SkippedError
+from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
 

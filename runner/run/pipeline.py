@@ -54,7 +54,8 @@ from runner.run.context import ExecutionEnv
 from runner.run.executor import Executor
 from runner.run.reporting import Progress, RunRecord, build_report
 from runner.run.rundir import RUN_LOG, check_run_location, make_run_dir, run_log
-from runner.run.state import Execution, Skip, StageEvent, StageListener, StageResult
+from runner.run.skips import Skip
+from runner.run.state import Execution, StageEvent, StageListener, StageResult
 
 log = logging.getLogger(__name__)
 

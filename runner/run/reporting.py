@@ -25,7 +25,8 @@ from runner.model.report import (
 from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
 from runner.model.stages import STAGE_NAMES
 from runner.run.rundir import RUN_LOG
-from runner.run.state import Execution, Skip, StageListener, StageResult
+from runner.run.skips import Skip
+from runner.run.state import Execution, StageListener, StageResult
 
 Progress = Callable[[str, str], None]
 

@@ -15,7 +15,8 @@ from runner.plan.types import (
 )
 from runner.run import collect as left
 from runner.run.sides import Sides
-from runner.run.state import RunState, Skip, SkippedError, StageResult
+from runner.run.skips import Skip, SkippedError
+from runner.run.state import RunState, StageResult
 
 
 class SmokeStage:

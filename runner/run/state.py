@@ -3,14 +3,12 @@ the events that order the stages, and how a stage runs (its errors mapped to a s
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -36,23 +34,17 @@ from runner.model.reward import (
 )
 from runner.model.stages import DOCKER_STAGES
 from runner.plan.runtime import (
-    BuildOutcome,
-    BuildRequest,
     Container,
     Engine,
     ExecOutcome,
-    FileToPut,
-    ImageInfo,
-    Service,
 )
 from runner.plan.types import (
     LABEL_RUN,
-    ContainerPlan,
-    EngineFacts,
-    ServicePlan,
     VerifyPlan,
 )
 from runner.run.context import ExecutionEnv, Progress
+from runner.run.skips import Skip, SkippedError
+from runner.run.stopping import StoppingEngine
 
 log = logging.getLogger(__name__)
 
@@ -74,35 +66,6 @@ StageListener = Callable[[StageEvent], None]
 
 
 GATES = DOCKER_STAGES
-
-
-class Skip(StrEnum):
-    """Why a stage did not run (its detail says it in these words): what the verdict and the
-    report decide from, never the detail's text."""
-
-    NOT_RUN = "not run"
-    INTERRUPTED = "skipped: interrupted"
-    BUILD_RED = "skipped: build did not pass"
-    SMOKE_RED = "skipped: smoke did not pass"
-    ORACLE_RED = "skipped: oracle did not pass"
-    # A red gate decided the verdict while this one waited or ran (its detail names the gate).
-    SETTLED = "skipped: verdict settled by"
-    BUNDLE = "skipped: compiled bundle (no definition.json to audit)"
-    # A hack stage skipped for one of these does not keep a task from being accepted.
-    HACK_DISABLED = "skipped: --no-hack-gate"
-    HACK_NONE = "skipped: no canned exploit applies to this task"
-    # Another stage's own words (e.g. why the census is missing): `skipped: <why>`.
-    OTHER = "skipped"
-
-    @property
-    def optional(self) -> bool:
-        return self in (Skip.HACK_DISABLED, Skip.HACK_NONE)
-
-    @property
-    def on_another(self) -> bool:
-        """Skipped because a stage it builds on did not pass: a reason more precise than a
-        settled verdict."""
-        return self in (Skip.BUILD_RED, Skip.SMOKE_RED, Skip.ORACLE_RED)
 
 
 @dataclass(kw_only=True)
@@ -157,15 +120,6 @@ class ExploitSide:
         return None if self.patch is None else len(self.patch)
 
 
-class SkippedError(Exception):
-    """A stage that cannot run because another did not pass; the reason says which."""
-
-    def __init__(self, reason: Skip, why: str | None = None) -> None:
-        super().__init__(reason.value if why is None else f"skipped: {why}")
-        self.reason = reason
-        self.why = why
-
-
 @dataclass(kw_only=True)
 class TrialRun:
     agent_log: Path
@@ -201,66 +155,6 @@ class Execution:
     census: Census | None = None
 
 
-class _StoppingEngine:
-    """The run's engine, which opens no container, network or service once the run is
-    stopping (a settled verdict, an interrupt): a stage that would start one is skipped."""
-
-    def __init__(self, engine: Engine, stopping: Callable[[], Skip | None]) -> None:
-        self._engine = engine
-        self._stopping = stopping
-
-    def _check(self) -> None:
-        reason = self._stopping()
-        if reason is not None:
-            raise SkippedError(reason)
-
-    def facts(self) -> EngineFacts:
-        return self._engine.facts()
-
-    def image(self, ref: str) -> ImageInfo | None:
-        return self._engine.image(ref)
-
-    def pull(self, ref: str) -> ImageInfo:
-        return self._engine.pull(ref)
-
-    def build(
-        self, request: BuildRequest, log_path: Path, *, limit: int, on_line: Callable[[str], None]
-    ) -> BuildOutcome:
-        return self._engine.build(request, log_path, limit=limit, on_line=on_line)
-
-    def container(
-        self,
-        plan: ContainerPlan,
-        *,
-        env: Mapping[str, str],
-        keep: bool,
-        files: Sequence[FileToPut] = (),
-    ) -> contextlib.AbstractContextManager[Container]:
-        self._check()
-        return self._engine.container(plan, env=env, keep=keep, files=files)
-
-    def network(
-        self, name: str, *, labels: Mapping[str, str], keep: bool
-    ) -> contextlib.AbstractContextManager[str]:
-        self._check()
-        return self._engine.network(name, labels=labels, keep=keep)
-
-    def service(
-        self, plan: ServicePlan, *, network: str, keep: bool
-    ) -> contextlib.AbstractContextManager[Service]:
-        self._check()
-        return self._engine.service(plan, network=network, keep=keep)
-
-    def remove_image(self, ref: str) -> None:
-        self._engine.remove_image(ref)
-
-    def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
-        return self._engine.cleanup(labels, images=images)
-
-    def close(self) -> None:
-        self._engine.close()
-
-
 class RunState:
     def __init__(
         self,
@@ -274,7 +168,7 @@ class RunState:
     ) -> None:
         self.plan = plan
         self.on_stage = on_stage
-        self.engine: Engine = _StoppingEngine(engine, self._stopping)
+        self.engine: Engine = StoppingEngine(engine, self._stopping)
         self.run_dir = run_dir
         self.env = env
         self.progress = progress

@@ -30,16 +30,9 @@ from runner.plan.types import (
 )
 from runner.run.probe import ProbeStage
 from runner.run.sides import Sides, trial_apart
+from runner.run.skips import Skip, SkippedError
 from runner.run.smoke import SmokeStage
-from runner.run.state import (
-    PREDICTED_DIR,
-    Prediction,
-    RunState,
-    Skip,
-    SkippedError,
-    StageResult,
-    TrialRun,
-)
+from runner.run.state import PREDICTED_DIR, Prediction, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
 

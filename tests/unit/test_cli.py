@@ -511,13 +511,15 @@ def test_an_interrupted_command_does_not_wait_on_a_stuck_worker_thread() -> None
     )
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", program], check=False, capture_output=True, text=True, timeout=60
     )
     took = time.monotonic() - started
     assert (done.returncode, done.stdout) == (130, "report written\n"), done.stderr
     assert took < 30
     # Any other exit code is a plain exit (here, nothing is left to wait for).
     plain = subprocess.run(
-        [sys.executable, "-c", "from runner.cli.leave import leave\nleave(1)\n"], timeout=60
+        [sys.executable, "-c", "from runner.cli.leave import leave\nleave(1)\n"],
+        check=False,
+        timeout=60,
     )
     assert plain.returncode == 1

@@ -245,7 +245,8 @@ def test_malformed_or_missing_reward(tmp_path: Path) -> None:
         return ExecOutcome(exit_code=0, seconds=0.1)
 
     engine = FakeEngine(Script(actions={"oracle/verifier": garbage, "nop/verifier": exits(0)}))
-    report = run(tmp_path, engine).report
+    # Both gates' words: the first red one would otherwise stop the other.
+    report = run(tmp_path, engine, keep_going=True).report
     assert report.stages.oracle.status is Status.FAILED
     assert report.stages.oracle.detail.startswith("the verifier's reward.json: reward:")
     assert report.stages.nop.status is Status.ERROR

@@ -13,7 +13,8 @@ from runner.cli.output import Output, step_summary, summary_lines
 from runner.model.report import Report, Status, Verdict, load_report, report_schema, write_report
 from runner.model.settings import VerifySettings
 from runner.run.reporting import RunRecord, build_report
-from runner.run.state import Execution, Skip, StageResult
+from runner.run.skips import Skip
+from runner.run.state import Execution, StageResult
 
 
 def report(**statuses: Status) -> Report:
