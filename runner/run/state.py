@@ -278,7 +278,13 @@ class RunState:
             self._announce(name, stage)
 
     def _announce(self, name: str, stage: StageResult) -> None:
-        self.progress(name, f"{stage.status.value}: {stage.detail}")
+        # A skipped stage's detail says so itself ("skipped: verdict settled by nop").
+        words = (
+            stage.detail
+            if stage.detail.startswith(f"{stage.status.value}")
+            else (f"{stage.status.value}: {stage.detail}")
+        )
+        self.progress(name, words)
         if self.on_stage is not None:
             self.on_stage(
                 StageEvent(
