@@ -297,15 +297,15 @@ def test_clean_removes_leftovers_by_label(
     assert run.code == 0
     kept = leftovers(docker_client, run.report["runId"])
     # The oracle's agent and both verifiers (nop needs no agent container, and the default
-    # smoke check runs in the nop verifier); the hack gate's agent and one verifier per exploit;
-    # the flakiness probe's verifier.
+    # smoke check runs in the nop verifier); the hack gate's agent, its policy check's verifier
+    # and one verifier per exploit the policy left something of (runner-exit-zero and
+    # held-out-overwrite it undoes entirely); the flakiness probe's verifier.
     assert sorted(k.rsplit("-", 1)[0].removeprefix("selfbench-kept-") for k in kept) == [
         "hack-agent",
-        "hack0-verifier",
-        "hack1-verifier",
         "hack2-verifier",
         "hack3-verifier",
         "hack4-verifier",
+        "hackpolicy-verifier",
         "nop-verifier",
         "oracle-agent",
         "oracle-verifier",
@@ -316,11 +316,10 @@ def test_clean_removes_leftovers_by_label(
     assert {k["label"] for k in run.report["kept"]} == {
         "determinism/probe-1 verifier",
         "hack agent",
+        "hack policy",
         "hack/harness-rename verifier",
         "hack/harness-rewrite-at-run verifier",
-        "hack/held-out-overwrite verifier",
         "hack/reward-file-from-code verifier",
-        "hack/runner-exit-zero verifier",
         "nop verifier",
         "oracle agent",
         "oracle verifier",
