@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import PurePosixPath
@@ -44,7 +43,7 @@ from runner.plan.types import (
 )
 from runner.run import collect as left
 from runner.run.build import BuildStage
-from runner.run.sides import Sides, trial_apart
+from runner.run.sides import Sides, adopt_apart, trial_apart
 from runner.run.skips import Skip, SkippedError
 from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 
@@ -160,16 +159,10 @@ class HackStage:
                 self.sides.verify_patch,
                 trial_apart(exploit.trial, EARLY_DIR).model_copy(update={"census": "unsealed"}),
                 patch,
-                before_tests=self._unless_stopping,
+                before_tests=self.state.check_stopping,
             )
             for exploit, patch in left_over
         }
-
-    def _unless_stopping(self) -> None:
-        if self.state.interrupted.is_set():
-            raise SkippedError(Skip.INTERRUPTED)
-        if self.state.settled.is_set():
-            raise SkippedError(Skip.SETTLED)
 
     def _early_counts(
         self, exploit: ExploitPlan, future: Future[TrialRun] | None
@@ -197,10 +190,7 @@ class HackStage:
             or evidence.stopped.runner not in census.fail_to_pass.runners
         ):
             return None
-        for name in ("verifier.log", "logs", "services"):
-            if (moved / name).exists():
-                (moved / name).rename(gate_dir / name)
-        shutil.rmtree(moved, ignore_errors=True)
+        adopt_apart(gate_dir, EARLY_DIR)
         run.verifier_log = gate_dir / "verifier.log"
         return run
 

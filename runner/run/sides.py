@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -88,6 +89,16 @@ def trial_apart(trial: TrialPlan, suffix: str) -> TrialPlan:
             "online_services": None,
         }
     )
+
+
+def adopt_apart(gate_dir: Path, suffix: str) -> None:
+    """A run under `<gate>/<suffix>/` (trial_apart) counts as the gate's own: its verifier log,
+    copied-out logs and services' logs move into `<gate>/`, the rest goes."""
+    apart = gate_dir / suffix
+    for name in ("verifier.log", "logs", "services"):
+        if (apart / name).exists():
+            (apart / name).rename(gate_dir / name)
+    shutil.rmtree(apart, ignore_errors=True)
 
 
 log = logging.getLogger(__name__)

@@ -168,7 +168,7 @@ class RunState:
     ) -> None:
         self.plan = plan
         self.on_stage = on_stage
-        self.engine: Engine = StoppingEngine(engine, self._stopping)
+        self.engine: Engine = StoppingEngine(engine, self.check_stopping)
         self.run_dir = run_dir
         self.env = env
         self.progress = progress
@@ -192,12 +192,13 @@ class RunState:
         self.opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
         self.verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
 
-    def _stopping(self) -> Skip | None:
+    def check_stopping(self) -> None:
+        """Raise SkippedError once the run is stopping (an interrupt, a settled verdict): what
+        the engine checks before it opens anything, and a side run before its tests."""
         if self.interrupted.is_set():
-            return Skip.INTERRUPTED
+            raise SkippedError(Skip.INTERRUPTED)
         if self.settled.is_set():
-            return Skip.SETTLED
-        return None
+            raise SkippedError(Skip.SETTLED)
 
     def _settle(self, name: str) -> None:
         """`name` ended red: the verdict is rejected whatever the others give, so they stop

@@ -16,21 +16,15 @@ from runner.plan.runtime import (
     Service,
 )
 from runner.plan.types import ContainerPlan, EngineFacts, ServicePlan
-from runner.run.skips import Skip, SkippedError
 
 
 class StoppingEngine:
     """The run's engine, which opens no container, network or service once the run is
     stopping (a settled verdict, an interrupt): a stage that would start one is skipped."""
 
-    def __init__(self, engine: Engine, stopping: Callable[[], Skip | None]) -> None:
+    def __init__(self, engine: Engine, check: Callable[[], None]) -> None:
         self._engine = engine
-        self._stopping = stopping
-
-    def _check(self) -> None:
-        reason = self._stopping()
-        if reason is not None:
-            raise SkippedError(reason)
+        self._check = check  # raises SkippedError once the run is stopping
 
     def facts(self) -> EngineFacts:
         return self._engine.facts()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -29,7 +28,7 @@ from runner.plan.types import (
     TrialPlan,
 )
 from runner.run.probe import ProbeStage
-from runner.run.sides import Sides, trial_apart
+from runner.run.sides import Sides, adopt_apart, trial_apart
 from runner.run.skips import Skip, SkippedError
 from runner.run.smoke import SmokeStage
 from runner.run.state import PREDICTED_DIR, Prediction, RunState, StageResult, TrialRun
@@ -267,10 +266,7 @@ class TrialStages:
             return False
         gate_dir = self.state.run_dir / trial.gate
         moved = gate_dir / PREDICTED_DIR
-        for name in ("verifier.log", "logs", "services"):
-            if (moved / name).exists():
-                (moved / name).rename(gate_dir / name)
-        shutil.rmtree(moved, ignore_errors=True)
+        adopt_apart(gate_dir, PREDICTED_DIR)
         old, new = str(moved), str(gate_dir)
         stage.logs.extend(path.replace(old, new, 1) for path in scratch.logs)
         stage.truncated.extend(
