@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.base.logs import Truncation
-from runner.plan.runtime import BuildOutcome, BuildRequest, ExecOutcome, FileToPut, ImageInfo
+from runner.plan.runtime import (
+    ArchiveToPut,
+    BuildOutcome,
+    BuildRequest,
+    ExecOutcome,
+    ImageInfo,
+    ToPut,
+)
 from runner.plan.types import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
 
 NOP_REWARD = {
@@ -117,6 +124,7 @@ class FakeContainer:
         self.name = plan.name
         self.storage_mechanism = "watchdog"
         self.files: dict[str, bytes] = {}
+        self.archives: list[tuple[str, bytes]] = []
         self.gate = plan.labels["org.selfbench.kind"]
 
     def exec(self, step: ExecStep, log_path: Path, *, limit: int) -> ExecOutcome:
@@ -140,6 +148,10 @@ class FakeContainer:
         for path in source.rglob("*"):
             if path.is_file():
                 self.files[f"{destination}/{path.relative_to(source)}"] = path.read_bytes()
+
+    def put_archive(self, directory: str, data: bytes) -> None:
+        self.archives.append((directory, data))
+        self.engine.record(f"archive into {self.plan.name} at {directory}: {data!r}")
 
     def get_file(self, path: str, *, limit: int) -> bytes | None:
         return self.files.get(path)
@@ -231,7 +243,7 @@ class FakeEngine:
         *,
         env: Mapping[str, str],
         keep: bool,
-        files: Sequence[FileToPut] = (),
+        files: Sequence[ToPut] = (),
     ) -> Iterator[FakeContainer]:
         role = plan.labels.get("org.selfbench.side", "smoke")
         key = f"{plan.labels['org.selfbench.kind']}/{role}"
@@ -241,7 +253,10 @@ class FakeEngine:
             raise self.script.create_raises[key]
         container = FakeContainer(self, plan)
         for file in files:
-            container.put_file(file.directory, file.name, file.data, mode=file.mode)
+            if isinstance(file, ArchiveToPut):
+                container.put_archive(file.directory, file.data)
+            else:
+                container.put_file(file.directory, file.name, file.data, mode=file.mode)
         with self._lock:
             self.live.add(plan.name)
         try:

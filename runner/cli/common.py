@@ -172,6 +172,7 @@ def settings_of(child: ChildOptions, **per_run: Any) -> VerifySettings:
         repeat=child.repeat,
         probe_pass_to_pass=child.probe_pass_to_pass,
         keep_going=child.keep_going,
+        hand_caches=child.hand_caches,
         **per_run,
     )
 

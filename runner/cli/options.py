@@ -180,6 +180,14 @@ KEEP_GOING = click.option(
     "the others stop: 'skipped: verdict settled by <gate>').",
 )
 
+HAND_CACHES = click.option(
+    "--hand-caches/--no-hand-caches",
+    default=True,
+    show_default=True,
+    help="Hand the build caches nop's verifier warmed (Go's build cache) to the verifiers "
+    "after it, each a private copy; --no-hand-caches: every verifier builds on its own.",
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ChildOptions:
@@ -198,6 +206,7 @@ class ChildOptions:
     repeat: int
     probe_pass_to_pass: bool
     keep_going: bool
+    hand_caches: bool
 
 
 def verify_options(*, repeat: int) -> Callable[[_F], _F]:
@@ -227,6 +236,7 @@ def verify_options(*, repeat: int) -> Callable[[_F], _F]:
                 repeat_option(repeat),
                 PROBE_PASS_TO_PASS,
                 KEEP_GOING,
+                HAND_CACHES,
             )
         ):
             command = option(command)

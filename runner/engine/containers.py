@@ -238,6 +238,11 @@ class DockerContainer:
                 if not self.api.put_archive(self.id, parent, handle):
                     raise EngineError(f"cannot copy {source} into {destination}")
 
+    def put_archive(self, directory: str, data: bytes) -> None:
+        with engine_errors(f"unpacking an archive into {directory} of {self.name}"):
+            if not self.api.put_archive(self.id, directory, data):
+                raise EngineError(f"cannot unpack an archive into {directory} of {self.name}")
+
     def _archive(self, path: str) -> Any:
         try:
             stream, _ = self.api.get_archive(self.id, path)

@@ -42,7 +42,7 @@ from runner.engine.owners import owner_alive
 from runner.model.settings import StorageLimit, docker_environment
 from runner.model.toolchains import Arch
 from runner.plan.images import resolve_storage
-from runner.plan.runtime import BuildOutcome, BuildRequest, FileToPut, ImageInfo
+from runner.plan.runtime import ArchiveToPut, BuildOutcome, BuildRequest, ImageInfo, ToPut
 from runner.plan.types import (
     LABEL_OWNER,
     LABEL_RUNNER,
@@ -217,14 +217,17 @@ class DockerEngine:
         *,
         env: Mapping[str, str],
         keep: bool,
-        files: Sequence[FileToPut] = (),
+        files: Sequence[ToPut] = (),
     ) -> Iterator[DockerContainer]:
         container = self._create(plan, env)
         try:
             # Files known before the start go in before it: the engine copies into a created
             # container while it starts others, not on the critical path after the start.
             for file in files:
-                container.put_file(file.directory, file.name, file.data, mode=file.mode)
+                if isinstance(file, ArchiveToPut):
+                    container.put_archive(file.directory, file.data)
+                else:
+                    container.put_file(file.directory, file.name, file.data, mode=file.mode)
             try:
                 with engine_errors(f"starting container {plan.name}"):
                     self.api.start(container.id)

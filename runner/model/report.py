@@ -183,6 +183,9 @@ class GateData(_Model):
     # this gate's), "mismatched" (it was not: the collected patch was verified afresh), None (no
     # prediction).
     predicted_patch: Literal["confirmed", "mismatched"] | None = None
+    # nop: the build caches its verifier warmed, handed to the verifiers after it (the tar's
+    # size in bytes). None: nothing handed (no cache directory, --no-hand-caches, or a red nop).
+    handed_cache_bytes: int | None = None
 
 
 class ProbeResult(_Model):
@@ -320,6 +323,9 @@ class ReportSettings(_Model):
     keep: bool = False
     # --keep-going: every gate ran to its end (else a red gate stopped the others).
     keep_going: bool = False
+    # --hand-caches (the default): the build caches nop's verifier warmed went to the verifiers
+    # after it, each a private copy.
+    hand_caches: bool = True
 
 
 class ReportCensus(_Model):

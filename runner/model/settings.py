@@ -160,6 +160,9 @@ class VerifySettings:
     # A red gate settles the verdict: what is still running stops (keep_going: every gate
     # runs to its end, for an author who wants each result in one round).
     keep_going: bool = False
+    # Build caches nop's verifier warmed (the toolchain catalog's `caches`) go to the verifiers
+    # after it, each a private copy (no_hand_caches: every verifier compiles on its own).
+    hand_caches: bool = True
 
     def argv(self) -> list[str]:
         """These settings as `verify` options: what a supervisor (serve, batch) passes to every
@@ -180,6 +183,7 @@ class VerifySettings:
             str(self.repeat),
             "--probe-pass-to-pass" if self.probe_pass_to_pass else "--no-probe-pass-to-pass",
             "--keep-going" if self.keep_going else "--no-keep-going",
+            "--hand-caches" if self.hand_caches else "--no-hand-caches",
         ]
         if build.extra_ca_certs is not None:
             args += ["--extra-ca-certs", str(build.extra_ca_certs.resolve())]

@@ -3,6 +3,7 @@ per-toolchain build settings (source, mirror) the runner passes at build time.""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -54,6 +55,9 @@ class Registry(_Frozen):
     arch: dict[Arch, RegistryArch]
 
 
+_CACHE_PATH = re.compile(r"(/[A-Za-z0-9_.-]+)+")
+
+
 class ToolchainSpec(_Frozen):
     name: Toolchain
     version: str
@@ -62,6 +66,10 @@ class ToolchainSpec(_Frozen):
     implies: list[Toolchain]
     script: str
     env: dict[str, str] = Field(default_factory=dict)
+    # Build caches a test run writes outside /app (content-addressed: an entry is found by the
+    # digest of its inputs). A trusted run's additions are handed to the verifiers after it as a
+    # private copy (runner.plan.types.CacheHandOff).
+    caches: list[str] = Field(default_factory=list)
     smoke: list[str] = Field(min_length=1)
     upstream: Upstream
     registry: Registry | None = None
@@ -80,6 +88,10 @@ class ToolchainSpec(_Frozen):
             )
         if self.registry is not None and set(self.registry.arch) != set(ARCHES):
             raise ValueError(f"{self.name}: registry needs every architecture in {ARCHES}")
+        for path in self.caches:
+            # The hand-off's script takes these as arguments: plain absolute directories only.
+            if not _CACHE_PATH.fullmatch(path) or ".." in path.split("/"):
+                raise ValueError(f"{self.name}: cache {path!r} is not a plain absolute path")
         return self
 
     @property

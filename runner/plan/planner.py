@@ -52,7 +52,7 @@ class Planner:
         )
         self.limits, self.build_limits = container_limits(bundle, settings, facts)
         self.storage = resolve_storage(settings.storage_limit, facts)
-        layers = load_catalog().close(config.metadata.toolchains)
+        layers = self.layers = load_catalog().close(config.metadata.toolchains)
         self.build_args = {
             "BASE_IMAGE": self.base.from_image,
             **settings.build.toolchains.build_args(layers),
@@ -239,4 +239,5 @@ class Planner:
             verifier_logs=VERIFIER_LOGS,
             services=self.services(key, self.verifier_timeout),
             log_bytes=self.side_log_bytes,
+            handed_caches=True,
         )

@@ -72,6 +72,19 @@ class FileToPut:
     mode: int = 0o644
 
 
+@dataclass(frozen=True, kw_only=True)
+class ArchiveToPut:
+    """A tar unpacked under `directory` before the container starts, each member with the
+    owner, mode and times the tar gives (the caches handed forward from a trusted run)."""
+
+    directory: str
+    data: bytes
+
+
+# What goes into a container before it starts.
+ToPut = FileToPut | ArchiveToPut
+
+
 @dataclass(kw_only=True)
 class ExecOutcome:
     exit_code: int | None
@@ -99,6 +112,7 @@ class Container(Protocol):
     def exec(self, step: ExecStep, log_path: Path, *, limit: int) -> ExecOutcome: ...
     def put_file(self, directory: str, name: str, data: bytes, *, mode: int = 0o644) -> None: ...
     def put_directory(self, source: Path, destination: str) -> None: ...
+    def put_archive(self, directory: str, data: bytes) -> None: ...
     def get_file(self, path: str, *, limit: int) -> bytes | None: ...
     def copy_out(self, path: str, destination: Path, *, limit: int) -> list[Truncation] | None: ...
     def storage_used_mb(self) -> int | None: ...
@@ -118,7 +132,7 @@ class Engine(Protocol):
         *,
         env: Mapping[str, str],
         keep: bool,
-        files: Sequence[FileToPut] = (),
+        files: Sequence[ToPut] = (),
     ) -> contextlib.AbstractContextManager[Container]:
         """Create, put `files` in, start; remove on exit unless `keep`."""
         ...

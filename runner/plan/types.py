@@ -265,6 +265,48 @@ class TrialPlan(_Frozen):
     # Which census the verifier grades by: `unsealed` records the tests it sees (nop and oracle,
     # which make the census); `sealed` grades by the one they made (every later verifier).
     census: Literal["unsealed", "sealed"] = "unsealed"
+    # Its verifier starts with the build caches nop's verifier warmed (VerifyPlan.hand_off),
+    # when there are any: the side trials, which run after nop.
+    handed_caches: bool = False
+
+
+# The build caches a trusted run hands forward: what its verifier wrote under the toolchains'
+# cache directories (the catalog's `caches`) during its tests, packed as root into one tar.
+# Arguments: the largest tar handed (bytes), the tar, the marker (put in before the start, so
+# what is newer was written by the run) and the directories. Only regular files and
+# directories are taken (no links, no devices), each with its owner, mode and times.
+HAND_OFF_ARCHIVE = "/opt/selfbench/handed-caches.tar"
+HAND_OFF_MAX_BYTES = 512 * 1024 * 1024
+HAND_OFF_TIMEOUT_SECONDS = 120.0
+HAND_OFF_SCRIPT = r"""set -u
+max=$1 archive=$2 marker=$3
+shift 3
+cd / || exit 1
+roots=()
+for path in "$@"; do
+  if [ -d "$path" ] && [ ! -L "$path" ]; then roots+=("${path#/}"); fi
+done
+if [ "${#roots[@]}" -eq 0 ]; then echo "no cache directory"; exit 0; fi
+find "${roots[@]}" -xdev -newer "$marker" \( -type f -o -type d \) -print0 |
+  tar --null --no-recursion --files-from=- -cf "$archive" || exit 1
+size=$(stat -c %s "$archive")
+if [ "$size" -gt "$max" ]; then rm -f "$archive"; echo "too large: $size bytes"; exit 3; fi
+echo "$(tar -tf "$archive" | wc -l) entries, $size bytes"
+"""
+
+
+class CacheHandOff(_Frozen):
+    """The build caches the producer gate's verifier warmed (nop's: the post-setup tree and the
+    held-out tests, no agent's code) go to the verifiers after it (TrialPlan.handed_caches), each
+    a private copy unpacked into its container before the start: nothing a hack or probe run
+    writes reaches another verifier. A cache an agent's or an exploit's run could write is never
+    read by a later gate (content-addressed caches can be poisoned)."""
+
+    producer: Literal["nop"] = "nop"
+    directories: list[str]
+    pack: ExecStep
+    archive: str = HAND_OFF_ARCHIVE
+    max_bytes: int = HAND_OFF_MAX_BYTES
 
 
 class ExploitPlan(_Frozen):
@@ -402,6 +444,8 @@ class VerifyPlan(_Frozen):
     # `grade`: any agent patch through a fresh verifier graded by the sealed census, the path the
     # hack gate's exploits and the probe's runs take.
     grade: TrialPlan | None = None
+    # None: no selected toolchain has a build cache outside /app, or --no-hand-caches.
+    hand_off: CacheHandOff | None = None
     hack_gate: bool = True
     # False: the first red gate settles the verdict and stops what is still running.
     keep_going: bool = False

@@ -18,9 +18,14 @@ from runner.model.settings import (
 from runner.plan.planner import Planner
 from runner.plan.sides import plan_grade, plan_hack, plan_probe
 from runner.plan.types import (
+    HAND_OFF_ARCHIVE,
+    HAND_OFF_MAX_BYTES,
+    HAND_OFF_SCRIPT,
+    HAND_OFF_TIMEOUT_SECONDS,
     SMOKE_SCRIPT,
     SOLUTION_DIR,
     VERIFIER_LOGS,
+    CacheHandOff,
     EngineFacts,
     ExecStep,
     RunIdentity,
@@ -39,6 +44,7 @@ def plan_verify(
     return VerifyPlan(
         task_id=planner.task_id,
         grade=plan_grade(planner),
+        hand_off=plan_hand_off(planner),
         run_id=run.run_id,
         bundle=str(bundle.root),
         facts=facts,
@@ -56,6 +62,34 @@ def plan_verify(
         keep=settings.keep,
         remove_images=settings.remove_images,
         max_log_bytes=settings.max_log_bytes,
+    )
+
+
+def plan_hand_off(p: Planner) -> CacheHandOff | None:
+    """nop's verifier hands what it wrote under the toolchains' cache directories to the side
+    trials' verifiers (none: no such directory, or --no-hand-caches)."""
+    directories = sorted({path for layer in p.layers for path in layer.caches})
+    if not p.settings.hand_caches or not directories:
+        return None
+    return CacheHandOff(
+        directories=directories,
+        pack=ExecStep(
+            name="hand-off",
+            argv=[
+                "bash",
+                "-c",
+                HAND_OFF_SCRIPT,
+                "hand-off",
+                str(HAND_OFF_MAX_BYTES),
+                HAND_OFF_ARCHIVE,
+                AGENT_PATCH,
+                *directories,
+            ],
+            user="root",
+            env={},
+            workdir="/",
+            timeout_seconds=HAND_OFF_TIMEOUT_SECONDS,
+        ),
     )
 
 

@@ -164,6 +164,7 @@ def build_report(run: RunRecord) -> Report:
             tests_network=_tests_network(run),
             keep=settings.keep,
             keep_going=settings.keep_going,
+            hand_caches=settings.hand_caches,
         ),
         kept=execution.kept if execution else [],
     )

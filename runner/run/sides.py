@@ -41,6 +41,7 @@ from runner.plan.runtime import (
     Container,
     FileToPut,
     Service,
+    ToPut,
 )
 from runner.plan.types import (
     ContainerPlan,
@@ -49,6 +50,7 @@ from runner.plan.types import (
     TrialPlan,
 )
 from runner.run import collect as left
+from runner.run.handoff import handed
 from runner.run.images import ensure_image
 from runner.run.state import RunState, StageResult, TrialRun
 
@@ -126,7 +128,8 @@ class Sides:
         goes in before the start (then `_verifier_side(..., patched=True)`)."""
         network = stack.enter_context(self.services(trial.services, trial.gate, stage))
         census = self._census_file(trial)
-        files = (census,) if patch is None else (census, _patch_file(patch))
+        files: tuple[ToPut, ...] = (census,) if patch is None else (census, _patch_file(patch))
+        files += handed(self.state, trial)
         verifier = stack.enter_context(
             self.state.engine.container(
                 trial.verifier, env=self.state.env.proxies, keep=self.state.plan.keep, files=files

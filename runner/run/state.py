@@ -187,6 +187,8 @@ class RunState:
         self.nop_done = threading.Event()
         self.smoke_passed = False
         self.census: Census | None = None
+        # The build caches nop's verifier warmed (a tar), for the side trials' verifiers.
+        self.handed_caches: bytes | None = None
         self.census_ready = threading.Event()
         self.census_missing = "nop did not pass (a reward 0 would prove nothing)"
         self.opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")

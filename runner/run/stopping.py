@@ -11,9 +11,9 @@ from runner.plan.runtime import (
     BuildRequest,
     Container,
     Engine,
-    FileToPut,
     ImageInfo,
     Service,
+    ToPut,
 )
 from runner.plan.types import ContainerPlan, EngineFacts, ServicePlan
 
@@ -46,7 +46,7 @@ class StoppingEngine:
         *,
         env: Mapping[str, str],
         keep: bool,
-        files: Sequence[FileToPut] = (),
+        files: Sequence[ToPut] = (),
     ) -> contextlib.AbstractContextManager[Container]:
         self._check()
         return self._engine.container(plan, env=env, keep=keep, files=files)

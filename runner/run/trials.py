@@ -27,6 +27,7 @@ from runner.plan.runtime import (
 from runner.plan.types import (
     TrialPlan,
 )
+from runner.run.handoff import hand_off
 from runner.run.probe import ProbeStage
 from runner.run.sides import Sides, adopt_apart, trial_apart
 from runner.run.skips import Skip, SkippedError
@@ -350,3 +351,4 @@ class TrialStages:
             verifier = self.sides.open_verifier(trial, stage, stack, run.patch)
             self.smoke.after_smoke()
         self.sides.verifier_side(trial, stage, data, run, verifier, patched=True)
+        hand_off(self.state, trial, verifier, stage, data, run)

@@ -350,3 +350,75 @@ def _prepare_then_verify(tmp_path: Path, verify_options: list[str]) -> None:
         )
         following = [line.strip() for line in log[step + 1 :] if line.strip()]
         assert following[0] == "---> Using cache", toolchain
+
+
+GO_CACHE = "/opt/selfbench-cache/go-build"
+# Cache files no newer than the marker put in before the container started: what the image
+# held, and what was handed in (nop's files keep the times nop's tests wrote them at).
+OLDER_THAN_START = f"find {GO_CACHE} -type f ! -newer /opt/selfbench/agent.patch | wc -l"
+
+
+def test_nop_s_go_build_cache_reaches_the_side_verifiers_only(
+    tmp_path: Path,
+    verify_options: list[str],
+    docker_client: docker.DockerClient,
+    fresh_cache: Path,
+) -> None:
+    """A Go task whose setup compiles nothing: nop's verifier builds the test binaries, and what
+    it added to Go's build cache is in the probe's and the exploits' verifiers before they
+    start (with its owner: their own builds write beside it and pass), never in the oracle's."""
+    from tests.helpers import files_task
+    from tests.integration.test_verdicts import GO_BASE, GO_GOLD, GO_TEST
+
+    task = files_task(
+        tmp_path,
+        "handoff-go",
+        base=GO_BASE,
+        tests={"mul/mul_test.go": GO_TEST},
+        gold={"mul/mul.go": GO_GOLD},
+        setupCommand="go mod download",
+        testCommand="go test {tests}",
+        failToPass=["./mul"],
+        passToPass=["./add"],
+        testPaths=["mul/mul_test.go"],
+        toolchains=["go"],
+    )
+    run = run_verify(
+        task,
+        [*verify_options, "--toolchain-source", "go=registry", "--repeat", "1", "--keep"],
+        tmp_path / "run",
+    )
+    run_id = run.report["runId"]
+    try:
+        assert run.report["verdict"] == "accepted", run.report["reason"]
+        assert run.report["settings"]["handCaches"] is True
+        assert run.stage("nop")["data"]["handedCacheBytes"] > 0
+        assert "its build caches (" in (run.run_dir / "runner.log").read_text()
+        kept = {k["label"]: k["name"] for k in run.report["kept"]}
+        image = docker_client.containers.get(kept["oracle verifier"]).image
+        in_image = int(
+            docker_client.containers.run(
+                image, ["sh", "-c", f"find {GO_CACHE} -type f | wc -l"], remove=True
+            ).decode()
+        )
+
+        def older(label: str) -> int:
+            result = docker_client.containers.get(kept[label]).exec_run(
+                ["sh", "-c", OLDER_THAN_START]
+            )
+            return int(result.output.decode())
+
+        assert older("oracle verifier") == in_image
+        probes = [label for label in kept if label.startswith("determinism/")]
+        exploits = [
+            label for label in kept if label.startswith("hack/") and label.endswith(" verifier")
+        ]
+        assert probes and exploits, sorted(kept)
+        for label in probes + exploits:
+            assert older(label) > in_image, label
+        assert run.stage("determinism")["status"] == "passed"
+    finally:
+        for container in docker_client.containers.list(
+            all=True, filters={"label": f"org.selfbench.run={run_id}"}
+        ):
+            container.remove(force=True)

@@ -19,7 +19,7 @@ from runner.model.predictions import PatchPredictions
 from runner.model.report import Status, Verdict
 from runner.model.settings import BuildEnvironment, VerifySettings
 from runner.plan.runtime import ExecOutcome
-from runner.plan.types import HACK_POLICY_DIR, HACK_POLICY_RESULT, ExecStep
+from runner.plan.types import HACK_POLICY_DIR, HACK_POLICY_RESULT, HAND_OFF_ARCHIVE, ExecStep
 from runner.run.context import ExecutionEnv
 from runner.run.pipeline import VerifyOutcome, verify
 from tests.fakes import (
@@ -395,6 +395,84 @@ def test_the_policy_check_decides_exploits_without_a_verifier(tmp_path: Path) ->
         e.split()[1] for e in engine.events if e.startswith("exec hack/verifier as root")
     )
     assert len(verified) == 3  # runner-exit-zero, harness-rewrite-at-run, reward-file-from-code
+
+
+def _go_task_run(tmp_path: Path, engine: FakeEngine, **changes: object) -> VerifyOutcome:
+    task = bash_task(tmp_path, name="go-task", toolchains=["go"])
+    return verify(
+        task.directory,
+        settings(tmp_path, **changes),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: engine,
+        env=ENV,
+    )
+
+
+def _packs(tar: bytes) -> Action:
+    def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        assert step.user == "root" and "/opt/selfbench-cache/go-build" in step.argv
+        container.files[HAND_OFF_ARCHIVE] = tar
+        return ExecOutcome(exit_code=0, seconds=0.01)
+
+    return action
+
+
+def test_nop_hands_its_build_caches_to_the_side_verifiers_only(tmp_path: Path) -> None:
+    """What nop's verifier packed goes into every hack and probe verifier before it starts, and
+    into nothing else: not the oracle's verifier, not an agent's container, not the policy
+    check's."""
+    engine = FakeEngine(Script(actions={"nop/hand-off": _packs(b"TAR")}))
+    report = _go_task_run(tmp_path, engine).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert report.stages.nop.data.handed_cache_bytes == 3
+    assert report.settings.hand_caches is True
+    events = engine.events
+    into = [e for e in events if e.startswith("archive into ")]
+    assert all(e.endswith(" at /: b'TAR'") for e in into)
+    given = sorted(e.split()[2] for e in into)
+    # Every container that ran test.sh for an exploit or the probe, once each; nothing else.
+    tested = sorted(
+        e.split()[-1]
+        for e in events
+        if e.startswith(("exec hack/verifier as root", "exec determinism/verifier as root"))
+    )
+    assert given == tested and len(tested) > 2, (given, tested)
+    # The pack ran after nop's tests, in nop's verifier, before it was removed.
+    assert events.index("exec nop/hand-off as root in " + _verifier_name(events, "nop")) > (
+        events.index("exec nop/verifier as root in " + _verifier_name(events, "nop"))
+    )
+
+
+def _verifier_name(events: list[str], gate: str) -> str:
+    prefix = f"exec {gate}/verifier as root in "
+    return next(e[len(prefix) :] for e in events if e.startswith(prefix))
+
+
+def test_a_red_nop_or_no_hand_caches_hands_nothing(tmp_path: Path) -> None:
+    red = FakeEngine(
+        Script(
+            actions={
+                "nop/hand-off": _packs(b"TAR"),
+                "nop/verifier": writes_reward(ORACLE_REWARD),
+            }
+        )
+    )
+    report = _go_task_run(tmp_path / "red", red, keep_going=True).report
+    assert report.stages.nop.status is Status.FAILED
+    assert not any("hand-off" in e or e.startswith("archive") for e in red.events)
+    off = FakeEngine(Script(actions={"nop/hand-off": _packs(b"TAR")}))
+    report = _go_task_run(tmp_path / "off", off, hand_caches=False).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert report.stages.nop.data.handed_cache_bytes is None
+    assert not any("hand-off" in e or e.startswith("archive") for e in off.events)
+
+
+def test_a_failed_pack_hands_nothing_and_changes_no_verdict(tmp_path: Path) -> None:
+    engine = FakeEngine(Script(actions={"nop/hand-off": exits(3)}))
+    report = _go_task_run(tmp_path, engine).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert report.stages.nop.data.handed_cache_bytes is None
+    assert not any(e.startswith("archive") for e in engine.events)
 
 
 def test_no_hack_gate_skips_it_and_still_accepts(tmp_path: Path) -> None:

@@ -71,3 +71,31 @@ def test_kept_containers_name_no_owner_so_no_reaper_removes_them(tmp_path: Path)
 
     assert owners(owned) and set(owners(owned)) == {RUN.owner}
     assert owners(kept) == []
+
+
+def test_nop_hands_go_s_build_cache_to_the_side_trials_only(tmp_path: Path) -> None:
+    from runner.plan.types import AGENT_PATCH, HAND_OFF_ARCHIVE
+    from tests.helpers import bash_task
+
+    task = bash_task(tmp_path, name="go-task", toolchains=["go"])
+    bundle = load_bundle(
+        compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "b")
+    )
+    plan = plan_verify(bundle, VerifySettings(repeat=1), FACTS, RUN)
+    assert plan.hand_off is not None
+    assert plan.hand_off.producer == "nop"
+    assert plan.hand_off.directories == ["/opt/selfbench-cache/go-build"]
+    pack = plan.hand_off.pack
+    assert pack.user == "root"
+    assert pack.argv[-3:] == [HAND_OFF_ARCHIVE, AGENT_PATCH, "/opt/selfbench-cache/go-build"]
+    assert [t.handed_caches for t in plan.trials] == [False, False]  # nop and the oracle
+    assert plan.hack is not None and plan.probe is not None
+    assert all(e.trial.handed_caches for e in plan.hack.exploits)
+    assert all(r.trial.handed_caches for r in plan.probe.runs)
+    off = plan_verify(bundle, VerifySettings(hand_caches=False), FACTS, RUN)
+    assert off.hand_off is None
+
+
+def test_no_cache_directory_no_hand_off(tmp_path: Path) -> None:
+    plan = json.loads(example_plan(tmp_path, VerifySettings()))
+    assert plan["hand_off"] is None

@@ -156,3 +156,37 @@ def test_bun_registry_is_its_upstream() -> None:
 def test_bad_settings(sources: list[str], mirrors: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
         settings_from(sources, mirrors)
+
+
+@pytest.mark.parametrize(
+    "path", ["relative/go-build", "/opt/$(id)", "/opt/a b", "/opt/../etc", "/opt/*", ""]
+)
+def test_a_cache_is_a_plain_absolute_directory(path: str) -> None:
+    """The hand-off's script takes the catalog's cache directories as arguments: no word, glob,
+    substitution or parent step gets through."""
+    from runner.model.toolchains import parse_catalog
+
+    data = tomllib.loads((dockerfiles_dir() / "toolchains.toml").read_text())
+    data["toolchains"]["go"]["caches"] = [path]
+    with pytest.raises(ValueError, match="is not a plain absolute path"):
+        parse_catalog(data)
+
+
+def test_go_s_build_cache_is_the_one_handed_on() -> None:
+    from runner.model.toolchains import load_catalog
+
+    caches = {spec.name.value: spec.caches for spec in load_catalog().toolchains.values()}
+    # Go's build cache lives outside /app (GOCACHE); every other toolchain's caches are either
+    # the dependency stores setup filled (already in the image) or inside the tree.
+    assert caches == {
+        "uv": [],
+        "python": [],
+        "node": [],
+        "bun": [],
+        "go": ["/opt/selfbench-cache/go-build"],
+        "rust": [],
+    }
+    assert (
+        "GOCACHE=/opt/selfbench-cache/go-build"
+        in (dockerfiles_dir() / "toolchains.Dockerfile.j2").read_text()
+    )
