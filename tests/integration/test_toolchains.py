@@ -396,16 +396,18 @@ def test_nop_s_go_build_cache_reaches_the_side_verifiers_only(
         assert "its build caches (" in (run.run_dir / "runner.log").read_text()
         kept = {k["label"]: k["name"] for k in run.report["kept"]}
         image = docker_client.containers.get(kept["oracle verifier"]).image
-        in_image = int(
-            docker_client.containers.run(
-                image, ["sh", "-c", f"find {GO_CACHE} -type f | wc -l"], remove=True
-            ).decode()
+        assert image is not None
+        listed = docker_client.containers.run(
+            image, ["sh", "-c", f"find {GO_CACHE} -type f | wc -l"], remove=True
         )
+        assert isinstance(listed, bytes)
+        in_image = int(listed.decode())
 
         def older(label: str) -> int:
             result = docker_client.containers.get(kept[label]).exec_run(
                 ["sh", "-c", OLDER_THAN_START]
             )
+            assert result.exit_code == 0 and isinstance(result.output, bytes), result
             return int(result.output.decode())
 
         assert older("oracle verifier") == in_image

@@ -74,7 +74,8 @@ def test_kept_containers_name_no_owner_so_no_reaper_removes_them(tmp_path: Path)
 
 
 def test_nop_hands_go_s_build_cache_to_the_side_trials_only(tmp_path: Path) -> None:
-    from runner.plan.types import AGENT_PATCH, HAND_OFF_ARCHIVE
+    from runner.model.harbor import AGENT_PATCH
+    from runner.plan.types import HAND_OFF_ARCHIVE
     from tests.helpers import bash_task
 
     task = bash_task(tmp_path, name="go-task", toolchains=["go"])
