@@ -137,9 +137,10 @@ def export_command(
 ) -> int:
     """Export accepted tasks as one deterministic archive: manifest.json and
     tasks/<taskId>.tar.gz (the Harbor bundle). INPUTS are run directories, their report.json,
-    or task directories (their newest accepted run of those exact files under --logs)."""
+    a batch's batch.json (every accepted task in it), or task directories (their newest run of
+    those exact files under --logs, a batch's runs included)."""
     from runner.cli.common import _find_run
-    from runner.present.export import accepted_run, check, export
+    from runner.present.export import accepted_run, batch_runs, check, export
 
     if check_path is not None:
         manifest = check(check_path)
@@ -149,6 +150,12 @@ def export_command(
         raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
     runs = []
     for item in inputs:
+        if item.suffix == ".json" and item.name != "report.json":
+            batch = batch_runs(item)
+            runs.extend(batch.accepted)
+            for words in batch.left:
+                click.echo(f"{item}: not exported, {words}", err=True)
+            continue
         run_dir = item.parent if item.name == "report.json" else item
         if (run_dir / "definition.json").is_file() and not (run_dir / "report.json").is_file():
             found = _find_run(run_dir, logs_root)

@@ -182,18 +182,27 @@ def _print_invalid(error: RunnerError) -> None:
 
 
 def _find_run(target: Path, logs_root: Path) -> Path | None:
-    """The newest run of this authored task (same four files) under the logs root."""
+    """The newest run of this authored task (same four files) under the logs root: its own
+    runs (`<logs>/<taskId>/<run>`) and a batch's (`<logs>/batch-*/runs/<n>-<name>/attempt-*`),
+    newest report first."""
     from runner.base.validation import safe_dir_name
     from runner.compile.taskdir import load_authored_task
 
     task = load_authored_task(target)
     wanted = task.digests()
-    root = logs_root / safe_dir_name(task.definition.task_id)
-    try:
-        runs = sorted((p for p in root.iterdir() if p.is_dir()), reverse=True)
-    except OSError:
-        return None
-    for run in runs:
+    own = logs_root / safe_dir_name(task.definition.task_id)
+    candidates = [
+        *own.glob("*/report.json"),
+        *logs_root.glob("batch-*/runs/*/attempt-*/report.json"),
+    ]
+
+    def newest_first(report: Path) -> tuple[float, str]:
+        try:
+            return (-report.stat().st_mtime, str(report))
+        except OSError:
+            return (0.0, str(report))
+
+    for run in (report.parent for report in sorted(candidates, key=newest_first)):
         try:
             manifest = json.loads((run / "bundle" / ".selfbench-manifest.json").read_text())
         except (OSError, ValueError):

@@ -65,6 +65,57 @@ def accepted_run(run_dir: Path) -> Accepted:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class BatchRuns:
+    accepted: list[Accepted]
+    left: list[str]  # "<task>: <verdict>" for each task of the batch not accepted
+
+
+def batch_runs(path: Path) -> BatchRuns:
+    """The accepted runs a batch's `batch.json` lists (its `tasks[i].runDir`), and what it
+    leaves out. A batch directory that moved (a CI artifact unpacked elsewhere) is followed: a
+    runDir that is gone is looked for at the same place under the file's own `runs/`."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"not a readable batch.json ({exc})", path=str(path)) from None
+    tasks = document.get("tasks") if isinstance(document, dict) else None
+    if not isinstance(tasks, list):
+        raise UsageError("not a batch.json: no tasks list", path=str(path), field="tasks")
+    accepted: list[Accepted] = []
+    left: list[str] = []
+    for index, task in enumerate(tasks):
+        field = f"tasks[{index}]"
+        if not isinstance(task, dict):
+            raise UsageError("is not an object", path=str(path), field=field)
+        verdict, name = task.get("verdict"), task.get("taskId") or task.get("target")
+        if verdict != "accepted":
+            left.append(f"{name or field}: {verdict}")
+            continue
+        run_dir = task.get("runDir")
+        if not isinstance(run_dir, str) or not run_dir:
+            raise UsageError("an accepted task with no runDir", path=str(path), field=field)
+        accepted.append(accepted_run(_located(Path(run_dir), path.parent)))
+    if not accepted:
+        raise UsageError(
+            "no accepted task in this batch"
+            + (f" ({'; '.join(left[:5])}{'; …' if len(left) > 5 else ''})" if left else ""),
+            path=str(path),
+        )
+    return BatchRuns(accepted=accepted, left=left)
+
+
+def _located(run_dir: Path, batch_dir: Path) -> Path:
+    if (run_dir / "report.json").is_file():
+        return run_dir
+    parts = run_dir.parts
+    if len(parts) >= 3 and parts[-3] == "runs":
+        moved = batch_dir.joinpath(*parts[-3:])
+        if (moved / "report.json").is_file():
+            return moved
+    return run_dir  # accepted_run says what is missing
+
+
 def _gzip(data: bytes) -> bytes:
     buffer = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as out:

@@ -194,6 +194,15 @@ def test_export_round_trip(tmp_path: Path, verify_options: list[str]) -> None:
             capture_output=True,
         )
     assert archives[0].read_bytes() == archives[1].read_bytes()  # deterministic
+    # The batch's own batch.json: every accepted task in it, the same archive.
+    whole = tmp_path / "batch.tar.gz"
+    subprocess.run(
+        [sys.executable, "-m", "runner", "export", str(out / "batch.json"), "-o", str(whole)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    assert whole.read_bytes() == archives[0].read_bytes()
     checked = subprocess.run(
         [sys.executable, "-m", "runner", "export", "--check", str(archives[0])],
         cwd=ROOT,

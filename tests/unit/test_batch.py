@@ -198,3 +198,115 @@ def test_export_is_deterministic_and_checked(tmp_path: Path) -> None:
         check(tampered)
     with pytest.raises(UsageError, match="given twice"):
         export([run, run], tmp_path / "twice.tar.gz")
+
+
+def _batch_dir(tmp_path: Path) -> tuple[Path, Path]:
+    """A batch directory as `batch` leaves it: one accepted task's run (its report and bundle
+    under runs/<n>-<name>/attempt-1) and a rejected one; batch.json lists both."""
+    task = bash_task(tmp_path, name="exp-task")
+    out = tmp_path / "logs" / "batch-20261202T000000Z"
+    run_dir = out / "runs" / "0000-exp-task" / "attempt-1"
+    bundle = compiled(load_authored_task(task.directory), repo=None, out=run_dir / "bundle")
+    (run_dir / "report.json").write_text(
+        json.dumps({"verdict": "accepted", "taskId": "exp-task", "runId": "r1", "bundle": ""})
+    )
+    assert bundle == run_dir / "bundle"
+    result = BatchResult(
+        tasks=[
+            TaskOutcome(
+                target=str(task.directory),
+                task_id="exp-task",
+                verdict="accepted",
+                run_dir=str(run_dir),
+            ),
+            TaskOutcome(
+                target="elsewhere",
+                task_id="red-task",
+                verdict="rejected",
+                run_dir=str(out / "runs" / "0001-red" / "attempt-1"),
+            ),
+        ]
+    )
+    (out / "batch.json").write_text(result.to_json())
+    return task.directory, out
+
+
+def test_export_takes_every_accepted_task_of_a_batch_json(tmp_path: Path) -> None:
+    from runner.present.export import batch_runs
+
+    _, out = _batch_dir(tmp_path)
+    runs = batch_runs(out / "batch.json")
+    assert [r.task_id for r in runs.accepted] == ["exp-task"]
+    assert runs.left == ["red-task: rejected"]
+    manifest = export(runs.accepted, tmp_path / "a.tar.gz")
+    assert [t["taskId"] for t in manifest["tasks"]] == ["exp-task"]
+    # The batch directory moved (a CI artifact unpacked elsewhere): its runs are still found.
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    assert batch_runs(moved / "batch.json").accepted[0].run_dir == (
+        moved / "runs" / "0000-exp-task" / "attempt-1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "words", "field"),
+    [
+        ("not json", "not a readable batch.json", None),
+        ('{"runs": []}', "no tasks list", "tasks"),
+        ('{"tasks": [1]}', "is not an object", "tasks[0]"),
+        ('{"tasks": [{"verdict": "accepted"}]}', "no runDir", "tasks[0]"),
+        ('{"tasks": [{"verdict": "rejected", "taskId": "t"}]}', "no accepted task", None),
+    ],
+)
+def test_a_bad_batch_json_names_the_file_and_field(
+    tmp_path: Path, text: str, words: str, field: str | None
+) -> None:
+    from runner.present.export import batch_runs
+
+    path = tmp_path / "batch.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=words) as caught:
+        batch_runs(path)
+    assert caught.value.exit_code == ExitCode.INVALID
+    line = caught.value.one_line()
+    assert line.startswith(str(path)) and (field is None or f"field `{field}`" in line), line
+
+
+def test_export_finds_a_task_s_run_inside_a_batch_under_logs(tmp_path: Path) -> None:
+    """`batch --logs X` then `export TASK --logs X`: the task's run is the batch's."""
+    task, out = _batch_dir(tmp_path)
+    exported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "export",
+            str(task),
+            "--logs",
+            str(out.parent),
+            "-o",
+            str(tmp_path / "t.tar.gz"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert "1 task(s)" in exported.stdout
+    by_batch = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "export",
+            str(out / "batch.json"),
+            "-o",
+            str(tmp_path / "b.tar.gz"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert by_batch.returncode == 0, by_batch.stderr
+    assert "not exported, red-task: rejected" in by_batch.stderr
+    assert (tmp_path / "t.tar.gz").read_bytes() == (tmp_path / "b.tar.gz").read_bytes()
