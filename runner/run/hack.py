@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -34,7 +35,7 @@ from runner.model.report import (
 from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
-from runner.plan.runtime import FileToPut
+from runner.plan.runtime import Container
 from runner.plan.types import (
     HACK_POLICY_DIR,
     HACK_POLICY_RESULT,
@@ -72,7 +73,15 @@ class HackStage:
         limit = self.state.plan.max_log_bytes
         sides: dict[str, ExploitSide] = {}
         verifying: dict[str, Future[TrialRun]] = {}
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hack") as pool:
+        # Three workers: the policy check's container opens at once beside the agent side, and
+        # a third exploit verifier is created while two run their tests (test.sh itself waits
+        # for one of the run's verifier slots). The pool ends first, so a container still
+        # opening is in the stack before the stack removes it.
+        with (
+            contextlib.ExitStack() as policy_stack,
+            ThreadPoolExecutor(max_workers=3, thread_name_prefix="hack") as pool,
+        ):
+            policy = pool.submit(self._open_policy, policy_stack) if plan.policy else None
             with self.state.engine.container(
                 plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
             ) as agent:
@@ -105,7 +114,8 @@ class HackStage:
                 self.state.keep("hack agent", agent)
             # The policy first, for every patch at once and without tests (beside nop and the
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
-            checks = self._policy_check(sides, stage)
+            checks = self._policy_check(sides, stage, policy)
+            policy_stack.close()
             left_over: list[tuple[ExploitPlan, bytes]] = []
             for exploit in plan.exploits:
                 side = sides[exploit.name]
@@ -194,39 +204,46 @@ class HackStage:
         run.verifier_log = gate_dir / "verifier.log"
         return run
 
+    def _open_policy(self, stack: contextlib.ExitStack) -> Container:
+        """The policy check's verifier container, started while the agent side runs (its
+        start is then off the hack gate's longest path); removed when `stack` closes."""
+        plan = self.state.plan.hack
+        assert plan is not None and plan.policy is not None
+        return stack.enter_context(
+            self.state.engine.container(
+                plan.policy, env=self.state.env.proxies, keep=self.state.plan.keep
+            )
+        )
+
     def _policy_check(
-        self, sides: dict[str, ExploitSide], stage: StageResult
+        self,
+        sides: dict[str, ExploitSide],
+        stage: StageResult,
+        opening: Future[Container] | None,
     ) -> dict[str, PolicyCheck]:
         """verifier.pl policy-check on every collected patch, in one verifier container. What
         it cannot say (it failed, or its engine call did) leaves each patch to its verifier."""
         plan = self.state.plan.hack
         assert plan is not None
         patches = {name: side.patch for name, side in sides.items() if side.patch}
-        if not patches or plan.policy is None or plan.policy_check is None:
+        if opening is None or plan.policy_check is None:
             return {}
         where = PurePosixPath(HACK_POLICY_DIR)
-        files = [
-            FileToPut(
-                directory=str(where.parent),
-                name=f"{where.name}/{name}.patch",
-                data=patch,
-                mode=0o600,
-            )
-            for name, patch in patches.items()
-        ]
         log_path = self.state.path("hack", "policy-check.log")
-        stage.logs.append(str(log_path))
         raw: bytes | None = None
         try:
-            with self.state.engine.container(
-                plan.policy, env=self.state.env.proxies, keep=self.state.plan.keep, files=files
-            ) as container:
-                ran = container.exec(
-                    plan.policy_check, log_path, limit=self.state.plan.max_log_bytes
+            container = opening.result()
+            self.state.keep("hack policy", container)
+            if not patches:
+                return {}
+            stage.logs.append(str(log_path))
+            for name, patch in patches.items():
+                container.put_file(
+                    str(where.parent), f"{where.name}/{name}.patch", patch, mode=0o600
                 )
-                if ran.exit_code == 0 and not ran.timed_out:
-                    raw = container.get_file(HACK_POLICY_RESULT, limit=MAX_EVIDENCE_BYTES)
-                self.state.keep("hack policy", container)
+            ran = container.exec(plan.policy_check, log_path, limit=self.state.plan.max_log_bytes)
+            if ran.exit_code == 0 and not ran.timed_out:
+                raw = container.get_file(HACK_POLICY_RESULT, limit=MAX_EVIDENCE_BYTES)
         except RunnerError as exc:
             log.warning("the hack gate's policy check failed (%s): every exploit is verified", exc)
             return {}
