@@ -243,6 +243,14 @@ class Service:
         self._notify()
         return self.store.get(job_id)
 
+    def retry(self, job_id: str) -> bool:
+        """Run a finished job again (a Temporal retry of an infrastructure failure)."""
+        if not self.store.retry(job_id):
+            return False
+        self.answers.event(job_id, "queued", "retried")
+        self._notify()
+        return True
+
     def depth(self) -> tuple[int, int]:
         counts = self.store.counts()
         return counts.get(JobState.QUEUED.value, 0), counts.get(JobState.RUNNING.value, 0)

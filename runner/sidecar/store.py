@@ -249,6 +249,24 @@ class Store:
                 (JobState.QUEUED.value, job_id, JobState.RUNNING.value),
             )
 
+    def retry(self, job_id: str) -> bool:
+        """A finished job back in the queue for another attempt (the worker's answer to a
+        Temporal retry of an infrastructure failure): its response is dropped, its events and
+        attempt count stay. False if it is not finished."""
+        with self._transaction() as db:
+            done = db.execute(
+                "UPDATE jobs SET state = ?, response = NULL, verdict = NULL, finished = NULL, "
+                "pid = NULL, cancel = 0 WHERE id = ? AND state IN (?, ?, ?)",
+                (
+                    JobState.QUEUED.value,
+                    job_id,
+                    JobState.DONE.value,
+                    JobState.ERROR.value,
+                    JobState.CANCELLED.value,
+                ),
+            ).rowcount
+        return bool(done)
+
     def request_cancel(self, job_id: str) -> Job | None:
         with self._transaction() as db:
             db.execute("UPDATE jobs SET cancel = 1 WHERE id = ?", (job_id,))

@@ -59,7 +59,7 @@ LAYERS = (
     ("engine", "judge"),
     ("run",),
     ("supervise",),
-    ("batch", "sidecar"),
+    ("batch", "sidecar", "worker"),
     ("cli",),
 )
 SIDE_EFFECT_MODULES = {"docker", "requests", "subprocess", "socket", "signal", "urllib3"}

@@ -1,0 +1,189 @@
+"""The `selfbench.verify` activity: the sidecar's request document in (the JSON Schema of
+`schema`), its response document out (`schema --response`), run by the same service as
+`serve`: one request id, one result; an identical payload to an earlier accepted verification
+answered from its report; one `verify` child per verification.
+
+What Temporal sees:
+- rejected and invalid verdicts are results, never errors;
+- an infrastructure failure raises a retryable ApplicationError (type `InfrastructureFailure`)
+  carrying the reason and the build log's tail; the retry runs the verification again;
+- a malformed request raises a non-retryable ApplicationError (`InvalidRequest`) naming the
+  field, and so does a request the worker's repository policy refuses;
+- heartbeats carry the stage events, so a worker that dies is noticed within the heartbeat
+  timeout and the activity runs again on another worker;
+- a cancellation from Temporal interrupts the verification, which removes its containers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from runner.sidecar.jobs import Job
+from runner.sidecar.policy import RequestRefusedError
+from runner.sidecar.request import JobState, VerificationRequest
+from runner.sidecar.service import Service
+
+log = logging.getLogger(__name__)
+
+VERIFY_ACTIVITY = "selfbench.verify"
+SOURCE_TEMPORAL = "temporal"
+POLL_SECONDS = 0.5
+# Codes of a sidecar error that no retry can mend (the request, not the machine).
+FINAL_CODES = frozenset({"repository-refused", "conflict", "invalid"})
+
+
+def invalid_request(error: ValidationError) -> ApplicationError:
+    """A malformed request: every problem, each naming its field, never retried."""
+    problems = [
+        {
+            "field": ".".join(str(part) for part in item["loc"]) or None,
+            "message": item["msg"],
+        }
+        for item in error.errors()[:20]
+    ]
+    first = problems[0] if problems else {"field": None, "message": "invalid"}
+    return ApplicationError(
+        f"invalid request: field `{first['field']}`: {first['message']}",
+        {"problems": problems},
+        type="InvalidRequest",
+        non_retryable=True,
+    )
+
+
+def outcome(job: Job) -> dict[str, Any]:
+    """A finished job as the activity's result, or the error Temporal should see."""
+    response = job.response
+    document = (
+        response.model_dump(mode="json", by_alias=True, exclude_none=True) if response else {}
+    )
+    if job.state is JobState.DONE and job.verdict != "infrastructure_failed":
+        return document
+    if job.state is JobState.CANCELLED:
+        raise ApplicationError(
+            "the verification was cancelled", document, type="Cancelled", non_retryable=True
+        )
+    reason, tail = _infrastructure_words(job)
+    code = response.error.code if response is not None and response.error is not None else None
+    raise ApplicationError(
+        reason,
+        {"response": document, "buildLogTail": tail},
+        type="InvalidRequest" if code in FINAL_CODES else "InfrastructureFailure",
+        non_retryable=code in FINAL_CODES,
+    )
+
+
+def _infrastructure_words(job: Job) -> tuple[str, list[str]]:
+    response = job.response
+    if response is None:
+        return "the verification ended without a response", []
+    if response.error is not None:
+        return f"{response.error.code}: {response.error.message}", []
+    report = response.report or {}
+    build = ((report.get("stages") or {}).get("build") or {}).get("data") or {}
+    tail = [str(line) for line in (build.get("tail") or [])][-20:]
+    return str(report.get("reason") or "infrastructure failure"), tail
+
+
+class VerifyActivities:
+    """The activities of one worker: each call runs through its service."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def _submit(self, request: VerificationRequest, attempt: int) -> Job:
+        try:
+            job = self.service.submit(request, source=SOURCE_TEMPORAL)
+        except RequestRefusedError as exc:
+            if exc.code == "stopping":
+                raise ApplicationError(
+                    "this worker is stopping; another worker takes it",
+                    type="WorkerStopping",
+                ) from None
+            raise ApplicationError(
+                exc.message,
+                {"field": exc.field},
+                type="InvalidRequest",
+                non_retryable=True,
+            ) from None
+        if attempt > 1 and job.state.finished and not _final(job):
+            # Temporal retries what this worker answered with a retryable error: run it again.
+            log.info("%s: attempt %d runs the verification again", job.id, attempt)
+            self.service.retry(job.id)
+            current = self.service.store.get(job.id)
+            assert current is not None
+            return current
+        return job
+
+    @activity.defn(name=VERIFY_ACTIVITY)
+    async def verify(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            parsed = VerificationRequest.model_validate(request)
+        except ValidationError as exc:
+            error = invalid_request(exc)
+            name = request.get("id") if isinstance(request, dict) else None
+            log.info("%s: invalid (%s)", str(name)[:80], error.message)
+            raise error from None
+        info = activity.info()
+        started = time.monotonic()
+        job = await asyncio.to_thread(self._submit, parsed, info.attempt)
+        after, last = 0, job
+        try:
+            while True:
+                events = await asyncio.to_thread(self.service.store.events, job.id, after=after)
+                if events:
+                    after = events[-1].seq
+                activity.heartbeat(
+                    {
+                        "seq": after,
+                        "events": [
+                            {"stage": e.stage, "status": e.status, "detail": e.detail[:200]}
+                            for e in events[-20:]
+                        ],
+                    }
+                )
+                current = await asyncio.to_thread(self.service.store.get, job.id)
+                if current is None:
+                    raise ApplicationError(f"job {job.id} is gone", type="InfrastructureFailure")
+                last = current
+                if current.state.finished:
+                    break
+                if self.service.stopping and current.state is JobState.QUEUED:
+                    raise ApplicationError(
+                        "this worker stopped before the verification ended; another worker "
+                        "takes it",
+                        type="WorkerStopping",
+                    )
+                await asyncio.sleep(POLL_SECONDS)
+        except asyncio.CancelledError:
+            log.info("%s: cancelled by Temporal; stopping the verification", job.id)
+            await asyncio.to_thread(self.service.cancel, job.id)
+            raise
+        log.info(
+            "%s: %s in %.1f s (attempt %d, workflow %s)",
+            job.id,
+            last.verdict or last.state.value,
+            time.monotonic() - started,
+            info.attempt,
+            info.workflow_id,
+        )
+        return outcome(last)
+
+
+def _final(job: Job) -> bool:
+    """A finished job whose answer stands: a verdict other than an infrastructure failure,
+    a cancellation, or an error the request caused."""
+    if job.state is JobState.DONE:
+        return job.verdict != "infrastructure_failed"
+    if job.state is JobState.CANCELLED:
+        return True
+    response = job.response
+    return (
+        response is not None and response.error is not None and (response.error.code in FINAL_CODES)
+    )

@@ -1,0 +1,134 @@
+"""`worker`, wired: the job store and the service (as `serve` has them), a Temporal client and
+worker polling one task queue, and the Prometheus metrics, until SIGTERM or SIGINT. Then the
+worker stops polling, running activities get the grace period to finish, and what is still
+running is interrupted (its containers removed) and handed back: Temporal retries it on another
+worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import InfrastructureError, UsageError
+from runner.sidecar.metrics import Metrics
+from runner.sidecar.service import Service, ServiceConfig
+from runner.sidecar.store import Store
+from runner.worker.activities import VerifyActivities
+from runner.worker.workflows import BatchWorkflow
+
+log = logging.getLogger(__name__)
+STORE_FILE = "jobs.sqlite3"
+CONNECT_SECONDS = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    address: str
+    namespace: str
+    task_queue: str
+    jobs: int
+    state_dir: Path
+    grace_seconds: float
+    verify_args: tuple[str, ...]
+    tls: Any = None  # temporalio.service.TLSConfig, or None for plain TCP
+    metrics_address: tuple[str, int] | None = None
+    allow_repo_roots: tuple[Path, ...] = ()
+    allow_repo_urls: tuple[str, ...] = ()
+    digest_settings: dict[str, Any] = field(default_factory=dict)
+    base_image: str | None = None
+
+
+def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
+    state = options.state_dir
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        store = Store(state / STORE_FILE)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot use the state directory: {exc.strerror or exc}",
+            path=str(state),
+            field="--state-dir",
+        ) from None
+    service = Service(
+        ServiceConfig(
+            state_dir=state.resolve(),
+            jobs=options.jobs,
+            verify_args=options.verify_args,
+            digest_settings=options.digest_settings,
+            base_image=options.base_image,
+            allow_repo_roots=options.allow_repo_roots,
+            allow_repo_urls=options.allow_repo_urls,
+            grace_seconds=options.grace_seconds,
+        ),
+        store,
+    )
+    metrics = Metrics(service.depth)
+    service.metrics = metrics
+    metrics_server: Any = None
+    try:
+        requeued = service.recover()
+        if requeued:
+            announce(f"requeued {requeued} verification(s) interrupted by the last stop")
+        service.start()
+        if options.metrics_address is not None:
+            from prometheus_client import start_http_server
+
+            host, port = options.metrics_address
+            metrics_server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+            announce(f"metrics: http://{host}:{metrics_server.server_port}/metrics")
+        asyncio.run(_poll(options, service, announce))
+    finally:
+        announce(f"stopping: up to {options.grace_seconds:g} s for running verifications")
+        service.stop()
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        store.close()
+    announce("stopped")
+    return 0
+
+
+async def _poll(options: WorkerOptions, service: Service, announce: Callable[[str], None]) -> None:
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    try:
+        client = await asyncio.wait_for(
+            Client.connect(options.address, namespace=options.namespace, tls=options.tls or False),
+            CONNECT_SECONDS,
+        )
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        raise InfrastructureError(
+            f"cannot reach Temporal at {options.address}: {str(exc)[:300] or type(exc).__name__}"
+        ) from None
+    activities = VerifyActivities(service)
+    worker = Worker(
+        client,
+        task_queue=options.task_queue,
+        workflows=[BatchWorkflow],
+        activities=[activities.verify],
+        max_concurrent_activities=options.jobs,
+        graceful_shutdown_timeout=timedelta(seconds=options.grace_seconds),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    announce(
+        f"polling {options.task_queue!r} in namespace {options.namespace!r} at "
+        f"{options.address}; {options.jobs} verification(s) at once"
+    )
+    async with worker:
+        await stop.wait()
+        # Leaving the block shuts the worker down: it stops polling, waits the grace period
+        # for running activities, then cancels them (each cancel stops its verification).
+        announce("stopping: no more activities taken")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(sig)

@@ -1,0 +1,97 @@
+"""The `selfbench.batch` workflow: many `selfbench.verify` activities, at most `concurrency` at
+once, one typed summary (counts, each request's verdict, the responses).
+
+Workflow code runs in Temporal's deterministic sandbox and is replayed: it only schedules
+activities and gathers their results (no clock, no I/O, no runner import).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+BATCH_WORKFLOW = "selfbench.batch"
+VERIFY_ACTIVITY = "selfbench.verify"  # runner.worker.activities, by name (no import here)
+VERDICTS = ("accepted", "rejected", "invalid", "infrastructure_failed")
+
+
+@dataclass
+class BatchInput:
+    """What a client starts the workflow with (plain JSON from any language)."""
+
+    requests: list[dict[str, Any]]
+    concurrency: int = 4
+    # A verification's whole time, and the longest a worker may stay silent before its
+    # activity runs again elsewhere.
+    verify_timeout_seconds: float = 4 * 3600.0
+    heartbeat_timeout_seconds: float = 60.0
+    max_attempts: int = 3
+
+
+@dataclass
+class TaskResult:
+    id: str
+    verdict: str  # accepted | rejected | invalid | infrastructure_failed
+    response: dict[str, Any] | None = None
+    error: str | None = None  # the activity's last error, when it gave no response
+    error_type: str | None = None
+
+
+@dataclass
+class BatchSummary:
+    counts: dict[str, int] = field(default_factory=dict)
+    tasks: list[TaskResult] = field(default_factory=list)
+
+
+def _verdict(response: dict[str, Any]) -> str:
+    report = response.get("report") or {}
+    verdict = report.get("verdict")
+    return verdict if verdict in VERDICTS else "infrastructure_failed"
+
+
+@workflow.defn(name=BATCH_WORKFLOW)
+class BatchWorkflow:
+    @workflow.run
+    async def run(self, batch: BatchInput) -> BatchSummary:
+        bound = asyncio.Semaphore(max(1, batch.concurrency))
+        retry = RetryPolicy(
+            maximum_attempts=max(1, batch.max_attempts),
+            non_retryable_error_types=["InvalidRequest", "Cancelled"],
+        )
+
+        async def one(request: dict[str, Any]) -> TaskResult:
+            name = str(request.get("id") or "?")
+            async with bound:
+                try:
+                    response = await workflow.execute_activity(
+                        VERIFY_ACTIVITY,
+                        request,
+                        start_to_close_timeout=timedelta(seconds=batch.verify_timeout_seconds),
+                        heartbeat_timeout=timedelta(seconds=batch.heartbeat_timeout_seconds),
+                        retry_policy=retry,
+                        result_type=dict,
+                    )
+                except ActivityError as exc:
+                    cause = exc.cause
+                    kind = cause.type if isinstance(cause, ApplicationError) else None
+                    return TaskResult(
+                        id=name,
+                        verdict="invalid" if kind == "InvalidRequest" else "infrastructure_failed",
+                        error=cause.message
+                        if isinstance(cause, ApplicationError)
+                        else str(cause or exc),
+                        error_type=kind,
+                    )
+            return TaskResult(id=name, verdict=_verdict(response), response=response)
+
+        tasks = list(await asyncio.gather(*(one(r) for r in batch.requests)))
+        counts = {verdict: 0 for verdict in VERDICTS}
+        for task in tasks:
+            counts[task.verdict] += 1
+        return BatchSummary(counts=counts, tasks=tasks)

