@@ -8,6 +8,7 @@ import json
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,16 @@ def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
     help="Keep the runner's task images under this size on each engine, removing the "
     "least recently used between tasks (e.g. 20GB).",
 )
+@click.option(
+    "--temporal",
+    "temporal_address",
+    metavar="HOST:PORT",
+    help="Run the batch as a selfbench.batch workflow on this Temporal frontend: the workers "
+    "polling --task-queue verify it (with their own verify options); --jobs is the workflow's "
+    "concurrency and --retries its retries of an infrastructure failure.",
+)
+@click.option("--namespace", default="default", show_default=True, help="With --temporal.")
+@click.option("--task-queue", default="selfbench", show_default=True, help="With --temporal.")
 @CHILD_VERIFY_OPTIONS
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def batch_command(
@@ -225,6 +236,9 @@ def batch_command(
     logs_root: Path,
     junit_path: Path | None,
     cache_budget: int | None,
+    temporal_address: str | None,
+    namespace: str,
+    task_queue: str,
     child: ChildOptions,
     quiet: bool,
 ) -> int:
@@ -236,6 +250,11 @@ def batch_command(
     from runner.batch.run import Batch, BatchOptions, Progress
 
     targets = _targets(task_dirs, from_file)
+    if temporal_address is not None and (engines or cache_budget is not None):
+        raise UsageError(
+            "--engine and --cache-budget are the workers' business under --temporal",
+            field="--temporal",
+        )
     specs = [EngineSpec.parse(e, default_capacity=jobs) for e in engines] or [
         EngineSpec.from_environment(jobs)
     ]
@@ -250,6 +269,10 @@ def batch_command(
         )
     out.mkdir(parents=True, exist_ok=True)
     view = _BatchView(len(targets), quiet=quiet)
+    if temporal_address is not None:
+        return _temporal_batch(
+            temporal_address, namespace, task_queue, targets, jobs, retries, out, junit_path, view
+        )
     batch = Batch(
         BatchOptions(
             targets=targets,
@@ -269,6 +292,44 @@ def batch_command(
     finally:
         view.close()
     result.seconds = time.monotonic() - started
+    batch_json = _write_results(result, out, junit_path)
+    click.echo(f"batch: {_totals_line(result)}; {batch_json}", err=True)
+    return int(result.exit_code)
+
+
+def _temporal_batch(
+    address: str,
+    namespace: str,
+    task_queue: str,
+    targets: list[Path],
+    jobs: int,
+    retries: int,
+    out: Path,
+    junit_path: Path | None,
+    view: _BatchView,
+) -> int:
+    from runner.cli.serve import _listen_address
+    from runner.worker.client import TemporalBatch, ViewCalls, run_batch
+
+    _listen_address(address)
+    try:
+        with interrupts():
+            result = run_batch(
+                TemporalBatch(
+                    address=address,
+                    namespace=namespace,
+                    task_queue=task_queue,
+                    concurrency=jobs,
+                    max_attempts=retries + 1,
+                    workflow_id=f"{out.resolve().name}-{uuid.uuid4().hex[:8]}",
+                ),
+                targets,
+                ViewCalls(
+                    started=view.started, stage=view.stage, finished=view.finished, note=view.note
+                ),
+            )
+    finally:
+        view.close()
     batch_json = _write_results(result, out, junit_path)
     click.echo(f"batch: {_totals_line(result)}; {batch_json}", err=True)
     return int(result.exit_code)

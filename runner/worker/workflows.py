@@ -55,8 +55,21 @@ def _verdict(response: dict[str, Any]) -> str:
     return verdict if verdict in VERDICTS else "infrastructure_failed"
 
 
+def activity_id(index: int, request: dict[str, Any]) -> str:
+    """A request's activity id in its batch (what `describe` lists a pending one by)."""
+    return f"{index}:{request.get('id')}"
+
+
 @workflow.defn(name=BATCH_WORKFLOW)
 class BatchWorkflow:
+    def __init__(self) -> None:
+        self._done: list[TaskResult] = []
+
+    @workflow.query(name="finished")
+    def finished(self) -> list[TaskResult]:
+        """The requests answered so far (a client's live view)."""
+        return list(self._done)
+
     @workflow.run
     async def run(self, batch: BatchInput) -> BatchSummary:
         bound = asyncio.Semaphore(max(1, batch.concurrency))
@@ -65,7 +78,12 @@ class BatchWorkflow:
             non_retryable_error_types=["InvalidRequest", "Cancelled"],
         )
 
-        async def one(request: dict[str, Any]) -> TaskResult:
+        async def one(index: int, request: dict[str, Any]) -> TaskResult:
+            result = await attempt(index, request)
+            self._done.append(result)
+            return result
+
+        async def attempt(index: int, request: dict[str, Any]) -> TaskResult:
             name = str(request.get("id") or "?")
             async with bound:
                 try:
@@ -76,6 +94,7 @@ class BatchWorkflow:
                         heartbeat_timeout=timedelta(seconds=batch.heartbeat_timeout_seconds),
                         retry_policy=retry,
                         result_type=dict,
+                        activity_id=activity_id(index, request),
                     )
                 except ActivityError as exc:
                     cause = exc.cause
@@ -90,7 +109,7 @@ class BatchWorkflow:
                     )
             return TaskResult(id=name, verdict=_verdict(response), response=response)
 
-        tasks = list(await asyncio.gather(*(one(r) for r in batch.requests)))
+        tasks = list(await asyncio.gather(*(one(i, r) for i, r in enumerate(batch.requests))))
         counts = {verdict: 0 for verdict in VERDICTS}
         for task in tasks:
             counts[task.verdict] += 1

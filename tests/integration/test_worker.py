@@ -22,7 +22,9 @@ from typing import Any
 import docker
 import pytest
 
+from tests.engines import private_engine
 from tests.integration.conftest import ROOT
+from tests.integration.test_batch import derived_base, example_copy
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
 TEMPORAL = Path(sys.executable).with_name("temporal")
@@ -105,51 +107,51 @@ class Worker:
         return self.log.read_text(errors="replace")
 
 
+def start_worker(
+    server: str,
+    directory: Path,
+    queue: str,
+    options: list[str],
+    *,
+    jobs: int = 2,
+    env: dict[str, str] | None = None,
+) -> Worker:
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / "worker.log"
+    command = [sys.executable, "-m", "runner", "worker", "--temporal", server]
+    command += ["--task-queue", queue, "--state-dir", str(directory / "state")]
+    command += ["--jobs", str(jobs), "--allow-repo-root", str(ROOT / "examples")]
+    command += ["--allow-repo-root", str(directory)]  # the test's own task copies
+    command += ["--grace-period", "20", *options]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    running = Worker(process=process, log=log, queue=queue)
+    deadline = time.monotonic() + 60
+    while "worker: polling" not in running.text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_worker(running)
+            pytest.fail(f"the worker did not start: {running.text()[-3000:]}")
+        time.sleep(0.1)
+    return running
+
+
+def stop_worker(worker: Worker) -> None:
+    if worker.process.poll() is None:
+        worker.process.send_signal(signal.SIGTERM)
+        try:
+            worker.process.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.process.kill()
+            worker.process.wait(10)
+
+
 @pytest.fixture
 def worker(server: str, tmp_path: Path, verify_options: list[str]) -> Iterator[Worker]:
-    queue = f"selfbench-{uuid.uuid4().hex[:8]}"
-    log = tmp_path / "worker.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "runner",
-                "worker",
-                "--temporal",
-                server,
-                "--task-queue",
-                queue,
-                "--state-dir",
-                str(tmp_path / "state"),
-                "--jobs",
-                "2",
-                "--allow-repo-root",
-                str(ROOT / "examples"),
-                "--grace-period",
-                "20",
-                *verify_options,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
-    running = Worker(process=process, log=log, queue=queue)
+    running = start_worker(server, tmp_path, f"selfbench-{uuid.uuid4().hex[:8]}", verify_options)
     try:
-        deadline = time.monotonic() + 60
-        while "worker: polling" not in running.text():
-            assert process.poll() is None, running.text()
-            assert time.monotonic() < deadline, running.text()
-            time.sleep(0.1)
         yield running
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        stop_worker(running)
 
 
 def payload(request_id: str, verify: int, **definition: Any) -> dict[str, Any]:
@@ -170,6 +172,13 @@ def payload(request_id: str, verify: int, **definition: Any) -> dict[str, Any]:
         },
         "repo": str(EXAMPLE / "repo.bundle"),
     }
+
+
+def workflow_result(document: dict[str, Any]) -> dict[str, Any]:
+    """The workflow's result in what `temporal workflow execute|result -o json` prints."""
+    result = document["closeEvent"]["workflowExecutionCompletedEventAttributes"]["result"]
+    assert isinstance(result, list) and isinstance(result[0], dict), document
+    return result[0]
 
 
 def job_run_id(state: Path, job_id: str) -> str:
@@ -222,7 +231,7 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
     assert ran.returncode == 0, ran.stderr + worker.text()
     document = json.loads(ran.stdout)
     assert document["status"] == "COMPLETED", document
-    summary = document["closeEvent"]["workflowExecutionCompletedEventAttributes"]["result"][0]
+    summary = workflow_result(document)
     assert summary["counts"] == {
         "accepted": 1,
         "rejected": 1,
@@ -320,3 +329,155 @@ def test_a_cancelled_workflow_stops_its_verification_and_leaves_no_container(
         )
         time.sleep(0.5)
     assert "w-long: cancelled by Temporal" in worker.text()
+
+
+def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
+    server: str,
+    tmp_path: Path,
+    verify_options: list[str],
+    docker_client: docker.DockerClient,
+    base_image: str,
+) -> None:
+    """Two workers on one task queue, each on its own engine (the second a private dockerd).
+    The first is killed with SIGKILL while it verifies: after the heartbeat timeout its
+    activity runs again on the other, every request gets exactly one result, and no container
+    of any run is left on either engine."""
+    base = derived_base(verify_options)
+    options = [*verify_options, "--build-network", "host"]
+    queue = f"selfbench-{uuid.uuid4().hex[:8]}"
+    with private_engine(tmp_path / "engine", images=(base_image, base)) as second:
+        first = start_worker(server, tmp_path / "a", queue, options, jobs=1)
+        other = start_worker(server, tmp_path / "b", queue, options, jobs=1, env=second.environ())
+        try:
+            slow = "sleep 5; bash tests/run.sh {tests}"
+            requests = [payload(f"f-{i}", 10 + i, testCommand=slow) for i in range(3)]
+            batch = {"requests": requests, "concurrency": 3, "heartbeat_timeout_seconds": 10}
+            started = temporal(
+                server,
+                "workflow",
+                "start",
+                "--task-queue",
+                queue,
+                "--type",
+                "selfbench.batch",
+                "--workflow-id",
+                "failover",
+                "--input",
+                json.dumps(batch),
+            )
+            assert started.returncode == 0, started.stderr
+            # Kill the first worker once one of its verifications has containers on its engine.
+            deadline = time.monotonic() + 600
+            victim = ""
+            while not victim:
+                assert time.monotonic() < deadline, first.text() + other.text()
+                time.sleep(0.2)
+                for request in requests:
+                    run_id = job_run_id(tmp_path / "a" / "state", request["id"])
+                    if run_id and runner_containers(docker_client, run_id):
+                        victim = request["id"]
+            first.process.kill()
+            first.process.wait(10)
+            ran = temporal(
+                server,
+                "workflow",
+                "result",
+                "--workflow-id",
+                "failover",
+                "-o",
+                "json",
+                timeout=900,
+            )
+            assert ran.returncode == 0, ran.stderr + other.text()
+            summary = workflow_result(json.loads(ran.stdout))
+            tasks = {t["id"]: t for t in summary["tasks"]}
+            assert sorted(tasks) == ["f-0", "f-1", "f-2"]
+            assert summary["counts"]["accepted"] == 3, summary
+            # The killed worker's activity was answered by the other worker.
+            assert f"{victim}: accepted in " in other.text(), other.text()
+            assert job_run_id(tmp_path / "b" / "state", victim)
+            # Nothing of any run is left on either engine (the killed worker's verification
+            # was stopped with it and removed its containers).
+            runs = [job_run_id(tmp_path / d / "state", r["id"]) for d in "ab" for r in requests]
+            deadline = time.monotonic() + 60
+            while True:
+                left = [
+                    name
+                    for run_id in filter(None, runs)
+                    for client in (docker_client, second.client())
+                    for name in runner_containers(client, run_id)
+                ]
+                if not left:
+                    break
+                assert time.monotonic() < deadline, left
+                time.sleep(0.5)
+        finally:
+            for running in (first, other):
+                stop_worker(running)
+
+
+def test_batch_temporal_writes_the_local_batch_s_files_and_export_takes_them(
+    server: str, worker: Worker, tmp_path: Path
+) -> None:
+    """`batch --temporal` runs the tasks through the workflow on the worker, shows them, and
+    writes batch.json, batch.md, batch.html and JUnit as a local batch does; `export
+    batch.json` then archives its accepted task."""
+    example = json.loads((EXAMPLE / "definition.json").read_text())
+    both = example["failToPass"] + example.get("passToPass", [])
+    good = example_copy(tmp_path, "good")
+    red = example_copy(tmp_path, "red", taskId="bash-calc-red", passToPass=both)
+    out = tmp_path / "batch"
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "batch",
+            str(good),
+            str(red),
+            "--temporal",
+            server,
+            "--task-queue",
+            worker.queue,
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+            "--junit",
+            str(tmp_path / "junit.xml"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+        check=False,
+    )
+    assert ran.returncode == 1, ran.stderr + worker.text()  # one rejected
+    assert "1 accepted, 1 rejected" in ran.stderr, ran.stderr
+    document = json.loads((out / "batch.json").read_text())
+    verdicts = {Path(t["target"]).name: t["verdict"] for t in document["tasks"]}
+    assert verdicts == {"good": "accepted", "red": "rejected"}
+    accepted = next(t for t in document["tasks"] if t["verdict"] == "accepted")
+    assert (Path(accepted["runDir"]) / "report.json").is_file()
+    assert accepted["report"]["verdict"] == "accepted"
+    for name in ("batch.md", "batch.html"):
+        assert (out / name).stat().st_size > 0
+    assert "<testsuite" in (tmp_path / "junit.xml").read_text()
+    exported = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "export",
+            str(out / "batch.json"),
+            "-o",
+            str(tmp_path / "tasks.tar.gz"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert "1 task(s)" in exported.stdout
+    assert "not exported, bash-calc-red: rejected" in exported.stderr

@@ -4,6 +4,7 @@ retried infrastructure failure running again from the same store."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,31 @@ def test_a_retried_job_is_queued_again_with_its_response_dropped(tmp_path: Path)
     assert again is not None
     assert again.state is JobState.QUEUED and again.response is None and again.verdict is None
     assert not store.retry(job.id)  # only a finished job goes back
+
+
+def test_a_task_directory_becomes_a_request_the_sidecar_takes(tmp_path: Path) -> None:
+    from runner.worker.client import task_request
+    from tests.helpers import bash_task
+
+    task = bash_task(tmp_path, name="my-task")
+    moved = task.directory.with_name("my task (copy)")
+    task.directory.rename(moved)
+    repo = moved / json.loads((moved / "definition.json").read_text())["repo"]
+    document = task_request(moved, run="batch-1.x", index=3)
+    request = VerificationRequest.model_validate(document)
+    assert request.id == "batch-1.x-0003" and request.verify == 3
+    assert request.candidate == "my-task--copy-"
+    assert request.repo == str(repo.resolve())
+    assert request.task.test_patch == (moved / "test.patch").read_text()
+
+
+def test_a_bad_task_directory_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    from runner.base.errors import InvalidTaskError
+    from runner.worker.client import task_request
+    from tests.helpers import bash_task
+
+    task = bash_task(tmp_path)
+    (task.directory / "definition.json").write_text("{}")
+    with pytest.raises(InvalidTaskError) as caught:
+        task_request(task.directory, run="b", index=0)
+    assert "definition.json" in caught.value.one_line()

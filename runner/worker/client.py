@@ -1,0 +1,220 @@
+"""`batch --temporal`: the batch's tasks as sidecar request documents, run by the
+`selfbench.batch` workflow on whatever workers poll the task queue; the live view from the
+workflow's pending activities (their heartbeats carry the stage events) and its `finished`
+query; the summary as the same BatchResult a local batch writes (batch.json, .md, .html, JUnit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.base.errors import InfrastructureError, Interrupted
+from runner.batch.model import BatchResult, TaskOutcome
+from runner.compile.repository import is_remote
+from runner.compile.taskdir import load_authored_task
+from runner.worker.workflows import BATCH_WORKFLOW, BatchInput, activity_id
+
+POLL_SECONDS = 1.0
+CONNECT_SECONDS = 30.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemporalBatch:
+    address: str
+    namespace: str
+    task_queue: str
+    concurrency: int
+    tls: Any = None
+    workflow_id: str = ""
+    max_attempts: int = 3
+    heartbeat_timeout_seconds: float = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ViewCalls:
+    started: Callable[[TaskOutcome, str], None]
+    stage: Callable[[TaskOutcome, str], None]
+    finished: Callable[[TaskOutcome, int, int], None]
+    note: Callable[[str], None]
+
+
+def task_request(target: Path, *, run: str, index: int) -> dict[str, Any]:
+    """An authored task directory as a sidecar request document (loaded and checked first:
+    bad input is an error naming the file and field, before anything starts)."""
+    task = load_authored_task(target)
+    definition = json.loads(task.definition_bytes)
+    repo = task.definition.repo
+    if repo and not is_remote(repo):
+        repo = str((target / repo).resolve())
+    name = _name(target.resolve().name, 64)
+    return {
+        "id": f"{run}-{index:04d}",
+        "run": run,
+        "stage": "batch",
+        "candidate": name or f"task-{index}",
+        "round": 0,
+        "verify": index,
+        "task": {
+            "definition": definition,
+            "instruction": task.instruction,
+            "testPatch": task.test_patch.decode(),
+            "goldPatch": task.gold_patch.decode(),
+        },
+        "repo": repo,
+    }
+
+
+def _name(text: str, limit: int) -> str:
+    """`text` as a request name (runner.sidecar.request.NAME_PATTERN): letters, digits, `.`,
+    `_` and `-`, never dots alone."""
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in text)
+    return name[:limit].strip(".")
+
+
+def run_batch(options: TemporalBatch, targets: list[Path], view: ViewCalls) -> BatchResult:
+    run = _name(options.workflow_id, 100) or f"batch-{uuid.uuid4().hex[:12]}"
+    requests = [task_request(t, run=run, index=i) for i, t in enumerate(targets)]
+    outcomes = [
+        TaskOutcome(target=str(t), task_id=r["task"]["definition"].get("taskId"))
+        for t, r in zip(targets, requests, strict=True)
+    ]
+    started = time.monotonic()
+    result = asyncio.run(_drive(options, run, requests, outcomes, view))
+    result.seconds = time.monotonic() - started
+    return result
+
+
+async def _drive(
+    options: TemporalBatch,
+    run: str,
+    requests: list[dict[str, Any]],
+    outcomes: list[TaskOutcome],
+    view: ViewCalls,
+) -> BatchResult:
+    from temporalio.client import Client, WorkflowFailureError
+
+    try:
+        client = await asyncio.wait_for(
+            Client.connect(options.address, namespace=options.namespace, tls=options.tls or False),
+            CONNECT_SECONDS,
+        )
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        raise InfrastructureError(
+            f"cannot reach Temporal at {options.address}: {str(exc)[:300] or type(exc).__name__}"
+        ) from None
+    handle = await client.start_workflow(
+        BATCH_WORKFLOW,
+        BatchInput(
+            requests=requests,
+            concurrency=options.concurrency,
+            max_attempts=options.max_attempts,
+            heartbeat_timeout_seconds=options.heartbeat_timeout_seconds,
+        ),
+        id=run,
+        task_queue=options.task_queue,
+    )
+    view.note(f"workflow {run} on task queue {options.task_queue!r} at {options.address}")
+    by_activity = {activity_id(i, r): i for i, r in enumerate(requests)}
+    shown: set[int] = set()
+    done: set[int] = set()
+    waiting = asyncio.ensure_future(handle.result())
+    try:
+        while not waiting.done():
+            await _show(client, handle, by_activity, outcomes, shown, done, view, len(requests))
+            await asyncio.wait({waiting}, timeout=POLL_SECONDS)
+        summary = waiting.result()
+    except asyncio.CancelledError:
+        await handle.cancel()
+        raise Interrupted("the batch was interrupted; its workflow is cancelled") from None
+    except WorkflowFailureError as exc:
+        raise InfrastructureError(f"the batch workflow {run} failed: {exc.cause or exc}") from None
+    index_of = {r["id"]: i for i, r in enumerate(requests)}
+    for task in summary.tasks:
+        index = index_of[task.id]
+        outcome = _outcome(outcomes[index], task.verdict, task.response, task.error)
+        if index not in done:
+            done.add(index)
+            view.finished(outcome, len(done), len(requests))
+    return BatchResult(tasks=outcomes, engines=[{"name": "temporal", "url": options.address}])
+
+
+async def _show(
+    client: Any,
+    handle: Any,
+    by_activity: dict[str, int],
+    outcomes: list[TaskOutcome],
+    shown: set[int],
+    done: set[int],
+    view: ViewCalls,
+    total: int,
+) -> None:
+    """What runs where now (the pending activities and their last heartbeat), and what
+    finished since the last look."""
+    try:
+        described = await handle.describe()
+        finished = await handle.query("finished")
+    except Exception:  # a transient look; the result is what counts
+        return
+    for pending in described.raw_description.pending_activities:
+        index = by_activity.get(pending.activity_id)
+        if index is None or index in done:
+            continue
+        outcome = outcomes[index]
+        worker = pending.last_worker_identity or "a worker"
+        if index not in shown:
+            shown.add(index)
+            outcome.engine = worker
+            outcome.attempts = max(1, pending.attempt)
+            view.started(outcome, worker)
+        beat = await _last_stage(client, pending)
+        if beat:
+            view.stage(outcome, beat)
+    index_of = {key.split(":", 1)[1]: i for key, i in by_activity.items()}
+    for record in finished if isinstance(finished, list) else []:
+        index = index_of.get(str(record.get("id"))) if isinstance(record, dict) else None
+        if index is None or index in done:
+            continue
+        done.add(index)
+        view.finished(
+            _outcome(
+                outcomes[index], record.get("verdict"), record.get("response"), record.get("error")
+            ),
+            len(done),
+            total,
+        )
+
+
+async def _last_stage(client: Any, pending: Any) -> str:
+    if not pending.heartbeat_details.payloads:
+        return ""
+    try:
+        (details,) = await client.data_converter.decode(pending.heartbeat_details.payloads)
+    except Exception:
+        return ""
+    events = details.get("events") if isinstance(details, dict) else None
+    if not events:
+        return ""
+    last = events[-1]
+    return f"{last.get('stage')} {last.get('status')}"
+
+
+def _outcome(outcome: TaskOutcome, verdict: Any, response: Any, error: Any) -> TaskOutcome:
+    report = response.get("report") if isinstance(response, dict) else None
+    outcome.verdict = str(verdict or "infrastructure_failed")
+    outcome.report = report if isinstance(report, dict) else None
+    if outcome.report is not None:
+        outcome.reason = str(outcome.report.get("reason") or "")
+        outcome.seconds = float(outcome.report.get("seconds") or 0.0)
+    else:
+        outcome.reason = str(error or "")
+    archive = response.get("archive") if isinstance(response, dict) else None
+    if archive:
+        outcome.run_dir = f"{archive}/run"
+    return outcome
