@@ -349,8 +349,12 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
         first = start_worker(server, tmp_path / "a", queue, options, jobs=1)
         other = start_worker(server, tmp_path / "b", queue, options, jobs=1, env=second.environ())
         try:
-            slow = "sleep 5; bash tests/run.sh {tests}"
-            requests = [payload(f"f-{i}", 10 + i, testCommand=slow) for i in range(3)]
+            # Three different payloads (no report of one answers another), each slow enough to
+            # be killed in the middle of.
+            requests = [
+                payload(f"f-{i}", 10 + i, testCommand=f"sleep {5 + i}; bash tests/run.sh {{tests}}")
+                for i in range(3)
+            ]
             batch = {"requests": requests, "concurrency": 3, "heartbeat_timeout_seconds": 10}
             started = temporal(
                 server,
@@ -395,6 +399,7 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
             assert summary["counts"]["accepted"] == 3, summary
             # The killed worker's activity was answered by the other worker.
             assert f"{victim}: accepted in " in other.text(), other.text()
+            assert tasks[victim]["response"]["reused"] is False  # verified again, not reused
             assert job_run_id(tmp_path / "b" / "state", victim)
             # Nothing of any run is left on either engine (the killed worker's verification
             # was stopped with it and removed its containers).
