@@ -54,5 +54,8 @@ bench: engine ## Measure warm re-verify overhead of the example task
 bench-batch: engine ## Measure batch throughput: two test-bound tasks at once vs one after the other
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_batch.py
 
+bench-worker: engine ## Measure the Temporal fleet: one worker vs two, and the failover time after SIGKILL
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_worker.py
+
 clean: ## Remove what the runner left behind in Docker (containers, networks, volumes)
 	$(BIN)/selfbench-runner clean

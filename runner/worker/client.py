@@ -19,7 +19,7 @@ from runner.base.errors import InfrastructureError, Interrupted
 from runner.batch.model import BatchResult, TaskOutcome
 from runner.compile.repository import is_remote
 from runner.compile.taskdir import load_authored_task
-from runner.worker.workflows import BATCH_WORKFLOW, BatchInput, activity_id
+from runner.worker.workflows import BATCH_WORKFLOW, BatchInput, BatchSummary, activity_id
 
 POLL_SECONDS = 1.0
 CONNECT_SECONDS = 30.0
@@ -119,6 +119,7 @@ async def _drive(
         ),
         id=run,
         task_queue=options.task_queue,
+        result_type=BatchSummary,
     )
     view.note(f"workflow {run} on task queue {options.task_queue!r} at {options.address}")
     by_activity = {activity_id(i, r): i for i, r in enumerate(requests)}

