@@ -6,7 +6,7 @@ TASK   ?=
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-harbor unit lint verify engine base-image bench bench-batch clean
+.PHONY: help setup test test-harbor unit lint verify engine base-image bench bench-batch bench-worker clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
