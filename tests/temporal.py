@@ -87,6 +87,7 @@ def start_worker(
     *,
     jobs: int = 2,
     env: dict[str, str] | None = None,
+    grace: float = 20,
 ) -> Worker:
     """A worker process polling `queue`, its store in `directory/state`; local repositories
     from the examples and from `directory`."""
@@ -95,7 +96,7 @@ def start_worker(
     command = [sys.executable, "-m", "runner", "worker", "--temporal", server]
     command += ["--task-queue", queue, "--state-dir", str(directory / "state")]
     command += ["--jobs", str(jobs), "--allow-repo-root", str(ROOT / "examples")]
-    command += ["--allow-repo-root", str(directory), "--grace-period", "20", *options]
+    command += ["--allow-repo-root", str(directory), "--grace-period", f"{grace:g}", *options]
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     running = Worker(process=process, log=log, queue=queue, state=directory / "state")

@@ -96,6 +96,22 @@ class VerifyActivities:
 
     def __init__(self, service: Service) -> None:
         self.service = service
+        # The jobs whose activities this worker handed back while stopping (park_handed_back).
+        self.handed_back: set[str] = set()
+
+    def park_handed_back(self) -> int:
+        """Once the service has stopped (it requeued what it interrupted): a handed-back job is
+        Temporal's to retry, not this store's to run at the next start. It ends in a retryable
+        error answer; a retry that comes back here runs it again (_submit)."""
+        parked = 0
+        for job_id in sorted(self.handed_back):
+            job = self.service.store.get(job_id)
+            if job is not None and job.state is JobState.QUEUED:
+                self.service.answers.fail(
+                    job, "handed-back", "the worker stopped; Temporal retries the activity"
+                )
+                parked += 1
+        return parked
 
     def _submit(self, request: VerificationRequest, attempt: int) -> Job:
         try:
@@ -162,6 +178,16 @@ class VerifyActivities:
                     )
                 await asyncio.sleep(POLL_SECONDS)
         except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                # Not a cancellation: this worker is stopping after its grace period. The
+                # service interrupts the verification and requeues it in this store; Temporal
+                # retries the activity on another worker (or on this one once it is back).
+                log.info("%s: handed back (the worker is stopping)", job.id)
+                self.handed_back.add(job.id)
+                raise ApplicationError(
+                    "this worker stopped before the verification ended; another worker takes it",
+                    type="WorkerStopping",
+                ) from None
             log.info("%s: cancelled by Temporal; stopping the verification", job.id)
             await asyncio.to_thread(self.service.cancel, job.id)
             raise

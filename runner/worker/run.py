@@ -26,6 +26,9 @@ from runner.worker.workflows import BatchWorkflow
 log = logging.getLogger(__name__)
 STORE_FILE = "jobs.sqlite3"
 CONNECT_SECONDS = 30.0
+# Time for an interrupted verification to remove its containers (runner.sidecar.service
+# KILL_WAIT_SECONDS) once the grace period is over.
+HANDBACK_SECONDS = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +75,7 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
     metrics = Metrics(service.depth)
     service.metrics = metrics
     metrics_server: Any = None
+    activities = VerifyActivities(service)
     try:
         requeued = service.recover()
         if requeued:
@@ -83,10 +87,14 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
             host, port = options.metrics_address
             metrics_server, _ = start_http_server(port, addr=host, registry=metrics.registry)
             announce(f"metrics: http://{host}:{metrics_server.server_port}/metrics")
-        asyncio.run(_poll(options, service, announce))
+        asyncio.run(_poll(options, activities, announce))
     finally:
-        announce(f"stopping: up to {options.grace_seconds:g} s for running verifications")
-        service.stop()
+        # The Temporal worker already gave running activities the grace period: what is still
+        # running was handed back, so the service only interrupts it (its containers removed)
+        # and requeues it in this store.
+        announce("stopping: interrupting what is still running")
+        service.stop(grace=HANDBACK_SECONDS)
+        activities.park_handed_back()
         if metrics_server is not None:
             metrics_server.shutdown()
         store.close()
@@ -94,7 +102,11 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
     return 0
 
 
-async def _poll(options: WorkerOptions, service: Service, announce: Callable[[str], None]) -> None:
+async def _poll(
+    options: WorkerOptions,
+    activities: VerifyActivities,
+    announce: Callable[[str], None],
+) -> None:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
@@ -107,7 +119,6 @@ async def _poll(options: WorkerOptions, service: Service, announce: Callable[[st
         raise InfrastructureError(
             f"cannot reach Temporal at {options.address}: {str(exc)[:300] or type(exc).__name__}"
         ) from None
-    activities = VerifyActivities(service)
     worker = Worker(
         client,
         task_queue=options.task_queue,
@@ -128,7 +139,10 @@ async def _poll(options: WorkerOptions, service: Service, announce: Callable[[st
         await stop.wait()
         # Leaving the block shuts the worker down: it stops polling, waits the grace period
         # for running activities, then cancels them (each cancel stops its verification).
-        announce("stopping: no more activities taken")
+        announce(
+            f"stopping: no more activities taken; up to {options.grace_seconds:g} s for the "
+            "running ones"
+        )
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(Exception):
             loop.remove_signal_handler(sig)

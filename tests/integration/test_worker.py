@@ -10,6 +10,8 @@ and `export batch.json` takes them."""
 from __future__ import annotations
 
 import json
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -363,3 +365,68 @@ def test_batch_temporal_writes_the_local_batch_s_files_and_export_takes_them(
     assert exported.returncode == 0, exported.stderr
     assert "1 task(s)" in exported.stdout
     assert "not exported, bash-calc-red: rejected" in exported.stderr
+
+
+def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
+    server: str, tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """A worker told to stop keeps running activities for its grace period, then interrupts
+    them (their containers removed) and hands them back: Temporal retries the activity on the
+    next worker, which verifies it."""
+    queue = f"selfbench-{uuid.uuid4().hex[:8]}"
+    first = start_worker(server, tmp_path / "a", queue, verify_options, jobs=1, grace=3)
+    try:
+        request = payload("w-term", 20, testCommand="sleep 8; bash tests/run.sh {tests}")
+        started = temporal(
+            server,
+            "workflow",
+            "start",
+            "--task-queue",
+            queue,
+            "--type",
+            "selfbench.batch",
+            "--workflow-id",
+            "batch-term",
+            "--input",
+            json.dumps({"requests": [request], "concurrency": 1}),
+        )
+        assert started.returncode == 0, started.stderr
+        deadline = time.monotonic() + 300
+        run_id = ""
+        while not run_id or not runner_containers(docker_client, run_id):
+            assert time.monotonic() < deadline, first.text()
+            time.sleep(0.2)
+            run_id = job_run_id(first.state, "w-term")
+        stopping = time.monotonic()
+        first.process.send_signal(signal.SIGTERM)
+        assert first.process.wait(60) == 0, first.text()
+        stopped = time.monotonic() - stopping
+        assert "w-term: handed back (the worker is stopping)" in first.text(), first.text()
+        assert runner_containers(docker_client, run_id) == []
+        assert stopped < 3 + 10 + 10, stopped  # the grace, the hand-back, some slack
+        # Parked, not requeued: a restart of this worker does not run it behind Temporal's back.
+        with sqlite3.connect(first.state / "jobs.sqlite3") as db:
+            state, response = db.execute(
+                "SELECT state, response FROM jobs WHERE id = 'w-term'"
+            ).fetchone()
+        assert state == "error" and '"handed-back"' in response, (state, response)
+    finally:
+        stop_worker(first)
+    second = start_worker(server, tmp_path / "b", queue, verify_options, jobs=1)
+    try:
+        ran = temporal(
+            server,
+            "workflow",
+            "result",
+            "--workflow-id",
+            "batch-term",
+            "-o",
+            "json",
+            timeout=600,
+        )
+        assert ran.returncode == 0, ran.stderr + second.text()
+        summary = workflow_result(json.loads(ran.stdout))
+        assert summary["counts"]["accepted"] == 1, summary
+        assert "w-term: accepted in " in second.text() and "(attempt 2," in second.text()
+    finally:
+        stop_worker(second)
