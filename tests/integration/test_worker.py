@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import httpx
 import pytest
 
 from tests.engines import private_engine
@@ -50,7 +51,12 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def worker(server: str, tmp_path: Path, verify_options: list[str]) -> Iterator[Worker]:
-    running = start_worker(server, tmp_path, f"selfbench-{uuid.uuid4().hex[:8]}", verify_options)
+    running = start_worker(
+        server,
+        tmp_path,
+        f"selfbench-{uuid.uuid4().hex[:8]}",
+        [*verify_options, "--metrics", "127.0.0.1:0"],
+    )
     try:
         yield running
     finally:
@@ -134,6 +140,11 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
     assert "w-ok: accepted in " in text and "w-red: rejected in " in text, text
     assert "w-bad: invalid (invalid request: field `stage`" in text, text
     assert "Traceback" not in text, text
+    # The same Prometheus metrics as serve's.
+    url = next(line.split("metrics: ", 1)[1] for line in text.splitlines() if "metrics: " in line)
+    metrics = httpx.get(url.strip(), timeout=10).text
+    assert 'selfbench_verifications_total{verdict="accepted"} 1.0' in metrics, metrics
+    assert 'selfbench_verifications_total{verdict="rejected"} 1.0' in metrics, metrics
     run_ids = [ok["report"]["runId"], tasks["w-red"]["response"]["report"]["runId"]]
     for run_id in run_ids:
         assert runner_containers(docker_client, run_id) == []
