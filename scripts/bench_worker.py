@@ -146,12 +146,17 @@ def main() -> int:
     parser.add_argument("--heartbeat", type=float, default=10.0, help="heartbeat timeout (s)")
     args = parser.parse_args()
     options = [*default_options(), "--build-network", "host"]
+    verify_options = list(options)
     with tempfile.TemporaryDirectory(prefix="bench-worker-") as scratch:
         root = Path(scratch)
         from tests.integration.test_batch import derived_base
 
         base_image = options[options.index("--base-image") + 1]
-        base = derived_base(options)
+        base = derived_base(verify_options)
+        # Every worker takes repositories from the one directory the tasks are made in.
+        tasks = root / "tasks"
+        tasks.mkdir()
+        options += ["--allow-repo-root", str(tasks)]
         with (
             temporal_server(root / "temporal") as server,
             private_engine(root / "engine", images=(base_image, base)) as second,
@@ -159,17 +164,17 @@ def main() -> int:
             queue = f"bench-{uuid.uuid4().hex[:6]}"
             first = start_worker(server, root / "w1", queue, options, jobs=1)
             one = run_batch(
-                server, queue, make_tasks(root / "w1", args.tasks, args.seconds, "b"), root / "b1"
+                server, queue, make_tasks(tasks, args.tasks, args.seconds, "b"), root / "b1"
             )
             print(f"one worker:  {args.tasks} tasks in {one:.1f} s")
             two_worker = start_worker(
                 server, root / "w2", queue, options, jobs=1, env=second.environ()
             )
             two = run_batch(
-                server, queue, make_tasks(root / "w2", args.tasks, args.seconds, "d"), root / "b3"
+                server, queue, make_tasks(tasks, args.tasks, args.seconds, "d"), root / "b3"
             )
             print(f"two workers: {args.tasks} tasks in {two:.1f} s (ratio {two / one:.2f})")
-            slow = make_tasks(root / "w1", 1, 3 * args.seconds, "e")[0]
+            slow = make_tasks(tasks, 1, 3 * args.seconds, "e")[0]
             taken, ended = failover(
                 server,
                 queue,
