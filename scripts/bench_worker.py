@@ -162,34 +162,40 @@ def main() -> int:
             private_engine(root / "engine", images=(base_image, base)) as second,
         ):
             queue = f"bench-{uuid.uuid4().hex[:6]}"
-            first = start_worker(server, root / "w1", queue, options, jobs=1)
-            one = run_batch(
-                server, queue, make_tasks(tasks, args.tasks, args.seconds, "b"), root / "b1"
-            )
-            print(f"one worker:  {args.tasks} tasks in {one:.1f} s")
-            two_worker = start_worker(
-                server, root / "w2", queue, options, jobs=1, env=second.environ()
-            )
-            two = run_batch(
-                server, queue, make_tasks(tasks, args.tasks, args.seconds, "d"), root / "b3"
-            )
-            print(f"two workers: {args.tasks} tasks in {two:.1f} s (ratio {two / one:.2f})")
-            slow = make_tasks(tasks, 1, 3 * args.seconds, "e")[0]
-            taken, ended = failover(
-                server,
-                queue,
-                [first, two_worker],
-                slow,
-                [docker.from_env(), second.client()],
-                args.heartbeat,
-                root,
-            )
-            print(
-                f"failover (heartbeat timeout {args.heartbeat:g} s): the other worker had the "
-                f"activity {taken:.1f} s after the SIGKILL; the batch ended {ended:.1f} s after it"
-            )
-            for worker in (first, two_worker):
-                stop_worker(worker)
+            # Stopped whatever ends the benchmark (a failed batch raises SystemExit).
+            workers = [start_worker(server, root / "w1", queue, options, jobs=1)]
+            first = workers[0]
+            try:
+                one = run_batch(
+                    server, queue, make_tasks(tasks, args.tasks, args.seconds, "b"), root / "b1"
+                )
+                print(f"one worker:  {args.tasks} tasks in {one:.1f} s")
+                workers.append(
+                    start_worker(server, root / "w2", queue, options, jobs=1, env=second.environ())
+                )
+                first, two_worker = workers
+                two = run_batch(
+                    server, queue, make_tasks(tasks, args.tasks, args.seconds, "d"), root / "b3"
+                )
+                print(f"two workers: {args.tasks} tasks in {two:.1f} s (ratio {two / one:.2f})")
+                slow = make_tasks(tasks, 1, 3 * args.seconds, "e")[0]
+                taken, ended = failover(
+                    server,
+                    queue,
+                    [first, two_worker],
+                    slow,
+                    [docker.from_env(), second.client()],
+                    args.heartbeat,
+                    root,
+                )
+                print(
+                    f"failover (heartbeat timeout {args.heartbeat:g} s): the other worker had "
+                    f"the activity {taken:.1f} s after the SIGKILL; the batch ended "
+                    f"{ended:.1f} s after it"
+                )
+            finally:
+                for worker in workers:
+                    stop_worker(worker)
     return 0
 
 
