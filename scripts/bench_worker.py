@@ -16,7 +16,6 @@ Usage: python scripts/bench_worker.py [--tasks N] [--seconds S] [--heartbeat S]
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from tests.engines import private_engine  # noqa: E402
 from tests.helpers import bash_task  # noqa: E402
 from tests.temporal import (  # noqa: E402
     Worker,
+    batch_workflow,
     job_run_id,
     runner_containers,
     start_worker,
@@ -95,23 +95,10 @@ def failover(
     task: Path,
     clients: list[docker.DockerClient],
     heartbeat: float,
-    work: Path,
 ) -> tuple[float, float]:
     request = task_request(task, run=f"failover-{uuid.uuid4().hex[:6]}", index=0)
     batch = {"requests": [request], "concurrency": 1, "heartbeat_timeout_seconds": heartbeat}
-    started = temporal(
-        server,
-        "workflow",
-        "start",
-        "--task-queue",
-        queue,
-        "--type",
-        "selfbench.batch",
-        "--workflow-id",
-        request["run"],
-        "--input",
-        json.dumps(batch),
-    )
+    started = batch_workflow(server, queue, request["run"], batch, wait=False)
     if started.returncode != 0:
         raise SystemExit(started.stderr)
     victim = None
@@ -186,7 +173,6 @@ def main() -> int:
                     slow,
                     [docker.from_env(), second.client()],
                     args.heartbeat,
-                    root,
                 )
                 print(
                     f"failover (heartbeat timeout {args.heartbeat:g} s): the other worker had "

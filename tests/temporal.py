@@ -5,6 +5,7 @@ by its pid) and `selfbench-runner worker` processes on a task queue."""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import socket
 import sqlite3
@@ -117,6 +118,43 @@ def stop_worker(worker: Worker) -> None:
         except subprocess.TimeoutExpired:
             worker.process.kill()
             worker.process.wait(10)
+
+
+def batch_workflow(
+    server: str,
+    queue: str,
+    workflow_id: str,
+    batch: dict[str, Any],
+    *,
+    wait: bool,
+    input_file: Path | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """`temporal workflow execute` (wait) or `start` of a selfbench.batch workflow, its input
+    the plain JSON `batch` (on the command line, or through `input_file`)."""
+    if input_file is not None:
+        input_file.write_text(json.dumps(batch))
+        given = ["--input-file", str(input_file)]
+    else:
+        given = ["--input", json.dumps(batch)]
+    command = ["workflow", "execute" if wait else "start", "--task-queue", queue]
+    command += ["--type", "selfbench.batch", "--workflow-id", workflow_id, *given]
+    return temporal(server, *command, *(["-o", "json"] if wait else []), timeout=timeout)
+
+
+def wait_running(
+    state: Path, job_id: str, client: docker.DockerClient, *, timeout: float, what: Any = ""
+) -> str:
+    """The run id of a job once its verification has containers on `client`'s engine (its
+    gates are running); `what` (text, or a callable giving it) explains a timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run_id = job_run_id(state, job_id)
+        if run_id and runner_containers(client, run_id):
+            return run_id
+        if time.monotonic() > deadline:
+            raise AssertionError(what() if callable(what) else what)
+        time.sleep(0.2)
 
 
 def workflow_result(document: dict[str, Any]) -> dict[str, Any]:

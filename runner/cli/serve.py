@@ -103,6 +103,27 @@ def _bind(host: str, port: int) -> Any:
     return sock
 
 
+# The repository policy: `serve` and `worker` take the same options (the process fetches from
+# its host, so an open list would let a request reach any address).
+ALLOW_REPO_ROOT = click.option(
+    "--allow-repo-root",
+    "repo_roots",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A directory local repositories may come from (repeatable). Without it only git URLs "
+    "are taken.",
+)
+ALLOW_REPO_URL = click.option(
+    "--allow-repo-url",
+    "repo_urls",
+    multiple=True,
+    metavar="PATTERN",
+    help="Git URLs requests may name, as a shell-style pattern matched against the whole URL "
+    "(repeatable), e.g. 'https://git.example.org/team/*'. Without it every git URL is refused: "
+    "the runner fetches from its host, so an open list would let a request reach any address.",
+)
+
+
 SERVE_OPTIONS = (
     click.option(
         "--mailbox",
@@ -134,23 +155,8 @@ SERVE_OPTIONS = (
         help=f"Bearer token every HTTP request must carry (or env {ENV_SIDECAR_TOKEN}); required "
         "for a non-loopback --http.",
     ),
-    click.option(
-        "--allow-repo-root",
-        "repo_roots",
-        multiple=True,
-        type=click.Path(path_type=Path, file_okay=False),
-        help="A directory local repositories may come from (repeatable). Without it only git URLs "
-        "are taken.",
-    ),
-    click.option(
-        "--allow-repo-url",
-        "repo_urls",
-        multiple=True,
-        metavar="PATTERN",
-        help="Git URLs requests may name, as a shell-style pattern matched against the whole URL "
-        "(repeatable), e.g. 'https://git.example.org/team/*'. Without it every git URL is refused: "
-        "the sidecar fetches from the host, so an open list would let a request reach any address.",
-    ),
+    ALLOW_REPO_ROOT,
+    ALLOW_REPO_URL,
     click.option(
         "--max-body",
         type=ByteSize(),

@@ -13,7 +13,12 @@ from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import read_regular
 from runner.cli.common import _forwarded, _stderr_logging, cli
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ChildOptions
-from runner.cli.serve import _check_repository_policy, _listen_address
+from runner.cli.serve import (
+    ALLOW_REPO_ROOT,
+    ALLOW_REPO_URL,
+    _check_repository_policy,
+    _listen_address,
+)
 from runner.model.settings import cache_root
 
 MAX_PEM_BYTES = 1024 * 1024
@@ -85,20 +90,8 @@ def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> Any:
 @click.option("--tls-cert", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--tls-key", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--tls-ca", type=click.Path(path_type=Path, dir_okay=False))
-@click.option(
-    "--allow-repo-root",
-    "repo_roots",
-    multiple=True,
-    type=click.Path(path_type=Path, file_okay=False),
-    help="A directory local repositories may come from (repeatable), as serve takes it.",
-)
-@click.option(
-    "--allow-repo-url",
-    "repo_urls",
-    multiple=True,
-    metavar="PATTERN",
-    help="Git URLs requests may name (shell-style pattern of the whole URL; repeatable).",
-)
+@ALLOW_REPO_ROOT
+@ALLOW_REPO_URL
 @CHILD_VERIFY_OPTIONS
 @click.option("-v", "--verbose", is_flag=True, help="Log each activity's stages.")
 def worker_command(

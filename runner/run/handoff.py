@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 from runner import judge
 from runner.model.report import GateData
 from runner.plan.runtime import ArchiveToPut, Container
 from runner.plan.types import TrialPlan
+from runner.run import collect as left
 from runner.run.state import RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def hand_off(
     started = time.monotonic()
     log_path = state.path(trial.gate, "hand-off.log")
     outcome = verifier.exec(plan.pack, log_path, limit=state.plan.max_log_bytes)
-    said = _last_line(log_path)
+    said = left.last_meaningful(log_path)
     if outcome.exit_code != 0 or outcome.timed_out:
         log.warning(
             "%s: its build caches were not handed on (%s); every later verifier builds on its "
@@ -62,14 +62,6 @@ def hand_off(
         said or f"{len(archive)} bytes",
         time.monotonic() - started,
     )
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1][:240] if lines else ""
 
 
 def handed(state: RunState, trial: TrialPlan) -> tuple[ArchiveToPut, ...]:

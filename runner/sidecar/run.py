@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from runner.base.errors import UsageError
 from runner.sidecar.mailbox import Mailbox
@@ -41,9 +41,30 @@ class SidecarOptions:
     base_image: str | None = None
 
 
-def run_sidecar(
-    options: SidecarOptions, sock: socket.socket | None, *, announce: Callable[[str], None]
-) -> int:
+class ServiceSettings(Protocol):
+    """What a process serving requests (`serve`, `worker`) sets its service up from."""
+
+    @property
+    def state_dir(self) -> Path: ...
+    @property
+    def jobs(self) -> int: ...
+    @property
+    def verify_args(self) -> tuple[str, ...]: ...
+    @property
+    def digest_settings(self) -> dict[str, Any]: ...
+    @property
+    def base_image(self) -> str | None: ...
+    @property
+    def allow_repo_roots(self) -> tuple[Path, ...]: ...
+    @property
+    def allow_repo_urls(self) -> tuple[str, ...]: ...
+    @property
+    def grace_seconds(self) -> float: ...
+
+
+def open_service(options: ServiceSettings) -> tuple[Store, Service, Metrics]:
+    """The job store in the state directory (a clear error naming --state-dir when it cannot
+    be used), the service on it and its metrics."""
     state = options.state_dir
     try:
         state.mkdir(parents=True, exist_ok=True)
@@ -69,6 +90,14 @@ def run_sidecar(
     )
     metrics = Metrics(service.depth)
     service.metrics = metrics
+    return store, service, metrics
+
+
+def run_sidecar(
+    options: SidecarOptions, sock: socket.socket | None, *, announce: Callable[[str], None]
+) -> int:
+    state = options.state_dir
+    store, service, metrics = open_service(options)
     stop = threading.Event()
     received: list[str] = []
 

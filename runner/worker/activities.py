@@ -29,10 +29,10 @@ from runner.sidecar.jobs import Job
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import JobState, VerificationRequest
 from runner.sidecar.service import Service
+from runner.worker.workflows import VERIFY_ACTIVITY
 
 log = logging.getLogger(__name__)
 
-VERIFY_ACTIVITY = "selfbench.verify"
 SOURCE_TEMPORAL = "temporal"
 POLL_SECONDS = 0.5
 # Codes of a sidecar error that no retry can mend (the request, not the machine).

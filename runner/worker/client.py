@@ -91,6 +91,21 @@ def run_batch(options: TemporalBatch, targets: list[Path], view: ViewCalls) -> B
     return result
 
 
+async def connect(address: str, namespace: str, tls: Any) -> Any:
+    """A Temporal client (the worker's and `batch --temporal`'s), or an infrastructure error
+    saying the frontend cannot be reached."""
+    from temporalio.client import Client
+
+    try:
+        return await asyncio.wait_for(
+            Client.connect(address, namespace=namespace, tls=tls or False), CONNECT_SECONDS
+        )
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        raise InfrastructureError(
+            f"cannot reach Temporal at {address}: {str(exc)[:300] or type(exc).__name__}"
+        ) from None
+
+
 async def _drive(
     options: TemporalBatch,
     run: str,
@@ -98,17 +113,9 @@ async def _drive(
     outcomes: list[TaskOutcome],
     view: ViewCalls,
 ) -> BatchResult:
-    from temporalio.client import Client, WorkflowFailureError
+    from temporalio.client import WorkflowFailureError
 
-    try:
-        client = await asyncio.wait_for(
-            Client.connect(options.address, namespace=options.namespace, tls=options.tls or False),
-            CONNECT_SECONDS,
-        )
-    except (OSError, RuntimeError, TimeoutError) as exc:
-        raise InfrastructureError(
-            f"cannot reach Temporal at {options.address}: {str(exc)[:300] or type(exc).__name__}"
-        ) from None
+    client = await connect(options.address, options.namespace, options.tls)
     handle = await client.start_workflow(
         BATCH_WORKFLOW,
         BatchInput(

@@ -16,16 +16,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import InfrastructureError, UsageError
-from runner.sidecar.metrics import Metrics
-from runner.sidecar.service import Service, ServiceConfig
-from runner.sidecar.store import Store
+from runner.sidecar.run import open_service
 from runner.worker.activities import VerifyActivities
+from runner.worker.client import connect
 from runner.worker.workflows import BatchWorkflow
 
 log = logging.getLogger(__name__)
-STORE_FILE = "jobs.sqlite3"
-CONNECT_SECONDS = 30.0
 # Time for an interrupted verification to remove its containers (runner.sidecar.service
 # KILL_WAIT_SECONDS) once the grace period is over.
 HANDBACK_SECONDS = 10.0
@@ -49,31 +45,7 @@ class WorkerOptions:
 
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
-    state = options.state_dir
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-        store = Store(state / STORE_FILE)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot use the state directory: {exc.strerror or exc}",
-            path=str(state),
-            field="--state-dir",
-        ) from None
-    service = Service(
-        ServiceConfig(
-            state_dir=state.resolve(),
-            jobs=options.jobs,
-            verify_args=options.verify_args,
-            digest_settings=options.digest_settings,
-            base_image=options.base_image,
-            allow_repo_roots=options.allow_repo_roots,
-            allow_repo_urls=options.allow_repo_urls,
-            grace_seconds=options.grace_seconds,
-        ),
-        store,
-    )
-    metrics = Metrics(service.depth)
-    service.metrics = metrics
+    store, service, metrics = open_service(options)
     metrics_server: Any = None
     activities = VerifyActivities(service)
     try:
@@ -107,18 +79,9 @@ async def _poll(
     activities: VerifyActivities,
     announce: Callable[[str], None],
 ) -> None:
-    from temporalio.client import Client
     from temporalio.worker import Worker
 
-    try:
-        client = await asyncio.wait_for(
-            Client.connect(options.address, namespace=options.namespace, tls=options.tls or False),
-            CONNECT_SECONDS,
-        )
-    except (OSError, RuntimeError, TimeoutError) as exc:
-        raise InfrastructureError(
-            f"cannot reach Temporal at {options.address}: {str(exc)[:300] or type(exc).__name__}"
-        ) from None
+    client = await connect(options.address, options.namespace, options.tls)
     worker = Worker(
         client,
         task_queue=options.task_queue,

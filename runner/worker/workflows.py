@@ -17,7 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 BATCH_WORKFLOW = "selfbench.batch"
-VERIFY_ACTIVITY = "selfbench.verify"  # runner.worker.activities, by name (no import here)
+VERIFY_ACTIVITY = "selfbench.verify"  # the activity's name (runner.worker.activities takes it)
 VERDICTS = ("accepted", "rejected", "invalid", "infrastructure_failed")
 
 

@@ -29,12 +29,14 @@ from tests.integration.conftest import ROOT
 from tests.integration.test_batch import derived_base, example_copy
 from tests.temporal import (
     Worker,
+    batch_workflow,
     job_run_id,
     runner_containers,
     start_worker,
     stop_worker,
     temporal,
     temporal_server,
+    wait_running,
     workflow_result,
 )
 
@@ -97,21 +99,8 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
         ],
         "concurrency": 2,
     }
-    (tmp_path / "input.json").write_text(json.dumps(batch))
-    ran = temporal(
-        server,
-        "workflow",
-        "execute",
-        "--task-queue",
-        worker.queue,
-        "--type",
-        "selfbench.batch",
-        "--workflow-id",
-        "batch-1",
-        "--input-file",
-        str(tmp_path / "input.json"),
-        "-o",
-        "json",
+    ran = batch_workflow(
+        server, worker.queue, "batch-1", batch, wait=True, input_file=tmp_path / "input.json"
     )
     assert ran.returncode == 0, ran.stderr + worker.text()
     document = json.loads(ran.stdout)
@@ -150,25 +139,12 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
         assert runner_containers(docker_client, run_id) == []
     # The same request id again: answered from this worker's store, not run twice.
     again = {"requests": [payload("w-ok", 1)], "concurrency": 1}
-    (tmp_path / "again.json").write_text(json.dumps(again))
-    repeated = temporal(
-        server,
-        "workflow",
-        "execute",
-        "--task-queue",
-        worker.queue,
-        "--type",
-        "selfbench.batch",
-        "--workflow-id",
-        "batch-2",
-        "--input-file",
-        str(tmp_path / "again.json"),
-        "-o",
-        "json",
+    repeated = batch_workflow(
+        server, worker.queue, "batch-2", again, wait=True, input_file=tmp_path / "again.json"
     )
     assert repeated.returncode == 0, repeated.stderr
-    result = json.loads(repeated.stdout)["closeEvent"]["workflowExecutionCompletedEventAttributes"]
-    assert result["result"][0]["tasks"][0]["response"]["report"]["runId"] == run_ids[0]
+    result = workflow_result(json.loads(repeated.stdout))
+    assert result["tasks"][0]["response"]["report"]["runId"] == run_ids[0]
 
 
 def test_a_cancelled_workflow_stops_its_verification_and_leaves_no_container(
@@ -176,28 +152,11 @@ def test_a_cancelled_workflow_stops_its_verification_and_leaves_no_container(
 ) -> None:
     """Cancellation reaches the running activity through its heartbeat: the verification is
     interrupted and removes its containers."""
-    started = temporal(
-        server,
-        "workflow",
-        "start",
-        "--task-queue",
-        worker.queue,
-        "--type",
-        "selfbench.batch",
-        "--workflow-id",
-        "batch-cancel",
-        "--input",
-        json.dumps({"requests": [payload("w-long", 3, testCommand=SLOW)], "concurrency": 1}),
-    )
+    batch = {"requests": [payload("w-long", 3, testCommand=SLOW)], "concurrency": 1}
+    started = batch_workflow(server, worker.queue, "batch-cancel", batch, wait=False)
     assert started.returncode == 0, started.stderr
-    state = tmp_path / "state"
-    deadline = time.monotonic() + 300
     # Wait until the verification has containers of its own (its gates are running).
-    run_id = ""
-    while not run_id or not runner_containers(docker_client, run_id):
-        assert time.monotonic() < deadline, worker.text()
-        time.sleep(0.2)
-        run_id = job_run_id(state, "w-long")
+    run_id = wait_running(worker.state, "w-long", docker_client, timeout=300, what=worker.text)
     cancelled = temporal(server, "workflow", "cancel", "--workflow-id", "batch-cancel")
     assert cancelled.returncode == 0, cancelled.stderr
     deadline = time.monotonic() + 120
@@ -246,19 +205,7 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
                 for i in range(3)
             ]
             batch = {"requests": requests, "concurrency": 3, "heartbeat_timeout_seconds": 10}
-            started = temporal(
-                server,
-                "workflow",
-                "start",
-                "--task-queue",
-                queue,
-                "--type",
-                "selfbench.batch",
-                "--workflow-id",
-                "failover",
-                "--input",
-                json.dumps(batch),
-            )
+            started = batch_workflow(server, queue, "failover", batch, wait=False)
             assert started.returncode == 0, started.stderr
             # Kill the first worker once one of its verifications has containers on its engine.
             deadline = time.monotonic() + 600
@@ -267,7 +214,7 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
                 assert time.monotonic() < deadline, first.text() + other.text()
                 time.sleep(0.2)
                 for request in requests:
-                    run_id = job_run_id(tmp_path / "a" / "state", request["id"])
+                    run_id = job_run_id(first.state, request["id"])
                     if run_id and runner_containers(docker_client, run_id):
                         victim = request["id"]
             first.process.kill()
@@ -290,10 +237,10 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
             # The killed worker's activity was answered by the other worker.
             assert f"{victim}: accepted in " in other.text(), other.text()
             assert tasks[victim]["response"]["reused"] is False  # verified again, not reused
-            assert job_run_id(tmp_path / "b" / "state", victim)
+            assert job_run_id(other.state, victim)
             # Nothing of any run is left on either engine (the killed worker's verification
             # was stopped with it and removed its containers).
-            runs = [job_run_id(tmp_path / d / "state", r["id"]) for d in "ab" for r in requests]
+            runs = [job_run_id(w.state, r["id"]) for w in (first, other) for r in requests]
             deadline = time.monotonic() + 60
             while True:
                 left = [
@@ -388,26 +335,10 @@ def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
     first = start_worker(server, tmp_path / "a", queue, verify_options, jobs=1, grace=3)
     try:
         request = payload("w-term", 20, testCommand="sleep 8; bash tests/run.sh {tests}")
-        started = temporal(
-            server,
-            "workflow",
-            "start",
-            "--task-queue",
-            queue,
-            "--type",
-            "selfbench.batch",
-            "--workflow-id",
-            "batch-term",
-            "--input",
-            json.dumps({"requests": [request], "concurrency": 1}),
-        )
+        batch = {"requests": [request], "concurrency": 1}
+        started = batch_workflow(server, queue, "batch-term", batch, wait=False)
         assert started.returncode == 0, started.stderr
-        deadline = time.monotonic() + 300
-        run_id = ""
-        while not run_id or not runner_containers(docker_client, run_id):
-            assert time.monotonic() < deadline, first.text()
-            time.sleep(0.2)
-            run_id = job_run_id(first.state, "w-term")
+        run_id = wait_running(first.state, "w-term", docker_client, timeout=300, what=first.text)
         stopping = time.monotonic()
         first.process.send_signal(signal.SIGTERM)
         assert first.process.wait(60) == 0, first.text()

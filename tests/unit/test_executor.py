@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,9 +56,11 @@ def run(
     *,
     name: str = "demo-task",
     cpus: float = 1,
+    toolchains: list[str] | None = None,
     **changes: object,
 ) -> VerifyOutcome:
-    task = bash_task(tmp_path, name=name, resources={"cpus": cpus})
+    extra: dict[str, Any] = {"toolchains": toolchains} if toolchains else {}
+    task = bash_task(tmp_path, name=name, resources={"cpus": cpus}, **extra)
     return verify(
         task.directory,
         settings(tmp_path, **changes),
@@ -397,17 +400,6 @@ def test_the_policy_check_decides_exploits_without_a_verifier(tmp_path: Path) ->
     assert len(verified) == 3  # runner-exit-zero, harness-rewrite-at-run, reward-file-from-code
 
 
-def _go_task_run(tmp_path: Path, engine: FakeEngine, **changes: object) -> VerifyOutcome:
-    task = bash_task(tmp_path, name="go-task", toolchains=["go"])
-    return verify(
-        task.directory,
-        settings(tmp_path, **changes),
-        progress=lambda stage, message: None,
-        engine_factory=lambda: engine,
-        env=ENV,
-    )
-
-
 def _packs(tar: bytes) -> Action:
     def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
         assert step.user == "root" and "/opt/selfbench-cache/go-build" in step.argv
@@ -422,7 +414,7 @@ def test_nop_hands_its_build_caches_to_the_side_verifiers_only(tmp_path: Path) -
     into nothing else: not the oracle's verifier, not an agent's container, not the policy
     check's."""
     engine = FakeEngine(Script(actions={"nop/hand-off": _packs(b"TAR")}))
-    report = _go_task_run(tmp_path, engine).report
+    report = run(tmp_path, engine, name="go-task", toolchains=["go"]).report
     assert report.verdict is Verdict.ACCEPTED, report.reason
     assert report.stages.nop.data.handed_cache_bytes == 3
     assert report.settings.hand_caches is True
@@ -457,11 +449,11 @@ def test_a_red_nop_or_no_hand_caches_hands_nothing(tmp_path: Path) -> None:
             }
         )
     )
-    report = _go_task_run(tmp_path / "red", red, keep_going=True).report
+    report = run(tmp_path / "red", red, name="go-task", toolchains=["go"], keep_going=True).report
     assert report.stages.nop.status is Status.FAILED
     assert not any("hand-off" in e or e.startswith("archive") for e in red.events)
     off = FakeEngine(Script(actions={"nop/hand-off": _packs(b"TAR")}))
-    report = _go_task_run(tmp_path / "off", off, hand_caches=False).report
+    report = run(tmp_path / "off", off, name="go-task", toolchains=["go"], hand_caches=False).report
     assert report.verdict is Verdict.ACCEPTED, report.reason
     assert report.stages.nop.data.handed_cache_bytes is None
     assert not any("hand-off" in e or e.startswith("archive") for e in off.events)
@@ -469,7 +461,7 @@ def test_a_red_nop_or_no_hand_caches_hands_nothing(tmp_path: Path) -> None:
 
 def test_a_failed_pack_hands_nothing_and_changes_no_verdict(tmp_path: Path) -> None:
     engine = FakeEngine(Script(actions={"nop/hand-off": exits(3)}))
-    report = _go_task_run(tmp_path, engine).report
+    report = run(tmp_path, engine, name="go-task", toolchains=["go"]).report
     assert report.verdict is Verdict.ACCEPTED, report.reason
     assert report.stages.nop.data.handed_cache_bytes is None
     assert not any(e.startswith("archive") for e in engine.events)
