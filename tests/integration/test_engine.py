@@ -160,7 +160,9 @@ def test_output_is_capped_head_and_tail(tmp_path: Path, base_image: str) -> None
     assert outcome.truncation is not None and outcome.truncation.original_bytes > 5_000_000
 
 
-def test_pids_and_memory_limits_are_read_from_the_cgroup(tmp_path: Path, base_image: str) -> None:
+def test_pids_and_memory_limits_are_read_from_the_cgroup(
+    tmp_path: Path, base_image: str, docker_client: docker.DockerClient
+) -> None:
     engine = DockerEngine()
     limits = Limits(cpus=1, requested_cpus=1, memory_mb=64, storage_mb=512, pids=32)
     with engine.container(
@@ -174,8 +176,16 @@ def test_pids_and_memory_limits_are_read_from_the_cgroup(tmp_path: Path, base_im
         assert bomb.limits.pids_limit_hits > 0
         assert bomb.limits.oom_kills == 0
         # The bomb's sleeps hold every pid for 5 s: until they end, the runtime cannot start
-        # another exec in this container ("read init-p: connection reset by peer").
-        time.sleep(6)
+        # another exec in this container ("read init-p: connection reset by peer"). On a busy
+        # machine they can outlive a fixed 6 s wait (seen in CI), so wait until the engine
+        # lists none of them (`top` needs no exec; the container's own `sleep infinity` stays).
+        deadline = time.monotonic() + 60
+        while any(
+            "sleep 5" in " ".join(process)
+            for process in docker_client.api.top(container.name).get("Processes") or []
+        ):
+            assert time.monotonic() < deadline, "the bomb's sleeps did not end"
+            time.sleep(0.5)
         hog = container.exec(
             step(["bash", "-c", "head -c 300m /dev/zero | tail > /dev/null"]),
             tmp_path / "hog.log",
