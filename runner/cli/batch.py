@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,7 +18,11 @@ from runner.base.errors import UsageError
 from runner.cli.common import _forwarded, cli, interrupts
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, ChildOptions, logs_root_option
 from runner.cli.output import in_github_actions
+from runner.cli.worker import temporal_tls
 from runner.model.settings import environment_value
+
+if TYPE_CHECKING:
+    from runner.worker.client import TemporalBatch
 
 MAX_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
 
@@ -224,6 +228,7 @@ def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
 )
 @click.option("--namespace", default="default", show_default=True, help="With --temporal.")
 @click.option("--task-queue", default="selfbench", show_default=True, help="With --temporal.")
+@temporal_tls
 @CHILD_VERIFY_OPTIONS
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def batch_command(
@@ -239,6 +244,7 @@ def batch_command(
     temporal_address: str | None,
     namespace: str,
     task_queue: str,
+    tls: Any,
     child: ChildOptions,
     quiet: bool,
 ) -> int:
@@ -255,6 +261,12 @@ def batch_command(
             "--engine and --cache-budget are the workers' business under --temporal",
             field="--temporal",
         )
+    if temporal_address is None and tls is not None:
+        raise UsageError("the --tls-* options go with --temporal", field="--temporal")
+    if temporal_address is not None:
+        from runner.cli.serve import _listen_address
+
+        _listen_address(temporal_address)
     specs = [EngineSpec.parse(e, default_capacity=jobs) for e in engines] or [
         EngineSpec.from_environment(jobs)
     ]
@@ -270,8 +282,22 @@ def batch_command(
     out.mkdir(parents=True, exist_ok=True)
     view = _BatchView(len(targets), quiet=quiet)
     if temporal_address is not None:
+        from runner.worker.client import TemporalBatch
+
         return _temporal_batch(
-            temporal_address, namespace, task_queue, targets, jobs, retries, out, junit_path, view
+            TemporalBatch(
+                address=temporal_address,
+                namespace=namespace,
+                task_queue=task_queue,
+                concurrency=jobs,
+                max_attempts=retries + 1,
+                tls=tls,
+                workflow_id=f"{out.resolve().name}-{uuid.uuid4().hex[:8]}",
+            ),
+            targets,
+            out,
+            junit_path,
+            view,
         )
     batch = Batch(
         BatchOptions(
@@ -298,31 +324,18 @@ def batch_command(
 
 
 def _temporal_batch(
-    address: str,
-    namespace: str,
-    task_queue: str,
+    options: TemporalBatch,
     targets: list[Path],
-    jobs: int,
-    retries: int,
     out: Path,
     junit_path: Path | None,
     view: _BatchView,
 ) -> int:
-    from runner.cli.serve import _listen_address
-    from runner.worker.client import TemporalBatch, ViewCalls, run_batch
+    from runner.worker.client import ViewCalls, run_batch
 
-    _listen_address(address)
     try:
         with interrupts():
             result = run_batch(
-                TemporalBatch(
-                    address=address,
-                    namespace=namespace,
-                    task_queue=task_queue,
-                    concurrency=jobs,
-                    max_attempts=retries + 1,
-                    workflow_id=f"{out.resolve().name}-{uuid.uuid4().hex[:8]}",
-                ),
+                options,
                 targets,
                 ViewCalls(
                     started=view.started, stage=view.stage, finished=view.finished, note=view.note

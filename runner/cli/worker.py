@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -22,6 +25,9 @@ from runner.cli.serve import (
 from runner.model.settings import cache_root
 
 MAX_PEM_BYTES = 1024 * 1024
+_F = TypeVar("_F", bound=Callable[..., Any])
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*")
 
 
 def _pem(path: Path | None, option: str) -> bytes | None:
@@ -36,18 +42,63 @@ def _pem(path: Path | None, option: str) -> bytes | None:
     return data
 
 
-def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> Any:
+def _tls(cert: Path | None, key: Path | None, ca: Path | None, server_name: str | None) -> Any:
     if (cert is None) != (key is None):
         raise UsageError("--tls-cert and --tls-key go together", field="--tls-cert")
-    if cert is None and ca is None:
+    if server_name is not None and not _DNS_NAME.fullmatch(server_name):
+        raise UsageError(f"{server_name[:100]!r} is not a DNS name", field="--tls-server-name")
+    if cert is None and ca is None and server_name is None:
         return None
     from temporalio.service import TLSConfig
 
     return TLSConfig(
         server_root_ca_cert=_pem(ca, "--tls-ca"),
+        domain=server_name,
         client_cert=_pem(cert, "--tls-cert"),
         client_private_key=_pem(key, "--tls-key"),
     )
+
+
+_TLS_NAMES = ("tls_cert", "tls_key", "tls_ca", "tls_server_name")
+_TLS_OPTIONS = (
+    click.option(
+        "--tls-cert",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="Client certificate (PEM) for mutual TLS to Temporal; with --tls-key.",
+    ),
+    click.option(
+        "--tls-key",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="The client certificate's private key (PEM).",
+    ),
+    click.option(
+        "--tls-ca",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="CA certificate(s) (PEM) the Temporal frontend's certificate is checked against "
+        "(default: the system's). Any --tls-* option turns TLS on.",
+    ),
+    click.option(
+        "--tls-server-name",
+        metavar="NAME",
+        help="The name the frontend's certificate is checked for, when it is not the host of "
+        "the address (an IP address, a tunnel, a proxy).",
+    ),
+)
+
+
+def temporal_tls(function: _F) -> _F:
+    """--tls-cert, --tls-key, --tls-ca and --tls-server-name, handed to the command as one
+    `tls` (temporalio's TLSConfig, or None for plain TCP): `worker`'s and `batch
+    --temporal`'s connection to Temporal."""
+
+    @functools.wraps(function)
+    def command(**kwargs: Any) -> Any:
+        given = [kwargs.pop(name) for name in _TLS_NAMES]
+        return function(tls=_tls(*given), **kwargs)
+
+    for option in reversed(_TLS_OPTIONS):
+        command = option(command)
+    return cast(_F, command)
 
 
 @cli.command("worker")
@@ -87,9 +138,7 @@ def _tls(cert: Path | None, key: Path | None, ca: Path | None) -> Any:
     metavar="HOST:PORT",
     help="Serve the Prometheus metrics (the same as serve's) at http://HOST:PORT/metrics.",
 )
-@click.option("--tls-cert", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--tls-key", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--tls-ca", type=click.Path(path_type=Path, dir_okay=False))
+@temporal_tls
 @ALLOW_REPO_ROOT
 @ALLOW_REPO_URL
 @CHILD_VERIFY_OPTIONS
@@ -102,9 +151,7 @@ def worker_command(
     state_dir: Path | None,
     grace_period: float,
     metrics_listen: str | None,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_ca: Path | None,
+    tls: Any,
     repo_roots: tuple[Path, ...],
     repo_urls: tuple[str, ...],
     child: ChildOptions,
@@ -117,7 +164,6 @@ def worker_command(
     _listen_address(address)  # HOST:PORT, said in the same words as serve's --http
     metrics_address = _listen_address(metrics_listen) if metrics_listen else None
     _check_repository_policy(repo_roots, repo_urls)
-    tls = _tls(tls_cert, tls_key, tls_ca)
     forwarded, digest_settings = _forwarded(child)
     from runner.worker.run import WorkerOptions, run_worker
 

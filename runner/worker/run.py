@@ -46,27 +46,36 @@ class WorkerOptions:
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
     store, service, metrics = open_service(options)
-    metrics_server: Any = None
     activities = VerifyActivities(service)
-    try:
+    metrics_server: Any = None
+    started = False
+
+    def start() -> None:
+        # Once Temporal answered: a worker that cannot reach it takes nothing in hand (no
+        # recovery of the last stop's runs, no scheduler, no metrics port) before it exits 3.
+        nonlocal metrics_server, started
         requeued = service.recover()
         if requeued:
             announce(f"requeued {requeued} verification(s) interrupted by the last stop")
         service.start()
+        started = True
         if options.metrics_address is not None:
             from prometheus_client import start_http_server
 
             host, port = options.metrics_address
             metrics_server, _ = start_http_server(port, addr=host, registry=metrics.registry)
             announce(f"metrics: http://{host}:{metrics_server.server_port}/metrics")
-        asyncio.run(_poll(options, activities, announce))
+
+    try:
+        asyncio.run(_poll(options, activities, announce, start))
     finally:
-        # The Temporal worker already gave running activities the grace period: what is still
-        # running was handed back, so the service only interrupts it (its containers removed)
-        # and requeues it in this store.
-        announce("stopping: interrupting what is still running")
-        service.stop(grace=HANDBACK_SECONDS)
-        activities.park_handed_back()
+        if started:
+            # The Temporal worker already gave running activities the grace period: what is
+            # still running was handed back, so the service only interrupts it (its containers
+            # removed) and requeues it in this store.
+            announce("stopping: interrupting what is still running")
+            service.stop(grace=HANDBACK_SECONDS)
+            activities.park_handed_back()
         if metrics_server is not None:
             metrics_server.shutdown()
         store.close()
@@ -78,10 +87,12 @@ async def _poll(
     options: WorkerOptions,
     activities: VerifyActivities,
     announce: Callable[[str], None],
+    start: Callable[[], None],
 ) -> None:
     from temporalio.worker import Worker
 
     client = await connect(options.address, options.namespace, options.tls)
+    start()
     worker = Worker(
         client,
         task_queue=options.task_queue,

@@ -5,11 +5,13 @@ gets each request's verdict as a result (accepted, rejected, invalid with the fi
 workflow cancelled mid-verification leaves no container of its run; a worker killed with SIGKILL
 mid-verification hands its activity to a second worker on a private engine, every request
 answered once and nothing left on either engine; `batch --temporal` writes a local batch's files
-and `export batch.json` takes them."""
+and `export batch.json` takes them; an engine failure is retried, on a healthy worker; and both
+commands reach a frontend that asks for mutual TLS."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -31,6 +33,8 @@ from tests.temporal import (
     Worker,
     batch_workflow,
     job_run_id,
+    make_certificates,
+    mutual_tls_front,
     runner_containers,
     start_worker,
     stop_worker,
@@ -372,3 +376,128 @@ def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
         assert "w-term: accepted in " in second.text() and "(attempt 2," in second.text()
     finally:
         stop_worker(second)
+
+
+def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
+    server: str, tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """A worker whose engine does not answer: its verification ends infrastructure_failed, which
+    Temporal sees as a retryable error carrying the reason (never a rejected result). Once that
+    worker has gone, the retry runs on a worker with an engine and is accepted."""
+    queue = f"selfbench-{uuid.uuid4().hex[:8]}"
+    dead = tmp_path / "no-engine.sock"  # nothing listens here
+    broken = start_worker(
+        server,
+        tmp_path / "a",
+        queue,
+        verify_options,
+        jobs=1,
+        env={**os.environ, "DOCKER_HOST": f"unix://{dead}"},
+    )
+    try:
+        batch = {"requests": [payload("w-engine", 30)], "concurrency": 1, "max_attempts": 5}
+        started = batch_workflow(server, queue, "batch-engine", batch, wait=False)
+        assert started.returncode == 0, started.stderr
+        deadline = time.monotonic() + 120
+        while "w-engine: infrastructure_failed in " not in broken.text():
+            assert time.monotonic() < deadline, broken.text()
+            time.sleep(0.2)
+    finally:
+        stop_worker(broken)
+    assert broken.process.returncode == 0, broken.text()
+    # What Temporal holds of the failed attempt: the retryable error type and the reason.
+    described = temporal(
+        server, "workflow", "describe", "--workflow-id", "batch-engine", "-o", "json"
+    )
+    assert described.returncode == 0, described.stderr
+    pending = json.loads(described.stdout)["pendingActivities"]
+    assert len(pending) == 1, pending
+    failure = pending[0]["lastFailure"]
+    assert failure["applicationFailureInfo"]["type"] == "InfrastructureFailure", failure
+    assert failure["applicationFailureInfo"].get("nonRetryable") is not True, failure
+    assert "no Docker engine answers at unix://" in failure["message"], failure
+    healthy = start_worker(server, tmp_path / "b", queue, verify_options, jobs=1)
+    try:
+        ran = temporal(
+            server, "workflow", "result", "--workflow-id", "batch-engine", "-o", "json", timeout=600
+        )
+        assert ran.returncode == 0, ran.stderr + healthy.text()
+        summary = workflow_result(json.loads(ran.stdout))
+        assert summary["counts"]["accepted"] == 1, summary
+        text = healthy.text()
+        assert "w-engine: accepted in " in text and "(attempt 1," not in text, text
+        run_id = summary["tasks"][0]["response"]["report"]["runId"]
+        assert runner_containers(docker_client, run_id) == []
+    finally:
+        stop_worker(healthy)
+
+
+def test_worker_and_batch_reach_a_frontend_that_asks_for_mutual_tls(
+    server: str, tmp_path: Path, verify_options: list[str]
+) -> None:
+    """Temporal behind a TLS front that asks for a client certificate, under a name that is not
+    the address's host: with the CA, the client certificate and --tls-server-name a worker
+    polls and `batch --temporal` gets its verdict; without the certificate, or without the name,
+    the command ends with exit 3 naming the address and what failed."""
+    certificates = make_certificates(tmp_path / "pki", "temporal.test")
+    tls = ["--tls-ca", str(certificates.ca), "--tls-server-name", certificates.server_name]
+    client = [
+        "--tls-cert",
+        str(certificates.client_cert),
+        "--tls-key",
+        str(certificates.client_key),
+    ]
+    queue = f"selfbench-{uuid.uuid4().hex[:8]}"
+    with mutual_tls_front(server, certificates) as front:
+        for given, words in (
+            (tls, "transport error"),  # the front closes a connection with no certificate
+            (["--tls-ca", str(certificates.ca), *client], "NotValidForName"),
+        ):
+            command = [sys.executable, "-m", "runner", "worker", "--temporal", front, *given]
+            command += ["--state-dir", str(tmp_path / "refused"), "--task-queue", queue]
+            refused = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                timeout=120,
+                check=False,
+            )
+            assert refused.returncode == 3, refused.stderr
+            lines = refused.stderr.splitlines()
+            assert lines[-1].startswith(
+                f"selfbench-runner: error: cannot reach Temporal at {front}: "
+            )
+            assert words in lines[-1], lines
+            assert not any("polling" in line for line in lines), lines
+        # The task sits where the worker takes local repositories from.
+        good = example_copy(tmp_path / "w", "good")
+        worker = start_worker(front, tmp_path / "w", queue, [*verify_options, *tls, *client])
+        try:
+            out = tmp_path / "batch"
+            command = [sys.executable, "-m", "runner", "batch", str(good)]
+            command += [
+                "--temporal",
+                front,
+                "--task-queue",
+                queue,
+                *tls,
+                *client,
+                "--out",
+                str(out),
+            ]
+            ran = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                timeout=900,
+                check=False,
+            )
+            assert ran.returncode == 0, ran.stderr + worker.text()
+            document = json.loads((out / "batch.json").read_text())
+            assert [t["verdict"] for t in document["tasks"]] == ["accepted"]
+            assert document["engines"] == [{"name": "temporal", "url": front}]
+        finally:
+            stop_worker(worker)
+        assert ": accepted in " in worker.text(), worker.text()

@@ -149,3 +149,55 @@ def test_a_bad_task_directory_is_refused_before_anything_starts(tmp_path: Path) 
     with pytest.raises(InvalidTaskError) as caught:
         task_request(task.directory, run="b", index=0)
     assert "definition.json" in caught.value.one_line()
+
+
+def _pem_file(path: Path, text: str = "-----BEGIN CERTIFICATE-----\nAA==\n") -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("command", ["worker", "batch"])
+def test_tls_options_are_checked_before_anything_starts(tmp_path: Path, command: str) -> None:
+    from tests.unit.test_cli import run
+
+    task = tmp_path / "task"  # never read: the options are refused first
+    head = ["worker"] if command == "worker" else ["batch", str(task), "--out", str(tmp_path / "o")]
+    cert = _pem_file(tmp_path / "cert.pem")
+    not_pem = _pem_file(tmp_path / "ca.txt", "just text\n")
+    cases = [
+        (["--tls-cert", str(cert)], "--tls-cert and --tls-key go together"),
+        (["--tls-ca", str(not_pem)], "is not PEM (no -----BEGIN line)"),
+        (["--tls-server-name", "bad name"], "'bad name' is not a DNS name"),
+        (["--tls-ca", str(tmp_path / "missing.pem")], "missing.pem"),
+    ]
+    for extra, words in cases:
+        code, out, err = run(*head, "--temporal", "127.0.0.1:7233", *extra)
+        assert code == 2 and out == "", (extra, err)
+        assert words in err and len(err.splitlines()) == 1, (extra, err)
+    assert not (tmp_path / "o").exists()  # the batch directory is not made either
+
+
+def test_batch_tls_options_go_with_temporal(tmp_path: Path) -> None:
+    from tests.helpers import bash_task
+    from tests.unit.test_cli import run
+
+    task = bash_task(tmp_path)
+    ca = _pem_file(tmp_path / "ca.pem")
+    code, out, err = run("batch", str(task.directory), "--tls-ca", str(ca), "--out", "o")
+    assert code == 2 and out == ""
+    assert "the --tls-* options go with --temporal" in err
+
+
+def test_tls_options_make_one_tls_config(tmp_path: Path) -> None:
+    from runner.cli.worker import _tls
+
+    assert _tls(None, None, None, None) is None
+    cert, key = _pem_file(tmp_path / "c.pem"), _pem_file(tmp_path / "k.pem", "-----BEGIN KEY\n")
+    config = _tls(cert, key, None, "temporal.example")
+    assert config.domain == "temporal.example" and config.server_root_ca_cert is None
+    assert config.client_cert == cert.read_bytes() and config.client_private_key.startswith(
+        b"-----BEGIN KEY"
+    )
+    # A server name alone turns TLS on with the system's CAs.
+    named = _tls(None, None, None, "temporal.example")
+    assert named is not None and named.client_cert is None
