@@ -523,3 +523,38 @@ def test_an_interrupted_command_does_not_wait_on_a_stuck_worker_thread() -> None
         timeout=60,
     )
     assert plain.returncode == 1
+
+
+def test_a_command_that_loaded_temporal_s_client_ends_without_finalizing() -> None:
+    """Temporal's Rust threads can call into a finalizing interpreter and abort the process
+    (temporalio/sdk-python#300): once its bridge is loaded, `leave` ends the process with the
+    code and the output written, without finalizing (no atexit handler runs)."""
+    import subprocess
+    import sys
+
+    program = (
+        "import atexit, sys\n"
+        "import temporalio.client\n"
+        "from runner.cli.leave import leave\n"
+        "atexit.register(lambda: print('finalized', flush=True))\n"
+        "sys.stdout.write('error written\\n')\n"  # buffered: leave flushes it
+        "leave({code})\n"
+    )
+    for code in (0, 3):
+        done = subprocess.run(
+            [sys.executable, "-c", program.format(code=code)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (code, "error written\n"), done.stderr
+    # Without the bridge, the interpreter finalizes as usual.
+    plain = subprocess.run(
+        [sys.executable, "-c", program.replace("import temporalio.client\n", "").format(code=1)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (plain.returncode, plain.stdout) == (1, "error written\nfinalized\n"), plain.stderr
