@@ -59,6 +59,7 @@ def docker_create(
             name,
             *labels,
             *docker_limits(container),
+            "--init",  # as the gates' containers (runner.engine.docker: PID 1 reaps orphans)
             "--network",
             container.network,
             "-w",

@@ -182,6 +182,8 @@ def test_debug_print_reproduces_each_failure_as_a_script(
     for kind, (code, text) in cases.items():
         script = tmp_path / f"{kind}.sh"
         script.write_text(print_script(runs.dirs[kind]))
+        if kind != "build":  # a gate's container, made as the gate made it: init as PID 1
+            assert " --init " in script.read_text(), kind
         result = subprocess.run(
             ["bash", str(script)], capture_output=True, text=True, timeout=300, check=False
         )

@@ -175,10 +175,10 @@ def test_pids_and_memory_limits_are_read_from_the_cgroup(
         )
         assert bomb.limits.pids_limit_hits > 0
         assert bomb.limits.oom_kills == 0
-        # The bomb's sleeps hold every pid for 5 s: until they end, the runtime cannot start
-        # another exec in this container ("read init-p: connection reset by peer"). On a busy
-        # machine they can outlive a fixed 6 s wait (seen in CI), so wait until the engine
-        # lists none of them (`top` needs no exec; the container's own `sleep infinity` stays).
+        # The bomb's sleeps hold every pid for 5 s: until they end and the init reaps them, the
+        # runtime cannot start another exec in this container ("read init-p: connection reset
+        # by peer"; seen in CI while PID 1 was the plan's sleep, which never reaped them). Wait
+        # until the engine lists none of them (`top` needs no exec; PID 1 and its sleep stay).
         deadline = time.monotonic() + 60
         while any(
             "sleep 5" in " ".join(process)
@@ -193,6 +193,44 @@ def test_pids_and_memory_limits_are_read_from_the_cgroup(
         )
         assert hog.exit_code != 0
         assert hog.limits.oom_kills >= 1 and hog.oom_killed
+    engine.close()
+
+
+def test_what_a_step_orphans_is_reaped_and_frees_its_pids(
+    tmp_path: Path, base_image: str, docker_client: docker.DockerClient
+) -> None:
+    """A step that leaves background processes behind: once they end they are reaped (the
+    engine's init is PID 1, not the plan's sleep), so no zombie keeps a pid of the limit."""
+    engine = DockerEngine()
+    limits = Limits(cpus=1, requested_cpus=1, memory_mb=64, storage_mb=512, pids=32)
+    with engine.container(
+        plan(base_image, "test-engine-reap", limits=limits), env={}, keep=False
+    ) as container:
+        pid1 = container.exec(
+            step(["bash", "-c", "tr '\\0' ' ' < /proc/1/cmdline"]),
+            tmp_path / "pid1.log",
+            limit=4096,
+        )
+        assert (tmp_path / "pid1.log").read_text().startswith("/sbin/docker-init -- sleep "), pid1
+        orphans = container.exec(
+            step(["bash", "-c", "for i in $(seq 20); do sleep 1 & done; exit 0"]),
+            tmp_path / "orphans.log",
+            limit=4096,
+        )
+        assert orphans.exit_code == 0
+        time.sleep(3)
+        # Zombies leave /proc's task lists of the cgroup but stay charged to it: the engine's
+        # own view (`top`) cannot see them, the kernel's count can.
+        v2, v1 = "/sys/fs/cgroup/pids.current", "/sys/fs/cgroup/pids/pids.current"
+        count = container.exec(
+            step(["bash", "-c", f"cat {v2} 2>/dev/null || cat {v1}"]),
+            tmp_path / "count.log",
+            limit=4096,
+        )
+        assert count.exit_code == 0, (tmp_path / "count.log").read_text()
+        charged = int((tmp_path / "count.log").read_text().split()[0])
+        # PID 1's two processes (init and its sleep) and this exec's cat; 22 with zombies.
+        assert charged <= 4, (tmp_path / "count.log").read_text()
     engine.close()
 
 
