@@ -18,6 +18,8 @@ from runner.plan.runtime import BuildRequest
 from runner.plan.types import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits
 
 LIMITS = Limits(cpus=0.5, requested_cpus=0.5, memory_mb=128, storage_mb=512, pids=64)
+# Few pids and little memory: what the cgroup tests run into.
+TIGHT = Limits(cpus=1, requested_cpus=1, memory_mb=64, storage_mb=512, pids=32)
 
 
 def dockerfile(tmp_path: Path, body: str, base_image: str) -> Path:
@@ -164,9 +166,8 @@ def test_pids_and_memory_limits_are_read_from_the_cgroup(
     tmp_path: Path, base_image: str, docker_client: docker.DockerClient
 ) -> None:
     engine = DockerEngine()
-    limits = Limits(cpus=1, requested_cpus=1, memory_mb=64, storage_mb=512, pids=32)
     with engine.container(
-        plan(base_image, "test-engine-cgroup", limits=limits), env={}, keep=False
+        plan(base_image, "test-engine-cgroup", limits=TIGHT), env={}, keep=False
     ) as container:
         bomb = container.exec(
             step(["bash", "-c", "(for i in $(seq 100); do sleep 5 & done) 2>/dev/null; exit 1"]),
@@ -202,9 +203,8 @@ def test_what_a_step_orphans_is_reaped_and_frees_its_pids(
     """A step that leaves background processes behind: once they end they are reaped (the
     engine's init is PID 1, not the plan's sleep), so no zombie keeps a pid of the limit."""
     engine = DockerEngine()
-    limits = Limits(cpus=1, requested_cpus=1, memory_mb=64, storage_mb=512, pids=32)
     with engine.container(
-        plan(base_image, "test-engine-reap", limits=limits), env={}, keep=False
+        plan(base_image, "test-engine-reap", limits=TIGHT), env={}, keep=False
     ) as container:
         pid1 = container.exec(
             step(["bash", "-c", "tr '\\0' ' ' < /proc/1/cmdline"]),

@@ -22,7 +22,7 @@ from runner.sidecar.jobs import Job
 from runner.sidecar.request import JobState
 from runner.worker.activities import outcome
 from tests.temporal import temporal, temporal_server
-from tests.unit.test_worker import finished
+from tests.unit.test_worker import WIDE_FAILURE, finished
 
 ACTIVITY = "selfbench.test.fails"
 
@@ -75,13 +75,9 @@ async def _fail_once(server: str, queue: str, failing: Failing) -> None:
 def test_the_largest_failed_attempt_is_kept_whole_by_the_server(
     server: str, tmp_path: Path
 ) -> None:
-    wide = {
-        "verdict": "infrastructure_failed",
-        "runId": "20261202T000000Z-abcdef",
-        "reason": "build: " + "é" * 5000,
-        "stages": {"build": {"data": {"tail": [f"{i:03d} " + "x" * 900 for i in range(200)]}}},
-    }
-    _, job = finished(tmp_path, state=JobState.DONE, verdict="infrastructure_failed", report=wide)
+    _, job = finished(
+        tmp_path, state=JobState.DONE, verdict="infrastructure_failed", report=WIDE_FAILURE
+    )
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
     asyncio.run(_fail_once(server, queue, Failing(job)))
     described = temporal(server, "workflow", "describe", "--workflow-id", queue, "-o", "json")
@@ -91,7 +87,7 @@ def test_the_largest_failed_attempt_is_kept_whole_by_the_server(
     info = failure["applicationFailureInfo"]
     assert info["type"] == "InfrastructureFailure", failure
     (details,) = info["details"]  # the temporal CLI prints payloads decoded
-    assert details["runId"] == "20261202T000000Z-abcdef"
+    assert details["runId"] == WIDE_FAILURE["runId"]
     tail = details["buildLogTail"]
     assert len(tail) >= 5 and tail[-1].startswith("199 ") and tail[-1].endswith("x…"), tail
     temporal(server, "workflow", "terminate", "--workflow-id", queue)

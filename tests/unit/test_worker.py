@@ -76,16 +76,22 @@ def test_an_infrastructure_failure_is_a_retryable_error_with_the_build_tail(
     assert details["runId"] is None and details["archive"] is None  # none in this report
 
 
+# An infrastructure failure far past every budget of a failed attempt's error: a long reason of
+# two-byte characters, a wide build log (here, and on a real server in test_worker_failures).
+WIDE_FAILURE = {
+    "verdict": "infrastructure_failed",
+    "runId": "20261202T000000Z-abcdef",
+    "reason": "build: " + "é" * 5000,
+    "stages": {"build": {"data": {"tail": [f"{i:03d} " + "x" * 900 for i in range(200)]}}},
+}
+
+
 def test_a_failed_attempt_stays_small_enough_for_temporal_to_keep_whole(tmp_path: Path) -> None:
     """Temporal's server keeps a retried attempt's failure only up to a few KB: a long reason
     and a wide build log are clipped, the newest lines kept."""
-    report = {
-        "verdict": "infrastructure_failed",
-        "runId": "20261202T000000Z-abcdef",
-        "reason": "build: " + "é" * 5000,
-        "stages": {"build": {"data": {"tail": [f"{i:03d} " + "x" * 900 for i in range(200)]}}},
-    }
-    _, job = finished(tmp_path, state=JobState.DONE, verdict="infrastructure_failed", report=report)
+    _, job = finished(
+        tmp_path, state=JobState.DONE, verdict="infrastructure_failed", report=WIDE_FAILURE
+    )
     with pytest.raises(ApplicationError) as caught:
         outcome(job)
     error = caught.value
