@@ -299,6 +299,18 @@ def wait_running(
         time.sleep(0.2)
 
 
+def await_workflow(
+    server: str, workflow_id: str, *, timeout: float, what: Any = ""
+) -> dict[str, Any]:
+    """The result of a started workflow once it ends (`temporal workflow result`); `what`
+    (text, or a callable giving it) explains a failure."""
+    ran = temporal(
+        server, "workflow", "result", "--workflow-id", workflow_id, "-o", "json", timeout=timeout
+    )
+    assert ran.returncode == 0, ran.stderr + (what() if callable(what) else what)
+    return workflow_result(json.loads(ran.stdout))
+
+
 def workflow_result(document: dict[str, Any]) -> dict[str, Any]:
     """The workflow's result in what `temporal workflow execute|result -o json` prints."""
     result = document["closeEvent"]["workflowExecutionCompletedEventAttributes"]["result"]

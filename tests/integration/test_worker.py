@@ -29,6 +29,7 @@ from tests.integration.conftest import ROOT, run_cli
 from tests.integration.test_batch import derived_base, example_copy
 from tests.temporal import (
     Worker,
+    await_workflow,
     batch_workflow,
     job_run_id,
     make_certificates,
@@ -221,18 +222,7 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
                         victim = request["id"]
             first.process.kill()
             first.process.wait(10)
-            ran = temporal(
-                server,
-                "workflow",
-                "result",
-                "--workflow-id",
-                "failover",
-                "-o",
-                "json",
-                timeout=900,
-            )
-            assert ran.returncode == 0, ran.stderr + other.text()
-            summary = workflow_result(json.loads(ran.stdout))
+            summary = await_workflow(server, "failover", timeout=900, what=other.text)
             tasks = {t["id"]: t for t in summary["tasks"]}
             assert sorted(tasks) == ["f-0", "f-1", "f-2"]
             assert summary["counts"]["accepted"] == 3, summary
@@ -335,18 +325,7 @@ def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
         stop_worker(first)
     second = start_worker(server, tmp_path / "b", queue, verify_options, jobs=1)
     try:
-        ran = temporal(
-            server,
-            "workflow",
-            "result",
-            "--workflow-id",
-            "batch-term",
-            "-o",
-            "json",
-            timeout=600,
-        )
-        assert ran.returncode == 0, ran.stderr + second.text()
-        summary = workflow_result(json.loads(ran.stdout))
+        summary = await_workflow(server, "batch-term", timeout=600, what=second.text)
         assert summary["counts"]["accepted"] == 1, summary
         assert "w-term: accepted in " in second.text() and "(attempt 2," in second.text()
     finally:
@@ -396,11 +375,7 @@ def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
     assert details["runId"] and details["archive"], details
     healthy = start_worker(server, tmp_path / "b", queue, verify_options, jobs=1)
     try:
-        ran = temporal(
-            server, "workflow", "result", "--workflow-id", "batch-engine", "-o", "json", timeout=600
-        )
-        assert ran.returncode == 0, ran.stderr + healthy.text()
-        summary = workflow_result(json.loads(ran.stdout))
+        summary = await_workflow(server, "batch-engine", timeout=600, what=healthy.text)
         assert summary["counts"]["accepted"] == 1, summary
         text = healthy.text()
         assert "w-engine: accepted in " in text and "(attempt 1," not in text, text
