@@ -30,6 +30,8 @@ use File::Basename qw(basename dirname);
 use File::Find ();
 use JSON::PP ();
 use POSIX ();
+use Storable ();
+use Time::HiRes ();
 
 my $APP = '/app';
 my $STATE = '/opt/selfbench-verifier/state';
@@ -551,36 +553,131 @@ sub cmd_lockdown {
         while ($dir ne '.' && $dir ne '') { $dirs{$dir} = 1; $dir = dirname($dir) }
     }
     protect_dir($_ eq '.' ? $APP : "$APP/$_") for ('.', sort keys %dirs);
-    # The prepared tree, for the reset before each later run.
+    # The prepared tree, for the reset before each later run: git's view of it (what restores a
+    # tracked file) and the filesystem's, ignored files included (what was here before a run).
     my $index = "$WORK/prepared.index";
     start_index($index, "$WORK/policy.index");
     git_out($index, 'add', '--all');
     my $tree = git_out($index, 'write-tree');
     write_file("$WORK/prepared-tree", $tree);
-    my $ignored = git_out($index, 'ls-files', '--others', '--ignored', '--exclude-standard',
-      '--directory', '-z');
-    write_file("$WORK/prepared-ignored", $ignored);
     write_file("$WORK/protected", join('', map { "$_\n" } sort keys %files));
+    save_manifest(scan_tree());
     return 0;
+}
+
+# ---- the prepared tree, as the filesystem has it -----------------------------------------------
+# What a run may be judged against ("was this file here before the run, unchanged?") is read from
+# the filesystem, ignored directories included: an in-repo virtualenv or node_modules is part of
+# the prepared tree although git never lists it. Each entry: path (relative to /app) => its
+# identity (inode, size, mode, owner, change and modification times): a file the tests replaced or
+# rewrote differs in one of them, whatever it holds.
+
+my $MANIFEST = "$WORK/prepared.manifest";
+
+sub identity {
+    my ($full) = @_;
+    my @st = Time::HiRes::lstat($full);
+    return undef unless @st;
+    return join(':', $st[1], $st[7], $st[2], $st[4], $st[9], $st[10]);
+}
+
+# writable_by_verifier STAT: whether the verifier user can change the entry (or, for a directory,
+# add entries to it): it owns it (an owner may change the mode), or a group/other write bit.
+my @VERIFIER;
+sub writable_by_verifier {
+    my ($mode, $uid, $gid) = @_;
+    @VERIFIER = (getpwnam('verifier'))[2, 3] unless @VERIFIER;
+    return 0 unless defined $VERIFIER[0];
+    return 1 if $uid == $VERIFIER[0];
+    return 1 if $mode & 0002;
+    return 1 if ($mode & 0020) && $gid == $VERIFIER[1];
+    return 0;
+}
+
+# scan_tree [PRUNE]: { entries => {path => identity}, open => {dir => 1} } of /app without .git.
+# `open`: the directories a run can add entries to, and their ancestors (a reset walks only those).
+# PRUNE (a set of directories a reset need not walk) skips the rest of the tree.
+sub scan_tree {
+    my ($walk) = @_;
+    my (%entries, %open);
+    File::Find::find({ no_chdir => 1, preprocess => sub { sort @_ }, wanted => sub {
+        my $full = $File::Find::name;
+        return if $full eq $APP;
+        my $rel = substr($full, length($APP) + 1);
+        if ($rel eq '.git') { $File::Find::prune = 1; return }
+        my @st = Time::HiRes::lstat($full);
+        return unless @st;
+        $entries{$rel} = join(':', $st[1], $st[7], $st[2], $st[4], $st[9], $st[10]);
+        if (S_ISDIR($st[2])) {
+            if ($walk && !$walk->{$rel}) { $File::Find::prune = 1; return }
+            if (writable_by_verifier(@st[2, 4, 5])) {
+                my $dir = $rel;
+                while ($dir ne '.' && !$open{$dir}) { $open{$dir} = 1; $dir = dirname($dir) }
+            }
+        } elsif (writable_by_verifier(@st[2, 4, 5])) {
+            my $dir = dirname($rel);
+            while ($dir ne '.' && !$open{$dir}) { $open{$dir} = 1; $dir = dirname($dir) }
+        }
+    } }, $APP);
+    return { entries => \%entries, open => \%open };
+}
+
+sub save_manifest { Storable::nstore($_[0], "$MANIFEST.tmp$$"); rename "$MANIFEST.tmp$$", $MANIFEST }
+
+my $manifest_cache;
+sub load_manifest {
+    return $manifest_cache if $manifest_cache;
+    return undef unless -f $MANIFEST && !-l $MANIFEST;
+    $manifest_cache = eval { Storable::retrieve($MANIFEST) };
+    return $manifest_cache;
+}
+
+# unchanged_since_prepared ABSPATH: the file under /app was in the prepared tree of this run and
+# is still the same file (never replaced, rewritten or re-moded since).
+sub unchanged_since_prepared {
+    my ($abs) = @_;
+    my $manifest = load_manifest() or return 0;
+    return 0 unless index($abs, "$APP/") == 0;
+    my $rel = substr($abs, length($APP) + 1);
+    my $was = $manifest->{entries}{$rel} // return 0;
+    my $now = identity($abs) // return 0;
+    return $was eq $now;
+}
+
+# out_of_reach ABSPATH: a file outside /app that no test process could have written: it and every
+# directory above it belong to root and are not writable by the verifier user.
+sub out_of_reach {
+    my ($abs) = @_;
+    return 0 unless $abs =~ m{^/} && $abs !~ m{(^|/)\.\.?(/|$)};
+    my $path = $abs;
+    while (1) {
+        my @st = lstat $path;
+        return 0 unless @st;
+        return 0 if S_ISLNK($st[2]) || $st[4] != 0 || writable_by_verifier(@st[2, 4, 5]);
+        last if $path eq '/';
+        $path = dirname($path);
+    }
+    return 1;
 }
 
 sub cmd_reset {
     my ($task_path) = @_;
     my $index = "$WORK/prepared.index";
-    return 0 unless -f $index;
-    my %baseline = map { $_ => 1 } zsplit(read_file("$WORK/prepared-ignored") // '');
-    # New files (ignored ones too) go; changed and deleted ones come back.
-    for my $path (zsplit(git_out($index, 'ls-files', '--others', '--exclude-standard', '-z'))) {
-        remove_new($path);
+    my $manifest = load_manifest();
+    return 0 unless -f $index && $manifest;
+    # What the run added goes, wherever it is (ignored directories too): only the directories a
+    # run can add to are walked.
+    my $was = $manifest->{entries};
+    my $now = scan_tree($manifest->{open});
+    my @gone;
+    for my $path (sort keys %{ $now->{entries} }) {
+        next if exists $was->{$path};
+        next if @gone && index($path, "$gone[-1]/") == 0;  # inside what went already
+        next if $path =~ m{(^|/)\.\.?(/|$)};
+        system('rm', '-rf', '--', "$APP/$path") == 0 or fail("cannot remove $APP/$path");
+        push @gone, $path;
     }
-    my $ignored = git_out($index, 'ls-files', '--others', '--ignored', '--exclude-standard',
-      '--directory', '-z');
-    for my $path (zsplit($ignored)) {
-        next if $baseline{$path};
-        (my $clean = $path) =~ s{/$}{};
-        next if $clean eq '' || $clean =~ m{(^|/)\.\.(/|$)};
-        system('rm', '-rf', '--', "$APP/$clean");
-    }
+    # Changed and deleted tracked files come back from the prepared index.
     my @changed = zsplit(git_out($index, 'diff-files', '--name-only', '-z'));
     if (@changed) {
         my ($code) = git_run($index, undef, 'checkout-index', '--force', '--', @changed);
@@ -597,6 +694,13 @@ sub cmd_reset {
             }
         }
     }
+    # The manifest follows what the reset restored (a restored file is a new file): the entries of
+    # every walked directory are read again.
+    my $after = scan_tree($manifest->{open});
+    my %walked = map { $_ => 1 } ('.', keys %{ $manifest->{open} });
+    my %entries = map { $_ => $was->{$_} } grep { !$walked{ dirname($_) } } keys %$was;
+    @entries{ keys %{ $after->{entries} } } = values %{ $after->{entries} };
+    save_manifest({ entries => \%entries, open => $manifest->{open} });
     return 0;
 }
 
@@ -642,7 +746,10 @@ sub json_lines {
     return @events;
 }
 
-my %RANK = (error => 4, failed => 3, passed => 2, skipped => 1);
+# Outcomes, worst first. Only `passed` passes a fail-to-pass test; a pass-to-pass test may also be
+# skipped or an expected failure (xfailed), or pass unexpectedly (xpassed), as at the oracle.
+my %RANK = (error => 6, failed => 5, xpassed => 4, xfailed => 3, passed => 2, skipped => 1);
+my %P2P_OK = map { $_ => 1 } qw(passed skipped xfailed xpassed);
 
 sub add_test {
     my ($run, $runner, $id, $file, $outcome, $asserts) = @_;
@@ -650,9 +757,13 @@ sub add_test {
     my $key = "$runner\0$id";
     my $tests = $run->{tests};
     if (my $seen = $tests->{$key}) {
-        # The same id reported twice (a retry, a parallel worker): the worst outcome counts,
-        # except that a later pass after a retry does not hide a failure.
-        $seen->{outcome} = $outcome if $RANK{$outcome} > $RANK{ $seen->{outcome} };
+        # The same id reported twice with two outcomes: a record was forged beside the runner's
+        # (the reporters report each test once). The worst outcome counts, and the run fails.
+        if ($seen->{outcome} ne $outcome) {
+            push @{ $run->{duplicates} }, "$id ($seen->{outcome}, then $outcome)"
+              if @{ $run->{duplicates} // [] } < 20;
+            $seen->{outcome} = $outcome if $RANK{$outcome} > $RANK{ $seen->{outcome} };
+        }
         return;
     }
     return if keys(%$tests) >= $MAX_TESTS;
@@ -911,7 +1022,8 @@ sub matcher {
             return 0 unless $file eq $abs || index($file, "$abs/") == 0;
             return 1 unless defined $rest;
             my (undef, $tail) = split /::/, $test->{id}, 2;
-            return 0 unless defined $tail;
+            # The file itself failed to collect: that error is each of its selectors'.
+            return $test->{outcome} eq 'error' ? 1 : 0 unless defined $tail;
             return $tail eq $rest || index($tail, "${rest}::") == 0 || index($tail, "${rest}[") == 0;
         }, 1);
     }
@@ -952,139 +1064,288 @@ sub shorten {
     return join(', ', @shown) . (@$list > $limit ? ', ...' : '');
 }
 
-sub cmd_collect {
-    my ($task_path, $name, $kind, $exit, $log) = @_;
-    my $task = task($task_path);
+# planted FILES: the plugin and conftest files a runner loaded that the verifier cannot vouch for:
+# under /app, not in the prepared tree as it stood when the run began (new, replaced or
+# rewritten since); elsewhere, in a place the verifier user can write. The verifier's own hooks
+# are never among them.
+sub planted {
+    my %seen;
+    my @found;
+    for my $file (@_) {
+        next if $seen{$file}++;
+        my $real = realpath($file) // $file;
+        next if basename($real) =~ /^selfbench[-_]/ && out_of_reach($real);
+        if (index($real, "$APP/") == 0) {
+            push @found, $file unless unchanged_since_prepared($real);
+        } elsif (!out_of_reach($real)) {
+            push @found, $file;
+        }
+    }
+    return @found;
+}
+
+# ---- a selector that names nothing ---------------------------------------------------------------
+# A selector with a typo makes the runner select nothing: most runners then exit non-zero, which a
+# fail-to-pass run at nop takes for a failing test. What each runner says when it selected nothing,
+# and a path-like selector whose path does not exist, mark the selector (`matched: false`) so nop
+# names it instead of passing. Only a run of that selector alone, or a message that names it, says
+# which selector it was.
+
+# selector_path RUNNER SELECTOR: the path a selector names, relative to the workdir, or undef when
+# it names none (a pattern, a test name, a module, an import path).
+sub selector_path {
+    my ($runner, $selector) = @_;
+    return undef if $selector =~ /^-/ || $selector eq '';
+    if ($runner eq 'pytest') {
+        my ($path) = split /::/, $selector, 2;
+        return $path;
+    }
+    if ($runner eq 'go') {
+        return undef unless $selector =~ m{^\.\.?(/|$)};
+        (my $dir = $selector) =~ s{/?\.\.\.$}{};
+        return length $dir ? $dir : '.';
+    }
+    return undef if $runner =~ /^(jest|vitest|bun|cargo|unittest)$/;  # patterns, names, modules
+    return undef if $selector =~ /[*?\[{]/;                            # a glob
+    (my $path = $selector) =~ s/:\d+(:\d+)?$//;
+    return $path if basename($path) =~ /\.[A-Za-z0-9]+$/;             # a file name
+    return undef;
+}
+
+# What a runner prints when it selected nothing: [pattern, named]. A named pattern's capture is
+# what was not found (it counts for the selector it names, in any run); the others count only in a
+# run of one selector.
+my %NOTHING = (
+    pytest => [[qr/^ERROR: file or directory not found: (.+?)\s*$/m, 1], [qr/^ERROR: not found: (\S+)/m, 1],
+      [qr/^(?:=+ )?no tests ran in /m, 0], [qr/^collected 0 items\s*$/m, 0]],
+    unittest => [[qr/^NO TESTS RAN/m, 0], [qr/^Ran 0 tests? in /m, 0]],
+    jest => [[qr/^No tests found, exiting with code/m, 0]],
+    vitest => [[qr/No test files found, exiting with code/, 0]],
+    mocha => [[qr/^Error: No test files found: "?([^"\n]+?)"?\s*$/m, 1]],
+    'node-test' => [[qr/^Could not find '([^']+)'/m, 1]],
+    go => [[qr/^testing: warning: no tests to run/m, 0], [qr/matched no packages/, 0],
+      [qr/^no Go files in /m, 0]],
+    bun => [[qr/No tests found!/, 0], [qr/had no matches/, 0]],
+    cargo => [[qr/^error: no test target named `([^`]+)`/m, 1]],
+);
+
+# no_match TASK RUNNERS SELECTOR ALONE LOG: why the selector selected nothing, or undef. ALONE: the
+# run was this selector's alone (any "nothing" message is then its own).
+sub no_match {
+    my ($task, $runners, $selector, $alone, $text) = @_;
+    my $wd = workdir_abs($task);
+    for my $runner (@$runners) {
+        my $path = selector_path($runner, $selector);
+        if (defined $path) {
+            my $abs = normalize_abs($path =~ m{^/} ? $path : "$wd/$path");
+            return "$runner: no such file or directory: $path" unless -e $abs;
+        }
+    }
+    if ($runners->[0] && $runners->[0] eq 'unittest' && $selector =~ /^[A-Za-z_][\w.]*$/
+        && $text =~ /No module named '\Q$selector\E'/) {
+        return "unittest: no module named $selector";
+    }
+    for my $runner (@$runners) {
+        for my $rule (@{ $NOTHING{$runner} // [] }) {
+            my ($pattern, $named) = @$rule;
+            next unless $named || $alone;
+            while ($text =~ /$pattern/g) {
+                my ($what, $at) = ($1, $-[0]);
+                next if $named && !(index($what, $selector) >= 0 || index($selector, $what) >= 0);
+                my $line = (split /\n/, substr($text, $at, 400))[0] // '';
+                $line =~ s/\s+$//;
+                return "$runner: " . substr($line, 0, 200);
+            }
+        }
+    }
+    return undef;
+}
+
+# ---- reading one run ---------------------------------------------------------------------------
+
+# gather_run TASK NAME LOG: what one test run left: the reporters' events, the runner output's
+# tests (bun, cargo), the hack gate's early-stop mark, the plugins the verifier cannot vouch for.
+sub gather_run {
+    my ($task, $name, $log) = @_;
     my $dir = "$EVIDENCE_ROOT/$name";
-    my $run = { tests => {}, seen => {}, finished => {}, plugins => [] };
+    my $run = { tests => {}, seen => {}, finished => {}, plugins => [], tampered => [],
+      duplicates => [], runnerStatus => {} };
     read_hook_events($run, $dir) if -d $dir && !-l $dir;
     my %expected = map { $_ => 1 } @{ $task->{expectedRunners} };
     read_bun_log($run, $task, $log) if $expected{bun};
     read_cargo_log($run, $task, $log) if $expected{cargo};
-    my $sealed = census();
-    my $command_is_true = ($kind eq 'p2p' && !@{ $task->{passToPass} });
-    my @runners;
-    my $mode;
-    my @problems;
-    if ($command_is_true) {
-        $mode = 'none';
-    } elsif ($sealed) {
-        my $selection = $sealed->{ $kind =~ /^p2p/ ? 'passToPass' : 'failToPass' } // {};
-        $mode = $selection->{mode} // 'exit-code';
-        @runners = @{ $selection->{runners} // [] } if $mode eq 'per-test';
-        $mode = 'exit-code' if $mode eq 'per-test' && !@runners;
-        $mode = 'exit-code' if $mode eq 'none';
-    } else {
-        @runners = sort keys %{ $run->{seen} };
-        if (@runners) {
-            $mode = 'per-test';
-        } else {
-            my %hooks = map { $_ => 1 } @{ available_hooks() };
-            my @wanted = grep { $hooks{$_} } sort keys %expected;
-            if (@wanted) {
-                $mode = 'per-test';
-                @runners = @wanted;
-            } else {
-                $mode = 'exit-code';
-            }
-        }
+    $run->{planted} = [ planted(@{ $run->{plugins} }) ];
+    my $mark = -l "$EVIDENCE_ROOT/$name.stopped" ? undef : read_file("$EVIDENCE_ROOT/$name.stopped", 1000);
+    if (defined $mark) {
+        my ($by, $id) = split /\t/, (split /\n/, $mark)[0] // '', 2;
+        $run->{stopped} = { runner => $by, id => $id } if defined $id && length $id;
     }
-    my %counted = map { $_ => 1 } @runners;
-    my @tests = sort { $a->{id} cmp $b->{id} } grep { $counted{ $_->{runner} } } values %{ $run->{tests} };
-    my %count = (passed => 0, failed => 0, skipped => 0, error => 0);
-    $count{ $_->{outcome} }++ for @tests;
-    my @failing = map { $_->{id} } grep { $_->{outcome} eq 'failed' || $_->{outcome} eq 'error' } @tests;
-    my (%by_id);
-    $by_id{ $_->{id} } = $_ for @tests;
-    my ($base, $alone) = $kind =~ /^(f2p|p2p)(?:-alone:(\d+))?$/ or fail("unknown kind $kind");
-    my $list = $base eq 'p2p' ? $task->{passToPass} : $task->{failToPass};
-    my @selectors = defined $alone ? ($list->[$alone] // fail("no selector $alone")) : @$list;
+    return $run;
+}
+
+# run_mode TASK RUN SEALED KIND: (mode, runners) by which the run is judged: the census's once it
+# is sealed; before, the runners that reported, else those the command names that have a reporter
+# in this image, else exit codes.
+sub run_mode {
+    my ($task, $run, $sealed, $kind) = @_;
+    return ('none') if $kind eq 'p2p' && !@{ $task->{passToPass} };
+    if ($sealed) {
+        my $selection = $sealed->{ $kind =~ /^p2p/ ? 'passToPass' : 'failToPass' } // {};
+        my $mode = $selection->{mode} // 'exit-code';
+        my @runners = @{ $selection->{runners} // [] };
+        return ('per-test', @runners) if $mode eq 'per-test' && @runners;
+        return ('exit-code');
+    }
+    my @runners = sort keys %{ $run->{seen} };
+    return ('per-test', @runners) if @runners;
+    my %hooks = map { $_ => 1 } @{ available_hooks() };
+    my @wanted = grep { $hooks{$_} } sort @{ $task->{expectedRunners} };
+    return ('per-test', @wanted) if @wanted;
+    return ('exit-code');
+}
+
+# attribute TASK RUN MODE RUNNERS SELECTORS ALONE LOGTEXT: per selector, the tests it selected
+# (when they can be told apart) and whether it selected anything at all.
+sub attribute {
+    my ($task, $run, $mode, $runners, $selectors, $alone, $text) = @_;
+    my @tests = values %{ $run->{tests} };
+    my @named = @$runners ? @$runners : @{ $task->{expectedRunners} };
     my @attribution;
-    my $runner_for_match = $runners[0] // '';
-    for my $selector (@selectors) {
-        my ($match, $strict) = $mode eq 'per-test' ? matcher($task, $runner_for_match, $selector) : (undef, 0);
+    for my $selector (@$selectors) {
+        my ($match, $strict) = $mode eq 'per-test' ? matcher($task, $runners->[0] // '', $selector) : (undef, 0);
         my $entry = { selector => $selector, attributed => $match ? JSON::PP::true : JSON::PP::false };
         if ($match) {
-            my @mine = grep { $match->($_) } @tests;
-            my %c = (passed => 0, failed => 0, skipped => 0, error => 0);
+            my @mine = sort { $a->{id} cmp $b->{id} } grep { $match->($_) } @tests;
+            my %c = map { $_ => 0 } keys %RANK;
             $c{ $_->{outcome} }++ for @mine;
             $entry->{$_} = $c{$_} for keys %c;
             $entry->{ran} = scalar @mine;
             $entry->{tests} = [ map { $_->{id} } @mine ];
             $entry->{strict} = $strict ? JSON::PP::true : JSON::PP::false;
         }
+        my $why = no_match($task, \@named, $selector, $alone, $text);
+        # The runner ran to its end, and ran this selector alone or other selectors' tests, and
+        # none of its tests is this selector's.
+        $why //= 'it selected no test' if $match && $strict && !$entry->{ran} && !$run->{stopped}
+          && $runners->[0] && $run->{finished}{ $runners->[0] } && ($alone || @tests);
+        if (defined $why) {
+            $entry->{matched} = JSON::PP::false;
+            $entry->{why} = $why;
+        }
         push @attribution, $entry;
     }
-    my (@missing, @not_passed);
-    # The hack gate's watcher stopped this run at its first failed test (cmd_watch): what did
-    # not run or finish after it says nothing more.
-    my $mark = -l "$EVIDENCE_ROOT/$name.stopped" ? undef : read_file("$EVIDENCE_ROOT/$name.stopped", 1000);
-    my ($stopped_by, $stopped);
-    ($stopped_by, $stopped) = split /\t/, (split /\n/, $mark)[0] // '', 2 if defined $mark;
-    $stopped = undef unless defined $stopped && length $stopped;
+    return \@attribution;
+}
+
+# ---- judging one run (pure: `verifier.pl judge` runs it on a document) ----------------------------
+
+# judge_run RUN CONTEXT: (problems, missing). CONTEXT: kind (f2p, p2p, f2p-alone:N, p2p-alone:N),
+# exit (the command's status), mode and runners, attribution, sealed (the census or undef).
+# Every rule that fails a run is here, each problem naming the rule and what it concerns.
+sub judge_run {
+    my ($run, $ctx) = @_;
+    my ($kind, $exit, $mode, $sealed) = @$ctx{qw(kind exit mode sealed)};
+    my %counted = map { $_ => 1 } @{ $ctx->{runners} };
+    my @tests = sort { $a->{id} cmp $b->{id} } grep { $counted{ $_->{runner} } } values %{ $run->{tests} };
+    my @failing = map { $_->{id} } grep { $_->{outcome} eq 'failed' || $_->{outcome} eq 'error' } @tests;
+    my %by_id = map { $_->{id} => $_ } @tests;
+    my ($base, $alone) = $kind =~ /^(f2p|p2p)(?:-alone:(\d+))?$/ or fail("unknown kind $kind");
+    my $stopped = $run->{stopped} ? $run->{stopped}{id} : undef;
+    my (@problems, @missing);
     push @problems, "stopped at its first failed test, $stopped (the reward is 0 already)"
       if defined $stopped;
-    if ($mode eq 'per-test') {
-        if (!@tests && !%{ $run->{seen} }) {
-            push @problems, 'no per-test results from ' . join(' or ', @runners)
-              . ': the suite did not run, or ended before it reported';
-        } else {
-            my @unfinished = grep { $FINISHING{$_} && !$run->{finished}{$_} } @runners;
-            push @problems, join(', ', @unfinished) . ' did not finish its run (it ended early)'
-              if @unfinished && !defined $stopped;
-            push @problems, scalar(@failing) . ' test(s) failed: ' . shorten(\@failing) if @failing;
-            push @problems, "the runner exited $exit although no test failed"
-              if $exit != 0 && !@failing && !defined $stopped;
-            push @problems, 'exit 0 but failures were reported' if $exit == 0 && @failing;
-        }
-        if (@{ $run->{tampered} // [] }) {
-            unshift @problems, 'the runner\'s results were rewritten while the tests ran: '
-              . shorten($run->{tampered}, 3);
-        }
-        my @plugins = grep { index($_, "$APP/") == 0 } @{ $run->{plugins} };
-        if (@plugins) {
-            my %prepared = map { ("$APP/$_" => 1) } zsplit(
-              git_out("$WORK/prepared.index", 'ls-files', '-z'));
-            my @planted = grep { !$prepared{$_} } @plugins;
-            push @problems, 'a test-runner plugin was loaded from a file that appeared during the run: '
-              . shorten(\@planted) if @planted;
-        }
-        if ($sealed && !defined $alone) {
-            my @required = $base eq 'p2p' ? @{ $sealed->{passToPass}{tests} // [] }
-              : (@{ $sealed->{failToPass}{tests} // [] }, @{ $sealed->{failedAtNop} // [] });
-            # A test id the census holds once per line of JSON: at most what MAX_TESTS allows.
-            splice(@required, $MAX_TESTS) if @required > $MAX_TESTS;
-            my %done;
-            my $asserted = $base eq 'p2p' ? {} : ($sealed->{failToPass}{asserts} // {});
-            my @unasserted;
-            for my $id (@required) {
-                next if $done{$id}++;
-                my $test = $by_id{$id};
-                if (!$test) { push @missing, $id; next }
-                if ($test->{outcome} eq 'passed') {
-                    push @unasserted, $id
-                      if ($asserted->{$id} // 0) > 0 && defined $test->{asserts} && !$test->{asserts};
-                    next;
-                }
-                next if $base eq 'p2p' && $test->{outcome} eq 'skipped';
-                push @not_passed, $id unless $test->{outcome} eq 'failed' || $test->{outcome} eq 'error';
-            }
-            push @problems, scalar(@missing) . ' expected test(s) did not run: ' . shorten(\@missing)
-              if @missing && !defined $stopped;
-            push @problems, scalar(@not_passed) . ' expected test(s) were skipped: ' . shorten(\@not_passed)
-              if @not_passed;
-            push @problems, scalar(@unasserted) . ' expected test(s) passed without one assertion'
-              . ' (they asserted at the oracle): ' . shorten(\@unasserted) if @unasserted;
-        } elsif ($base eq 'f2p' || defined $alone) {
-            push @problems, 'no test passed' if !$count{passed} && !@problems;
-            for my $entry (@attribution) {
-                next unless $entry->{attributed} && $entry->{strict};
-                push @problems, "no test of selector $entry->{selector} passed"
-                  if !$entry->{passed} && !@failing;
-            }
+    for my $entry (@{ $ctx->{attribution} // [] }) {
+        next if !defined $entry->{matched} || $entry->{matched};
+        my $which = $base eq 'p2p' ? 'pass-to-pass' : 'fail-to-pass';
+        push @problems, "$which selector $entry->{selector} matched no test ($entry->{why})";
+    }
+    return (\@problems, \@missing) if $mode ne 'per-test';
+    # Results forged beside the runner's, or rewritten while the tests ran: first, whatever else.
+    unshift @problems, 'the runner\'s results were rewritten while the tests ran: '
+      . shorten($run->{tampered}, 3) if @{ $run->{tampered} // [] };
+    push @problems, 'a test was reported twice with two outcomes (a forged record): '
+      . shorten($run->{duplicates}, 3) if @{ $run->{duplicates} // [] };
+    push @problems, 'a test-runner plugin was loaded from a file that was not in the prepared '
+      . 'tree or changed during the run: ' . shorten($run->{planted}) if @{ $run->{planted} // [] };
+    if (!@tests && !%{ $run->{seen} // {} }) {
+        push @problems, 'no per-test results from ' . join(' or ', @{ $ctx->{runners} })
+          . ': the suite did not run, or ended before it reported';
+    } else {
+        my @unfinished = grep { $FINISHING{$_} && !$run->{finished}{$_} } @{ $ctx->{runners} };
+        push @problems, join(', ', @unfinished) . ' did not finish its run (it ended early)'
+          if @unfinished && !defined $stopped;
+        push @problems, scalar(@failing) . ' test(s) failed: ' . shorten(\@failing) if @failing;
+        push @problems, "the runner exited $exit although no test failed"
+          if $exit != 0 && !@failing && !defined $stopped;
+        push @problems, 'exit 0 but failures were reported' if $exit == 0 && @failing;
+        # The status each runner reported at its end must agree with its tests.
+        for my $runner (sort keys %{ $run->{runnerStatus} // {} }) {
+            next unless $counted{$runner} && !defined $stopped;
+            my $status = $run->{runnerStatus}{$runner};
+            my $bad = grep { $_->{runner} eq $runner && ($_->{outcome} eq 'failed' || $_->{outcome} eq 'error') } @tests;
+            push @problems, "$runner ended with status $status although none of its tests failed"
+              if $status ne '0' && !$bad;
+            push @problems, "$runner ended with status 0 although $bad of its test(s) failed"
+              if $status eq '0' && $bad;
         }
     }
-    my $passed = !@problems && ($mode eq 'none' || $exit == 0) ? 1 : 0;
+    if ($sealed && !defined $alone) {
+        my @required = $base eq 'p2p' ? @{ $sealed->{passToPass}{tests} // [] }
+          : (@{ $sealed->{failToPass}{tests} // [] }, @{ $sealed->{failedAtNop} // [] });
+        splice(@required, $MAX_TESTS) if @required > $MAX_TESTS;
+        my (%done, @not_passed, @unasserted);
+        my $asserted = $base eq 'p2p' ? {} : ($sealed->{failToPass}{asserts} // {});
+        for my $id (@required) {
+            next if $done{$id}++;
+            my $test = $by_id{$id};
+            if (!$test) { push @missing, $id; next }
+            my $outcome = $test->{outcome};
+            next if $outcome eq 'failed' || $outcome eq 'error';  # counted among the failures
+            if ($outcome eq 'passed') {
+                push @unasserted, $id
+                  if ($asserted->{$id} // 0) > 0 && defined $test->{asserts} && !$test->{asserts};
+                next;
+            }
+            next if $base eq 'p2p' && $P2P_OK{$outcome};
+            push @not_passed, "$id ($outcome)";
+        }
+        push @problems, scalar(@missing) . ' expected test(s) did not run: ' . shorten(\@missing)
+          if @missing && !defined $stopped;
+        push @problems, scalar(@not_passed) . ' expected test(s) did not pass (only "passed" passes a '
+          . 'fail-to-pass test): ' . shorten(\@not_passed) if @not_passed;
+        push @problems, scalar(@unasserted) . ' expected test(s) passed without one assertion'
+          . ' (they asserted at the oracle): ' . shorten(\@unasserted) if @unasserted;
+    } elsif ($base eq 'f2p') {
+        push @problems, 'no test passed' if !grep({ $_->{outcome} eq 'passed' } @tests) && !@problems;
+        for my $entry (@{ $ctx->{attribution} // [] }) {
+            next unless $entry->{attributed} && $entry->{strict};
+            push @problems, "no test of selector $entry->{selector} passed"
+              if !$entry->{passed} && !@failing;
+        }
+    }
+    return (\@problems, \@missing);
+}
+
+sub cmd_collect {
+    my ($task_path, $name, $kind, $exit, $log) = @_;
+    my $task = task($task_path);
+    my $run = gather_run($task, $name, $log);
+    my $sealed = census();
+    my ($mode, @runners) = run_mode($task, $run, $sealed, $kind);
+    my ($base, $alone) = $kind =~ /^(f2p|p2p)(?:-alone:(\d+))?$/ or fail("unknown kind $kind");
+    my $list = $base eq 'p2p' ? $task->{passToPass} : $task->{failToPass};
+    my @selectors = defined $alone ? ($list->[$alone] // fail("no selector $alone")) : @$list;
+    my $text = strip_ansi(read_file($log, 8 << 20) // '');
+    my $attribution = $mode eq 'none' ? [] : attribute($task, $run, $mode, \@runners, \@selectors,
+      (defined $alone || @selectors == 1) ? 1 : 0, $text);
+    my $ctx = { kind => $kind, exit => $exit + 0, mode => $mode, runners => \@runners,
+      attribution => $attribution, sealed => $sealed };
+    my ($problems, $missing) = judge_run($run, $ctx);
+    my $passed = !@$problems && ($mode eq 'none' || $exit == 0) ? 1 : 0;
+    my %counted = map { $_ => 1 } @runners;
+    my @tests = sort { $a->{id} cmp $b->{id} } grep { $counted{ $_->{runner} } } values %{ $run->{tests} };
+    my %count = map { $_ => 0 } keys %RANK;
+    $count{ $_->{outcome} }++ for @tests;
     my $doc = {
         name => $name, kind => $kind, exitCode => $exit + 0, mode => $mode,
         runners => \@runners, sealed => $sealed ? JSON::PP::true : JSON::PP::false,
@@ -1092,10 +1353,10 @@ sub cmd_collect {
         counts => \%count, tests => [ map { { id => $_->{id}, outcome => $_->{outcome},
           (defined $_->{file} ? (file => $_->{file}) : ()),
           (defined $_->{asserts} ? (asserts => $_->{asserts}) : ()) } } @tests ],
-        selectors => \@attribution, missing => \@missing, problems => \@problems,
+        selectors => $attribution, missing => $missing, problems => $problems,
         passed => $passed ? JSON::PP::true : JSON::PP::false,
         versions => $run->{versions} // {},
-        (defined $stopped ? (stopped => { runner => $stopped_by, id => $stopped }) : ()),
+        ($run->{stopped} ? (stopped => $run->{stopped}) : ()),
     };
     system('mkdir', '-p', "$LOGS/evidence");
     write_json("$LOGS/evidence/$name.json", $doc);
@@ -1374,6 +1635,25 @@ sub cmd_parse {
     return 0;
 }
 
+# judge FILE: judge_run on a document {run: {tests: [{runner, id, outcome, file, asserts}], seen,
+# finished, runnerStatus, tampered, duplicates, planted, stopped}, context: {kind, exit, mode,
+# runners, attribution, sealed}}; prints {problems, missing, passed}.
+sub cmd_judge {
+    my ($file) = @_;
+    my $doc = read_json($file) // fail("cannot read $file");
+    my $in = $doc->{run} // {};
+    my $run = { %$in, tests => {} };
+    for my $test (@{ $in->{tests} // [] }) {
+        $run->{tests}{"$test->{runner}\0$test->{id}"} = $test;
+    }
+    my $ctx = $doc->{context} // {};
+    my ($problems, $missing) = judge_run($run, $ctx);
+    my $passed = !@$problems && ($ctx->{mode} eq 'none' || $ctx->{exit} == 0);
+    print $JSON->encode({ problems => $problems, missing => $missing,
+      passed => $passed ? JSON::PP::true : JSON::PP::false }), "\n";
+    return 0;
+}
+
 # ---- main ---------------------------------------------------------------------------------------
 
 my %COMMANDS = (
@@ -1382,6 +1662,7 @@ my %COMMANDS = (
     'lockdown' => [\&cmd_lockdown, 1],
     'reset' => [\&cmd_reset, 1],
     'collect' => [\&cmd_collect, 5],
+    'judge' => [\&cmd_judge, 1],
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 1],
     'watch' => [\&cmd_watch, 2],

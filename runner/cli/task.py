@@ -45,7 +45,7 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
     """
     from runner.base.errors import RepositoryError
     from runner.compile.audit import audit
-    from runner.compile.compiler import evidence_paths
+    from runner.compile.compiler import evidence_paths, selector_checks
     from runner.compile.coupling import candidates
     from runner.compile.repocheck import check_repository
     from runner.compile.repository import resolve_repository
@@ -73,6 +73,7 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
             gold_patch=task.gold_patch,
             evidence=evidence_paths(definition),
             coupling_needles=candidates(task.tests, task.gold, task.instruction),
+            selectors=selector_checks(definition),
         )
     except RepositoryError as exc:
         if repo is not None:

@@ -29,10 +29,11 @@ from runner.compile.render import (
     render_bundle,
     shell_scripts,
 )
-from runner.compile.repocheck import RepositoryFacts, check_repository
+from runner.compile.repocheck import RepositoryFacts, SelectorCheck, check_repository
 from runner.compile.repository import cached_archive, resolve_repository
 from runner.compile.taskdir import DEFINITION, AuthoredTask, parse_json_object
 from runner.model.harbor import read_task_toml
+from runner.model.runners import selector_paths
 from runner.model.settings import CompileOptions
 from runner.model.shell import expand_tests
 from runner.model.task import TaskDefinition
@@ -260,6 +261,21 @@ def evidence_paths(definition: TaskDefinition) -> list[str]:
     return [v.normalize_repo_path(e.path) for e in contract.evidence] if contract else []
 
 
+def selector_checks(definition: TaskDefinition) -> list[SelectorCheck]:
+    """Every path-like selector, for check_repository."""
+    checks: list[SelectorCheck] = []
+    for field, selectors in (
+        ("failToPass", definition.fail_to_pass),
+        ("passToPass", definition.pass_to_pass),
+    ):
+        for index, path, names in selector_paths(
+            definition.test_command, definition.workdir_path, list(selectors)
+        ):
+            label = f"{field}[{index}]: selector {selectors[index]!r}"
+            checks.append(SelectorCheck(label=label, path=path, names=tuple(names)))
+    return checks
+
+
 def render_checked(task: AuthoredTask, options: CompileOptions) -> dict[str, bytes]:
     files = render_bundle(render_input(task, options), load_catalog())
     check_scripts(task, files)
@@ -283,6 +299,7 @@ def compile_task(
         gold_patch=task.gold_patch,
         evidence=evidence_paths(definition),
         coupling_needles=candidates(task.tests, task.gold, task.instruction),
+        selectors=selector_checks(definition),
     )
     archive = cached_archive(repository, definition.base_commit)
     with _staged(out) as staging:

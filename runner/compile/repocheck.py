@@ -4,6 +4,7 @@ the base."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ class RepositoryFacts:
     workdir_problem: str | None = None
     apply_problems: list[str] = field(default_factory=list)
     evidence_problems: list[str] = field(default_factory=list)
+    selector_problems: list[str] = field(default_factory=list)
     # Of the coupling candidates asked about, those the base tree already holds.
     present_at_base: frozenset[str] = frozenset()
 
@@ -29,7 +31,18 @@ class RepositoryFacts:
             *([self.workdir_problem] if self.workdir_problem else []),
             *self.apply_problems,
             *self.evidence_problems,
+            *self.selector_problems,
         ]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelectorCheck:
+    """A path-like selector: the path it names (from the repository root) and the names it adds
+    inside that file (a pytest node id's class and test), each of which must be there."""
+
+    label: str
+    path: str
+    names: tuple[str, ...] = ()
 
 
 def object_type(repo: Path, commit: str, path: str) -> str | None:
@@ -55,10 +68,13 @@ def check_repository(
     gold_patch: bytes,
     evidence: Sequence[str] = (),
     coupling_needles: Sequence[str] = (),
+    selectors: Sequence[SelectorCheck] = (),
 ) -> RepositoryFacts:
     """The workdir is a directory at `commit`, and both patches apply there: each alone, and
     the held-out tests on top of the gold patch (as the oracle applies them). `git apply
-    --check` runs against a temporary index, so no checkout is needed."""
+    --check` runs against a temporary index, so no checkout is needed. `selectors`: the
+    path-like selectors, each of which must name a file or directory of the base commit with
+    test.patch applied (and the names it adds must occur in that file)."""
     kind = object_type(repo, commit, workdir)
     workdir_problem = None
     if kind is None:
@@ -100,6 +116,12 @@ def check_repository(
                 problems.append(
                     "test.patch does not apply on top of gold.patch: " + _first_error(both)
                 )
+        selector_problems: list[str] = []
+        if selectors:
+            reset()
+            if tests.returncode == 0:
+                apply(test_patch, check=False)
+            selector_problems = _selector_problems(repo, env, selectors)
     evidence_problems = [
         f"evidence path {path!r} does not exist at baseCommit"
         for path in dict.fromkeys(evidence)
@@ -109,8 +131,43 @@ def check_repository(
         workdir_problem=workdir_problem,
         apply_problems=problems,
         evidence_problems=evidence_problems,
+        selector_problems=selector_problems,
         present_at_base=present_in_tree(repo, commit, coupling_needles),
     )
+
+
+def _selector_problems(
+    repo: Path, env: dict[str, str], selectors: Sequence[SelectorCheck]
+) -> list[str]:
+    """What each selector names that the index (the base commit and test.patch) does not hold."""
+    listed = run_git(
+        ["ls-files", "-z", "--cached", "--", *{c.path for c in selectors}],
+        git_dir=repo,
+        env={**env, "GIT_LITERAL_PATHSPECS": "1"},
+        check=False,
+    )
+    present = set(listed.stdout.decode(errors="replace").split("\0"))
+    problems: list[str] = []
+    for check in selectors:
+        if check.path != "." and not any(
+            p == check.path or p.startswith(check.path + "/") for p in present
+        ):
+            problems.append(
+                f"{check.label} names {check.path}, which is neither in baseCommit nor added "
+                "by test.patch (a typo would select no test)"
+            )
+            continue
+        if not check.names or check.path not in present:
+            continue
+        blob = run_git(["show", f":{check.path}"], git_dir=repo, env=env, check=False)
+        text = blob.stdout.decode(errors="replace")
+        missing = [n for n in check.names if not re.search(rf"\b{re.escape(n)}\b", text)]
+        if missing:
+            problems.append(
+                f"{check.label}: {', '.join(missing)} does not occur in {check.path} "
+                "(a typo would select no test)"
+            )
+    return problems
 
 
 def present_in_tree(repo: Path, commit: str, needles: Sequence[str]) -> frozenset[str]:

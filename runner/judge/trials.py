@@ -21,15 +21,25 @@ from runner.plan.runtime import ExecOutcome
 
 
 def evaluate_gate(
-    gate: str, reward: Reward, details: VerifierDetails | None = None
+    gate: str,
+    reward: Reward,
+    details: VerifierDetails | None = None,
+    problems: Mapping[str, str] | None = None,
 ) -> tuple[bool, str]:
-    """The seeds' pass criteria, with one sentence saying why."""
+    """The seeds' pass criteria, with one sentence saying why. A run that exited 0 and still did
+    not pass failed a rule of the verifier's evidence, and says so with that rule (`problems`:
+    the first problem of each run, by run name), never that its tests "still fail"."""
+    problems = problems or {}
+
+    def red(run: str, code: int | None, where: str, fails: str) -> str:
+        """`<selection> <where> exited 0 but ...` when a rule fired, else `<fails> (exit N)`."""
+        selection = run.replace("_", "-").removesuffix("-repeat")
+        if code == 0 and problems.get(run):
+            return f"{selection} {where} exited 0 but did not pass the verifier's evidence rules"
+        return fails + (f" (exit {code})" if code is not None else "")
+
     f2p_exit = details.fail_to_pass_exit_code if details else None
     p2p_exit = details.pass_to_pass_exit_code if details else None
-
-    def exit_note(code: int | None) -> str:
-        return f" (exit {code})" if code is not None else ""
-
     if reward.setup_completed != 1:
         return False, "setup did not complete in the verifier image"
     if gate == "nop":
@@ -38,25 +48,41 @@ def evaluate_gate(
         if reward.fail_to_pass != 0:
             return False, "fail-to-pass tests already pass on the base snapshot"
         if reward.pass_to_pass != 1:
-            return False, f"pass-to-pass tests fail on the base snapshot{exit_note(p2p_exit)}"
-        return True, (
-            f"fail-to-pass fails{exit_note(f2p_exit)} and pass-to-pass passes on the base"
-        )
+            return False, red(
+                "pass_to_pass",
+                p2p_exit,
+                "on the base snapshot",
+                "pass-to-pass tests fail on the base snapshot",
+            )
+        code = f" (exit {f2p_exit})" if f2p_exit is not None else ""
+        return True, f"fail-to-pass fails{code} and pass-to-pass passes on the base"
     if gate == "oracle":
         if reward.patch_applied != 1:
             return False, "the gold patch or test.patch does not apply"
         if reward.fail_to_pass != 1:
-            return False, (
-                f"fail-to-pass tests still fail with the gold patch{exit_note(f2p_exit)}"
+            return False, red(
+                "fail_to_pass",
+                f2p_exit,
+                "with the gold patch",
+                "fail-to-pass tests still fail with the gold patch",
             )
         if reward.pass_to_pass != 1:
-            return False, f"pass-to-pass tests fail with the gold patch{exit_note(p2p_exit)}"
+            return False, red(
+                "pass_to_pass",
+                p2p_exit,
+                "with the gold patch",
+                "pass-to-pass tests fail with the gold patch",
+            )
         return True, "the gold patch applies and every selected test passes"
     if reward.deterministic != 1:
         repeat = details.fail_to_pass_repeat_exit_code if details else None
-        return False, (
-            "fail-to-pass passed once with the gold patch, then failed on the repeat"
-            f"{exit_note(repeat)}"
+        if repeat == 0 and problems.get("fail_to_pass_repeat"):
+            return False, (
+                "fail-to-pass passed once with the gold patch, then the repeat exited 0 but did "
+                "not pass the verifier's evidence rules"
+            )
+        return False, "fail-to-pass passed once with the gold patch, then failed on the repeat" + (
+            f" (exit {repeat})" if repeat is not None else ""
         )
     return True, "fail-to-pass passed a second time with the gold patch"
 
@@ -154,7 +180,7 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
         return errored(
             f"the verifier wrote no reward.json (exit {e.test.exit_code}); see {e.verifier_log}"
         )
-    ok, detail = evaluate_gate(e.gate, e.reward, e.details)
+    ok, detail = evaluate_gate(e.gate, e.reward, e.details, e.problems)
     if not ok:
         detail += _quote(e.reward, e.gate, e.last_lines, e.problems)
     detail = with_limit_notes(detail, e.limits, **notes)
@@ -168,12 +194,17 @@ def judge_selectors(
     passing_alone: Sequence[str],
     breaking_alone: Sequence[str],
     undone: str,
+    unmatched: Sequence[str] = (),
 ) -> Judgement:
-    """A nop or oracle trial, with what each selector did when run alone: at nop, a
-    fail-to-pass selector that passes on the base by itself fails the gate (the selectors
-    failed together only); a failed gate names the pass-to-pass selectors that fail alone, and
-    what the patch policy undid."""
+    """A nop or oracle trial, with what each selector did: a selector that selected no test
+    fails the gate where it is first run, naming it (`unmatched`: one sentence each; a typo
+    would otherwise pass nop as a failing test); at nop, a fail-to-pass selector that passes on
+    the base by itself fails the gate (the selectors failed together only); a failed gate names
+    the pass-to-pass selectors that fail alone, and what the patch policy undid."""
     status, detail = judgement.status, judgement.detail
+    if unmatched and status is not Status.ERROR:
+        more = f"; and {len(unmatched) - 3} more" if len(unmatched) > 3 else ""
+        return Judgement(Status.FAILED, "; ".join(unmatched[:3]) + more)
     if status is Status.FAILED and breaking_alone:
         detail += "; failing alone: " + some_of(breaking_alone)
     if gate == "nop" and passing_alone and status is Status.PASSED:
@@ -188,9 +219,14 @@ def judge_selectors(
 
 
 def judge_determinism(
-    reward: Reward, details: VerifierDetails | None, changed_ids: Sequence[str] = ()
+    reward: Reward,
+    details: VerifierDetails | None,
+    changed_ids: Sequence[str] = (),
+    problems: Mapping[str, str] | None = None,
 ) -> Judgement:
-    ok, detail = evaluate_gate("determinism", reward, details)
+    ok, detail = evaluate_gate("determinism", reward, details, problems)
+    if not ok and problems and problems.get("fail_to_pass_repeat"):
+        detail += f": {problems['fail_to_pass_repeat'][:300]}"
     if ok and changed_ids:
         shown = ", ".join(changed_ids[:5]) + (" ..." if len(changed_ids) > 5 else "")
         return failed(

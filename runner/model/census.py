@@ -17,6 +17,7 @@ same ids.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -31,7 +32,10 @@ POLICY_FILE = "policy.json"
 MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
 CENSUS_SCHEMA_VERSION = 1
 
-Outcome = Literal["passed", "failed", "skipped", "error"]
+# Only "passed" passes a fail-to-pass test; a pass-to-pass test may also skip, fail expectedly
+# (xfailed) or pass unexpectedly (xpassed), as it did at the oracle.
+Outcome = Literal["passed", "failed", "skipped", "error", "xfailed", "xpassed"]
+PASS_TO_PASS_OUTCOMES: tuple[Outcome, ...] = ("passed", "skipped", "xfailed", "xpassed")
 Mode = Literal["per-test", "exit-code", "none"]
 EXIT_CODE_ONLY = "exit-code evidence only"
 
@@ -62,7 +66,13 @@ class SelectorEvidence(_Model):
     failed: int = 0
     skipped: int = 0
     error: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
     tests: list[str] = Field(default_factory=list)
+    # False when the selector selected nothing at all (a typo, a file that does not exist): `why`
+    # says what the runner, or the tree, said. None: it selected something, or no one can tell.
+    matched: bool | None = None
+    why: str | None = None
 
 
 class Counts(_Model):
@@ -70,6 +80,8 @@ class Counts(_Model):
     failed: int = 0
     skipped: int = 0
     error: int = 0
+    xfailed: int = 0
+    xpassed: int = 0
 
 
 class StoppedAt(_Model):
@@ -233,7 +245,7 @@ def build_census(
         pass_to_pass = SelectionCensus(mode="none")
     elif p2p.mode == "per-test":
         pass_to_pass = SelectionCensus(
-            mode="per-test", runners=list(p2p.runners), tests=p2p.ids("passed", "skipped")
+            mode="per-test", runners=list(p2p.runners), tests=p2p.ids(*PASS_TO_PASS_OUTCOMES)
         )
     else:
         pass_to_pass = SelectionCensus(mode="exit-code")
@@ -339,6 +351,37 @@ def summarize(directory: Path) -> EvidenceSummary | None:
                 )
             )
     return summary
+
+
+@dataclass(frozen=True)
+class Unmatched:
+    """A selector that selected no test in some run of a verifier (a typo, a missing file)."""
+
+    kind: Literal["failToPass", "passToPass"]
+    selector: str
+    why: str
+
+    def sentence(self) -> str:
+        which = "fail-to-pass" if self.kind == "failToPass" else "pass-to-pass"
+        return f"{which} selector {self.selector} matched no test ({self.why})"
+
+
+def unmatched_selectors(directory: Path) -> list[Unmatched]:
+    """Every selector that some run of this verifier found selecting nothing, once each."""
+    found: dict[tuple[str, str], Unmatched] = {}
+    folder = directory / EVIDENCE_DIR
+    names = sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+    for name in names:
+        kind: Literal["failToPass", "passToPass"] = (
+            "passToPass" if name.startswith("pass_to_pass") else "failToPass"
+        )
+        run = read_run(directory, name)
+        for selector in run.selectors if run is not None else []:
+            if selector.matched is False and (kind, selector.selector) not in found:
+                found[(kind, selector.selector)] = Unmatched(
+                    kind=kind, selector=selector.selector, why=selector.why or "no test selected"
+                )
+    return list(found.values())
 
 
 def first_problem(directory: Path, name: str) -> str | None:

@@ -41,3 +41,60 @@ def expected_runners(command: str) -> list[str]:
         elif name == "cargo" and following == "test":
             found.add("cargo")
     return [runner for runner in KNOWN_RUNNERS if runner in found]
+
+
+_PATTERN_RUNNERS = ("jest", "vitest", "bun", "cargo", "unittest")
+
+
+def selector_path(runner: str | None, selector: str) -> str | None:
+    """The path a selector names, relative to the workdir, or None when it names none (a
+    pattern, a test name, a module, an import path). `runner`: the known runner that takes it,
+    None for a custom command. The verifier's helper reads selectors the same way
+    (`selector_path` in verifier.pl)."""
+    if not selector or selector.startswith("-"):
+        return None
+    if runner == "pytest":
+        return selector.split("::", 1)[0] or None
+    if runner == "go":
+        if not (selector in (".", "..") or selector.startswith(("./", "../"))):
+            return None
+        directory = selector.removesuffix("...").rstrip("/")
+        return directory or "."
+    if runner in _PATTERN_RUNNERS or any(c in selector for c in "*?[{"):
+        return None
+    path = selector
+    head, _, tail = path.rpartition(":")
+    if head and tail.isdigit():  # file:line (mocha, node --test)
+        path = head
+        head, _, tail = path.rpartition(":")
+        if head and tail.isdigit():
+            path = head
+    name = posixpath.basename(path)
+    stem, dot, extension = name.rpartition(".")
+    return path if stem and dot and extension.isalnum() else None
+
+
+def selector_names(runner: str | None, selector: str) -> list[str]:
+    """The names a pytest node id adds to its file (`file::Class::test[param]` gives `Class`
+    and `test`): each must occur in that file."""
+    if runner != "pytest" or "::" not in selector:
+        return []
+    return [part.split("[", 1)[0] for part in selector.split("::")[1:] if part.split("[", 1)[0]]
+
+
+def selector_paths(
+    command: str, workdir: str, selectors: list[str]
+) -> list[tuple[int, str, list[str]]]:
+    """(index, repository path, names in that file) of each path-like selector of one list."""
+    runners: list[str | None] = list(expected_runners(command)) or [None]
+    found: list[tuple[int, str, list[str]]] = []
+    for index, selector in enumerate(selectors):
+        for runner in runners:
+            path = selector_path(runner, selector)
+            if path is None or posixpath.isabs(path):
+                continue
+            joined = posixpath.normpath(posixpath.join(workdir or ".", path))
+            if joined != ".." and not joined.startswith("../"):
+                found.append((index, joined, selector_names(runner, selector)))
+                break
+    return found

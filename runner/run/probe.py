@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from runner import judge
 from runner.model.census import (
+    first_problem,
     ids_changed,
 )
 from runner.model.report import (
@@ -37,9 +38,15 @@ class ProbeStage:
             repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
         )
         stage.data = data
+        oracle_logs = self.state.run_dir / "oracle" / "logs" / "verifier"
+        repeat_problem = first_problem(oracle_logs, "fail_to_pass_repeat")
         judgement = judge.judge_determinism(
-            oracle.reward, details, ids_changed(self.state.run_dir / "oracle" / "logs" / "verifier")
+            oracle.reward,
+            details,
+            ids_changed(oracle_logs),
+            {"fail_to_pass_repeat": repeat_problem} if repeat_problem else None,
         )
+
         if judgement.passed and self.state.plan.probe is not None:
             judgement = self._probe(self.state.plan.probe, data, stage)
         stage.set(judgement.status, judgement.detail)

@@ -19,6 +19,7 @@ from runner.model.census import (
     first_problem,
     read_policy,
     summarize,
+    unmatched_selectors,
 )
 from runner.model.report import (
     GateData,
@@ -382,6 +383,7 @@ class Sides:
             passing_alone=[s.selector for s in data.selectors if s.exit_code == 0],
             breaking_alone=[s.selector for s in data.pass_to_pass_selectors if s.exit_code != 0],
             undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
+            unmatched=[u.sentence() for u in unmatched_selectors(directory)],
         )
         stage.set(verdict.status, verdict.detail)
 

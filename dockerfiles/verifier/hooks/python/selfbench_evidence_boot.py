@@ -134,7 +134,7 @@ def _hook_unittest(directory: str) -> None:
         ("addFailure", "failed"),
         ("addError", "error"),
         ("addSkip", "skipped"),
-        ("addExpectedFailure", "passed"),
+        ("addExpectedFailure", "xfailed"),
         ("addUnexpectedSuccess", "failed"),
     ):
         wrap(name, outcome)

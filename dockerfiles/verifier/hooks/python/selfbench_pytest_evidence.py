@@ -98,11 +98,11 @@ class _Recorder:
         self.write(t="test", runner="pytest", id=nodeid, file=self.file_of(nodeid), outcome=outcome)
 
     def plugin(self, plugin: object) -> None:
+        """Every plugin and conftest module's file: the verifier vouches for those that were in the
+        prepared tree, unchanged, or that no test process could have written."""
         path = getattr(plugin, "__file__", None)
-        if isinstance(path, str):
-            real = os.path.realpath(path)
-            if real.startswith("/app/"):
-                self.write(t="plugin", runner="pytest", file=real)
+        if isinstance(path, str) and plugin is not sys.modules.get(__name__):
+            self.write(t="plugin", runner="pytest", file=os.path.realpath(path))
 
     # ---- hooks of this session's plugin manager only ----
 
@@ -145,18 +145,20 @@ class _Recorder:
             )
             self.outcomes[nodeid] = "failed"
             return
+        # An expected failure and an unexpected pass are outcomes of their own: neither passes a
+        # fail-to-pass test (pytest.xfail() called from the code under test is one).
         if report.when == "call":
             if report.passed:
-                outcome = "passed"  # an xpass that is not strict passes
+                outcome = "xpassed" if xfail else "passed"
             elif report.skipped:
-                outcome = "passed" if xfail else "skipped"  # an xfail passes, as in SWE-bench
+                outcome = "xfailed" if xfail else "skipped"
             else:
                 outcome = "failed"
             self.outcomes[nodeid] = outcome if current in (None, "passed") else current
         elif report.failed:
             self.outcomes[nodeid] = "error"
         elif report.skipped and current is None:
-            self.outcomes[nodeid] = "passed" if xfail else "skipped"
+            self.outcomes[nodeid] = "xfailed" if xfail else "skipped"
         elif current is None and report.when == "setup":
             self.outcomes[nodeid] = "passed"
 
