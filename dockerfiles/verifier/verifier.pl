@@ -10,15 +10,17 @@
 #   lockdown TASK           after test.patch: the harness root-owned and read-only, the
 #                           prepared tree recorded so each test run starts from it
 #   reset TASK              between two test runs: back to the prepared tree
+#   run TASK NAME KIND CMD  one test run: CMD as the verifier user, its evidence collected over
+#                           the collector's signed channel, judged; NAME.log, evidence/NAME.json
 #   collect TASK NAME KIND EXIT LOG
-#                           one test run's per-test evidence, judged; prints passed=0|1
+#                           a run judged again from the records its collector kept
 #   grade TASK              the runs' evidence summarised in /logs/verifier/evidence.json
-#   go-filter FILE          `go test -json` on stdin: raw events to FILE, their text to stdout
+#   go-filter               `go test -json` on stdin: each event to the collector, its text to stdout
 #   policy-check TASK DIR OUT
 #                           the runner's hack gate: each DIR/*.patch through the policy, in an
 #                           index of its own (the tree untouched); what it keeps, to OUT
-#   watch TASK NAME         the runner's hack gate: beside the run NAME, its first failed test
-#                           stops it (the reward is 0 already)
+#   judge FILE, classify TASK SHADOWED, parse RUNNER FILE TASK
+#                           pure entry points for the runner's unit tests
 #
 # TASK is /tests/selfbench-task.json (rendered by the compiler). The census of the tests this
 # task's verification saw is /tests/expected-tests.json; unsealed until the runner seals it.
@@ -26,10 +28,14 @@ use strict;
 use warnings;
 use Cwd qw(realpath);
 use Fcntl qw(O_RDONLY O_NOFOLLOW O_NONBLOCK O_WRONLY O_CREAT O_TRUNC S_ISREG S_ISDIR S_ISLNK);
+use Digest::SHA qw(hmac_sha256_hex);
 use File::Basename qw(basename dirname);
 use File::Find ();
+use IO::Select ();
+use IO::Socket::UNIX ();
 use JSON::PP ();
 use POSIX ();
+use Socket qw(SOCK_STREAM SOL_SOCKET SO_PEERCRED);
 use Storable ();
 use Time::HiRes ();
 
@@ -40,6 +46,7 @@ my $WORK = '/opt/selfbench/work';
 my $EVIDENCE_ROOT = '/var/lib/selfbench-evidence';
 my $CENSUS = '/tests/expected-tests.json';
 my $TRUSTED_MANIFESTS = '/opt/selfbench-trusted/manifests.txt';
+my $HOOKS = '/opt/selfbench-verifier/hooks';
 my $MAX_EVIDENCE_BYTES = 64 * 1024 * 1024;
 my $MAX_TESTS = 200_000;
 my $JSON = JSON::PP->new->utf8->canonical->allow_nonref;
@@ -419,6 +426,9 @@ sub cmd_apply_policy {
         push @discarded, $path;
     }
     my $kept = grep { $_->{verdict} eq 'keep' } @policy;
+    # The agent's code as it stays in the tree: the evidence hooks watch what it does.
+    write_file("$STATE/agent-files.txt", join('', map { "$APP/$_->{path}\n" }
+      grep { $_->{verdict} eq 'keep' && $_->{status} ne 'D' } @policy));
     write_file("$LOGS/discarded.txt", join('', map { "$_\n" } @discarded));
     write_json("$LOGS/policy.json", { applied => JSON::PP::true, kept => $kept + 0,
       undone => scalar(@discarded), changes => \@policy });
@@ -561,6 +571,8 @@ sub cmd_lockdown {
     my $tree = git_out($index, 'write-tree');
     write_file("$WORK/prepared-tree", $tree);
     write_file("$WORK/protected", join('', map { "$_\n" } sort keys %files));
+    my @held = grep { my $p = $_; grep { under($p, $_) } @{ $task->{heldOut} } } sort keys %files;
+    write_file("$STATE/held-out-files.txt", join('', map { "$APP/$_\n" } @held));
     save_manifest(scan_tree());
     return 0;
 }
@@ -725,15 +737,6 @@ sub normalize_abs {
 
 sub workdir_abs { my ($task) = @_; return normalize_abs("$APP/$task->{workdir}") }
 
-# The evidence directory's files, each a regular file read without following links.
-sub evidence_files {
-    my ($dir) = @_;
-    opendir(my $dh, $dir) or return ();
-    my @names = sort grep { /^[A-Za-z0-9._-]+\.jsonl$/ } readdir $dh;
-    closedir $dh;
-    return map { "$dir/$_" } @names;
-}
-
 sub json_lines {
     my ($path) = @_;
     my $raw = read_file($path) // return ();
@@ -772,37 +775,107 @@ sub add_test {
       (defined $asserts && $asserts =~ /^\d+$/ ? (asserts => $asserts + 0) : ()) };
 }
 
-sub read_hook_events {
-    my ($run, $dir) = @_;
-    for my $path (evidence_files($dir)) {
-        my $name = basename($path);
-        if ($name =~ /^go-/) { read_go_events($run, $path); next }
-        for my $event (json_lines($path)) {
-            my $runner = $event->{runner} // next;
-            next unless $runner =~ /^(pytest|unittest|jest|vitest|mocha|node-test)$/;
-            my $type = $event->{t} // '';
-            $run->{seen}{$runner} = 1;
-            if ($type eq 'test') {
-                add_test($run, $runner, $event->{id}, $event->{file}, $event->{outcome},
-                  $event->{asserts});
-            } elsif ($type eq 'finish') {
-                $run->{finished}{$runner} = 1;
-                $run->{runnerStatus}{$runner} = $event->{status} if defined $event->{status};
-            } elsif ($type eq 'plugin' && defined $event->{file}) {
-                push @{ $run->{plugins} }, $event->{file};
-            } elsif ($type eq 'tamper' && defined $event->{what}) {
-                push @{ $run->{tampered} }, "$event->{what}" if @{ $run->{tampered} // [] } < 20;
-            } elsif ($type eq 'start' && defined $event->{version}) {
-                $run->{versions}{$runner} = "$event->{version}";
+# read_events RUN EVENTS: the collector's verified records (each with its connection `_conn` and
+# the pid `_pid` that connection came from), by runner session. A reporter opens its runner's
+# session (`start`, with a `scope` for go: the package its test binary runs) and closes it
+# (`finish`); every other record of that runner must come over the connection holding the open
+# session. A second session of one runner and scope while one is open (a stand-in reporter), a
+# record from a connection that holds no session, a record the collector could not verify: each
+# is tampering.
+sub read_events {
+    my ($run, $events) = @_;
+    my (%open, %pid_of, @stream, %process, %records, %runner_conn);
+    my $tamper = sub { push @{ $run->{tampered} }, $_[0] if @{ $run->{tampered} } < 20 };
+    for my $event (@$events) {
+        my ($conn, $pid) = ($event->{_conn} // 0, $event->{_pid} // '?');
+        $pid_of{$conn} = $pid;
+        my $runner = $event->{runner} // '';
+        my $type = $event->{t} // '';
+        if ($type eq 'tamper') {
+            $tamper->(substr("$event->{what}", 0, 300) . " (pid $pid)") if defined $event->{what};
+            next;
+        }
+        if ($runner eq 'go-stream') {
+            push @stream, $event->{event} if ref($event->{event}) eq 'HASH';
+            next;
+        }
+        if ($runner =~ /^(python|node)$/) {
+            # A process session: the first record of a connection its process made at start-up.
+            if ($type eq 'start') {
+                if ($process{$conn} || $records{$conn}) {
+                    $tamper->("pid $pid opened a $runner process session late, on a connection it had used");
+                } else {
+                    $process{$conn} = { runner => $runner, open => 1 };
+                }
+            } elsif ($type eq 'finish' && $process{$conn}) {
+                $process{$conn}{open} = 0;
             }
+            $records{$conn}++;
+            next;
+        }
+        $records{$conn}++;
+        next unless $runner =~ /^(pytest|unittest|jest|vitest|mocha|node-test|go)$/;
+        my $session = $runner . (defined $event->{scope} ? " $event->{scope}" : '');
+        if ($type eq 'start') {
+            if (defined $open{$session} && $open{$session} != $conn) {
+                $tamper->("two $session reporters at once (pid $pid beside pid $pid_of{$open{$session}})");
+            }
+            if ($runner ne 'go' && !($process{$conn} && $process{$conn}{open})) {
+                $tamper->("a $runner session opened by pid $pid on a connection made after its process started");
+                next;
+            }
+            if ($runner ne 'go' && $process{$conn}{runners}{$runner}++) {
+                $tamper->("pid $pid opened a second $runner session");
+                next;
+            }
+            $runner_conn{$runner}{$conn} = 1;
+            $open{$session} = $conn;
+            $run->{seen}{$runner} = 1;
+            $run->{sessions}{$runner}++;
+            $run->{versions}{$runner} = "$event->{version}" if defined $event->{version};
+            next;
+        }
+        if ($type eq 'version') {
+            $run->{versions}{$runner} = "$event->{version}" if defined $event->{version};
+            next;
+        }
+        if (!defined $open{$session} || $open{$session} != $conn) {
+            $tamper->("a $runner record from pid $pid, which holds no open $session session");
+            next;
+        }
+        if ($type eq 'test') {
+            add_test($run, $runner, $event->{id}, $event->{file}, $event->{outcome}, $event->{asserts});
+        } elsif ($type eq 'begin' && defined $event->{id}) {
+            $run->{begun}{"$runner\0$event->{id}"} = $event->{file} // '';
+        } elsif ($type eq 'finish') {
+            delete $open{$session};
+            $run->{finishes}{$runner}++;
+            if (defined $event->{status}) {
+                my $was = $run->{runnerStatus}{$runner};
+                $run->{runnerStatus}{$runner} = "$event->{status}" unless defined $was && $was ne '0';
+            }
+        } elsif ($type eq 'plugin' && defined $event->{file}) {
+            push @{ $run->{plugins} }, "$event->{file}";
         }
     }
+    # A runner finished when every session it opened was closed by its reporter, and each process
+    # that held one ended normally (its interpreter's shutdown, not os._exit or a signal).
+    for my $runner (keys %{ $run->{sessions} // {} }) {
+        my @abrupt = grep { $process{$_} && $process{$_}{open} } keys %{ $runner_conn{$runner} // {} };
+        if (@abrupt) {
+            $run->{abrupt}{$runner} = join(', ', map { "pid $pid_of{$_}" } sort @abrupt);
+            next;
+        }
+        $run->{finished}{$runner} = 1 if ($run->{finishes}{$runner} // 0) >= $run->{sessions}{$runner};
+    }
+    read_go_events($run, \@stream) if @stream;
 }
 
+# read_go_events RUN EVENTS: `go test -json` events (test2json's, from the go command's output).
 sub read_go_events {
-    my ($run, $path) = @_;
+    my ($run, $events) = @_;
     my (%started, %done);
-    for my $event (json_lines($path)) {
+    for my $event (@$events) {
         my $action = $event->{Action} // next;
         my $package = $event->{Package} // next;
         $run->{seen}{go} = 1;
@@ -885,84 +958,281 @@ sub read_cargo_log {
     $run->{finished}{cargo} = 1 if $open && $results >= $open;
 }
 
-# ---- the early stop (the runner's hack gate) -----------------------------------------------------
-# A run of the fail-to-pass selection whose first test failed has reward 0 whatever the rest
-# does: every failed test of a run is a problem of that run (cmd_collect), and a run with a
-# problem does not pass. So the hack gate, which needs only the reward, stops it there.
+# ---- the collector: one test run, as root -----------------------------------------------------
+# `run` starts the test command as the verifier user and is, until the command and every process
+# it left have ended, the only place evidence goes: the runners' reporters connect to its socket
+# (an abstract unix socket: no file to replace) and send records signed with a key the collector
+# gave that connection; the command's output comes through a pipe. The collector, root, writes the
+# log, the records and the judgement where the tests can neither write nor read; the tests cannot
+# signal or trace it. The command's end is what the collector saw (it reaped it), never what a
+# test process says; then every verifier process is killed and the records read to their end.
+#
+# A run of the fail-to-pass selection whose first test failed has reward 0 whatever the rest does
+# (every failed test of a run is a problem of it), so under SELFBENCH_STOP_AT_FAILURE (the hack
+# gate, which needs only the reward) the collector ends the run at the first failed test a counted
+# runner reports.
 
-my $WATCH_SECONDS = 0.2;
+my $DRAIN_SECONDS = 2;
+my $MAX_LINE = 1 << 20;
 
-# The failed test one line of a run's output reports, as (runner, id) (KIND: bun or cargo for
-# the log's lines, go for go's events, else the hooks' events of RUNNERS), or ().
-sub first_failure {
-    my ($kind, $line, $runners) = @_;
-    if ($kind eq 'bun' || $kind eq 'cargo') {
-        my $text = strip_ansi($line);
-        return ('bun', $1) if $kind eq 'bun' && $text =~ /^\s*\(fail\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/;
-        return ('cargo', $1) if $kind eq 'cargo' && $text =~ /^test (.+?) \.\.\. FAILED$/;
-        return ();
-    }
-    return () unless $line =~ /^\{/;
-    my $event = eval { $JSON->decode($line) };
-    return () unless ref($event) eq 'HASH';
-    if ($kind eq 'go') {
-        return () unless $runners->{go};
-        my ($action, $test, $package) = ($event->{Action} // '', $event->{Test} // '', $event->{Package});
+sub random_hex {
+    my ($bytes) = @_;
+    open(my $fh, '<', '/dev/urandom') or fail("cannot read /dev/urandom: $!");
+    my $got = sysread($fh, my $raw, $bytes);
+    close $fh;
+    fail('short read from /dev/urandom') unless $got && $got == $bytes;
+    return unpack('H*', $raw);
+}
+
+sub kill_verifier_processes { system('pkill', '-KILL', '-u', 'verifier') }
+
+# The failed test one record reports, as (runner, id), when RUNNERS count it; else ().
+sub failure_in {
+    my ($event, $runners) = @_;
+    if (($event->{runner} // '') eq 'go-stream') {
+        return () unless $runners->{go} && ref($event->{event}) eq 'HASH';
+        my $go = $event->{event};
+        my ($action, $test, $package) = ($go->{Action} // '', $go->{Test} // '', $go->{Package});
         return () unless defined $package;
         return ('go', "$package $test") if $action eq 'fail' && length $test;
         return ('go', "$package [build failed]")
-          if $action eq 'build-fail' || ($action eq 'fail' && defined $event->{FailedBuild});
+          if $action eq 'build-fail' || ($action eq 'fail' && defined $go->{FailedBuild});
         return ();
     }
-    my $outcome = $event->{outcome} // '';
-    my $runner = $event->{runner} // '';
+    my ($outcome, $runner) = ($event->{outcome} // '', $event->{runner} // '');
     return () unless ($event->{t} // '') eq 'test' && $runners->{$runner};
     return ($runner, $event->{id} // '(unnamed)') if $outcome eq 'failed' || $outcome eq 'error';
     return ();
 }
 
-# watch TASK NAME: beside the run NAME (as root), until its first failed test, which it writes to
-# $EVIDENCE_ROOT/NAME.stopped (`runner<TAB>id`) before it kills every verifier process. Only what
-# cmd_collect would count is read: the census's runners (every runner before there is one), and
-# the log's lines only for a runner that has no reporter of its own (bun, cargo).
-sub cmd_watch {
-    my ($task_path, $name) = @_;
-    my $task = task($task_path);
-    my ($dir, $log, $mark) = ("$EVIDENCE_ROOT/$name", "$LOGS/$name.log", "$EVIDENCE_ROOT/$name.stopped");
-    my %expected = map { $_ => 1 } @{ $task->{expectedRunners} // [] };
-    my $sealed = census();
-    my %runners = map { $_ => 1 } $sealed
-      ? @{ ($sealed->{failToPass} // {})->{runners} // [] }
-      : qw(pytest unittest jest vitest mocha node-test go bun cargo);
-    my $log_kind = $expected{bun} && $runners{bun} ? 'bun' : $expected{cargo} && $runners{cargo} ? 'cargo' : '';
-    my (%offset, %rest);
-    while (1) {
-        for my $path (($log_kind ? ($log) : ()), evidence_files($dir)) {
-            my $kind = $path eq $log ? $log_kind : basename($path) =~ /^go-/ ? 'go' : 'hook';
-            # Never through a link, never blocking on a FIFO: the directory is the tests' own.
-            sysopen(my $fh, $path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK) or next;
-            my @st = stat($fh);
-            my $at = $offset{$path} // 0;
-            if (!@st || !S_ISREG($st[2]) || $st[7] <= $at) { close $fh; next }
-            sysseek($fh, $at, 0);
-            my $got = sysread($fh, my $chunk, 1 << 20);
-            close $fh;
-            next unless $got;
-            $offset{$path} = $at + $got;
-            my @lines = split /\n/, ($rest{$path} // '') . $chunk, -1;
-            $rest{$path} = pop @lines;
-            $rest{$path} = '' if length($rest{$path}) > (1 << 20);  # a line without end: dropped
-            for my $line (@lines) {
-                my ($runner, $failed) = first_failure($kind, $line, \%runners);
-                next unless defined $failed;
-                $failed =~ s/[\t\n]/ /g;
-                write_file($mark, "$runner\t" . substr($failed, 0, 500) . "\n");
-                system('pkill', '-KILL', '-u', 'verifier');
-                return 0;
-            }
-        }
-        select(undef, undef, undef, $WATCH_SECONDS);
+# A failed test in one line of the output (bun and cargo report there only), as (runner, id).
+sub failure_in_output {
+    my ($kind, $line) = @_;
+    my $text = strip_ansi($line);
+    return ('bun', $1) if $kind eq 'bun' && $text =~ /^\s*\(fail\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/;
+    return ('cargo', $1) if $kind eq 'cargo' && $text =~ /^test (.+?) \.\.\. FAILED$/;
+    return ();
+}
+
+# The log, capped as it is written: its first half-limit bytes, then the last half-limit bytes
+# (kept in memory), with a line saying what was cut. The output is echoed under the same cap.
+sub log_sink {
+    my ($path, $limit) = @_;
+    sysopen(my $fh, $path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644) or fail("cannot write $path: $!");
+    my $half = int($limit / 2);
+    my $sink = { fh => $fh, half => $half, head => 0, tail => '', cut => 0, total => 0 };
+    return $sink;
+}
+
+sub log_write {
+    my ($sink, $chunk) = @_;
+    $sink->{total} += length $chunk;
+    my $room = $sink->{half} - $sink->{head};
+    if ($room > 0) {
+        my $part = substr($chunk, 0, $room);
+        syswrite($sink->{fh}, $part);
+        syswrite(STDOUT, $part);
+        $sink->{head} += length $part;
+        $chunk = substr($chunk, length $part);
     }
+    return unless length $chunk;
+    $sink->{tail} .= $chunk;
+    if (length($sink->{tail}) > 2 * $sink->{half}) {
+        my $drop = length($sink->{tail}) - $sink->{half};
+        $sink->{cut} += $drop;
+        $sink->{tail} = substr($sink->{tail}, $drop);
+    }
+}
+
+sub log_close {
+    my ($sink) = @_;
+    my $tail = $sink->{tail};
+    if (length($tail) > $sink->{half}) {
+        my $drop = length($tail) - $sink->{half};
+        $sink->{cut} += $drop;
+        $tail = substr($tail, $drop);
+    }
+    if ($sink->{cut}) {
+        my $note = sprintf("\n[selfbench: %d bytes cut from the middle of this log (limit %d bytes)]\n",
+          $sink->{cut}, 2 * $sink->{half});
+        syswrite($sink->{fh}, $note);
+        syswrite(STDOUT, $note);
+    }
+    syswrite($sink->{fh}, $tail);
+    syswrite(STDOUT, $tail);
+    close $sink->{fh};
+    return $sink->{cut} ? 1 : 0;
+}
+
+# The test command's environment: the verifier's, without the runner's controls and the shell's
+# start-up files, with the run's own temporary directories and the channel's address.
+sub test_environment {
+    my ($scratch, $address) = @_;
+    my %env = %ENV;
+    delete @env{ grep { /^SELFBENCH_/ } keys %env };
+    delete @env{qw(BASH_ENV ENV CDPATH GIT_INDEX_FILE)};
+    %env = (%env,
+        PATH => $ENV{SELFBENCH_TEST_PATH} // '/usr/local/bin:/usr/bin:/bin',
+        HOME => '/home/verifier', USER => 'verifier', LOGNAME => 'verifier',
+        TMPDIR => $scratch, PYTHONPYCACHEPREFIX => "$scratch/pycache",
+        SELFBENCH_EVIDENCE_SOCKET => "\@$address",
+        NODE_OPTIONS => "--require $HOOKS/node/preload.cjs" . (defined $ENV{NODE_OPTIONS} ? " $ENV{NODE_OPTIONS}" : ''),
+    );
+    return \%env;
+}
+
+# start_command COMMAND ENV LOG-WRITER: the command as the verifier user, in a session of its own,
+# its output into the pipe. Returns its pid.
+sub start_command {
+    my ($command, $env, $log_w) = @_;
+    my (undef, undef, $uid, $gid) = getpwnam('verifier');
+    fail('no verifier user') unless defined $uid;
+    my $pid = fork // fail("cannot fork: $!");
+    return $pid if $pid;
+    POSIX::setsid();
+    open(STDIN, '<', '/dev/null') or POSIX::_exit(126);
+    POSIX::dup2(fileno($log_w), 1) // POSIX::_exit(126);
+    POSIX::dup2(fileno($log_w), 2) // POSIX::_exit(126);
+    $) = "$gid $gid";
+    POSIX::setgid($gid) or POSIX::_exit(126);
+    POSIX::setuid($uid) or POSIX::_exit(126);
+    POSIX::_exit(126) if $< != $uid || $> != $uid || $( != $gid;
+    %ENV = %$env;
+    exec('/bin/bash', '-c', $command) or POSIX::_exit(127);
+}
+
+# serve: the collector's loop; returns { status, events, conns, stopped, truncated }.
+sub serve {
+    my ($server, $log_r, $pid, $sink, $watch) = @_;
+    my $select = IO::Select->new($server, $log_r);
+    my (%conns, @events, $status, $deadline, $stopped, $log_rest);
+    my $next = 0;
+    my $bytes = 0;
+    my $stop = sub {
+        my ($runner, $id) = @_;
+        return if $stopped;
+        $id =~ s/[\t\n]/ /g;
+        $stopped = { runner => $runner, id => substr($id, 0, 500) };
+        kill_verifier_processes();
+    };
+    my $add = sub {
+        my ($event, $conn) = @_;
+        $event->{_conn} = $conn->{id};
+        $event->{_pid} = $conn->{pid};
+        push @events, $event;
+        if ($watch && !$stopped) {
+            my ($runner, $id) = failure_in($event, $watch->{runners});
+            $stop->($runner, $id) if defined $id;
+        }
+    };
+    while (1) {
+        for my $fh ($select->can_read(0.2)) {
+            if ($fh == $server) {
+                my $client = $server->accept or next;
+                my ($cpid) = unpack('l', getsockopt($client, SOL_SOCKET, SO_PEERCRED) // pack('lll', -1, -1, -1));
+                my $conn = { id => ++$next, pid => $cpid, key => random_hex(32), buf => '', fh => $client };
+                syswrite($client, "$conn->{key}\n");
+                $conns{ fileno $client } = $conn;
+                $select->add($client);
+                next;
+            }
+            my $got = sysread($fh, my $chunk, 65536);
+            if ($fh == $log_r) {
+                if (!$got) { $select->remove($log_r); next }
+                log_write($sink, $chunk);
+                if ($watch && $watch->{output} && !$stopped) {
+                    my @lines = split /\n/, ($log_rest // '') . $chunk, -1;
+                    $log_rest = pop @lines;
+                    $log_rest = '' if length($log_rest) > $MAX_LINE;
+                    for my $line (@lines) {
+                        my ($runner, $id) = failure_in_output($watch->{output}, $line);
+                        if (defined $id) { $stop->($runner, $id); last }
+                    }
+                }
+                next;
+            }
+            my $conn = $conns{ fileno $fh };
+            if (!$got) { $select->remove($fh); close $fh; next }
+            $bytes += $got;
+            if ($bytes > $MAX_EVIDENCE_BYTES) {
+                $add->({ t => 'tamper', what => "more than $MAX_EVIDENCE_BYTES bytes of evidence" }, $conn)
+                  unless $conn->{over}++;
+                next;
+            }
+            $conn->{buf} .= $chunk;
+            while ($conn->{buf} =~ s/^([^\n]*)\n//) {
+                my $line = $1;
+                my ($mac, $json) = split / /, $line, 2;
+                my $event = defined $json && hmac_sha256_hex($json, pack('H*', $conn->{key})) eq ($mac // '')
+                  ? eval { $JSON->decode($json) } : undef;
+                if (ref($event) ne 'HASH') {
+                    $add->({ t => 'tamper', what => 'an evidence record its reporter did not sign: '
+                      . substr($line, 0, 120) }, $conn) unless $conn->{unsigned}++ >= 3;
+                    next;
+                }
+                $add->($event, $conn);
+            }
+            $conn->{buf} = '' if length($conn->{buf}) > $MAX_LINE;
+        }
+        if (!defined $status && waitpid($pid, POSIX::WNOHANG()) == $pid) {
+            $status = $?;
+            # What the command left running ends with it: only then are the records complete.
+            kill_verifier_processes();
+            $deadline = Time::HiRes::time() + $DRAIN_SECONDS;
+        }
+        last if defined $status && ($select->count <= 1 || Time::HiRes::time() > $deadline);
+    }
+    close $_->{fh} for values %conns;
+    my $code = $status & 127 ? 128 + ($status & 127) : $status >> 8;
+    return { status => $code, events => \@events, conns => [ map { { id => $_->{id}, pid => $_->{pid} } }
+      sort { $a->{id} <=> $b->{id} } values %conns ], stopped => $stopped };
+}
+
+# run TASK NAME KIND COMMAND: one test run (NAME: fail_to_pass, pass_to_pass, ...), collected and
+# judged; /logs/verifier/NAME.log, /logs/verifier/evidence/NAME.json; prints `passed=0|1`, the
+# command's exit status and its milliseconds to /opt/selfbench/work/NAME.result.
+sub cmd_run {
+    my ($task_path, $name, $kind, $command) = @_;
+    fail("bad run name $name") unless $name =~ /^[A-Za-z0-9_]+$/;
+    my $task = task($task_path);
+    my ($evidence, $scratch) = ("$EVIDENCE_ROOT/$name", "/tmp/selfbench-run-$name");
+    system('rm', '-rf', '--', $evidence, $scratch);
+    system('mkdir', '-p', '-m', '0700', $EVIDENCE_ROOT, $evidence, $WORK, $LOGS) == 0 or fail("cannot make $evidence");
+    mkdir $scratch, 0700 or fail("cannot make $scratch: $!");
+    my (undef, undef, $uid, $gid) = getpwnam('verifier');
+    chown $uid, $gid, $scratch;
+    my $address = 'selfbench-' . random_hex(16);
+    my $server = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => "\0$address", Listen => 256)
+      or fail("cannot listen for evidence: $!");
+    pipe(my $log_r, my $log_w) or fail("cannot make a pipe: $!");
+    my $limit = ($ENV{SELFBENCH_MAX_LOG_BYTES} // '') =~ /^(\d+)$/ ? $1 : 20 << 20;
+    my $sink = log_sink("$LOGS/$name.log", $limit);
+    my $watch;
+    if ($ENV{SELFBENCH_STOP_AT_FAILURE} && $kind eq 'f2p') {
+        my $sealed = census();
+        my %runners = map { $_ => 1 } $sealed ? @{ ($sealed->{failToPass} // {})->{runners} // [] }
+          : qw(pytest unittest jest vitest mocha node-test go bun cargo);
+        my %expected = map { $_ => 1 } @{ $task->{expectedRunners} // [] };
+        my $output = $expected{bun} && $runners{bun} ? 'bun' : $expected{cargo} && $runners{cargo} ? 'cargo' : '';
+        $watch = { runners => \%runners, output => $output };
+    }
+    kill_verifier_processes();
+    my $started = Time::HiRes::time();
+    my $pid = start_command($command, test_environment($scratch, $address), $log_w);
+    close $log_w;
+    my $result = serve($server, $log_r, $pid, $sink, $watch);
+    my $ms = int((Time::HiRes::time() - $started) * 1000);
+    close $server;
+    my $truncated = log_close($sink);
+    open(my $out, '>', "$evidence/events.jsonl") or fail("cannot write $evidence/events.jsonl");
+    print {$out} $JSON->encode($_), "\n" for @{ $result->{events} };
+    close $out;
+    write_json("$evidence/connections.json", $result->{conns});
+    my $passed = judge_and_write($task, $name, $kind, $result->{status}, "$LOGS/$name.log",
+      $result->{events}, $result->{stopped});
+    say_line("$name stopped at its first failed test: $result->{stopped}{id}") if $result->{stopped};
+    write_file("$WORK/$name.result", "passed=$passed\nstatus=$result->{status}\nms=$ms\ntruncated=$truncated\n");
+    return 0;
 }
 
 # ---- attribution: which tests a selector selected -----------------------------------------------
@@ -1163,23 +1433,19 @@ sub no_match {
 
 # ---- reading one run ---------------------------------------------------------------------------
 
-# gather_run TASK NAME LOG: what one test run left: the reporters' events, the runner output's
-# tests (bun, cargo), the hack gate's early-stop mark, the plugins the verifier cannot vouch for.
+# gather_run TASK EVENTS LOG STOPPED: what one test run left: the reporters' records (verified by
+# the collector), the runner output's tests (bun, cargo), where the hack gate stopped it, and the
+# plugins the verifier cannot vouch for.
 sub gather_run {
-    my ($task, $name, $log) = @_;
-    my $dir = "$EVIDENCE_ROOT/$name";
+    my ($task, $events, $log, $stopped) = @_;
     my $run = { tests => {}, seen => {}, finished => {}, plugins => [], tampered => [],
       duplicates => [], runnerStatus => {} };
-    read_hook_events($run, $dir) if -d $dir && !-l $dir;
+    read_events($run, $events);
     my %expected = map { $_ => 1 } @{ $task->{expectedRunners} };
     read_bun_log($run, $task, $log) if $expected{bun};
     read_cargo_log($run, $task, $log) if $expected{cargo};
     $run->{planted} = [ planted(@{ $run->{plugins} }) ];
-    my $mark = -l "$EVIDENCE_ROOT/$name.stopped" ? undef : read_file("$EVIDENCE_ROOT/$name.stopped", 1000);
-    if (defined $mark) {
-        my ($by, $id) = split /\t/, (split /\n/, $mark)[0] // '', 2;
-        $run->{stopped} = { runner => $by, id => $id } if defined $id && length $id;
-    }
+    $run->{stopped} = $stopped if $stopped;
     return $run;
 }
 
@@ -1272,8 +1538,13 @@ sub judge_run {
           . ': the suite did not run, or ended before it reported';
     } else {
         my @unfinished = grep { $FINISHING{$_} && !$run->{finished}{$_} } @{ $ctx->{runners} };
-        push @problems, join(', ', @unfinished) . ' did not finish its run (it ended early)'
-          if @unfinished && !defined $stopped;
+        for my $runner (@unfinished) {
+            next if defined $stopped;
+            my $abrupt = ($run->{abrupt} // {})->{$runner};
+            push @problems, $abrupt
+              ? "the ${runner} process ended without shutting down ($abrupt: os._exit, a signal or a crash)"
+              : "$runner did not finish its run (it ended early)";
+        }
         push @problems, scalar(@failing) . ' test(s) failed: ' . shorten(\@failing) if @failing;
         push @problems, "the runner exited $exit although no test failed"
           if $exit != 0 && !@failing && !defined $stopped;
@@ -1326,10 +1597,11 @@ sub judge_run {
     return (\@problems, \@missing);
 }
 
-sub cmd_collect {
-    my ($task_path, $name, $kind, $exit, $log) = @_;
-    my $task = task($task_path);
-    my $run = gather_run($task, $name, $log);
+# judge_and_write TASK NAME KIND EXIT LOG EVENTS STOPPED: the run judged, its evidence document
+# written (/logs/verifier/evidence/NAME.json); returns 1 when it passed.
+sub judge_and_write {
+    my ($task, $name, $kind, $exit, $log, $events, $stopped) = @_;
+    my $run = gather_run($task, $events, $log, $stopped);
     my $sealed = census();
     my ($mode, @runners) = run_mode($task, $run, $sealed, $kind);
     my ($base, $alone) = $kind =~ /^(f2p|p2p)(?:-alone:(\d+))?$/ or fail("unknown kind $kind");
@@ -1360,6 +1632,16 @@ sub cmd_collect {
     };
     system('mkdir', '-p', "$LOGS/evidence");
     write_json("$LOGS/evidence/$name.json", $doc);
+    return $passed;
+}
+
+# collect TASK NAME KIND EXIT LOG: a run judged again from the records its collector kept.
+sub cmd_collect {
+    my ($task_path, $name, $kind, $exit, $log) = @_;
+    my $task = task($task_path);
+    my @events = grep { ref($_) eq 'HASH' } map { eval { $JSON->decode($_) } }
+      split /\n/, read_file("$EVIDENCE_ROOT/$name/events.jsonl") // '';
+    my $passed = judge_and_write($task, $name, $kind, $exit, $log, \@events, undef);
     print "passed=$passed\n";
     return 0;
 }
@@ -1404,7 +1686,6 @@ sub cmd_grade {
 
 # ---- build time ---------------------------------------------------------------------------------
 
-my $HOOKS = '/opt/selfbench-verifier/hooks';
 my @SKIP_ROOTS = qw(/proc /sys /dev /run /tmp /var/tmp /var/cache /var/lib/apt /var/lib/dpkg /opt/selfbench-verifier);
 
 sub find_site_dirs {
@@ -1624,7 +1905,7 @@ sub cmd_parse {
     my $run = { tests => {}, seen => {}, finished => {}, plugins => [] };
     if ($runner eq 'bun') { read_bun_log($run, $task, $file) }
     elsif ($runner eq 'cargo') { read_cargo_log($run, $task, $file) }
-    elsif ($runner eq 'go') { read_go_events($run, $file) }
+    elsif ($runner eq 'go') { read_go_events($run, [json_lines($file)]) }
     else { fail("parse takes bun, cargo or go") }
     my @tests = sort { $a->{id} cmp $b->{id} } values %{ $run->{tests} };
     print JSON::PP->new->utf8->canonical->pretty->encode({
@@ -1665,7 +1946,7 @@ my %COMMANDS = (
     'judge' => [\&cmd_judge, 1],
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 1],
-    'watch' => [\&cmd_watch, 2],
+    'run' => [\&cmd_run, 4],
     'policy-check' => [\&cmd_policy_check, 3],
     'classify' => [\&cmd_classify, 2],
     'parse' => [\&cmd_parse, 3],

@@ -1,20 +1,350 @@
 """Loaded at every Python start-up in the verifier image (selfbench-evidence.pth, installed in
-each site directory at build time). It does nothing unless the verifier's test run set
-SELFBENCH_EVIDENCE_DIR: then pytest loads the evidence plugin beside this file, and unittest's
-results are recorded, one JSON line per test, in that directory.
+each site directory at build time), before any code of the repository. It does nothing unless
+the verifier's collector runs this test run (SELFBENCH_EVIDENCE_SOCKET). Then:
+
+- evidence goes to the collector (root, outside the tests' reach) over a connection this process
+  makes now, each record signed with a key the collector gave that connection; the key lives only
+  in this module's closures, so a record written to the socket by other code is unsigned and
+  counts as tampering, and a connection made later (by code under test) holds no process session,
+  on which alone a runner's session may open;
+- a process started as the test runner (`python -m pytest`, `pytest`, `python -m unittest`,
+  `manage.py test`) opens its runner's session now, before any code under test loads: a second
+  session of that runner while this one is open (a stand-in reporter) is tampering, and a session
+  that does not finish (an exit under the runner) fails the run;
+- pytest loads the evidence plugin beside this file, unittest's results are recorded;
+- an audit hook (PEP 578: it cannot be removed) reports what code under test may use to reach
+  into the runner: another process's or its own memory (/proc/*/mem), raw memory through ctypes,
+  trace and profile functions, the garbage collector's object lists, frames of the runner and
+  the held-out tests, replaced code objects, code compiled under the verifier's file names.
 """
 
 import os
+import sys
 
 OWNER = "SELFBENCH_EVIDENCE_OWNER"
+_STATE = "/opt/selfbench-verifier/state"
+_HERE = os.path.dirname(os.path.realpath(__file__))
+# The files whose code may write evidence: this module and the pytest plugin beside it.
+_OURS = frozenset(
+    os.path.join(_HERE, name)
+    for name in ("selfbench_evidence_boot.py", "selfbench_pytest_evidence.py")
+)
+
+
+def _lines(name: str) -> frozenset[str]:
+    try:
+        with open(os.path.join(_STATE, name), encoding="utf-8") as handle:
+            return frozenset(line.rstrip("\n") for line in handle if line.strip())
+    except OSError:
+        return frozenset()
+
+
+def _make_channel(address: str):  # type: ignore[no-untyped-def]
+    """(emit, ours): emit(event) signs and sends one record. Only code of the verifier's own
+    files may call it: any other caller gets a tamper record sent in its place."""
+    import hashlib
+    import hmac
+    import json
+    import socket
+    import threading
+
+    state: dict[str, object] = {}
+    lock = threading.Lock()
+
+    def connect() -> object:
+        if "socket" in state:
+            return state["socket"]
+        state["socket"] = None
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(10)
+            sock.connect("\0" + address.lstrip("@"))
+            key = b""
+            while not key.endswith(b"\n") and len(key) < 200:
+                chunk = sock.recv(200 - len(key))
+                if not chunk:
+                    break
+                key += chunk
+            sock.settimeout(None)
+            state["key"] = bytes.fromhex(key.decode().strip())
+            state["socket"] = sock
+        except (OSError, ValueError):
+            state["socket"] = None
+        return state["socket"]
+
+    def send(event: dict[str, object]) -> None:
+        line = json.dumps(event, ensure_ascii=True, separators=(",", ":"))
+        with lock:
+            sock = connect()
+            if sock is None:
+                return
+            mac = hmac.new(state["key"], line.encode(), hashlib.sha256).hexdigest()  # type: ignore[arg-type]
+            try:
+                sock.sendall(f"{mac} {line}\n".encode())  # type: ignore[attr-defined]
+            except OSError:
+                pass
+
+    getframe = sys._getframe
+    agent = _lines("agent-files.txt")
+
+    def emit(**event: object) -> None:
+        # Past the verifier's own frames, the caller must be code no test process wrote: the
+        # standard library (unittest), an installed package (pluggy calling the plugin's hooks),
+        # or the interpreter itself (atexit). Anything else is code under test driving the
+        # reporter: its record is refused and reported.
+        frame = getframe(1)
+        while frame is not None and frame.f_code.co_filename in _OURS:
+            frame = frame.f_back
+        caller = frame.f_code.co_filename if frame is not None else None
+        if caller is not None and not _trusted_code(caller, agent):
+            send({
+                "t": "tamper",
+                "runner": str(event.get("runner", "")),
+                "what": f"the verifier's reporter was driven by code of {caller}",
+            })
+            return
+        send(event)
+
+    return emit
+
+
+def _trusted_code(filename: str, agent: frozenset[str]) -> bool:
+    """Code of the interpreter's standard library or of an installed package, never the agent's."""
+    if filename in agent:
+        return False
+    if filename.startswith("<frozen "):
+        return True
+    return filename.startswith(_STDLIB + "/") or "/site-packages/" in filename or (
+        "/dist-packages/" in filename
+    )
+
+
+def _argv_runner() -> str | None:
+    """The runner this process was started as, from its command line (None: not a runner's)."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    if len(argv) < 2:
+        return None
+    rest = argv[1:]
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+        rest = rest[1:]  # interpreter options (-I, -B, -X ...)
+    if not rest or rest[0] == "-c":
+        return None
+    if rest[0] == "-m":
+        module = rest[1] if len(rest) > 1 else ""
+        return {"pytest": "pytest", "py.test": "pytest", "unittest": "unittest"}.get(module)
+    script = os.path.basename(rest[0])
+    if script in ("pytest", "py.test"):
+        return "pytest"
+    if script == "manage.py" and len(rest) > 1 and rest[1] == "test":
+        return "unittest"
+    return None
+
+
+def _claim(runner: str) -> bool:
+    """This process records `runner`: the first process to ask in this run (a runner the tests
+    start, nested or in a subprocess, sees the owner and does not)."""
+    mine = f"{runner}:{os.getpid()}"
+    held = os.environ.get(OWNER)
+    if held and held != mine:
+        return False
+    os.environ[OWNER] = mine
+    return True
 
 
 def _boot() -> None:
-    directory = os.environ.get("SELFBENCH_EVIDENCE_DIR")
-    if not directory:
+    address = os.environ.get("SELFBENCH_EVIDENCE_SOCKET")
+    if not address:
         return
+    emit = _make_channel(address)
+    # This process's session, on a connection made before any code of the repository runs: a
+    # runner's session opens only on such a connection, and its end (the interpreter shutting
+    # down, never os._exit or a signal) is what says the runner's process ended normally.
+    emit(t="start", runner="python", argv=list(getattr(sys, "orig_argv", sys.argv))[:8])
+    import atexit
+
+    atexit.register(lambda: emit(t="finish", runner="python"))
+    _install_audit(emit)
+    runner = _argv_runner()
+    sessions: dict[str, bool] = {}
+    if runner is not None and _claim(runner):
+        emit(t="start", runner=runner, python=sys.version.split()[0])
+        sessions[runner] = True
     _hook_pytest()
-    _hook_unittest(directory)
+    _hook_unittest(emit, sessions)
+    global _EMIT, _SESSIONS
+    _EMIT, _SESSIONS = emit, sessions
+
+
+_EMIT = None
+_SESSIONS: dict[str, bool] = {}
+
+
+def channel():  # type: ignore[no-untyped-def]
+    """(emit, sessions) for the pytest plugin beside this file; emit refuses other callers."""
+    return _EMIT, _SESSIONS
+
+
+# ---- the audit hook ----------------------------------------------------------------------------
+
+_STDLIB = os.path.dirname(os.path.realpath(os.__file__))
+_PROC_MEM = None
+
+
+def _install_audit(emit) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    global _PROC_MEM
+    _PROC_MEM = re.compile(r"^/proc/(self|thread-self|\d+)(/task/\d+)?/mem$")
+    agent = _lines("agent-files.txt")  # the files the agent's patch changed and the policy kept
+    held_out = _lines("held-out-files.txt")
+    getframe = sys._getframe
+    busy = [False]
+
+    def protected(filename: str) -> bool:
+        """Code of the runner, of the verifier or of the held-out tests."""
+        return (
+            filename in held_out
+            or filename in _OURS
+            or "/_pytest/" in filename
+            or "/pluggy/" in filename
+            or filename.endswith("/pytest/__init__.py")
+            or filename.startswith(_STDLIB + "/unittest/")
+        )
+
+    def agent_in_stack() -> str | None:
+        frame = getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name in agent:
+                return name
+            frame = frame.f_back
+        return None
+
+    def nearest_requester() -> str | None:
+        """The innermost frame above the hook that is neither the standard library nor ours."""
+        frame = getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if not (name.startswith(_STDLIB + "/") or name.startswith("<frozen") or name in _OURS):
+                return name
+            frame = frame.f_back
+        return None
+
+    def same_source(source: object, name: str) -> bool:
+        """An import compiling the file it names (the agent's code importing a package)."""
+        if not isinstance(source, (bytes, str)):
+            return False
+        try:
+            with open(name, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return False
+        return data == (source.encode() if isinstance(source, str) else source)
+
+    def report(what: str) -> None:
+        emit(t="tamper", runner="python", what=what)
+
+    def check(event: str, args: tuple[object, ...]) -> None:
+        if event == "open":
+            path = args[0]
+            if isinstance(path, (str, bytes)):
+                text = os.fsdecode(path)
+                if _PROC_MEM.match(text):
+                    report(f"a process opened {text} (memory of a process)")
+            return
+        if event in ("sys.settrace", "sys.setprofile"):
+            import threading
+
+            hooks = [getattr(threading, "_trace_hook", None), getattr(threading, "_profile_hook", None)]
+            for hook in hooks:
+                code = getattr(hook, "__code__", None)
+                if code is not None and code.co_filename in agent:
+                    report(f"{event} with a function of {code.co_filename}")
+                    return
+            where = agent_in_stack()
+            if where:
+                report(f"{event} called by code of {where}")
+            return
+        if event in ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames"):
+            where = agent_in_stack()
+            if where:
+                report(f"{event} called by code of {where}")
+            return
+        if event in ("ctypes.cdata", "ctypes.string_at", "ctypes.wstring_at"):
+            where = agent_in_stack()
+            if where:
+                report(f"{event} (raw memory) called by code of {where}")
+            return
+        if event == "sys._getframe":
+            frame = args[0] if args else None
+            code = getattr(frame, "f_code", None)
+            if code is not None and protected(code.co_filename):
+                requester = nearest_requester()
+                if requester in agent:
+                    report(f"code of {requester} took a frame of {code.co_filename}")
+            return
+        if event == "object.__setattr__" and len(args) >= 2 and args[1] == "__code__":
+            target = getattr(args[0], "__code__", None)
+            name = getattr(target, "co_filename", "")
+            if protected(name) or name in held_out:
+                report(f"the code of {getattr(args[0], '__qualname__', '?')} ({name}) was replaced")
+            return
+        if event == "compile" and len(args) >= 2:
+            filename = args[1]
+            name = os.fsdecode(filename) if isinstance(filename, (str, bytes)) else ""
+            if name in _OURS or (name.startswith("/") and _trusted_code(name, agent)):
+                # importlib and pytest's assertion rewriter compile the plugin's own source, and
+                # an installed package's; the agent's code compiling under such a name is posing.
+                requester = nearest_requester()
+                if requester is not None and (requester in agent or (
+                    name in _OURS and not protected(requester)
+                )) and not same_source(args[0], name):
+                    report(f"code of {requester} compiled code under the name of {name}")
+            return
+        if event == "code.__new__" and len(args) >= 2:
+            filename = args[1]
+            if isinstance(filename, str) and (
+                filename in _OURS or protected(filename) or _trusted_code(filename, agent)
+            ):
+                requester = nearest_requester()
+                if requester in agent or filename in _OURS:
+                    report(f"code of {requester} made a code object named {filename}")
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if busy[0] or event not in _WATCHED:
+            return
+        busy[0] = True
+        try:
+            check(event, args)
+        except Exception:  # the hook must never break the code it watches
+            pass
+        finally:
+            busy[0] = False
+
+    sys.addaudithook(hook)
+
+
+_WATCHED = frozenset(
+    (
+        "open",
+        "sys.settrace",
+        "sys.setprofile",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys._current_frames",
+        "ctypes.cdata",
+        "ctypes.string_at",
+        "ctypes.wstring_at",
+        "sys._getframe",
+        "object.__setattr__",
+        "compile",
+        "code.__new__",
+    )
+)
+
+
+# ---- pytest ------------------------------------------------------------------------------------
 
 
 class _PytestConfigFinder:
@@ -48,39 +378,21 @@ PLUGIN = "selfbench_pytest_evidence"
 
 
 def _hook_pytest() -> None:
-    import sys
-
     if "_pytest.config" in sys.modules:
         return
     sys.meta_path.insert(0, _PytestConfigFinder())  # type: ignore[arg-type]
 
 
-class _Writer:
-    def __init__(self, directory: str, runner: str) -> None:
-        self.path = os.path.join(directory, f"py-{runner}-{os.getpid()}.jsonl")
-        self.handle = None
-
-    def write(self, **event: object) -> None:
-        import json
-
-        try:
-            if self.handle is None:
-                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
-                self.handle = os.fdopen(os.open(self.path, flags, 0o600), "a", buffering=1)
-            self.handle.write(json.dumps(event, ensure_ascii=True) + "\n")
-        except OSError:
-            pass
+# ---- unittest ----------------------------------------------------------------------------------
 
 
 def _source_file(test: object) -> str | None:
-    import sys
-
     module = sys.modules.get(type(test).__module__)
     path = getattr(module, "__file__", None)
     return os.path.realpath(path) if path else None
 
 
-def _hook_unittest(directory: str) -> None:
+def _hook_unittest(emit, sessions: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
     """Wrap unittest's base TestResult: every runner built on it (unittest's own, Django's,
     green's text results) reports through these methods."""
     try:
@@ -90,29 +402,25 @@ def _hook_unittest(directory: str) -> None:
     base = result.TestResult
     if getattr(base, "_selfbench_hooked", False):
         return
-    writer = _Writer(directory, "unittest")
     owner: list[object] = []
 
     def claim(result: object) -> bool:
-        """The first result of the outermost run records (a run the tests start, nested here or
-        in a subprocess, does not)."""
+        """The first result of the outermost run records."""
         if owner:
             return owner[0] is result
-        held = os.environ.get(OWNER)
-        if held and held != f"unittest:{os.getpid()}":
-            return False
-        os.environ[OWNER] = f"unittest:{os.getpid()}"
+        if not sessions.get("unittest"):
+            if not _claim("unittest"):
+                return False
+            emit(t="start", runner="unittest", python=sys.version.split()[0])
+            sessions["unittest"] = True
         owner.append(result)
-        import sys
-
-        writer.write(t="start", runner="unittest", version=sys.version.split()[0])
         return True
 
     def record(result: object, test: object, outcome: str, case: object = None) -> None:
         if not claim(result):
             return
         test_id = test.id() if hasattr(test, "id") else str(test)
-        writer.write(
+        emit(
             t="test",
             runner="unittest",
             id=test_id,
@@ -151,7 +459,7 @@ def _hook_unittest(directory: str) -> None:
 
     def stop_test_run(self):  # type: ignore[no-untyped-def]
         if owner and owner[0] is self:
-            writer.write(t="finish", runner="unittest", status=0 if self.wasSuccessful() else 1)
+            emit(t="finish", runner="unittest", status=0 if self.wasSuccessful() else 1)
         return original_stop(self)
 
     base.stopTestRun = stop_test_run  # type: ignore[method-assign]

@@ -29,7 +29,6 @@ export PYTHONHASHSEED=${PYTHONHASHSEED:-0}
 max_log_bytes=${SELFBENCH_MAX_LOG_BYTES:-20971520}
 task=/tests/selfbench-task.json
 verifier=(/usr/bin/perl /opt/selfbench-verifier/verifier.pl)
-evidence_root=/var/lib/selfbench-evidence
 
 # The reward flags (patch_applied starts at 1 and drops when a patch does not apply).
 reward=0
@@ -64,26 +63,10 @@ fail_to_pass_each=()
 pass_to_pass_selectors=()
 pass_to_pass_each=()
 
-kill_verifier_processes() { pkill -KILL -u verifier 2>/dev/null || true; }
-
 # git as root on /app: no configuration or hook of a writable place ever runs.
 root_git() {
   HOME=/root GIT_CONFIG_GLOBAL=/dev/null git -c core.fsmonitor=false -c core.hooksPath=/dev/null \
     -C /app "$@"
-}
-
-# cap_log FILE: keep the head and the tail of a log larger than max_log_bytes.
-cap_log() {
-  local size half
-  size=$(stat -c %s "$1" 2>/dev/null || echo 0)
-  if [ "$size" -gt "$max_log_bytes" ]; then
-    half=$((max_log_bytes / 2))
-    { head -c "$half" "$1"
-      printf '\n[selfbench: %d bytes cut from the middle of this log (limit %d bytes)]\n' \
-        $((size - 2 * half)) "$max_log_bytes"
-      tail -c "$half" "$1"; } > "$1.capped" && mv -f "$1.capped" "$1"
-    truncated_logs=$((truncated_logs + 1))
-  fi
 }
 
 # The tests' PATH: the image's, without relative entries or entries inside the repository (a
@@ -98,48 +81,31 @@ for entry in "${path_entries[@]}"; do
   esac
 done
 
-# run_tests NAME KIND COMMAND: COMMAND as the verifier user from the prepared tree, its output in
-# /logs/verifier/NAME.log and its per-test evidence judged (KIND: f2p, p2p, f2p-alone:N,
-# p2p-alone:N). Sets NAME_ms and run_passed; returns the command's exit status.
+# run_tests NAME KIND COMMAND: COMMAND as the verifier user from the prepared tree, through the
+# verifier's collector (root): its output in /logs/verifier/NAME.log and its per-test evidence,
+# sent over the collector's signed channel, judged (KIND: f2p, p2p, f2p-alone:N, p2p-alone:N).
+# Sets NAME_ms and run_passed; returns the command's exit status.
 runs=0
 run_passed=0
 run_tests() {
-  local name=$1 kind=$2 status started evidence scratch result watcher=
+  local name=$1 kind=$2 key value status=1 ms=0 truncated=0
   if [ "$runs" -gt 0 ]; then "${verifier[@]}" reset "$task" || echo "selfbench: reset failed"; fi
   runs=$((runs + 1))
-  evidence=$evidence_root/$name scratch=/tmp/selfbench-run-$name
-  rm -rf -- "$evidence" "$scratch" "$evidence_root/$name.stopped"
-  mkdir -p -m 0711 "$evidence_root"
-  mkdir -m 0700 "$evidence" "$scratch"
-  chown verifier:verifier "$evidence" "$scratch"
-  : > "/logs/verifier/$name.log"
-  if [ -n "${SELFBENCH_STOP_AT_FAILURE:-}" ] && [ "$kind" = f2p ]; then
-    # The runner's hack gate: the first failed test ends the run (its reward is 0 already).
-    "${verifier[@]}" watch "$task" "$name" &
-    watcher=$!
-  fi
-  echo "selfbench: running $name: $3"
-  started=$(date +%s%N)
-  runuser -u verifier -- env -u SELFBENCH_PREPARE_ONLY -u SELFBENCH_MAX_LOG_BYTES \
-    -u SELFBENCH_REWARD_ONLY -u SELFBENCH_SELECTOR_ORDER -u SELFBENCH_SKIP_EMPTY \
-    -u SELFBENCH_STOP_AT_FAILURE -u SELFBENCH_FAIL_TO_PASS_ONLY -u BASH_ENV -u ENV -u CDPATH \
-    PATH="$test_path" HOME=/home/verifier USER=verifier LOGNAME=verifier \
-    TMPDIR="$scratch" PYTHONPYCACHEPREFIX="$scratch/pycache" SELFBENCH_EVIDENCE_DIR="$evidence" \
-    NODE_OPTIONS="--require /opt/selfbench-verifier/hooks/node/preload.cjs${NODE_OPTIONS:+ $NODE_OPTIONS}" \
-    bash -c "$3" 2>&1 | tee "/logs/verifier/$name.log"
-  status=${PIPESTATUS[0]}
-  printf -v "${name}_ms" '%d' $((($(date +%s%N) - started) / 1000000))
-  if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; fi
-  kill_verifier_processes
-  if [ -f "$evidence_root/$name.stopped" ]; then
-    echo "selfbench: $name stopped at its first failed test: $(cut -f2- "$evidence_root/$name.stopped" | head -c 500)"
-  fi
-  # What the tests wrote is read only once no test process is left and root owns it.
-  chown -R -h root:root "$evidence" && chmod -R go-rwx "$evidence"
-  cap_log "/logs/verifier/$name.log"
-  result=$("${verifier[@]}" collect "$task" "$name" "$kind" "$status" "/logs/verifier/$name.log")
   run_passed=0
-  [ "$result" = passed=1 ] && run_passed=1
+  echo "selfbench: running $name: $3"
+  rm -f "/opt/selfbench/work/$name.result"
+  SELFBENCH_TEST_PATH="$test_path" SELFBENCH_MAX_LOG_BYTES="$max_log_bytes" \
+    "${verifier[@]}" run "$task" "$name" "$kind" "$3"
+  while IFS='=' read -r key value; do
+    case "$key" in
+      passed) [ "$value" = 1 ] && run_passed=1 ;;
+      status) status=$value ;;
+      ms) ms=$value ;;
+      truncated) truncated=$value ;;
+    esac
+  done < "/opt/selfbench/work/$name.result" 2>/dev/null
+  truncated_logs=$((truncated_logs + truncated))
+  printf -v "${name}_ms" '%d' "$ms"
   echo "selfbench: $name exited $status ($( [ "$run_passed" = 1 ] && echo passed || echo not passed ))"
   return "$status"
 }
@@ -172,7 +138,7 @@ discarded=$(grep -c . /logs/verifier/discarded.txt 2>/dev/null || true)
 discarded=${discarded:-0}
 
 if [ "$patch_applied" -eq 1 ]; then
-  kill_verifier_processes
+  pkill -KILL -u verifier 2>/dev/null || true
   for path in "${held_out_paths[@]}"; do
     root_git restore --source=HEAD --staged --worktree -- "$path" 2>/dev/null || true
     root_git clean -fdq -- "$path" 2>/dev/null || true
