@@ -1,27 +1,104 @@
 'use strict';
-// Shared by the verifier's node reporters: one JSON line per event into the run's evidence
-// directory (SELFBENCH_EVIDENCE_DIR), a file per process.
+// The verifier's channel in a node process: records to the collector (root, outside the tests'
+// reach) over a connection this process makes at start-up (the preload), each signed with the
+// key the collector gave that connection. The key lives only in this module's closure; records
+// written to the socket by other code are unsigned, and a connection made later holds no process
+// session, on which alone a runner's session may open.
+//
+// net has no synchronous API: the connection and its key arrive asynchronously, records wait in
+// a queue until then, and are written synchronously on the socket's descriptor afterwards, so
+// that nothing is lost when the process exits right after (jest's process.exit).
 const fs = require('fs');
+const net = require('net');
 const path = require('path');
+const crypto = require('crypto');
 
-const directory = process.env.SELFBENCH_EVIDENCE_DIR || '';
-const handles = new Map();
+const address = process.env.SELFBENCH_EVIDENCE_SOCKET || '';
+const ours = new Set(
+  ['evidence.cjs', 'preload.cjs', 'jest-reporter.cjs', 'jest-guard.cjs', 'vitest-reporter.mjs',
+    'node-test-reporter.mjs'].map((name) => path.join(__dirname, name)),
+);
+const state = { socket: null, fd: -1, key: null, queue: [], failed: false };
+
+function flush() {
+  while (state.queue.length && state.key && state.fd >= 0) {
+    const line = state.queue.shift();
+    const mac = crypto.createHmac('sha256', state.key).update(line).digest('hex');
+    const data = Buffer.from(`${mac} ${line}\n`);
+    let offset = 0;
+    let spins = 0;
+    while (offset < data.length) {
+      try {
+        offset += fs.writeSync(state.fd, data, offset);
+      } catch (error) {
+        // The descriptor is non-blocking: wait for the collector to read (it always does).
+        if (error.code !== 'EAGAIN' || ++spins > 200000) {
+          state.failed = true;
+          return;
+        }
+      }
+    }
+  }
+}
+
+function connect() {
+  if (state.socket || !address) return;
+  const socket = net.createConnection({ path: `\0${address.replace(/^@/, '')}` });
+  state.socket = socket;
+  let buffer = '';
+  socket.on('data', (chunk) => {
+    if (state.key) return;
+    buffer += chunk.toString('latin1');
+    const end = buffer.indexOf('\n');
+    if (end < 0) return;
+    state.key = Buffer.from(buffer.slice(0, end).trim(), 'hex');
+    state.fd = socket._handle && typeof socket._handle.fd === 'number' ? socket._handle.fd : -1;
+    socket.pause();
+    socket.unref();
+    flush();
+  });
+  socket.on('error', () => {
+    state.failed = true;
+  });
+}
+
+// Past the verifier's own frames, the caller must be node's own code or an installed package:
+// code under test driving the reporter gets a tamper record in place of its record.
+function caller() {
+  const lines = String(new Error().stack || '').split('\n').slice(1);
+  for (const line of lines) {
+    const match = /\(?((?:file:\/\/)?\/[^():]+|node:[^():]+)(?::\d+)?(?::\d+)?\)?$/.exec(line.trim());
+    if (!match) continue;
+    const file = match[1].replace(/^file:\/\//, '');
+    if (ours.has(file)) continue;
+    return file;
+  }
+  return null;
+}
+
+// Code no test process wrote: node's own, an installed package (node_modules is root's, but for
+// the caches the tests may write), the image's.
+function trusted(file) {
+  if (file === null || file.startsWith('node:')) return true;
+  if (/\/node_modules\/\.(cache|vite)\//.test(file)) return false;
+  return file.includes('/node_modules/') || file.startsWith('/usr/');
+}
+
+function send(runner, event) {
+  if (!address || state.failed) return;
+  connect();
+  state.queue.push(JSON.stringify({ runner, ...event }));
+  if (state.queue.length > 100000) state.queue.splice(0, 1);
+  flush();
+}
 
 function write(runner, event) {
-  if (!directory) return;
-  try {
-    let fd = handles.get(runner);
-    if (fd === undefined) {
-      const flags =
-        fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_APPEND |
-        (fs.constants.O_NOFOLLOW || 0);
-      fd = fs.openSync(path.join(directory, `node-${runner}-${process.pid}.jsonl`), flags, 0o600);
-      handles.set(runner, fd);
-    }
-    fs.writeSync(fd, JSON.stringify({ runner, ...event }) + '\n');
-  } catch (error) {
-    // The evidence is the verifier's concern; a failed write must not change the tests.
+  const from = caller();
+  if (!trusted(from)) {
+    send(runner, { t: 'tamper', what: `the verifier's reporter was driven by code of ${from}` });
+    return;
   }
+  send(runner, event);
 }
 
 function relative(file) {
@@ -36,4 +113,4 @@ function absolute(file) {
   return path.resolve(String(file).replace(/^file:\/\//, ''));
 }
 
-module.exports = { write, relative, absolute };
+module.exports = { write, relative, absolute, connect };

@@ -1,15 +1,15 @@
-// The verifier's reporter for `node --test`: one JSON line per test with its outcome, and the
-// run's end. Suites are left out (their tests are the evidence); a file that failed as a whole
-// is kept.
+// The verifier's reporter for `node --test`: one record per test with its outcome, and the run's
+// end, sent to the verifier's collector from the test runner's own process. Suites are left out
+// (their tests are the evidence); a file that failed as a whole is kept.
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-const { relative, absolute } = require('./evidence.cjs');
+const { write, relative, absolute } = require('./evidence.cjs');
 
 export default async function* selfbenchReporter(source) {
   const stacks = new Map();
   let failed = false;
-  yield `${JSON.stringify({ runner: 'node-test', t: 'start', version: process.version })}\n`;
+  write('node-test', { t: 'start', version: process.version });
   for await (const event of source) {
     const data = event.data || {};
     const file = data.file || '';
@@ -29,13 +29,13 @@ export default async function* selfbenchReporter(source) {
     if (outcome === 'failed') failed = true;
     if (isSuite && outcome !== 'failed') continue;
     const names = [...stack, data.name];
-    yield `${JSON.stringify({
-      runner: 'node-test',
+    write('node-test', {
       t: 'test',
       id: `${relative(file)} > ${names.join(' > ')}`,
       file: absolute(file),
       outcome: isSuite ? 'error' : outcome,
-    })}\n`;
+    });
   }
-  yield `${JSON.stringify({ runner: 'node-test', t: 'finish', status: failed ? 1 : 0 })}\n`;
+  write('node-test', { t: 'finish', status: failed ? 1 : 0 });
+  yield '';
 }

@@ -3,12 +3,16 @@
 // `--require` of this file; NODE_OPTIONS carries it for a node started by its full path). It
 // does nothing outside a run. It makes jest and vitest load the verifier's reporter next to
 // their own, and records mocha's test events: per-test evidence, from outside /app.
-if (process.env.SELFBENCH_EVIDENCE_DIR && !globalThis.__selfbenchPreload && !process.versions.bun) {
+if (process.env.SELFBENCH_EVIDENCE_SOCKET && !globalThis.__selfbenchPreload && !process.versions.bun) {
   globalThis.__selfbenchPreload = true;
   const fs = require('fs');
   const Module = require('module');
   const hooks = __dirname;
   const { write, relative, absolute } = require('./evidence.cjs');
+  // This process's session, on its first connection, opened before any code of the repository
+  // runs; its end is node's exit (process.exit included; not a kill, an abort or a crash).
+  write('node', { t: 'start', argv: process.argv.slice(0, 8) });
+  process.on('exit', (code) => write('node', { t: 'finish', status: code }));
 
   const hasOption = (argv, name) => argv.some((a) => a === name || a.startsWith(`${name}=`));
   // The outermost test runner of the verifier's run records; a run its tests start (jest's and
