@@ -102,9 +102,20 @@ if (process.env.SELFBENCH_EVIDENCE_SOCKET && !globalThis.__selfbenchPreload && !
 
   const load = Module._load;
   let jestWrapped = false;
+  let guard = null;
   Module._load = function (request, parent, isMain) {
     const exported = load.apply(this, arguments);
     try {
+      if (typeof request === 'string' && request.includes('jest-circus')) {
+        const file = Module._resolveFilename(request, parent, isMain);
+        if (/[\\/]jest-circus[\\/]runner\.js$/.test(file)) {
+          guard = guard || require('./jest-guard.cjs');
+          if (typeof exported === 'function') return guard.wrap(exported);
+          if (exported && typeof exported.default === 'function') {
+            return { ...exported, default: guard.wrap(exported.default) };
+          }
+        }
+      }
       if (
         !jestWrapped &&
         exported &&
