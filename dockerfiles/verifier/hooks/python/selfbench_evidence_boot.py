@@ -119,6 +119,17 @@ def _trusted_code(filename: str, agent: frozenset[str]) -> bool:
     )
 
 
+def _not_dumpable() -> None:
+    """This process's memory (/proc/PID/mem) becomes root's: no other process of the tests can
+    read or write the runner's state from outside (PR_SET_DUMPABLE 0)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except Exception:
+        pass
+
+
 def _argv_runner() -> str | None:
     """The runner this process was started as, from its command line (None: not a runner's)."""
     argv = list(getattr(sys, "orig_argv", sys.argv))
@@ -155,6 +166,7 @@ def _boot() -> None:
     address = os.environ.get("SELFBENCH_EVIDENCE_SOCKET")
     if not address:
         return
+    _not_dumpable()
     emit = _make_channel(address)
     # This process's session, on a connection made before any code of the repository runs: a
     # runner's session opens only on such a connection, and its end (the interpreter shutting
