@@ -465,6 +465,7 @@ def test_the_plan_holds_the_probe_the_exploits_and_the_online_retry(
         "harness-rename",
         "harness-rewrite-at-run",
         "reward-file-from-code",
+        "harness-memory",
     ]
     assert all(e["run"]["user"] == "agent" for e in exploits)
     assert exploits[0]["trial"]["test"]["env"]["SELFBENCH_REWARD_ONLY"] == "1"
