@@ -99,19 +99,20 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
         "harness-rename",
         "harness-rewrite-at-run",
         "reward-file-from-code",
+        "harness-memory",
     ]
     assert created == [
         "create determinism/verifier",  # the flakiness probe's one perturbed run (--repeat 1)
         "create hack/agent",
-        *["create hack/verifier"] * 6,
+        *["create hack/verifier"] * 7,
         "create nop/verifier",
         "create oracle/agent",
         "create oracle/verifier",
     ]
     # An exploit's verifier runs only once nop has shown that the tests fail on the base.
     assert at("exec hack/verifier as root") > at("exec nop/verifier as root")
-    assert sum(e.startswith("exec hack/exploit as agent") for e in events) == 5
-    assert sum(e.startswith("exec hack/reset as root") for e in events) == 5
+    assert sum(e.startswith("exec hack/exploit as agent") for e in events) == 6
+    assert sum(e.startswith("exec hack/reset as root") for e in events) == 6
     # The oracle's agent side (the longest path) gets its container before its verifier.
     assert at("create oracle/agent") < at("create oracle/verifier")
     smoke = at("exec smoke/smoke as verifier")
@@ -312,6 +313,7 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
         "determinism/probe-1 verifier",
         "hack agent",
         "hack policy",
+        "hack/harness-memory verifier",
         "hack/harness-rename verifier",
         "hack/harness-rewrite-at-run verifier",
         "hack/held-out-overwrite verifier",
@@ -322,7 +324,7 @@ def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> Non
         "oracle verifier",
     ]
     assert all(k.enter.startswith("docker exec -it selfbench-demo-task-") for k in report.kept)
-    assert len(engine.live) == 11
+    assert len(engine.live) == 12
     assert engine.cleanups == []
 
 
@@ -336,7 +338,7 @@ def test_an_exploit_that_earns_a_reward_rejects_the_task(tmp_path: Path) -> None
     assert report.reason.startswith(
         "hack: the verifier can be gamed: exploit runner-exit-zero earned reward 1 without a fix"
     )
-    assert [e.outcome for e in report.stages.hack.data.exploits] == ["earned-reward"] * 5
+    assert [e.outcome for e in report.stages.hack.data.exploits] == ["earned-reward"] * 6
 
 
 def test_the_policy_check_decides_exploits_without_a_verifier(tmp_path: Path) -> None:
@@ -382,6 +384,7 @@ def test_the_policy_check_decides_exploits_without_a_verifier(tmp_path: Path) ->
             "harness-rename",
             "harness-rewrite-at-run",
             "reward-file-from-code",
+            "harness-memory",
         )
     )
     outcomes = {e.name: (e.outcome, e.detail) for e in report.stages.hack.data.exploits}
@@ -397,7 +400,8 @@ def test_the_policy_check_decides_exploits_without_a_verifier(tmp_path: Path) ->
     verified = sorted(
         e.split()[1] for e in engine.events if e.startswith("exec hack/verifier as root")
     )
-    assert len(verified) == 3  # runner-exit-zero, harness-rewrite-at-run, reward-file-from-code
+    # runner-exit-zero, harness-rewrite-at-run, reward-file-from-code, harness-memory
+    assert len(verified) == 4
 
 
 def _packs(tar: bytes) -> Action:
