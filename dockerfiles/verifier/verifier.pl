@@ -2132,6 +2132,35 @@ sub cmd_judge {
     return 0;
 }
 
+# sessions FILE: read_events and go_cross_check on a document {events: [...], conns: [{id, pid}],
+# goPackages: [...]}; prints what they made of it (tests, sessions finished or ended abruptly,
+# tampering, go's cross-check).
+sub cmd_sessions {
+    my ($file) = @_;
+    my $doc = read_json($file) // fail("cannot read $file");
+    my $run = { tests => {}, seen => {}, finished => {}, plugins => [], tampered => [],
+      duplicates => [], runnerStatus => {} };
+    read_events($run, $doc->{events} // [], $doc->{conns} // []);
+    go_cross_check($run, { map { $_ => 1 } @{ $doc->{goPackages} // [] } });
+    my @tests = map { { id => $_->{id}, runner => $_->{runner}, outcome => $_->{outcome} } }
+      sort { $a->{id} cmp $b->{id} } values %{ $run->{tests} };
+    print $JSON->encode({ tests => \@tests, finished => $run->{finished}, abrupt => $run->{abrupt} // {},
+      tampered => $run->{tampered}, duplicates => $run->{duplicates},
+      channelProblems => $run->{channel_problems} // [], runnerStatus => $run->{runnerStatus} }), "\n";
+    return 0;
+}
+
+# no-match TASK RUNNER SELECTOR ALONE LOG: why the selector selected nothing in that output, or
+# nothing (the runners' messages; a path-like selector is looked for under /app).
+sub cmd_no_match {
+    my ($task_path, $runner, $selector, $alone, $log) = @_;
+    my $task = task($task_path);
+    my $text = strip_ansi(read_file($log) // '');
+    my $why = no_match($task, [$runner], $selector, $alone ? 1 : 0, $text);
+    print $JSON->encode({ why => $why }), "\n";
+    return 0;
+}
+
 # ---- main ---------------------------------------------------------------------------------------
 
 my %COMMANDS = (
@@ -2141,6 +2170,8 @@ my %COMMANDS = (
     'reset' => [\&cmd_reset, 1],
     'collect' => [\&cmd_collect, 5],
     'judge' => [\&cmd_judge, 1],
+    'sessions' => [\&cmd_sessions, 1],
+    'no-match' => [\&cmd_no_match, 5],
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 0],
     'go-merge-overlay' => [\&cmd_go_merge_overlay, 2],

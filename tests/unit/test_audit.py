@@ -454,3 +454,65 @@ def test_gitattributes_without_drivers_is_no_oddity() -> None:
         "+*.png binary -diff\n+[attr]generated -merge linguist-generated\n"
     )
     assert patch_oddities("gold.patch", parse_patch(text.encode())) == []
+
+
+@pytest.mark.parametrize(
+    ("runner", "selector", "path"),
+    [
+        ("pytest", "tests/test_a.py", "tests/test_a.py"),
+        ("pytest", "tests/test_a.py::TestX::test_y[1-2]", "tests/test_a.py"),
+        ("pytest", "tests/unit", "tests/unit"),
+        ("pytest", "-k", None),
+        ("go", "./pkg/...", "./pkg"),
+        ("go", "./...", "."),
+        ("go", "example.com/m/pkg", None),
+        ("jest", "tests/mul", None),  # a pattern over paths
+        ("unittest", "tests.test_a", None),  # a module
+        ("mocha", "test/a.spec.js:12", "test/a.spec.js"),
+        ("mocha", "test/**/*.spec.js", None),  # a glob
+        (None, "tests/test_new.sh", "tests/test_new.sh"),
+        (None, "suite/name", None),  # a custom runner's name, not a file
+    ],
+)
+def test_the_path_a_selector_names(runner: str | None, selector: str, path: str | None) -> None:
+    from runner.model.runners import selector_path
+
+    assert selector_path(runner, selector) == path
+
+
+def test_selectors_that_name_nothing_in_the_repository_are_blockers(tmp_path: Path) -> None:
+    """A path-like selector must name a file of the base commit with test.patch applied, and the
+    names a pytest node id adds must occur in its file (a typo would pass nop as a failing test,
+    and only the oracle would say something, without naming the selector)."""
+    from runner.compile.compiler import compile_task
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.settings import CompileOptions
+    from tests.helpers import files_task
+
+    task = files_task(
+        tmp_path,
+        "typos",
+        base={
+            "calc.py": "def add(a, b):\n    return a + b\n",
+            "tests/test_add.py": "def test_add():\n    pass\n",
+        },
+        tests={"tests/test_mul.py": "def test_mul():\n    pass\n\n\ndef test_zero():\n    pass\n"},
+        gold={"calc.py": "def mul(a, b):\n    return a * b\n"},
+        testCommand="python -m pytest {tests}",
+        failToPass=[
+            "tests/test_mul.py::test_mul",
+            "tests/test_mull.py",
+            "tests/test_mul.py::test_zer0",
+        ],
+        passToPass=["tests/test_add.py"],
+        testPaths=["tests/test_mul.py"],
+    )
+    result = compile_task(
+        load_authored_task(task), repo=None, out=tmp_path / "b", options=CompileOptions()
+    )
+    assert result.repository.selector_problems == [
+        "failToPass[1]: selector 'tests/test_mull.py' names tests/test_mull.py, which is neither "
+        "in baseCommit nor added by test.patch (a typo would select no test)",
+        "failToPass[2]: selector 'tests/test_mul.py::test_zer0': test_zer0 does not occur in "
+        "tests/test_mul.py (a typo would select no test)",
+    ]

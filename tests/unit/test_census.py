@@ -215,3 +215,37 @@ def test_the_census_keeps_how_many_assertions_each_fail_to_pass_test_passed() ->
         runner_version="v",
     )
     assert census.fail_to_pass.asserts == {"a > asserts": 2}
+
+
+def test_expected_failures_are_outcomes_of_their_own(tmp_path: Path) -> None:
+    """An xfail or xpass at the oracle is no fail-to-pass test (only "passed" is), but a
+    pass-to-pass test may keep ending that way; a selector a run found selecting nothing is read
+    back once, whichever run found it."""
+    from runner.model.census import unmatched_selectors
+
+    oracle = run("fail_to_pass", "f2p", "per-test", {"t::a": "passed", "t::x": "xfailed"})
+    p2p = run("pass_to_pass", "p2p", "per-test", {"o::x": "xfailed", "o::y": "xpassed"})
+    census = build_census(
+        nop_fail_to_pass=None,
+        oracle_fail_to_pass=oracle,
+        oracle_pass_to_pass=p2p,
+        run_id="r",
+        runner_version="v",
+    )
+    assert census.fail_to_pass.tests == ["t::a"]
+    assert census.pass_to_pass.tests == ["o::x", "o::y"]
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    missing = {"selector": "t_typo.py", "matched": False, "why": "pytest: no such file"}
+    for name in ("fail_to_pass", "fail_to_pass_selector_0"):
+        doc = run(name, "f2p", "per-test", {}, selectors=[missing]).model_dump_json(by_alias=True)
+        (evidence / f"{name}.json").write_text(doc)
+    (evidence / "pass_to_pass.json").write_text(
+        run(
+            "pass_to_pass", "p2p", "per-test", {}, selectors=[{**missing, "selector": "o.py"}]
+        ).model_dump_json(by_alias=True)
+    )
+    assert [u.sentence() for u in unmatched_selectors(tmp_path)] == [
+        "fail-to-pass selector t_typo.py matched no test (pytest: no such file)",
+        "pass-to-pass selector o.py matched no test (pytest: no such file)",
+    ]

@@ -579,3 +579,73 @@ def test_selectors_run_alone_decide_with_the_trial() -> None:
         "pass-to-pass failed; failing alone: t::0, t::1, t::2, t::3, t::4 ...; "
         "the verifier's patch policy undid conftest.py (runner config)"
     )
+
+
+@pytest.mark.parametrize(
+    ("gate", "got", "extra", "problems", "detail"),
+    [
+        # The tests exited 0 and an evidence rule failed the run: the rule is the reason, never
+        # "still fail".
+        (
+            "oracle",
+            reward(ORACLE_OK, fail_to_pass=0),
+            {"fail_to_pass_exit_code": 0},
+            {"fail_to_pass": "a test-runner plugin was loaded from a file ..."},
+            "fail-to-pass with the gold patch exited 0 but did not pass the verifier's evidence "
+            "rules",
+        ),
+        (
+            "nop",
+            reward(NOP_OK, pass_to_pass=0),
+            {"pass_to_pass_exit_code": 0},
+            {"pass_to_pass": "pytest did not finish its run (it ended early)"},
+            "pass-to-pass on the base snapshot exited 0 but did not pass the verifier's evidence "
+            "rules",
+        ),
+        (
+            "oracle",
+            reward(ORACLE_OK, pass_to_pass=0),
+            {"pass_to_pass_exit_code": 0},
+            {"pass_to_pass": "1 expected test(s) did not run"},
+            "pass-to-pass with the gold patch exited 0 but did not pass the verifier's evidence "
+            "rules",
+        ),
+        # A non-zero exit is a failure of the tests, as before.
+        (
+            "oracle",
+            reward(ORACLE_OK, fail_to_pass=0),
+            {"fail_to_pass_exit_code": 1},
+            {"fail_to_pass": "1 test(s) failed: t::a"},
+            "fail-to-pass tests still fail with the gold patch (exit 1)",
+        ),
+    ],
+)
+def test_a_rule_that_fired_is_named_as_a_rule(
+    gate: str, got: Reward, extra: dict[str, int], problems: dict[str, str], detail: str
+) -> None:
+    assert evaluate_gate(gate, got, details(**extra), problems) == (False, detail)
+
+
+def test_a_selector_that_selected_nothing_fails_the_gate_naming_it() -> None:
+    """At nop a typo passes as a failing test: the selector is named instead, whatever else."""
+    passed = gates.Judgement(Status.PASSED, "fail-to-pass fails (exit 4), pass-to-pass passes")
+    sentence = (
+        "fail-to-pass selector tests/test_truncat.py matched no test (pytest: no such file or "
+        "directory: tests/test_truncat.py)"
+    )
+    judged = gates.judge_selectors(
+        passed, gate="nop", passing_alone=[], breaking_alone=[], undone="", unmatched=[sentence]
+    )
+    assert judged == gates.Judgement(Status.FAILED, sentence)
+    many = [f"fail-to-pass selector s{i} matched no test (x)" for i in range(5)]
+    judged = gates.judge_selectors(
+        passed, gate="oracle", passing_alone=[], breaking_alone=[], undone="", unmatched=many
+    )
+    assert judged.detail.endswith("; and 2 more") and judged.status is Status.FAILED
+    errored = gates.Judgement(Status.ERROR, "the verifier did not run")
+    assert (
+        gates.judge_selectors(
+            errored, gate="nop", passing_alone=[], breaking_alone=[], undone="", unmatched=many
+        )
+        == errored
+    )
