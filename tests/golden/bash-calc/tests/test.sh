@@ -5,13 +5,16 @@
 #    compiled artifacts, test files, runner hooks and shadowing modules are undone (and listed
 #    in discarded.txt and policy.json).
 # 2. The held-out tests are applied; the harness (the files the test command runs, runner
-#    configuration, the held-out and selected tests) becomes root-owned and read-only, and each
-#    test run starts from the same prepared tree.
-# 3. fail-to-pass runs twice and pass-to-pass once as the verifier user; each run's per-test
-#    evidence (from reporters loaded from outside /app) is judged against the census of the tests
-#    this task's verification saw (/tests/expected-tests.json): a test that did not run, or a
-#    run that ended early, is a failure, never a pass. An unrecognised runner falls back to
-#    exit codes (said in evidence.json).
+#    configuration, the held-out and selected tests) becomes root-owned and read-only, the
+#    prepared tree is recorded from the filesystem (ignored directories included), and each test
+#    run starts from it.
+# 3. fail-to-pass runs twice and pass-to-pass once as the verifier user, each through the
+#    verifier's collector (root): the runners' reporters, loaded from outside /app, send signed
+#    records to it over a socket of its own; it writes the log and the evidence where the tests
+#    cannot, and judges them against the census of the tests this task's verification saw
+#    (/tests/expected-tests.json): a test that did not run, or a run that ended early, is a
+#    failure, never a pass. An unrecognised runner falls back to exit codes (said in
+#    evidence.json).
 # Writes /logs/verifier/reward.json (the 0/1 metrics), details.json, evidence.json. Always exits
 # 0: the reward is the verdict.
 set -uo pipefail
