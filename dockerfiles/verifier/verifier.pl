@@ -1061,6 +1061,13 @@ sub read_bun_log {
             $file = normalize_abs("$wd/$1");
             next;
         }
+        if ($line =~ /^# Unhandled error (?:between tests|in \S+)/) {
+            # The file (or the run) failed outside any test: an error of the file, as jest's and
+            # vitest's reporters record one.
+            $run->{seen}{bun} = 1;
+            add_test($run, 'bun', (defined $file ? "$file > " : '') . '[unhandled error]', $file, 'error');
+            next;
+        }
         if ($line =~ /^\s*\((pass|fail|skip|todo)\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/) {
             my %map = (pass => 'passed', fail => 'failed', skip => 'skipped', todo => 'skipped');
             $run->{seen}{bun} = 1;

@@ -220,6 +220,7 @@ def test_generic_exploits_resist_and_a_waived_runner_is_caught(
         "harness-rename": "resisted",
         "harness-rewrite-at-run": "resisted",
         "reward-file-from-code": "resisted",
+        "harness-memory": "resisted",
     }
     assert exploit(run, "runner-exit-zero")["discarded"] == ["tests/run.sh"]
     # Undone by the policy alone (its check, before any verifier): no test ran for it.

@@ -28,19 +28,8 @@ import pytest
 
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
 from tests.integration.conftest import ROOT, Run, run_verify
+from tests.realistic import GO_VENDORED, UV_MONOREPO, build
 
-PYTEST_BASE: dict[str, str | bytes | None] = {
-    "calc.py": "def add(a, b):\n    return a + b\n",
-    "pyproject.toml": '[project]\nname = "calc"\nversion = "0"\ndependencies = []\n\n'
-    '[tool.pytest.ini_options]\naddopts = "-q"\n',
-    "tests/__init__.py": "",
-    "tests/test_add.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-}
-PYTEST_GOLD = (
-    "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n"
-    + "".join(f"    # step {i}\n" for i in range(20))
-    + "    return a * b\n"
-)
 JEST_PACKAGE = (
     '{\n  "name": "calc",\n  "private": true,\n  "scripts": {\n'
     '    "test": "jest"\n  },\n  "devDependencies": {\n    "jest": "29.7.0"\n  }\n}\n'
@@ -97,37 +86,22 @@ def _repo(directory: Path) -> Path:
 
 
 def pytest_case(tmp: Path) -> Case:
-    task = files_task(
-        tmp,
-        "verdicts-pytest",
-        base=PYTEST_BASE,
-        tests={
-            "tests/test_mul.py": "from calc import mul\n\n\ndef test_mul():\n"
-            "    assert mul(2, 3) == 6\n\n\ndef test_mul_zero():\n    assert mul(0, 3) == 0\n"
-        },
-        gold={"calc.py": PYTEST_GOLD},
-        setupCommand="uv venv -q --python /usr/bin/python3 /opt/venv "
-        "&& uv pip install -q --python /opt/venv pytest==8.3.4",
-        testCommand="PYTHONPATH=. /opt/venv/bin/python -m pytest -p no:cacheprovider {tests}",
-        failToPass=["tests/test_mul.py"],
-        passToPass=["tests/test_add.py"],
-        testPaths=["tests/test_mul.py"],
-        toolchains=["uv"],
-        environment={
-            "rootSetupCommand": "apt-get update -qq && apt-get install -y -qq python3 > /dev/null"
-        },
-    )
+    """A uv project in a monorepo subdirectory, its .venv in the repository and git-ignored."""
+    built = build(tmp, UV_MONOREPO)
+    root = "packages/textkit"
     return Case(
-        task=task,
-        repo=_repo(task),
-        fix={"calc.py": PYTEST_GOLD},
+        task=built.task,
+        repo=built.repo,
+        fix=dict(UV_MONOREPO.gold),
         extras={
-            "tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef two():\n    return 2\n",
-            "pyproject.toml": '[project]\nname = "calc"\nversion = "0"\n'
-            'dependencies = ["attrs"]\n\n[tool.pytest.ini_options]\naddopts = "-q"\n',
+            f"{root}/tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef two():\n"
+            "    return 2\n",
+            f"{root}/pyproject.toml": str(UV_MONOREPO.base[f"{root}/pyproject.toml"]).replace(
+                "dependencies = []", 'dependencies = ["attrs"]'
+            ),
         },
-        undone={"tests/conftest.py", "pyproject.toml"},
-        options=["--build-network", "host"],
+        undone={f"{root}/tests/conftest.py", f"{root}/pyproject.toml"},
+        options=list(UV_MONOREPO.options),
         mode="per-test",
         classes={
             "pytest-conftest",
@@ -139,9 +113,13 @@ def pytest_case(tmp: Path) -> Case:
             "python-sitecustomize",
             "python-shadow-stdlib",
             "python-exit-in-code",
-            "python-pyc",
             "harness-rewrite-at-run",
             "reward-file-from-code",
+            "evidence-forged-at-exit",
+            "evidence-own-connection",
+            "pytest-reporter-driven",
+            "python-trace-jump",
+            "pytest-xfail-from-code",
         },
     )
 
@@ -184,37 +162,36 @@ def jest_case(tmp: Path, via: str) -> Case:
             "harness-rename",
             "harness-rewrite-at-run",
             "reward-file-from-code",
+            "jest-matchers-replaced",
+            "jest-api-wrapped",
+            "node-forged-at-exit",
         },
     )
 
 
 def go_case(tmp: Path) -> Case:
-    task = files_task(
-        tmp,
-        "verdicts-go",
-        base=GO_BASE,
-        tests={"mul/mul_test.go": GO_TEST},
-        gold={"mul/mul.go": GO_GOLD},
-        # Compiles the testing packages into the shared build cache once, at setup.
-        setupCommand="go test -run '^$' ./...",
-        testCommand="go test {tests}",
-        failToPass=["./mul"],
-        passToPass=["./add"],
-        testPaths=["mul/mul_test.go"],
-        toolchains=["go"],
-    )
+    """A go module with a vendored package."""
+    built = build(tmp, GO_VENDORED)
     return Case(
-        task=task,
-        repo=_repo(task),
-        fix={"mul/mul.go": GO_GOLD},
+        task=built.task,
+        repo=built.repo,
+        fix=dict(GO_VENDORED.gold),
         extras={
-            "mul/mul_more_test.go": 'package mul\n\nimport "testing"\n\n'
+            "perimeter/perimeter_more_test.go": 'package perimeter\n\nimport "testing"\n\n'
             "func TestMine(t *testing.T) {}\n"
         },
-        undone={"mul/mul_more_test.go"},
-        options=["--toolchain-source", "go=registry"],
+        undone={"perimeter/perimeter_more_test.go"},
+        options=list(GO_VENDORED.options),
         mode="per-test",
-        classes={"go-testmain", "go-exit-in-code", "go-run-nothing", "go-module-tricks"},
+        classes={
+            "go-testmain",
+            "go-exit-in-code",
+            "go-run-nothing",
+            "go-module-tricks",
+            "go-printed-framing",
+            "go-exit-under-the-framework",
+            "go-stand-in-main",
+        },
     )
 
 
@@ -234,6 +211,7 @@ def bash_case(tmp: Path) -> Case:
             "harness-rename",
             "harness-rewrite-at-run",
             "reward-file-from-code",
+            "harness-memory",
         },
     )
 
@@ -358,7 +336,10 @@ def test_a_conftest_the_contract_allows_still_earns_nothing(
     cannot turn a test module that fails to import into a passing test."""
     case = pytest_case(tmp_path)
     doc = json.loads((case.task / "definition.json").read_text())
-    doc["environment"]["harnessAllow"] = ["conftest.py", "tests/conftest.py"]
+    doc["environment"]["harnessAllow"] = [
+        "packages/textkit/conftest.py",
+        "packages/textkit/tests/conftest.py",
+    ]
     (case.task / "definition.json").write_text(json.dumps(doc, indent=2) + "\n")
     run = run_verify(case.task, [*verify_options, *case.options], tmp_path / "run")
     assert run.report["verdict"] == "accepted", run.report["reason"]
@@ -369,7 +350,8 @@ def test_a_conftest_the_contract_allows_still_earns_nothing(
     assert conftest["discarded"] == []  # the contract kept it
     # Its fail-to-pass run stopped at the first failed test (the module that fails to import).
     assert conftest["detail"].startswith(
-        "reward 0: stopped at its first failed test, tests/test_mul.py (the reward is 0 already)"
+        "reward 0: stopped at its first failed test, tests/test_truncate.py (the reward is 0 "
+        "already)"
     ), conftest["detail"]
 
 

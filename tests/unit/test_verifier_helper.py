@@ -254,6 +254,21 @@ def test_bun_tests_are_read_from_its_output(tmp_path: Path) -> None:
     }
     # Ended before its summary: not finished (a process.exit(0) in the code under test).
     assert parse(tmp_path, "bun", BUN.split(" 2 pass", maxsplit=1)[0])["finished"] is False
+    # A test file that failed to load is an error of that file (no test line says so).
+    unloadable = (
+        "tests/stats.test.ts:\n\n# Unhandled error between tests\n-------------\n"
+        "error: Cannot find module '../src/stats' from '/app/tests/stats.test.ts'\n"
+        "-------------\n\n 0 pass\n 1 fail\n 1 error\nRan 1 test across 1 file. [12.00ms]\n"
+    )
+    parsed = parse(tmp_path, "bun", unloadable)
+    assert parsed["tests"] == [
+        {
+            "id": "/app/tests/stats.test.ts > [unhandled error]",
+            "outcome": "error",
+            "file": "/app/tests/stats.test.ts",
+        }
+    ]
+    assert parsed["finished"] is True
 
 
 CARGO = """   Compiling calc v0.1.0 (/app)
