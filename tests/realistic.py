@@ -201,7 +201,15 @@ def _package(runner: str, version: str, script: str) -> str:
     )
 
 
-def _node_project(name: str, runner: str, version: str, command: str, header: str) -> Project:
+def _node_project(name: str, runner: str, version: str, command: str, esm: bool) -> Project:
+    """`esm`: the tests import (vitest 3 refuses require()); else they require (jest)."""
+    header = "import { test, expect } from 'vitest';\n" if esm else ""
+
+    def load(names: str, module: str) -> str:
+        if esm:
+            return f"import {{ {names} }} from '{module}/index.js';\n"
+        return f"const {{ {names} }} = require('{module}');\n"
+
     return Project(
         name=name,
         base={
@@ -209,12 +217,14 @@ def _node_project(name: str, runner: str, version: str, command: str, header: st
             ".gitignore": "node_modules/\ncoverage/\n",
             "src/pad.js": "exports.padLeft = (s, n) => String(s).padStart(n);\n",
             "src/index.js": "module.exports = { ...require('./pad') };\n",
-            "test/pad.test.js": f"{header}const {{ padLeft }} = require('../src');\n"
-            "test('pads', () => expect(padLeft('a', 3)).toBe('  a'));\n",
+            "test/pad.test.js": header
+            + load("padLeft", "../src")
+            + "test('pads', () => expect(padLeft('a', 3)).toBe('  a'));\n",
         },
         tests={
-            "test/repeat.test.js": f"{header}const {{ repeat }} = require('../src');\n"
-            "test('repeats', () => expect(repeat('ab', 3)).toBe('ababab'));\n"
+            "test/repeat.test.js": header
+            + load("repeat", "../src")
+            + "test('repeats', () => expect(repeat('ab', 3)).toBe('ababab'));\n"
             "test('zero', () => { expect(repeat('x', 0)).toBe(''); "
             "expect(repeat('x', 1)).toEqual('x'); });\n"
         },
@@ -245,14 +255,8 @@ def _node_project(name: str, runner: str, version: str, command: str, header: st
     )
 
 
-JEST = _node_project("real-jest", "jest", "29.7.0", "npx jest {tests}", "")
-VITEST = _node_project(
-    "real-vitest",
-    "vitest",
-    "3.2.7",
-    "npx vitest run {tests}",
-    "const { test, expect } = require('vitest');\n",
-)
+JEST = _node_project("real-jest", "jest", "29.7.0", "npx jest {tests}", esm=False)
+VITEST = _node_project("real-vitest", "vitest", "3.2.7", "npx vitest run {tests}", esm=True)
 
 # ---- a go module with a vendored package -----------------------------------------------------
 

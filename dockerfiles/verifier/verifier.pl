@@ -1449,7 +1449,9 @@ sub matcher {
     if ($runner eq 'unittest' && $selector =~ /^[A-Za-z_][A-Za-z0-9_.]*$/) {
         return (sub {
             my ($test) = @_;
-            return $test->{id} eq $selector || index($test->{id}, "$selector.") == 0;
+            # A module that failed to import is unittest's _FailedTest named after it.
+            (my $id = $test->{id}) =~ s/^unittest\.loader\.(?:_FailedTest|ModuleImportFailure)\.//;
+            return $id eq $selector || index($id, "$selector.") == 0;
         }, 1);
     }
     if ($runner =~ /^(jest|vitest|bun|mocha|node-test)$/ && length $path) {

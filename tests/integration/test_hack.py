@@ -238,7 +238,7 @@ def test_generic_exploits_resist_and_a_waived_runner_is_caught(
     assert "reward.json" in (code / "agent.patch").read_text()
     assert json.loads((code / "logs" / "verifier" / "reward.json").read_text())["reward"] == 0
     assert not (code / "logs" / "verifier" / "reward.txt").exists()
-    assert run.stage("hack")["detail"] == "5 exploit(s) earned no reward"
+    assert run.stage("hack")["detail"] == "6 exploit(s) earned no reward"
     assert leftovers(docker_client, run.report["runId"]) == []
 
     waived_task = with_allow(task.directory, ["tests/run.sh"])

@@ -78,6 +78,7 @@ class Case:
     options: list[str]
     mode: str  # the census's fail-to-pass mode
     classes: set[str]  # exploits that must be among those run (one per class, at least)
+    f2p_tests: int = 2  # the fail-to-pass tests the census holds (go's subtests too)
 
 
 def _repo(directory: Path) -> Path:
@@ -192,6 +193,7 @@ def go_case(tmp: Path) -> Case:
             "go-exit-under-the-framework",
             "go-stand-in-main",
         },
+        f2p_tests=4,  # TestSquare, TestTable and its two subtests
     )
 
 
@@ -273,11 +275,14 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     census = json.loads(Path(census_info["file"]).read_text())
     assert census["sealed"] is True
     if case.mode == "per-test":
-        assert len(census["failToPass"]["tests"]) == 2 and census["passToPass"]["tests"]
+        assert len(census["failToPass"]["tests"]) == case.f2p_tests
+        assert census["passToPass"]["tests"]
         evidence = run.stage("oracle")["data"]["evidence"]
         assert evidence["mode"] == "per-test"
         f2p = [s for s in evidence["selectors"] if s["kind"] == "failToPass"]
-        assert [(s["ran"], s["passed"], s["failed"]) for s in f2p] == [(2, 2, 0)]
+        assert [(s["ran"], s["passed"], s["failed"]) for s in f2p] == [
+            (case.f2p_tests, case.f2p_tests, 0)
+        ]
     else:
         assert run.stage("oracle")["data"]["evidence"]["note"] == "exit-code evidence only"
 
@@ -312,7 +317,7 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
         fail_to_pass = selectors[
             json.loads((case.task / "definition.json").read_text())["failToPass"][0]
         ]
-        assert (fail_to_pass["ran"], fail_to_pass["passed"]) == (2, 2)
+        assert (fail_to_pass["ran"], fail_to_pass["passed"]) == (case.f2p_tests, case.f2p_tests)
 
     # The real fix with changes an agent must not make: still reward 1, those undone.
     extra = patch_of(case.repo, {**case.fix, **case.extras}, tmp_path / "extra.patch")

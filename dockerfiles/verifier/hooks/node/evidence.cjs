@@ -16,6 +16,7 @@ const crypto = require('crypto');
 const address = process.env.SELFBENCH_EVIDENCE_SOCKET || '';
 const ours = new Set(
   ['evidence.cjs', 'preload.cjs', 'jest-reporter.cjs', 'jest-guard.cjs', 'vitest-reporter.mjs',
+    'vitest-guard.mjs',
     'node-test-reporter.mjs'].map((name) => path.join(__dirname, name)),
 );
 const state = { socket: null, fd: -1, key: null, queue: [], failed: false };

@@ -1,6 +1,7 @@
 // The verifier's vitest reporter (vitest 1 to 4): one line per test with its outcome, a line for
 // a test file that failed to run or an unhandled error, and the run's end.
 import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 
 const require = createRequire(import.meta.url);
 const { write, relative, absolute } = require('./evidence.cjs');
@@ -30,8 +31,16 @@ export default class SelfbenchVitestReporter {
     this.done = false;
   }
 
-  onInit() {
+  onInit(ctx) {
     write('vitest', { t: 'start' });
+    // The guard of vitest's assertion API joins every project's setup files, last.
+    const guard = fileURLToPath(new URL('./vitest-guard.mjs', import.meta.url));
+    const configs = [ctx && ctx.config, ...((ctx && ctx.projects) || []).map((p) => p && p.config)];
+    for (const config of configs) {
+      if (config && Array.isArray(config.setupFiles) && !config.setupFiles.includes(guard)) {
+        config.setupFiles.push(guard);
+      }
+    }
   }
 
   record(files, errors) {
