@@ -5,7 +5,9 @@
 // matchers as they stand once the repository's setup files have run are recorded, with the
 // intrinsics the comparison needs captured now, and every test that ends on a replaced one fails
 // with an error saying so (and a tamper record goes to the verifier's collector).
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const require = createRequire(import.meta.url);
@@ -13,7 +15,11 @@ const { write } = require('./evidence.cjs');
 // The project's own vitest (this file lives outside the project): the instance its tests import.
 const root = (globalThis.__vitest_worker__ && globalThis.__vitest_worker__.config
   && globalThis.__vitest_worker__.config.root) || process.cwd();
-const vitest = await import(pathToFileURL(createRequire(`${root}/`).resolve('vitest')).href);
+const manifest = createRequire(`${root}/`).resolve('vitest/package.json');
+const exported = (JSON.parse(readFileSync(manifest, 'utf8')).exports || {})['.'] || {};
+const entry = typeof exported === 'string' ? exported
+  : (exported.import && (exported.import.default || exported.import)) || exported.default;
+const vitest = await import(pathToFileURL(join(dirname(manifest), entry)).href);
 const { afterEach, chai, expect } = vitest;
 
 const describe = Object.getOwnPropertyDescriptor;
