@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.helpers import LIB_BASE, LIB_GOLD, RUNNER_SH, diff_of, make_repo, write_task
 from tests.helpers import definition as base_definition
-from tests.helpers import diff_of, make_repo, write_task
 
 Files = dict[str, str | bytes | None]
 
@@ -36,6 +36,10 @@ class Project:
     # What the rejections say (the start of the stage's detail).
     nop_red: str = "pass-to-pass tests fail on the base snapshot (exit 1)"
     broken: str = "fail-to-pass tests still fail with the gold patch (exit 1)"
+    # What a red gate quotes of the failing run: the evidence's failed test, or (a custom runner,
+    # judged by exit codes) the runner's last line.
+    failed_words: str = "test(s) failed"
+    evidence: str = "per-test"
 
 
 @dataclass(frozen=True)
@@ -308,4 +312,28 @@ GO_VENDORED = Project(
         "toolchains": ["go"],
     },
     options=["--toolchain-source", "go=registry"],
+)
+
+# ---- a bash runner script (exit-code evidence) -----------------------------------------------
+
+BASH_RUNNER = Project(
+    name="real-bash",
+    base={
+        "lib.sh": LIB_BASE,
+        "tests/run.sh": RUNNER_SH,
+        "tests/test_old.sh": '. ./lib.sh\n[ "$(greet x)" = "hello x" ]\n',
+    },
+    tests={"tests/test_new.sh": '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'},
+    gold={"lib.sh": LIB_GOLD},
+    broken_gold={"lib.sh": LIB_GOLD.replace('shout() { shout_0 "$@"; }', 'shout() { echo "$@"; }')},
+    failing={"tests/test_env.sh": '[ -n "${SELFBENCH_NO_SUCH:-}" ]\n'},
+    failing_selector="tests/test_env.sh",
+    overrides={
+        "testCommand": "bash tests/run.sh {tests}",
+        "failToPass": ["tests/test_new.sh"],
+        "passToPass": ["tests/test_old.sh"],
+        "testPaths": ["tests/test_new.sh"],
+    },
+    failed_words="FAIL tests/",
+    evidence="exit-code",
 )

@@ -7,7 +7,7 @@ and its nop-red and broken-gold variants are rejected at the right stage with th
 - a pip project with an in-tree venv, unittest, and a gold patch that changes requirements.txt
   (the verifier's dependencies come from the dependency-setup pass), with its hack gate;
 - jest and vitest with node_modules (vitest with its hack gate), a go module with a vendored
-  package.
+  package, a bash runner script (judged by exit codes).
 
 The hack gates of the uv, jest and go shapes run in test_verdicts.py, which grades every exploit
 class of those runners through `grade` as well."""
@@ -19,7 +19,16 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Run, run_verify
-from tests.realistic import GO_VENDORED, JEST, PIP_UNITTEST, UV_MONOREPO, VITEST, Project, build
+from tests.realistic import (
+    BASH_RUNNER,
+    GO_VENDORED,
+    JEST,
+    PIP_UNITTEST,
+    UV_MONOREPO,
+    VITEST,
+    Project,
+    build,
+)
 
 # (project, with its hack gate)
 PROJECTS = {
@@ -28,6 +37,7 @@ PROJECTS = {
     "jest": (JEST, False),
     "vitest": (VITEST, True),
     "go-vendored": (GO_VENDORED, False),
+    "bash-runner": (BASH_RUNNER, False),
 }
 
 
@@ -51,10 +61,11 @@ def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     gate = [] if hack_gate else ["--no-hack-gate"]
     run = verify(tmp_path, project, verify_options, "", *gate)
     assert run.report["verdict"] == "accepted", run.report["reason"]
-    assert run.report["census"]["failToPass"] == "per-test"
-    oracle = run.stage("oracle")["data"]["evidence"]
-    f2p = [s for s in oracle["selectors"] if s["kind"] == "failToPass"]
-    assert f2p and all(s["passed"] and not s["failed"] for s in f2p), f2p
+    assert run.report["census"]["failToPass"] == project.evidence
+    if project.evidence == "per-test":
+        oracle = run.stage("oracle")["data"]["evidence"]
+        f2p = [s for s in oracle["selectors"] if s["kind"] == "failToPass"]
+        assert f2p and all(s["passed"] and not s["failed"] for s in f2p), f2p
     if hack_gate:
         exploits = run.stage("hack")["data"]["exploits"]
         assert {e["outcome"] for e in exploits} <= {"resisted", "not-applicable", "no-effect"}, [
@@ -67,11 +78,11 @@ def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     assert nop_red.stage("nop")["status"] == "failed"
     assert nop_red.stage("nop")["detail"].startswith(project.nop_red), nop_red.stage("nop")
     # The failing test is named, not a rule of the verifier's.
-    assert "test(s) failed" in nop_red.stage("nop")["detail"]
+    assert project.failed_words in nop_red.stage("nop")["detail"]
 
     broken = verify(tmp_path, project, verify_options, "broken-gold", "--no-hack-gate")
     assert broken.report["verdict"] == "rejected"
     assert broken.stage("nop")["status"] == "passed", broken.stage("nop")
     assert broken.stage("oracle")["status"] == "failed"
     assert broken.stage("oracle")["detail"].startswith(project.broken), broken.stage("oracle")
-    assert "test(s) failed" in broken.stage("oracle")["detail"]
+    assert project.failed_words in broken.stage("oracle")["detail"]
