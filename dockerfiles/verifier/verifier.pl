@@ -1449,8 +1449,12 @@ sub matcher {
     if ($runner eq 'unittest' && $selector =~ /^[A-Za-z_][A-Za-z0-9_.]*$/) {
         return (sub {
             my ($test) = @_;
-            # A module that failed to import is unittest's _FailedTest named after it.
-            (my $id = $test->{id}) =~ s/^unittest\.loader\.(?:_FailedTest|ModuleImportFailure)\.//;
+            my $id = $test->{id};
+            # A module that failed to import is unittest's _FailedTest, named after the last
+            # component of the name it was loaded by (tests.test_text: _FailedTest.test_text).
+            if ($id =~ s/^unittest\.loader\.(?:_FailedTest|ModuleImportFailure)\.//) {
+                return 1 if $selector eq $id || substr($selector, -length($id) - 1) eq ".$id";
+            }
             return $id eq $selector || index($id, "$selector.") == 0;
         }, 1);
     }
@@ -2170,6 +2174,19 @@ sub cmd_no_match {
     return 0;
 }
 
+# selects TASK RUNNER SELECTOR FILE: the tests of FILE (a JSON list of {id, outcome, file}) the
+# selector selected, and whether that answer is strict (the selector names what exists).
+sub cmd_selects {
+    my ($task_path, $runner, $selector, $file) = @_;
+    my $task = task($task_path);
+    my $tests = read_json_any($file) // fail("cannot read $file");
+    my ($match, $strict) = matcher($task, $runner, $selector);
+    my @ids = $match ? map { $_->{id} } grep { $match->($_) } @$tests : ();
+    print $JSON->encode({ attributed => $match ? JSON::PP::true : JSON::PP::false, tests => \@ids,
+      strict => $strict ? JSON::PP::true : JSON::PP::false }), "\n";
+    return 0;
+}
+
 # ---- main ---------------------------------------------------------------------------------------
 
 my %COMMANDS = (
@@ -2181,6 +2198,7 @@ my %COMMANDS = (
     'judge' => [\&cmd_judge, 1],
     'sessions' => [\&cmd_sessions, 1],
     'no-match' => [\&cmd_no_match, 5],
+    'selects' => [\&cmd_selects, 4],
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 0],
     'go-merge-overlay' => [\&cmd_go_merge_overlay, 2],

@@ -453,3 +453,76 @@ def test_a_path_like_selector_that_does_not_exist_selects_nothing(tmp_path: Path
     assert json.loads(result.stdout)["why"] == (
         "pytest: no such file or directory: tests/test_selfbench_zz.py"
     )
+
+
+# ---- which tests a selector selected -----------------------------------------------------------
+
+SELECTS: list[tuple[str, str, list[dict[str, str]], list[str]]] = [
+    # A module that failed to import is unittest's _FailedTest, named after its last component.
+    (
+        "unittest",
+        "tests.test_text",
+        [
+            {"id": "unittest.loader._FailedTest.test_text", "outcome": "error"},
+            {"id": "tests.test_other.T.test_a", "outcome": "passed"},
+        ],
+        ["unittest.loader._FailedTest.test_text"],
+    ),
+    (
+        "unittest",
+        "tests.test_text",
+        [{"id": "tests.test_text.LabelTest.test_label", "outcome": "passed"}],
+        ["tests.test_text.LabelTest.test_label"],
+    ),
+    # A file that failed to collect is each of its node ids' (the host's /etc/passwd as the file).
+    (
+        "pytest",
+        "/etc/passwd::test_a",
+        [
+            {"id": "../etc/passwd", "outcome": "error", "file": "/etc/passwd"},
+            {"id": "../etc/passwd::test_b", "outcome": "passed", "file": "/etc/passwd"},
+        ],
+        ["../etc/passwd"],
+    ),
+    # go: a pattern's packages, by import path.
+    (
+        "go",
+        "example.com/m/pkg/...",
+        [
+            {"id": "example.com/m/pkg/a TestA", "outcome": "passed", "file": "example.com/m/pkg/a"},
+            {"id": "example.com/m/other TestB", "outcome": "passed", "file": "example.com/m/other"},
+        ],
+        ["example.com/m/pkg/a TestA"],
+    ),
+    # jest: a pattern over test file paths.
+    (
+        "jest",
+        "test/repeat",
+        [
+            {
+                "id": "test/repeat.test.js > zero",
+                "outcome": "passed",
+                "file": "/app/test/repeat.test.js",
+            },
+            {"id": "test/pad.test.js > pads", "outcome": "passed", "file": "/app/test/pad.test.js"},
+        ],
+        ["test/repeat.test.js > zero"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("runner", "selector", "found", "expected"), SELECTS)
+def test_which_tests_a_selector_selected(
+    runner: str, selector: str, found: list[dict[str, str]], expected: list[str], tmp_path: Path
+) -> None:
+    task = tmp_path / "task.json"
+    task.write_text(json.dumps({"workdir": ".", "expectedRunners": [runner]}))
+    tests_file = tmp_path / "tests.json"
+    tests_file.write_text(json.dumps(found))
+    result = subprocess.run(
+        ["perl", str(HELPER), "selects", str(task), runner, selector, str(tests_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(result.stdout)["tests"] == expected
