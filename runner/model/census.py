@@ -280,6 +280,9 @@ class SelectorSummary(_Model):
     failed: int | None = None
     skipped: int | None = None
     error: int | None = None
+    # False (with why) when the selector selected no test at all.
+    matched: bool | None = None
+    why: str | None = None
 
 
 class RunSummary(_Model):
@@ -348,6 +351,8 @@ def summarize(directory: Path) -> EvidenceSummary | None:
                     failed=selector.failed if selector.attributed else None,
                     skipped=selector.skipped if selector.attributed else None,
                     error=selector.error if selector.attributed else None,
+                    matched=selector.matched,
+                    why=selector.why,
                 )
             )
     return summary

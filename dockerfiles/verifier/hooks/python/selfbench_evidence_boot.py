@@ -18,6 +18,8 @@ the verifier's collector runs this test run (SELFBENCH_EVIDENCE_SOCKET). Then:
   the held-out tests, replaced code objects, code compiled under the verifier's file names.
 """
 
+from __future__ import annotations  # the annotations below on any Python 3 the image has
+
 import os
 import sys
 
@@ -42,21 +44,29 @@ def _lines(name: str) -> frozenset[str]:
 def _make_channel(address: str):  # type: ignore[no-untyped-def]
     """(emit, ours): emit(event) signs and sends one record. Only code of the verifier's own
     files may call it: any other caller gets a tamper record sent in its place."""
-    import hashlib
-    import hmac
-    import json
-    import socket
-    import threading
+    # The C modules under socket and hmac: every Python process of a run starts with this, and
+    # socket's and hashlib's Python layers cost ~15 ms of imports (measured on Python 3.11).
+    import _socket
+    import _thread
+
+    try:
+        from _hashlib import hmac_digest
+    except ImportError:  # an interpreter without OpenSSL's hmac
+        import hashlib
+        import hmac
+
+        def hmac_digest(key: bytes, msg: bytes, digest: str) -> bytes:
+            return hmac.new(key, msg, getattr(hashlib, digest)).digest()
 
     state: dict[str, object] = {}
-    lock = threading.Lock()
+    lock = _thread.allocate_lock()
 
     def connect() -> object:
         if "socket" in state:
             return state["socket"]
         state["socket"] = None
         try:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             sock.settimeout(10)
             sock.connect("\0" + address.lstrip("@"))
             key = b""
@@ -73,12 +83,17 @@ def _make_channel(address: str):  # type: ignore[no-untyped-def]
         return state["socket"]
 
     def send(event: dict[str, object]) -> None:
-        line = json.dumps(event, ensure_ascii=True, separators=(",", ":"))
+        # The process session's records are constant: json loads on the first other record.
+        line = _CONSTANT.get((event.get("t"), event.get("runner"))) if len(event) == 2 else None
+        if line is None:
+            import json
+
+            line = json.dumps(event, ensure_ascii=True, separators=(",", ":"))
         with lock:
             sock = connect()
             if sock is None:
                 return
-            mac = hmac.new(state["key"], line.encode(), hashlib.sha256).hexdigest()  # type: ignore[arg-type]
+            mac = hmac_digest(state["key"], line.encode(), "sha256").hex()  # type: ignore[arg-type]
             try:
                 sock.sendall(f"{mac} {line}\n".encode())  # type: ignore[attr-defined]
             except OSError:
@@ -94,6 +109,12 @@ def _make_channel(address: str):  # type: ignore[no-untyped-def]
         # reporter: its record is refused and reported.
         frame = getframe(1)
         while frame is not None and frame.f_code.co_filename in _OURS:
+            # The audit hook's own report, whoever's code triggered it (code under the boot's file
+            # name is the boot's: compiling or making code under it is reported).
+            code = frame.f_code
+            if getattr(code, "co_qualname", code.co_name) in ("_install_audit.<locals>.hook", "hook"):
+                send(event)
+                return
             frame = frame.f_back
         caller = frame.f_code.co_filename if frame is not None else None
         if caller is not None and not _trusted_code(caller, agent):
@@ -153,12 +174,14 @@ def _argv_runner() -> str | None:
 
 def _claim(runner: str) -> bool:
     """This process records `runner`: the first process to ask in this run (a runner the tests
-    start, nested or in a subprocess, sees the owner and does not)."""
+    start, nested or in a subprocess, sees the owner and does not). The runner's process becomes
+    not dumpable."""
     mine = f"{runner}:{os.getpid()}"
     held = os.environ.get(OWNER)
     if held and held != mine:
         return False
     os.environ[OWNER] = mine
+    _not_dumpable()
     return True
 
 
@@ -166,12 +189,11 @@ def _boot() -> None:
     address = os.environ.get("SELFBENCH_EVIDENCE_SOCKET")
     if not address:
         return
-    _not_dumpable()
     emit = _make_channel(address)
     # This process's session, on a connection made before any code of the repository runs: a
     # runner's session opens only on such a connection, and its end (the interpreter shutting
     # down, never os._exit or a signal) is what says the runner's process ended normally.
-    emit(t="start", runner="python", argv=list(getattr(sys, "orig_argv", sys.argv))[:8])
+    emit(**_START)
     import atexit
 
     atexit.register(lambda: emit(t="finish", runner="python"))
@@ -181,14 +203,20 @@ def _boot() -> None:
     if runner is not None and _claim(runner):
         emit(t="start", runner=runner, python=sys.version.split()[0])
         sessions[runner] = True
-    _hook_pytest()
-    _hook_unittest(emit, sessions)
+    # unittest's results are hooked when unittest loads (a process that never imports it pays
+    # nothing), pytest's plugin when pytest's config loads.
+    sys.meta_path.insert(0, _Hooks(emit, sessions))  # type: ignore[arg-type]
     global _EMIT, _SESSIONS
     _EMIT, _SESSIONS = emit, sessions
 
 
 _EMIT = None
 _SESSIONS: dict[str, bool] = {}
+_START = {"t": "start", "runner": "python"}
+_CONSTANT = {
+    ("start", "python"): '{"t":"start","runner":"python"}',
+    ("finish", "python"): '{"t":"finish","runner":"python"}',
+}
 
 
 def channel():  # type: ignore[no-untyped-def]
@@ -199,14 +227,20 @@ def channel():  # type: ignore[no-untyped-def]
 # ---- the audit hook ----------------------------------------------------------------------------
 
 _STDLIB = os.path.dirname(os.path.realpath(os.__file__))
-_PROC_MEM = None
+
+
+def _process_memory(path: str) -> bool:
+    """/proc/<pid|self|thread-self>[/task/<tid>]/mem"""
+    parts = path.split("/")
+    if len(parts) not in (4, 6) or parts[:2] != ["", "proc"] or parts[-1] != "mem":
+        return False
+    if not (parts[2] in ("self", "thread-self") or parts[2].isdigit()):
+        return False
+    return len(parts) == 4 or (parts[3] == "task" and parts[4].isdigit())
 
 
 def _install_audit(emit) -> None:  # type: ignore[no-untyped-def]
-    import re
 
-    global _PROC_MEM
-    _PROC_MEM = re.compile(r"^/proc/(self|thread-self|\d+)(/task/\d+)?/mem$")
     agent = _lines("agent-files.txt")  # the files the agent's patch changed and the policy kept
     held_out = _lines("held-out-files.txt")
     getframe = sys._getframe
@@ -261,7 +295,7 @@ def _install_audit(emit) -> None:  # type: ignore[no-untyped-def]
             path = args[0]
             if isinstance(path, (str, bytes)):
                 text = os.fsdecode(path)
-                if _PROC_MEM.match(text):
+                if _process_memory(text):
                     report(f"a process opened {text} (memory of a process)")
             return
         if event in ("sys.settrace", "sys.setprofile"):
@@ -359,14 +393,19 @@ _WATCHED = frozenset(
 # ---- pytest ------------------------------------------------------------------------------------
 
 
-class _PytestConfigFinder:
-    """When pytest's config module loads in this interpreter, the evidence plugin joins its
-    default plugins: loaded by every session of this interpreter (with -p no:..., without
-    autoload, whatever PYTEST_PLUGINS says), and by no other interpreter (an environment
-    variable would reach a virtualenv made while the tests run, which lacks the plugin)."""
+class _Hooks:
+    """A finder that wraps two modules as they load in this interpreter: `_pytest.config`, whose
+    default plugins get the evidence plugin (loaded by every session of this interpreter, with
+    -p no:..., without autoload, whatever PYTEST_PLUGINS says, and by no other interpreter: an
+    environment variable would reach a virtualenv made while the tests run, which lacks the
+    plugin), and `unittest.result`, whose TestResult records each outcome."""
+
+    def __init__(self, emit, sessions: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
+        self.emit = emit
+        self.sessions = sessions
 
     def find_spec(self, name: str, path: object, target: object = None) -> object:
-        if name != "_pytest.config":
+        if name not in ("_pytest.config", "unittest.result"):
             return None
         import importlib.machinery
 
@@ -375,24 +414,22 @@ class _PytestConfigFinder:
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
         original = loader.exec_module
+        emit, sessions = self.emit, self.sessions
 
         def exec_module(module: object) -> None:
             original(module)
-            plugins = getattr(module, "default_plugins", None)
-            if isinstance(plugins, tuple) and PLUGIN not in plugins:
-                module.default_plugins = (*plugins, PLUGIN)  # type: ignore[attr-defined]
+            if name == "_pytest.config":
+                plugins = getattr(module, "default_plugins", None)
+                if isinstance(plugins, tuple) and PLUGIN not in plugins:
+                    module.default_plugins = (*plugins, PLUGIN)  # type: ignore[attr-defined]
+            else:
+                _hook_unittest(module, emit, sessions)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 PLUGIN = "selfbench_pytest_evidence"
-
-
-def _hook_pytest() -> None:
-    if "_pytest.config" in sys.modules:
-        return
-    sys.meta_path.insert(0, _PytestConfigFinder())  # type: ignore[arg-type]
 
 
 # ---- unittest ----------------------------------------------------------------------------------
@@ -404,13 +441,9 @@ def _source_file(test: object) -> str | None:
     return os.path.realpath(path) if path else None
 
 
-def _hook_unittest(emit, sessions: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
-    """Wrap unittest's base TestResult: every runner built on it (unittest's own, Django's,
-    green's text results) reports through these methods."""
-    try:
-        import unittest.result as result
-    except Exception:
-        return
+def _hook_unittest(result, emit, sessions: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
+    """Wrap unittest's base TestResult (of the module `result`, as it loads): every runner built
+    on it (unittest's own, Django's, green's text results) reports through these methods."""
     base = result.TestResult
     if getattr(base, "_selfbench_hooked", False):
         return
