@@ -86,19 +86,13 @@ sub write_file {
     rename $tmp, $path or fail("cannot write $path: $!");
 }
 
-sub read_json {
-    my ($path) = @_;
-    my $raw = read_file($path);
-    return undef unless defined $raw;
-    my $doc = eval { $JSON->decode($raw) };
-    return ref($doc) eq 'HASH' ? $doc : undef;
-}
-
 sub read_json_any {
     my ($path) = @_;
     my $raw = read_file($path);
     return defined $raw ? eval { $JSON->decode($raw) } : undef;
 }
+
+sub read_json { my $doc = read_json_any($_[0]); return ref($doc) eq 'HASH' ? $doc : undef }
 
 sub write_json { write_file($_[0], JSON::PP->new->utf8->canonical->pretty->encode($_[1])) }
 
@@ -610,7 +604,6 @@ sub harden_interpreters {
 # package with a TestMain of its own keeps it: that file is overlaid by a copy whose TestMain
 # first calls the verifier's install. Root writes these files; the tests only read them.
 
-
 sub go_overlay {
     my ($task) = @_;
     system('rm', '-rf', '--', $GO_OVERLAY);
@@ -620,23 +613,24 @@ sub go_overlay {
     return unless defined $root;
     mkdir $GO_OVERLAY, 0755 or fail("cannot make $GO_OVERLAY: $!");
     my $template = read_file("$HOOKS/go/reporter_test.go.tmpl") // fail('no go reporter template');
-    my ($code, $listed) = run_capture_in($root, { GOCACHE => "$GO_OVERLAY/cache", GOPROXY => 'off',
+    my (undef, $listed) = run_capture_in($root, { GOCACHE => "$GO_OVERLAY/cache", GOPROXY => 'off',
       GOFLAGS => $ENV{GOFLAGS} // '', HOME => '/root' },
       $go, 'list', '-e', '-f', "{{.ImportPath}}\t{{.Name}}\t{{.Dir}}\t{{len .TestGoFiles}}\t{{len .XTestGoFiles}}", './...');
     system('rm', '-rf', '--', "$GO_OVERLAY/cache");
     my ($version) = (run_capture_in($root, { HOME => '/root' }, $go, 'env', 'GOVERSION'))[1] =~ /(\S+)/;
+    $version = 'unknown' unless defined $version && $version =~ /^[\w.+-]+$/;
     my (%replace, @packages);
     my $n = 0;
     for my $line (split /\n/, $listed // '') {
         my ($path, $name, $dir, $tests, $xtests) = split /\t/, $line;
         next unless defined $xtests && ($tests || $xtests) && $name =~ /^\w+$/;
         next unless index("$dir/", "$APP/") == 0 && -d $dir && !-l $dir;
-        my ($main_file, $main_package, $param, $alias);
+        my ($main_file, $main_package);
         opendir(my $dh, $dir) or next;
         for my $file (sort grep { /_test\.go$/ && -f "$dir/$_" && !-l "$dir/$_" } readdir $dh) {
             my $text = read_file("$dir/$file", 8 << 20) // next;
-            next unless $text =~ /^func\s+TestMain\s*\(\s*(\w+)\s+\*\s*(\w+)\.M\s*\)\s*\{/m;
-            ($param, $alias) = ($1, $2);
+            next unless $text =~ /^func\s+TestMain\s*\(\s*(\w+)\s+\*\s*\w+\.M\s*\)\s*\{/m;
+            my $param = $1;
             my ($clause) = $text =~ /^package\s+(\w+)/m;
             ($main_file, $main_package) = ($file, $clause // $name);
             my $at = $+[0];
@@ -654,7 +648,6 @@ sub go_overlay {
         (my $source = $template) =~ s/SELFBENCH_PACKAGE/$package/;
         $source =~ s/SELFBENCH_TESTMAIN/$testmain/;
         $source =~ s/SELFBENCH_IMPORT_PATH/$quoted/g;
-        $version = 'unknown' unless defined $version && $version =~ /^[\w.+-]+$/;
         $source =~ s/SELFBENCH_VERSION/$version/;
         write_file("$GO_OVERLAY/" . ++$n . '.go', $source);
         $replace{"$dir/zz_selfbench_reporter_test.go"} = "$GO_OVERLAY/$n.go";
@@ -674,11 +667,11 @@ sub go_overlay {
 
 my $MANIFEST = "$WORK/prepared.manifest";
 
+sub identity_of { return join(':', @_[1, 7, 2, 4, 9, 10]) }  # an lstat list's identity
+
 sub identity {
-    my ($full) = @_;
-    my @st = Time::HiRes::lstat($full);
-    return undef unless @st;
-    return join(':', $st[1], $st[7], $st[2], $st[4], $st[9], $st[10]);
+    my @st = Time::HiRes::lstat($_[0]);
+    return @st ? identity_of(@st) : undef;
 }
 
 # writable_by_verifier STAT: whether the verifier user can change the entry (or, for a directory,
@@ -707,7 +700,7 @@ sub scan_tree {
         if ($rel eq '.git') { $File::Find::prune = 1; return }
         my @st = Time::HiRes::lstat($full);
         return unless @st;
-        $entries{$rel} = join(':', $st[1], $st[7], $st[2], $st[4], $st[9], $st[10]);
+        $entries{$rel} = identity_of(@st);
         if (S_ISDIR($st[2])) {
             if ($walk && !$walk->{$rel}) { $File::Find::prune = 1; return }
             if (writable_by_verifier(@st[2, 4, 5])) {
@@ -942,7 +935,6 @@ sub read_events {
             # against it (go_cross_check).
             my $id = $event->{id} // next;
             if ($type eq 'begin') { $run->{go_begun}{$id} = 1 } else { $run->{go_ended}{$id} = "$event->{outcome}" }
-            $run->{go_scopes}{ $event->{scope} // '' } = 1;
         } elsif ($type eq 'test') {
             add_test($run, $runner, $event->{id}, $event->{file}, $event->{outcome}, $event->{asserts});
         } elsif ($type eq 'finish') {
@@ -1168,13 +1160,11 @@ sub log_sink {
     my ($path, $limit) = @_;
     sysopen(my $fh, $path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644) or fail("cannot write $path: $!");
     my $half = int($limit / 2);
-    my $sink = { fh => $fh, half => $half, head => 0, tail => '', cut => 0, total => 0 };
-    return $sink;
+    return { fh => $fh, half => $half, head => 0, tail => '', cut => 0 };
 }
 
 sub log_write {
     my ($sink, $chunk) = @_;
-    $sink->{total} += length $chunk;
     my $room = $sink->{half} - $sink->{head};
     if ($room > 0) {
         my $part = substr($chunk, 0, $room);
@@ -1249,7 +1239,7 @@ sub start_command {
     exec('/bin/bash', '-c', $command) or POSIX::_exit(127);
 }
 
-# serve: the collector's loop; returns { status, events, conns, stopped, truncated }.
+# serve: the collector's loop; returns { status, events, conns, stopped }.
 sub serve {
     my ($server, $log_r, $pid, $sink, $watch) = @_;
     my $select = IO::Select->new($server, $log_r);
@@ -1747,7 +1737,7 @@ sub judge_run {
           . 'fail-to-pass test): ' . shorten(\@not_passed) if @not_passed;
         push @problems, scalar(@unasserted) . ' expected test(s) passed without one assertion'
           . ' (they asserted at the oracle): ' . shorten(\@unasserted) if @unasserted;
-    } elsif ($base eq 'f2p') {
+    } elsif ($base eq 'f2p' || defined $alone) {
         push @problems, 'no test passed' if !grep({ $_->{outcome} eq 'passed' } @tests) && !@problems;
         for my $entry (@{ $ctx->{attribution} // [] }) {
             next unless $entry->{attributed} && $entry->{strict};
@@ -1914,20 +1904,7 @@ sub run_capture_in {
     return ($? >> 8, $data);
 }
 
-sub run_capture {
-    my (@argv) = @_;
-    my $pid = open(my $out, '-|') // return (127, '');
-    if ($pid == 0) {
-        open(STDIN, '<', '/dev/null');
-        open(STDERR, '>', '/dev/null');
-        chdir '/';
-        exec(@argv) or exit 127;
-    }
-    local $/;
-    my $data = <$out> // '';
-    close $out;
-    return ($? >> 8, $data);
-}
+sub run_capture { return run_capture_in('/', {}, @_) }
 
 sub which {
     my ($name) = @_;

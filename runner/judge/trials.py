@@ -33,7 +33,7 @@ def evaluate_gate(
 
     def red(run: str, code: int | None, where: str, fails: str) -> str:
         """`<selection> <where> exited 0 but ...` when a rule fired, else `<fails> (exit N)`."""
-        selection = run.replace("_", "-").removesuffix("-repeat")
+        selection = run.replace("_", "-")
         if code == 0 and problems.get(run):
             return f"{selection} {where} exited 0 but did not pass the verifier's evidence rules"
         return fails + (f" (exit {code})" if code is not None else "")

@@ -114,4 +114,4 @@ function absolute(file) {
   return path.resolve(String(file).replace(/^file:\/\//, ''));
 }
 
-module.exports = { write, relative, absolute, connect };
+module.exports = { write, relative, absolute };

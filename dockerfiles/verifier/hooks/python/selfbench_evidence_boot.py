@@ -41,9 +41,9 @@ def _lines(name: str) -> frozenset[str]:
         return frozenset()
 
 
-def _make_channel(address: str):  # type: ignore[no-untyped-def]
-    """(emit, ours): emit(event) signs and sends one record. Only code of the verifier's own
-    files may call it: any other caller gets a tamper record sent in its place."""
+def _make_channel(address: str, agent: frozenset[str]):  # type: ignore[no-untyped-def]
+    """emit(**event): signs and sends one record. Only code of the verifier's own files may call
+    it: any other caller gets a tamper record sent in its place."""
     # The C modules under socket and hmac: every Python process of a run starts with this, and
     # socket's and hashlib's Python layers cost ~15 ms of imports (measured on Python 3.11).
     import _socket
@@ -100,7 +100,6 @@ def _make_channel(address: str):  # type: ignore[no-untyped-def]
                 pass
 
     getframe = sys._getframe
-    agent = _lines("agent-files.txt")
 
     def emit(**event: object) -> None:
         # Past the verifier's own frames, the caller must be code no test process wrote: the
@@ -189,7 +188,9 @@ def _boot() -> None:
     address = os.environ.get("SELFBENCH_EVIDENCE_SOCKET")
     if not address:
         return
-    emit = _make_channel(address)
+    global AGENT_FILES
+    AGENT_FILES = _lines("agent-files.txt")  # the files the agent's patch changed, policy kept
+    emit = _make_channel(address, AGENT_FILES)
     # This process's session, on a connection made before any code of the repository runs: a
     # runner's session opens only on such a connection, and its end (the interpreter shutting
     # down, never os._exit or a signal) is what says the runner's process ended normally.
@@ -197,7 +198,7 @@ def _boot() -> None:
     import atexit
 
     atexit.register(lambda: emit(t="finish", runner="python"))
-    _install_audit(emit)
+    _install_audit(emit, AGENT_FILES)
     runner = _argv_runner()
     sessions: dict[str, bool] = {}
     if runner is not None and _claim(runner):
@@ -211,6 +212,7 @@ def _boot() -> None:
 
 
 _EMIT = None
+AGENT_FILES: frozenset[str] = frozenset()
 _SESSIONS: dict[str, bool] = {}
 _START = {"t": "start", "runner": "python"}
 _CONSTANT = {
@@ -239,9 +241,8 @@ def _process_memory(path: str) -> bool:
     return len(parts) == 4 or (parts[3] == "task" and parts[4].isdigit())
 
 
-def _install_audit(emit) -> None:  # type: ignore[no-untyped-def]
+def _install_audit(emit, agent: frozenset[str]) -> None:  # type: ignore[no-untyped-def]
 
-    agent = _lines("agent-files.txt")  # the files the agent's patch changed and the policy kept
     held_out = _lines("held-out-files.txt")
     getframe = sys._getframe
     busy = [False]

@@ -23,7 +23,7 @@ from typing import Any
 import selfbench_evidence_boot as _boot
 
 _EMIT, _SESSIONS = _boot.channel()
-_AGENT = _boot._lines("agent-files.txt")
+_AGENT = _boot.AGENT_FILES
 
 
 # pytest's functions that produce a test's outcome and report: replaced while the tests run,
