@@ -77,12 +77,60 @@ function caller() {
   return null;
 }
 
-// Code no test process wrote: node's own, an installed package (node_modules is root's, but for
-// the caches the tests may write), the image's.
+// Code no test process wrote: node's own, or an installed package's (node_modules) or the
+// image's (/usr) where this process can neither change the file nor replace it or a directory
+// above it (node_modules is root's in the verifier; its caches, and a tree a test makes at run
+// time, are the tests'), never a file the agent changed.
+const agentFiles = (() => {
+  try {
+    const text = fs.readFileSync('/opt/selfbench-verifier/state/agent-files.txt', 'utf8');
+    return new Set(text.split('\n').filter((line) => line.trim()));
+  } catch (error) {
+    return new Set();
+  }
+})();
+const reach = new Map();
+
+function outOfReach(file) {
+  if (!file.startsWith('/') || /(^|\/)\.\.?(\/|$)/.test(file)) return false;
+  const uid = process.getuid();
+  const groups = new Set([...process.getgroups(), process.getegid()]);
+  const writable = (st) => {
+    if (uid === 0) return true;
+    if (st.uid === uid) return (st.mode & 0o200) !== 0;
+    if (groups.has(st.gid)) return (st.mode & 0o020) !== 0;
+    return (st.mode & 0o002) !== 0;
+  };
+  let st;
+  try {
+    st = fs.lstatSync(file);
+  } catch (error) {
+    return false;
+  }
+  if (!st.isFile() || writable(st)) return false;
+  let child = st;
+  let here = path.dirname(file);
+  for (;;) {
+    try {
+      st = fs.lstatSync(here);
+    } catch (error) {
+      return false;
+    }
+    if (!st.isDirectory()) return false;
+    // A sticky directory lets us replace only our own entries.
+    if (writable(st) && !((st.mode & 0o1000) !== 0 && child.uid !== uid)) return false;
+    if (here === '/') return true;
+    child = st;
+    here = path.dirname(here);
+  }
+}
+
 function trusted(file) {
   if (file === null || file.startsWith('node:')) return true;
-  if (/\/node_modules\/\.(cache|vite)\//.test(file)) return false;
-  return file.includes('/node_modules/') || file.startsWith('/usr/');
+  if (agentFiles.has(file)) return false;
+  if (!file.includes('/node_modules/') && !file.startsWith('/usr/')) return false;
+  if (!reach.has(file)) reach.set(file, outOfReach(file));
+  return reach.get(file);
 }
 
 function send(runner, event) {

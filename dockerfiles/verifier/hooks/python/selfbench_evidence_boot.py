@@ -129,14 +129,67 @@ def _make_channel(address: str, agent: frozenset[str]):  # type: ignore[no-untyp
 
 
 def _trusted_code(filename: str, agent: frozenset[str]) -> bool:
-    """Code of the interpreter's standard library or of an installed package, never the agent's."""
+    """Code of the interpreter's standard library or of an installed package, never the agent's:
+    a package counts only where this process cannot write it (a virtual environment the tests
+    make at run time is theirs to fill)."""
     if filename in agent:
         return False
     if filename.startswith("<frozen "):
         return True
-    return filename.startswith(_STDLIB + "/") or "/site-packages/" in filename or (
-        "/dist-packages/" in filename
-    )
+    if filename.startswith(_STDLIB + "/"):
+        return True
+    if "/site-packages/" not in filename and "/dist-packages/" not in filename:
+        return False
+    known = _OUT_OF_REACH.get(filename)
+    if known is None:
+        known = _OUT_OF_REACH[filename] = _out_of_reach(filename)
+    return known
+
+
+_OUT_OF_REACH: dict[str, bool] = {}
+
+
+def _out_of_reach(path: str) -> bool:
+    """Whether this process can neither change the file nor replace it or a directory above it:
+    a regular file, no symbolic link on the way, nothing writable by us but a sticky directory
+    whose entry on the way is not ours."""
+    import stat
+
+    if not path.startswith("/") or "/../" in path or "/./" in path:
+        return False
+    uid = os.geteuid()
+    groups = set(os.getgroups()) | {os.getegid()}
+
+    def writable(st: os.stat_result) -> bool:
+        mode = st.st_mode
+        if uid == 0:
+            return True
+        if st.st_uid == uid:
+            return bool(mode & 0o200)
+        if st.st_gid in groups:
+            return bool(mode & 0o020)
+        return bool(mode & 0o002)
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or writable(st):
+        return False
+    child = st
+    here = os.path.dirname(path)
+    while True:
+        try:
+            st = os.lstat(here)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        if writable(st) and not (st.st_mode & stat.S_ISVTX and child.st_uid != uid):
+            return False
+        if here == "/":
+            return True
+        child, here = st, os.path.dirname(here)
 
 
 def _not_dumpable() -> None:
