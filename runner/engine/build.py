@@ -11,18 +11,27 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import docker
 from docker.errors import APIError, DockerException
 
 from runner.base.errors import EngineError
-from runner.base.logs import CappedLog, Truncation
+from runner.base.logs import CappedLog
 from runner.engine.buildlog import BuildStream
 from runner.engine.calls import ENGINE_FAILURES, TRANSIENT, Connection, explain
 from runner.model.settings import BUILD_GRACE_SECONDS
 from runner.plan.runtime import BuildOutcome, BuildRequest, ImageInfo
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """A build context of the runner's making (a tar) and its Dockerfile's name inside it."""
+
+    tar: IO[bytes]
+    dockerfile: str
 
 
 class ImageBuild:
@@ -33,30 +42,47 @@ class ImageBuild:
         request: BuildRequest,
         *,
         image: Callable[[str], ImageInfo | None],
+        context: Context | None = None,
+        rename: Callable[[str], str | None] = lambda line: line,
     ) -> None:
         self.connection = connection
         self.api = api  # the engine's shared client: events, kills
         self.request = request
         self.image = image
+        self.context = context
+        # How each line reads in the log (None: left out): a piece of a stepped build numbers
+        # its steps as the whole Dockerfile does.
+        self.rename = rename
         self.stream = BuildStream()
         self.done = threading.Event()
         self.failure: list[BaseException] = []
 
     def run(self, log_path: Path, *, limit: int, on_line: Callable[[str], None]) -> BuildOutcome:
+        capped = CappedLog(log_path, limit, append=True)
+        try:
+            outcome = self.run_to(capped, on_line=on_line, timeout=self.request.timeout_seconds)
+        finally:
+            truncation = capped.close()
+        outcome.truncation = truncation
+        return outcome
+
+    def run_to(
+        self, out: CappedLog, *, on_line: Callable[[str], None], timeout: float
+    ) -> BuildOutcome:
+        """The build, its log written to `out`, ended at `timeout` seconds."""
         started, wall_started = time.monotonic(), time.time()
         request = self.request
-        api = self.connection.new_api(request.timeout_seconds + BUILD_GRACE_SECONDS)
-        capped = CappedLog(log_path, limit, append=True)
+        api = self.connection.new_api(timeout + BUILD_GRACE_SECONDS)
         worker = threading.Thread(
             target=self._consume,
-            args=(api, capped, on_line),
+            args=(api, out, on_line, timeout),
             name=f"build-{request.tag}",
             daemon=True,
         )
         worker.start()
         finished = False
         try:
-            finished = self.done.wait(request.timeout_seconds)
+            finished = self.done.wait(timeout)
         finally:
             if not self.done.is_set():
                 # Closing the client alone lets the engine notice only when its read times
@@ -65,8 +91,7 @@ class ImageBuild:
                 self.done.wait(30)
             api.close()
             worker.join(5)
-            truncation = capped.close()
-        outcome = self._outcome(time.monotonic() - started, truncation)
+        outcome = self._outcome(time.monotonic() - started)
         if not finished:
             outcome.timed_out = True
             outcome.error = f"build timed out after {int(request.timeout_seconds)}s"
@@ -76,13 +101,26 @@ class ImageBuild:
         return self._ended(outcome, wall_started)
 
     def _consume(
-        self, api: docker.APIClient, capped: CappedLog, on_line: Callable[[str], None]
+        self,
+        api: docker.APIClient,
+        capped: CappedLog,
+        on_line: Callable[[str], None],
+        timeout: float,
     ) -> None:
         request = self.request
+        where: dict[str, Any] = (
+            {"path": str(request.context)}
+            if self.context is None
+            else {
+                "fileobj": self.context.tar,
+                "custom_context": True,
+                "dockerfile": self.context.dockerfile,
+            }
+        )
         try:
             chunks = api.build(
-                path=str(request.context),
-                tag=request.tag,
+                **where,
+                tag=request.tag or None,
                 buildargs=dict(request.buildargs),
                 labels=dict(request.labels),
                 rm=True,
@@ -96,22 +134,26 @@ class ImageBuild:
                         "cpusetcpus": request.cpuset,
                     },
                 ),
-                timeout=int(request.timeout_seconds) + BUILD_GRACE_SECONDS,
+                timeout=int(timeout) + BUILD_GRACE_SECONDS,
                 use_config_proxy=False,
                 network_mode=request.network,
             )
             for chunk in chunks:
                 for line in self.stream.feed(chunk):
-                    capped.write(line.encode("utf-8", "replace") + b"\n")
-                    on_line(line)
+                    shown = self.rename(line)
+                    if shown is not None:
+                        capped.write(shown.encode("utf-8", "replace") + b"\n")
+                        on_line(shown)
             for line in self.stream.finish():
-                capped.write(line.encode("utf-8", "replace") + b"\n")
+                shown = self.rename(line)
+                if shown is not None:
+                    capped.write(shown.encode("utf-8", "replace") + b"\n")
         except BaseException as exc:  # handed to the waiting thread
             self.failure.append(exc)
         finally:
             self.done.set()
 
-    def _outcome(self, seconds: float, truncation: Truncation | None) -> BuildOutcome:
+    def _outcome(self, seconds: float) -> BuildOutcome:
         stream = self.stream
         return BuildOutcome(
             ok=False,
@@ -123,7 +165,6 @@ class ImageBuild:
             total_steps=stream.total_steps,
             last_layer=stream.last_layer,
             exit_code=stream.exit_code,
-            truncation=truncation,
         )
 
     @staticmethod
@@ -138,7 +179,7 @@ class ImageBuild:
     def _ended(self, outcome: BuildOutcome, wall_started: float) -> BuildOutcome:
         stream = self.stream
         if stream.succeeded:
-            info = self.image(self.request.tag)
+            info = self.image(self.request.tag) if self.request.tag else None
             outcome.image_id = info.id if info else stream.image_id
             outcome.ok = True
             outcome.failed_step = None

@@ -11,7 +11,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 import requests
@@ -25,6 +25,10 @@ from runner.plan.runtime import ExecOutcome, LimitStats
 from runner.plan.types import ContainerPlan, ExecStep
 
 log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    def write(self, data: bytes) -> None: ...
 
 
 class DockerService:
@@ -138,17 +142,28 @@ class DockerContainer:
     def exec(self, step: ExecStep, log_path: Path, *, limit: int) -> ExecOutcome:
         """Run `step` in the running container, output to a capped log, within its deadline
         (the runner kills the container when it passes)."""
+        capped = CappedLog(log_path, limit, append=True)
+        try:
+            outcome = self.exec_to(step, capped)
+        finally:
+            truncation = capped.close()
+        outcome.truncation = truncation
+        return outcome
+
+    def exec_to(self, step: ExecStep, out: Sink) -> ExecOutcome:
+        """Run `step`, its output written to `out` as it comes, within its deadline."""
         started = time.monotonic()
         run = _Exec(self, step)
-        capped = CappedLog(log_path, limit, append=True)
         api = self.connection.new_api(step.timeout_seconds + BUILD_GRACE_SECONDS)
         worker = threading.Thread(
-            target=run.consume, args=(api, capped), name=f"exec-{self.name}", daemon=True
+            target=run.consume, args=(api, out), name=f"exec-{self.name}", daemon=True
         )
         worker.start()
+        at_limit = False
         try:
             if not run.done.wait(step.timeout_seconds):
                 self.timed_out = True
+                at_limit = self.pids_at_limit()
                 self.kill()
                 run.done.wait(30)
         finally:
@@ -156,7 +171,6 @@ class DockerContainer:
                 self.kill()
             api.close()
             worker.join(5)
-            truncation = capped.close()
         # When the runner itself killed the container (a deadline, the storage watchdog), that
         # is what happened, whatever the exec call then reported.
         if not (self.timed_out or self.storage_exceeded_mb is not None):
@@ -166,7 +180,7 @@ class DockerContainer:
             seconds=time.monotonic() - started,
             timed_out=self.timed_out,
             storage_exceeded_mb=self.storage_exceeded_mb,
-            truncation=truncation,
+            limits=LimitStats(pids_at_limit=at_limit),
         )
         if not self.timed_out and self.storage_exceeded_mb is None:
             self._what_the_limits_did(outcome)
@@ -184,6 +198,18 @@ class DockerContainer:
             # A quota refuses writes instead of killing: at the limit, say so.
             if used is not None and used >= self.plan.limits.storage_mb * 0.98:
                 outcome.storage_exceeded_mb = used
+
+    def pids_at_limit(self) -> bool:
+        """Whether the container holds as many processes as its pids limit allows, from the
+        engine's statistics."""
+        if not self.plan.limits.pids:
+            return False
+        try:
+            stats = self.api.stats(self.id, stream=False, one_shot=True)
+        except (DockerException, *TRANSIENT):
+            return False
+        current = (stats.get("pids_stats") or {}).get("current")
+        return isinstance(current, int) and current >= self.plan.limits.pids
 
     def limit_stats(self) -> LimitStats:
         """How often the pids limit refused a fork and how many processes the OOM killer took,
@@ -315,7 +341,7 @@ class _Exec:
         self.failure: BaseException | None = None
         self.done = threading.Event()
 
-    def consume(self, api: docker.APIClient, capped: CappedLog) -> None:
+    def consume(self, api: docker.APIClient, capped: Sink) -> None:
         step = self.step
         try:
             exec_id = api.exec_create(

@@ -17,6 +17,7 @@ import logging
 import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,10 @@ from runner.engine.hosts import Endpoint, SshTunnel
 from runner.engine.hosts import resolve as resolve_endpoint
 from runner.engine.images import TaskImage, remove_task_image, task_images
 from runner.engine.owners import owner_alive
+from runner.engine.steps import SteppedBuild
 from runner.model.settings import StorageLimit, docker_environment
 from runner.model.toolchains import Arch
+from runner.plan.dockerfile import DockerfileError, split
 from runner.plan.images import resolve_storage
 from runner.plan.runtime import ArchiveToPut, BuildOutcome, BuildRequest, ImageInfo, ToPut
 from runner.plan.types import (
@@ -205,8 +208,27 @@ class DockerEngine:
     ) -> BuildOutcome:
         """Build `context/Dockerfile`, streaming its output to a capped log, within the
         request's deadline (runner.engine.build)."""
+        if request.steps is not None:
+            try:
+                stepped = split((request.context / "Dockerfile").read_text())
+            except (OSError, DockerfileError) as exc:
+                raise InfrastructureError(
+                    f"cannot read {request.context}/Dockerfile: {exc}"
+                ) from None
+            if stepped.limited:
+                return SteppedBuild(
+                    self.connection,
+                    self.api,
+                    request,
+                    stepped,
+                    image=self.image,
+                    open_container=self._step_container,
+                ).run(log_path, limit=limit, on_line=on_line)
         build = ImageBuild(self.connection, self.api, request, image=self.image)
         return build.run(log_path, limit=limit, on_line=on_line)
+
+    def _step_container(self, plan: ContainerPlan) -> AbstractContextManager[DockerContainer]:
+        return self.container(plan, env={}, keep=False)
 
     # ---- containers ----------------------------------------------------------------------
 
@@ -277,6 +299,7 @@ class DockerEngine:
             created = self.api.create_container(
                 plan.image,
                 command=list(plan.command),
+                entrypoint=plan.entrypoint,
                 name=plan.name,
                 labels=dict(plan.labels),
                 environment={**plan.env, **env},

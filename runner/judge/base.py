@@ -47,6 +47,7 @@ def limits_data(
     return LimitsData(
         pids_limit_hits=pids,
         oom_kills=ooms,
+        pids_at_limit=outcome.limits.pids_at_limit if outcome else False,
         storage_exceeded_mb=outcome.storage_exceeded_mb if outcome else None,
         storage_mechanism=mechanism,
     )
@@ -74,6 +75,8 @@ def limit_notes(limits: LimitsData, *, memory_mb: int, pids: int) -> str:
         )
     if limits.pids_limit_hits > 0:
         notes.append(f"the pids limit ({pids}) refused {limits.pids_limit_hits} new process(es)")
+    elif limits.pids_at_limit:
+        notes.append(f"the pids limit ({pids}) was reached: every process slot was taken")
     return "; ".join(notes)
 
 

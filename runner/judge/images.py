@@ -83,15 +83,36 @@ def build_failure(outcome: BuildOutcome) -> str:
 
 
 def judge_build(
-    kind: str, outcome: BuildOutcome, *, task_fault: bool, memory_mb: int, log_path: str
+    kind: str,
+    outcome: BuildOutcome,
+    *,
+    task_fault: bool,
+    memory_mb: int,
+    log_path: str,
+    pids: int = 0,
+    storage_mb: int = 0,
 ) -> Judgement:
+    """A build that did not finish. `pids` and `storage_mb` are the task's limits, which hold in
+    the steps that run its code (runner.engine.steps)."""
     step = step_label(outcome.failed_step, outcome.step_number)
+    limits = LimitsData(
+        pids_limit_hits=outcome.limits.pids_limit_hits if outcome.limits else -1,
+        oom_kills=outcome.limits.oom_kills if outcome.limits else -1,
+        pids_at_limit=outcome.limits.pids_at_limit if outcome.limits else False,
+    )
+    if outcome.storage_exceeded_mb is not None:
+        reason = storage_reason(outcome.storage_exceeded_mb, storage_mb, outcome.storage_mechanism)
+        detail = f"{kind} image: {step}: {reason}; see {log_path}"
+        return failed(detail) if task_fault else errored(detail)
     if outcome.timed_out:
         # The runner stopped it: never blame memory for the runner's own kill.
-        detail = (
-            f"{kind} image: {outcome.error} while running {step}; the runner stopped it; "
-            f"see {log_path}"
+        detail = with_limit_notes(
+            f"{kind} image: {outcome.error} while running {step}; the runner stopped it",
+            limits.model_copy(update={"oom_kills": -1}),
+            memory_mb=memory_mb,
+            pids=pids,
         )
+        detail += f"; see {log_path}"
         return failed(detail) if task_fault else errored(detail)
     why = outcome.error or "failed"
     if outcome.engine_lost:
@@ -108,6 +129,8 @@ def judge_build(
             failure += f" (killed by SIGKILL; the build's memory limit is {memory_mb} MB)"
         else:
             failure += " (killed by SIGKILL; not the memory limit: the engine recorded no OOM kill)"
+        limits = limits.model_copy(update={"oom_kills": -1})  # said just above
+    failure = with_limit_notes(failure, limits, memory_mb=memory_mb, pids=pids)
     detail = f"{kind} image: {failure}; see {log_path}"
     return failed(detail) if task_fault else errored(detail)
 

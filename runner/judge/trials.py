@@ -145,9 +145,10 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
     notes = {"memory_mb": e.memory_mb, "pids": e.pids}
     if e.solve is not None:
         if e.solve.timed_out:
-            return failed(
+            detail = (
                 f"solution/solve.sh timed out after {int(e.agent_timeout)}s; the runner stopped it"
             )
+            return failed(with_limit_notes(detail, e.limits, **notes))
         if e.solve.storage_exceeded_mb is not None:
             return failed(
                 storage_reason(
@@ -166,7 +167,8 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
     if e.test is None:
         return errored("the verifier did not run")
     if e.test.timed_out:
-        return failed(f"verifier timed out after {int(e.verifier_timeout)}s; the runner stopped it")
+        detail = f"verifier timed out after {int(e.verifier_timeout)}s; the runner stopped it"
+        return failed(with_limit_notes(detail, e.limits, **notes))
     if e.limits.storage_exceeded_mb is not None:
         return failed(
             storage_reason(e.limits.storage_exceeded_mb, e.storage_mb, e.limits.storage_mechanism)

@@ -85,6 +85,7 @@ class LimitsData(_Model):
 
     pids_limit_hits: int = -1  # -1: unknown
     oom_kills: int = -1
+    pids_at_limit: bool = False  # every process slot taken when a deadline stopped the command
     storage_exceeded_mb: int | None = None
     storage_mechanism: str | None = None
 

@@ -12,6 +12,7 @@ from runner.model.settings import (
     VerifySettings,
 )
 from runner.model.toolchains import load_catalog
+from runner.plan.dockerfile import STEP_RECIPE
 from runner.plan.images import container_limits, digest_of, plan_base, resolve_storage
 from runner.plan.types import (
     SIDE_RUN_MAX_LOG_BYTES,
@@ -25,6 +26,7 @@ from runner.plan.types import (
     ImageBuild,
     RunIdentity,
     ServicePlan,
+    StepLimits,
     TrialPlan,
     runner_labels,
 )
@@ -184,7 +186,16 @@ class Planner:
         builds = []
         for kind, context in (("agent", AGENT_CONTEXT), ("verifier", VERIFIER_CONTEXT)):
             digest = self.bundle.context_digests[context]
-            inputs = digest_of({"context": digest, "args": self.build_args, "base": base_identity})
+            # "steps": how task steps are built (runner.engine.steps); an image built before
+            # its setup ran under the task's limits is not reused.
+            inputs = digest_of(
+                {
+                    "context": digest,
+                    "args": self.build_args,
+                    "base": base_identity,
+                    "steps": STEP_RECIPE,
+                }
+            )
             builds.append(
                 ImageBuild(
                     kind=kind,  # type: ignore[arg-type]
@@ -199,6 +210,12 @@ class Planner:
                     timeout_seconds=self.config.environment.build_timeout_sec,
                     network=self.settings.build.build_network,
                     task_steps=list(TASK_BUILD_STEPS),
+                    steps=StepLimits(
+                        limits=self.limits,
+                        storage=self.storage,
+                        labels=self.labels("build", side=kind),
+                        name=f"selfbench-{self.slug}-build-{kind}-{self.suffix}",
+                    ),
                 )
             )
         self.agent_image, self.verifier_image = builds[0].tag, builds[1].tag

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runner.base.logs import Truncation
-from runner.plan.types import ContainerPlan, EngineFacts, ExecStep, ServicePlan
+from runner.plan.types import ContainerPlan, EngineFacts, ExecStep, ServicePlan, StepLimits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +33,9 @@ class BuildRequest:
     cpuset: str
     timeout_seconds: float
     network: str | None = None
+    # The task's limits for the steps that run its code (runner.plan.dockerfile); None: the
+    # whole Dockerfile is the runner's own (base and toolchain layers).
+    steps: StepLimits | None = None
 
 
 @dataclass(kw_only=True)
@@ -54,12 +57,19 @@ class BuildOutcome:
     # container (None: unknown), and did the engine stop answering (it was shutting down).
     oom_killed: bool | None = None
     engine_lost: bool = False
+    # What the task's limits did in a task step that failed (None: not read there).
+    limits: LimitStats | None = None
+    storage_exceeded_mb: int | None = None
+    storage_mechanism: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class LimitStats:
     pids_limit_hits: int = -1
     oom_kills: int = -1
+    # A command stopped at its deadline: every process slot was taken then (read by the engine
+    # from outside: under a fork bomb no process can start in the container to read its cgroup).
+    pids_at_limit: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

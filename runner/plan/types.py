@@ -41,6 +41,10 @@ LABEL_FROM_ID = "org.selfbench.from-id"
 LABEL_SIDE = "org.selfbench.side"  # a gate container's side: agent, verifier, service-<name>
 
 
+# A committed task step (runner.engine.steps): the hash of what it ran on, its cache key.
+LABEL_STEP = "org.selfbench.step"
+
+
 def runner_labels(
     *,
     kind: str | None = None,
@@ -73,6 +77,12 @@ TASK_BUILD_STEPS = (
     "/opt/selfbench-environment/root-setup.sh",
     "selfbench-dependency-setup.patch",
 )
+
+
+# Build steps that run the task's code, so the task's limits hold in them (runner.plan.dockerfile):
+# the task's own steps and the verifier's image preparation, which runs the interpreters setup
+# installed.
+LIMITED_BUILD_STEPS = (*TASK_BUILD_STEPS, "verifier.pl prepare-image")
 
 
 SETUP_SCRIPT = "/opt/selfbench-environment/setup.sh"
@@ -140,6 +150,16 @@ class BuildLimits(_Frozen):
     cpuset: str
 
 
+class StepLimits(_Frozen):
+    """What a build step that runs the task's code runs under: every limit of the task (the
+    builder alone applies memory and a CPU set), and the labels of its container."""
+
+    limits: Limits
+    storage: StorageLimit
+    labels: dict[str, str]
+    name: str  # the step container's name stem
+
+
 class RegistryArtifact(_Frozen):
     toolchain: str
     file: str
@@ -177,6 +197,7 @@ class ImageBuild(_Frozen):
     timeout_seconds: float
     network: str | None
     task_steps: list[str]
+    steps: StepLimits | None = None
 
 
 class ExecStep(_Frozen):
@@ -191,7 +212,7 @@ class ExecStep(_Frozen):
 class ContainerPlan(_Frozen):
     name: str
     image: str
-    role: Literal["smoke", "agent", "verifier"]
+    role: Literal["smoke", "agent", "verifier", "build"]
     command: list[str]
     env: dict[str, str]
     proxy_env: list[str]
@@ -203,6 +224,9 @@ class ContainerPlan(_Frozen):
     # The hack gate's and the flakiness probe's containers: they take the CPU the gates that
     # decide the verdict leave (a lower CPU weight; all of it when nothing else runs).
     background: bool = False
+    # Replaces the image's (a build step's container keeps the image's own command, which its
+    # commit then keeps too).
+    entrypoint: list[str] | None = None
 
 
 class HealthcheckPlan(_Frozen):

@@ -86,6 +86,7 @@ class BuildStage:
                 cpuset=build.limits.cpuset,
                 timeout_seconds=build.timeout_seconds,
                 network=build.network,
+                steps=build.steps,
             ),
             log_path,
             limit=self.state.plan.max_log_bytes,
@@ -118,6 +119,8 @@ class BuildStage:
             task_fault=is_task_step(outcome.failed_step, build.task_steps),
             memory_mb=build.limits.memory_mb,
             log_path=str(log_path),
+            pids=build.steps.limits.pids if build.steps else 0,
+            storage_mb=build.steps.limits.storage_mb if build.steps else 0,
         )
         stage.set(judgement.status, judgement.detail)
         return False

@@ -105,6 +105,28 @@ def test_fork_bomb_is_reported_as_the_pids_limit(tmp_path: Path, verify_options:
     assert oracle["data"]["details"]["pids_limit_hits"] > 0
 
 
+def test_a_fork_bomb_that_outlasts_the_deadline_is_named_in_the_timeout(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    """Every process slot taken until the deadline: no process can start in the container to
+    read its cgroup then, so the engine's count says it ("verifier timed out" alone hid it)."""
+    bomb = "b() { b & b & wait; }; b 2>/dev/null\n"
+    task = bash_task(
+        tmp_path,
+        name="bomb-timeout",
+        new_test=bomb,
+        timeouts={"setupSeconds": 4, "testsSeconds": 4},
+    )
+    run = run_verify(
+        task.directory, verify_options, tmp_path / "run", "--pids-limit", "64", "--no-hack-gate"
+    )
+    assert run.code == 1
+    oracle = run.stage("oracle")
+    assert oracle["detail"].startswith("verifier timed out after 8s; the runner stopped it (")
+    assert "the pids limit (64) was reached: every process slot was taken" in oracle["detail"]
+    assert oracle["data"]["limits"]["pidsAtLimit"] is True
+
+
 def test_huge_test_output_is_capped(tmp_path: Path, verify_options: list[str]) -> None:
     """Seen: a test printing 200 MB made a 1.2 GB run directory (three copies)."""
     loud = (
@@ -124,3 +146,49 @@ def test_huge_test_output_is_capped(tmp_path: Path, verify_options: list[str]) -
     assert "bytes cut from the middle of this log" in log
     assert log.rstrip().endswith("PASS tests/test_new.sh") or "THE-END" in log
     assert oracle["data"]["details"]["truncated_logs"] >= 1
+
+
+# ---- setup runs under the task's limits too ---------------------------------------------------
+
+
+def test_a_setup_fork_bomb_is_stopped_by_the_pids_limit_and_named(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """Setup used to run in `docker build`, which applies no pids limit: 600 processes started
+    under pidsLimit 64 and the task was accepted."""
+    setup = (
+        "for i in $(seq 600); do sleep 60 & done 2>/dev/null; "
+        'echo "pids now $(ls /proc | grep -c "^[0-9]")"; wait'
+    )
+    task = bash_task(tmp_path, name="setup-bomb", setupCommand=setup)
+    run = run_verify(
+        task.directory, verify_options, tmp_path / "run", "--no-hack-gate", "--pids-limit", "64"
+    )
+    assert run.code == 1, run.report["reason"]
+    build = run.stage("build")
+    assert build["status"] == "failed"
+    assert "the setup command (setupCommand)" in build["detail"]
+    assert "the pids limit (64)" in build["detail"], build["detail"]
+    assert leftovers(docker_client, run.report["runId"]) == []
+
+
+def test_a_setup_that_fills_the_disk_is_stopped_by_the_storage_limit_and_named(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """2.5 GB written by setup under storageMb 1024 used to be accepted."""
+    setup = "for i in $(seq 125); do head -c 20m /dev/zero > /tmp/fill-$i; sleep 0.05; done"
+    task = bash_task(tmp_path, name="setup-fill", setupCommand=setup, resources={"storageMb": 1024})
+    run = run_verify(
+        task.directory,
+        verify_options,
+        tmp_path / "run",
+        "--no-hack-gate",
+        "--storage-limit",
+        "watchdog",
+    )
+    assert run.code == 1, run.report["reason"]
+    build = run.stage("build")
+    assert build["status"] == "failed"
+    assert "storage limit exceeded (" in build["detail"], build["detail"]
+    assert "> 1024 MB): the runner's storage watchdog stopped the container" in build["detail"]
+    assert leftovers(docker_client, run.report["runId"]) == []

@@ -649,3 +649,44 @@ def test_a_selector_that_selected_nothing_fails_the_gate_naming_it() -> None:
         )
         == errored
     )
+
+
+def test_a_task_step_stopped_by_a_limit_says_which() -> None:
+    """Setup runs under every limit of the task (runner.engine.steps); the reason names the one
+    that acted."""
+    step = "RUN cd /app && /opt/selfbench-environment/setup.sh"
+    filled = BuildOutcome(
+        ok=False,
+        failed_step=step,
+        exit_code=137,
+        storage_exceeded_mb=1334,
+        storage_mechanism="watchdog",
+    )
+    detail = judge_build(
+        "agent", filled, task_fault=True, memory_mb=512, log_path="a.log", storage_mb=1024
+    ).detail
+    assert "storage limit exceeded (1334 MB > 1024 MB): the runner's storage watchdog" in detail
+    assert "memory" not in detail
+    bomb = BuildOutcome(
+        ok=False,
+        failed_step=step,
+        exit_code=254,
+        error="The command returned a non-zero code: 254",
+        limits=LimitStats(pids_limit_hits=5, oom_kills=0),
+    )
+    judgement = judge_build(
+        "agent", bomb, task_fault=True, memory_mb=512, log_path="a.log", pids=64
+    )
+    assert judgement.status is Status.FAILED
+    assert "the pids limit (64) refused 5 new process(es)" in judgement.detail
+    stuck = BuildOutcome(
+        ok=False,
+        failed_step=step,
+        timed_out=True,
+        error="build timed out after 600s",
+        limits=LimitStats(pids_at_limit=True),
+    )
+    detail = judge_build(
+        "agent", stuck, task_fault=True, memory_mb=512, log_path="a.log", pids=64
+    ).detail
+    assert "the runner stopped it (the pids limit (64) was reached" in detail
