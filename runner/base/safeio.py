@@ -168,6 +168,16 @@ def check_writable_file(path: Path, *, option: str) -> None:
         raise UsageError("is in a kernel or device filesystem", path=str(path), field=option)
 
 
+def private_dir(path: Path, *, exist_ok: bool = True) -> None:
+    """Make `path` (and its parents) and leave it the runner user's alone (0700): a run
+    directory, a state directory or a store holds held-out tests, gold patches and job records,
+    which no other local user may read."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=exist_ok)
+    info = path.lstat()
+    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
 def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
     """Write `data` to `path` so a reader sees the old file or the whole new one."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from runner.base.errors import UsageError
+from runner.base.safeio import private_dir
 from runner.cli.common import _forwarded, cli, interrupts
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, ChildOptions, logs_root_option
 from runner.cli.output import in_github_actions
@@ -279,7 +280,7 @@ def batch_command(
         raise UsageError(
             "is not empty: a batch directory holds one batch", path=str(out), field="--out"
         )
-    out.mkdir(parents=True, exist_ok=True)
+    private_dir(out)
     view = _BatchView(len(targets), quiet=quiet)
     if temporal_address is not None:
         from runner.worker.client import TemporalBatch

@@ -106,6 +106,7 @@ class DockerEngine:
         self.api = self.client.api
         self.connection = Connection(self._connection, self.api.api_version)
         self.ncpu = int(info.get("NCPU") or 1)
+        self.memory_mb = int(info.get("MemTotal") or 0) // (1024 * 1024) or None
         self.arch: Arch = "arm64" if info.get("Architecture") in ("aarch64", "arm64") else "amd64"
         self.storage_driver = str(info.get("Driver", ""))
         self._quota: bool | None = None
@@ -136,7 +137,11 @@ class DockerEngine:
 
     def facts(self) -> EngineFacts:
         return EngineFacts(
-            ncpu=self.ncpu, arch=self.arch, storage_quota=self.storage_quota(), source="engine"
+            ncpu=self.ncpu,
+            arch=self.arch,
+            storage_quota=self.storage_quota(),
+            source="engine",
+            memory_mb=self.memory_mb,
         )
 
     def storage_quota(self) -> bool:

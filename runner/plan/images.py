@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable
 from functools import cache
 
+from runner.base.errors import InvalidTaskError
 from runner.base.resources import dockerfiles_dir
 from runner.compile.bundle import Bundle
 from runner.model.settings import (
@@ -89,6 +90,14 @@ def container_limits(
     bundle: Bundle, settings: VerifySettings, facts: EngineFacts
 ) -> tuple[Limits, BuildLimits]:
     environment = bundle.config.environment
+    if facts.memory_mb is not None and environment.memory_mb > facts.memory_mb:
+        # Obeyed, a limit above what the engine has is no limit: refused, as the task's error.
+        raise InvalidTaskError(
+            f"{environment.memory_mb} MB is more memory than the engine has "
+            f"({facts.memory_mb} MB); the definition's resources.memoryMb sets it",
+            path=str(bundle.root / "task.toml"),
+            field="environment.memory_mb",
+        )
     applied = min(float(facts.ncpu), environment.cpus)
     cores = max(1, min(facts.ncpu, math.ceil(environment.cpus)))
     return (

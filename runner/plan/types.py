@@ -129,6 +129,7 @@ class EngineFacts(_Frozen):
     arch: Arch
     storage_quota: bool | None = None  # whether `--storage-opt size` works; None: unknown
     source: Literal["engine", "host"] = "engine"
+    memory_mb: int | None = None  # the engine's memory; None: unknown
 
 
 class RunIdentity(_Frozen):

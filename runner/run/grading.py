@@ -144,7 +144,7 @@ def grade(
         run_id=run_id,
         run_dir=str(run_dir),
     )
-    with run_log(run_dir):
+    with run_log(run_dir, limit=settings.max_log_bytes):
         log.info("selfbench-runner %s grade %s --patch %s", __version__, target, patch_path)
         try:
             engine = _docker_engine()

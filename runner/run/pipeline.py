@@ -224,7 +224,7 @@ def verify(
         run.run_dir = make_run_dir(
             settings, run.task_id or target.resolve().name, run.run_id, target
         )
-        with run_log(run.run_dir):
+        with run_log(run.run_dir, limit=settings.max_log_bytes):
             log.info("selfbench-runner %s verify %s (run %s)", __version__, target, run.run_id)
             if not run.invalid:
                 plan = _run_stages(run, task, engine_factory, plan_only, env)
@@ -312,6 +312,13 @@ def _run_stages(
         return None
     try:
         plan = plan_verify(run.bundle, run.settings, facts, identity)
+    except InvalidTaskError as exc:
+        # A limit the engine cannot give (more memory than it has): the task's error.
+        engine.close()
+        _invalid(run, exc)
+        _event(run, "compile", run.compile)
+        return None
+    try:
         (run.run_dir / "plan.json").write_text(plan.to_json())
         executor = Executor(
             plan,

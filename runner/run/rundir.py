@@ -9,9 +9,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runner.base.errors import UsageError
-from runner.base.safeio import is_within
+from runner.base.logs import CappedLog
+from runner.base.safeio import is_within, private_dir
 from runner.base.validation import safe_dir_name
-from runner.model.settings import VerifySettings
+from runner.model.settings import DEFAULT_MAX_LOG_BYTES, VerifySettings
 
 Progress = Callable[[str, str], None]
 
@@ -51,7 +52,7 @@ def make_run_dir(settings: VerifySettings, task_name: str, run_id: str, target: 
             field="--logs",
         )
     try:
-        run_dir.mkdir(parents=True, exist_ok=settings.run_dir is not None)
+        private_dir(run_dir, exist_ok=settings.run_dir is not None)
     except OSError as exc:
         raise UsageError(
             f"cannot create the run directory: {exc.strerror or exc}",
@@ -61,11 +62,31 @@ def make_run_dir(settings: VerifySettings, task_name: str, run_id: str, target: 
     return run_dir
 
 
+class CappedHandler(logging.Handler):
+    """A logging handler into a CappedLog: its head as written, its tail at the end (a build
+    that printed 1 GB made a 3.68 GB runner.log when this was a plain file handler)."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        super().__init__(logging.DEBUG)
+        self.sink = CappedLog(path, limit)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sink.write((self.format(record) + "\n").encode("utf-8", "replace"))
+        except Exception:
+            self.handleError(record)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sink.close()
+        super().close()
+
+
 @contextlib.contextmanager
-def run_log(run_dir: Path) -> Iterator[None]:
-    """Everything the runner logs during the run, tracebacks included, in runner.log."""
-    handler = logging.FileHandler(run_dir / RUN_LOG, encoding="utf-8")
-    handler.setLevel(logging.DEBUG)
+def run_log(run_dir: Path, *, limit: int = DEFAULT_MAX_LOG_BYTES) -> Iterator[None]:
+    """Everything the runner logs during the run, tracebacks included, in runner.log, capped
+    at `limit` bytes (--max-log-size)."""
+    handler = CappedHandler(run_dir / RUN_LOG, limit)
     handler.setFormatter(
         logging.Formatter("%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s")
     )

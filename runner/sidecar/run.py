@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runner.base.errors import UsageError
+from runner.base.safeio import private_dir
 from runner.sidecar.mailbox import Mailbox
 from runner.sidecar.metrics import Metrics
 from runner.sidecar.service import Service, ServiceConfig
@@ -67,7 +68,7 @@ def open_service(options: ServiceSettings) -> tuple[Store, Service, Metrics]:
     be used), the service on it and its metrics."""
     state = options.state_dir
     try:
-        state.mkdir(parents=True, exist_ok=True)
+        private_dir(state)
         store = Store(state / STORE_FILE)
     except OSError as exc:
         raise UsageError(

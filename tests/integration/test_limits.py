@@ -192,3 +192,17 @@ def test_a_setup_that_fills_the_disk_is_stopped_by_the_storage_limit_and_named(
     assert "storage limit exceeded (" in build["detail"], build["detail"]
     assert "> 1024 MB): the runner's storage watchdog stopped the container" in build["detail"]
     assert leftovers(docker_client, run.report["runId"]) == []
+
+
+def test_a_memory_limit_above_the_engine_s_is_refused(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    """4 TiB passed validation and was handed to the builder, which obeyed it."""
+    task = bash_task(tmp_path, name="greedy", resources={"memoryMb": 4_000_000})
+    run = run_verify(task.directory, verify_options, tmp_path / "run")
+    assert run.code == 2, run.report["reason"]
+    assert run.report["verdict"] == "invalid"
+    assert (
+        "field `environment.memory_mb`: 4000000 MB is more memory than the engine has"
+        in (run.report["reason"])
+    )

@@ -56,6 +56,7 @@ class Sidecar:
         self.state, self.mailbox, self.options, self.jobs = state, mailbox, options, jobs
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
+        self.headers: dict[str, str] = {}
         self.log = state.parent / f"serve-{state.name}.log"
 
     def start(self) -> Sidecar:
@@ -90,6 +91,10 @@ class Sidecar:
             ports = [ln.rsplit(":", 1)[1] for ln in text.splitlines() if "listening on" in ln]
             if ports:
                 self.url = f"http://127.0.0.1:{ports[-1]}"
+                # No --token-file on loopback: the sidecar made its own, its user's alone.
+                token = self.state / "token"
+                assert f"token: {token}" in text
+                self.headers = {"Authorization": f"Bearer {token.read_text().strip()}"}
                 return self
             assert self.process.poll() is None, text
             assert time.monotonic() < deadline, text
@@ -108,7 +113,9 @@ class Sidecar:
     def wait(self, request_id: str, timeout: float = 600) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
-            status = httpx.get(f"{self.url}/v1/verifications/{request_id}", timeout=30).json()
+            status = httpx.get(
+                f"{self.url}/v1/verifications/{request_id}", timeout=30, headers=self.headers
+            ).json()
             if status["status"] not in ("queued", "running"):
                 return dict(status)
             assert time.monotonic() < deadline, status
@@ -195,11 +202,20 @@ def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
     # shows every stage start and end.
     changed = payload("h1", verify=2)
     changed["task"]["instruction"] += "\nAlso keep the usage message.\n"
-    posted = httpx.post(f"{sidecar.url}/v1/verifications", json=changed, timeout=30)
+    posted = httpx.post(
+        f"{sidecar.url}/v1/verifications", json=changed, timeout=30, headers=sidecar.headers
+    )
     assert posted.status_code == 202
+    # The token is the state directory's, which no other local user can read.
+    assert httpx.get(f"{sidecar.url}/healthz").status_code == 401
+    assert (sidecar.state / "token").stat().st_mode & 0o777 == 0o600
+    assert sidecar.state.stat().st_mode & 0o777 == 0o700
     seen: list[tuple[str, str]] = []
     with httpx.stream(
-        "GET", f"{sidecar.url}/v1/verifications/h1/events", timeout=httpx.Timeout(30, read=600)
+        "GET",
+        f"{sidecar.url}/v1/verifications/h1/events",
+        timeout=httpx.Timeout(30, read=600),
+        headers=sidecar.headers,
     ) as stream:
         kind = ""
         for line in stream.iter_lines():
@@ -220,7 +236,9 @@ def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
 
     # The same payload as m1 again, under a new id: answered from reuse, at once.
     started = time.monotonic()
-    again = httpx.post(f"{sidecar.url}/v1/verifications", json=payload("h2", verify=3))
+    again = httpx.post(
+        f"{sidecar.url}/v1/verifications", json=payload("h2", verify=3), headers=sidecar.headers
+    )
     assert again.status_code == 202
     reused = sidecar.wait("h2")
     elapsed = time.monotonic() - started
@@ -228,11 +246,11 @@ def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
     assert reused["response"]["reused"] is True
     assert reused["response"]["reusedFrom"] == mailed["report"]["runId"]
     assert reused["response"]["report"] == mailed["report"]
-    metrics = httpx.get(f"{sidecar.url}/metrics").text
+    metrics = httpx.get(f"{sidecar.url}/metrics", headers=sidecar.headers).text
     assert "selfbench_reuse_hits_total 1.0" in metrics
     assert 'selfbench_verifications_total{verdict="accepted"} 3.0' in metrics
     assert 'selfbench_stage_duration_seconds_count{stage="oracle"} 2.0' in metrics
-    health = httpx.get(f"{sidecar.url}/healthz").json()
+    health = httpx.get(f"{sidecar.url}/healthz", headers=sidecar.headers).json()
     assert health == {"status": "ok", "engine": True, "queueDepth": 0, "running": 0}
 
 
@@ -334,7 +352,7 @@ def test_twenty_requests_at_once_with_two_jobs(
             )
             for i in range(10)
         ]
-        with httpx.Client(timeout=60) as client:
+        with httpx.Client(timeout=60, headers=sidecar.headers) as client:
             import concurrent.futures
 
             with concurrent.futures.ThreadPoolExecutor(20) as pool:
