@@ -177,7 +177,9 @@ def _start_http(
         http=BoundedH11Protocol.bounded(
             header_timeout=options.header_timeout, max_connections=options.max_connections
         ),
-        limit_concurrency=options.max_connections,
+        # The protocol bounds connections itself (evicting the slowest); uvicorn's bound counts
+        # an evicted connection until it is gone and would answer the new one 503.
+        limit_concurrency=2 * options.max_connections,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http")

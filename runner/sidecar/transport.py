@@ -26,6 +26,7 @@ MAX_CONNECTIONS = 128
 # the same remedy.
 LINGER_BYTES = 16 * 1024 * 1024
 LINGER_SECONDS = 5.0
+LINGER_IDLE_SECONDS = 1.0  # a client still sending sends on; one that stopped is not waited for
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -76,21 +77,21 @@ class Guard:
             return
         raw_headers = [(k.lower(), v) for k, v in scope.get("headers") or []]
         headers = dict(raw_headers)
+        lengths = {v.strip() for k, v in raw_headers if k == b"content-length"}
         if not self._authorized(headers):
+            await self._linger(receive, lengths, chunked=b"transfer-encoding" in headers)
             response = error_json(
                 401,
                 "unauthorized",
                 "this sidecar needs Authorization: Bearer <token>",
-                headers={"WWW-Authenticate": "Bearer"},
+                headers={"WWW-Authenticate": "Bearer", "Connection": "close"},
             )
             await response(scope, receive, send)
             return
-        lengths = {v.strip() for k, v in raw_headers if k == b"content-length"}
         problem = self._framing_problem(lengths, chunked=b"transfer-encoding" in headers)
         if problem is not None:
             status, code, message = problem
-            if status == 413 and int(next(iter(lengths))) <= self.max_body + LINGER_BYTES:
-                await self._discard(receive, LINGER_BYTES + self.max_body)
+            await self._linger(receive, lengths, chunked=b"transfer-encoding" in headers)
             await self._refuse(scope, receive, send, status, code, message)
             return
         if not lengths and b"transfer-encoding" not in headers:
@@ -168,13 +169,25 @@ class Guard:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
+    async def _linger(self, receive: Receive, lengths: set[bytes], *, chunked: bool) -> None:
+        """Before an early answer: drop the body the client is still sending (bounded), so the
+        close that follows does not reset the answer away. A declared length past the budget is
+        not waited for."""
+        if not lengths and not chunked:
+            return
+        declared = [int(v) for v in lengths if v.isdigit() and len(v) < 19]
+        budget = self.max_body + LINGER_BYTES
+        if declared and max(declared) > budget:
+            return
+        await self._discard(receive, budget)
+
     async def _discard(self, receive: Receive, budget: int) -> None:
         """Read and drop the rest of a refused body: at most `budget` bytes within
         LINGER_SECONDS (a client that keeps sending past that gets the answer anyway)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + LINGER_SECONDS
         while budget > 0:
-            left = min(deadline - loop.time(), self.body_idle_seconds)
+            left = min(deadline - loop.time(), LINGER_IDLE_SECONDS)
             if left <= 0:
                 return
             try:
@@ -211,13 +224,20 @@ class Guard:
 class BoundedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with the bounds it lacks: a connection that does not
     finish its request line and headers within `header_timeout` seconds (on its first request
-    or a later one on the same connection) is closed with 408, and connections beyond
-    `max_connections` are closed as they open. (uvicorn's keep-alive timeout only starts after
-    a response, so a client that sends half a header line held its connection forever.)"""
+    or a later one on the same connection) is closed with 408. (uvicorn's keep-alive timeout
+    only starts after a response, so a client that sends half a header line held its
+    connection forever.)
+
+    Slow clients cannot lock others out: past half of `max_connections` a new connection gets a
+    quarter of the header deadline, and at the bound a new connection takes the place of the
+    one that has waited longest for its headers (closed with 408); only when every connection
+    is busy with a request is the new one closed. (With a fixed deadline alone, 128 slow
+    connections kept new clients out for about 13 s per wave.)"""
 
     header_timeout: float = HEADER_TIMEOUT_SECONDS
     max_connections: int = MAX_CONNECTIONS
     _header_timer: asyncio.TimerHandle | None = None
+    _waiting_since: float | None = None  # when it began to wait for a request's headers
 
     @classmethod
     def bounded(cls, *, header_timeout: float, max_connections: int) -> type[H11Protocol]:
@@ -229,22 +249,42 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        if len(self.connections) > self.max_connections and not self._evict_slowest():
             transport.close()
             return
         self._await_headers()
 
+    def _evict_slowest(self) -> bool:
+        """Close the connection that has waited longest for its headers (not this one)."""
+        waiting = [
+            c
+            for c in self.connections
+            if c is not self
+            and isinstance(c, BoundedH11Protocol)
+            and c._waiting_since is not None
+            and not c.transport.is_closing()
+        ]
+        if not waiting:
+            return False
+        min(waiting, key=lambda c: c._waiting_since or 0.0)._headers_late()
+        return True
+
     def _await_headers(self) -> None:
         self._stop_header_timer()
-        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_late)
+        deadline = self.header_timeout
+        if len(self.connections) > self.max_connections // 2:
+            deadline = max(1.0, deadline / 4)  # under pressure
+        self._waiting_since = self.loop.time()
+        self._header_timer = self.loop.call_later(deadline, self._headers_late)
 
     def _stop_header_timer(self) -> None:
+        self._waiting_since = None
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
 
     def _headers_late(self) -> None:
-        self._header_timer = None
+        self._stop_header_timer()
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             self.transport.write(
                 b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"

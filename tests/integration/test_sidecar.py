@@ -352,7 +352,7 @@ def test_twenty_requests_at_once_with_two_jobs(
             )
             for i in range(10)
         ]
-        with httpx.Client(timeout=60, headers=sidecar.headers) as client:
+        with httpx.Client(timeout=60, headers=car.headers) as client:
             import concurrent.futures
 
             with concurrent.futures.ThreadPoolExecutor(20) as pool:
