@@ -19,13 +19,15 @@ import json
 import os
 import stat
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runner import __version__
 from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import write_atomic
+from runner.base.validation import check_task_id
 from runner.model.harbor import read_task_toml
 
 MANIFEST = "manifest.json"
@@ -57,12 +59,26 @@ def accepted_run(run_dir: Path) -> Accepted:
             + "; export takes accepted tasks only",
             path=str(run_dir),
         )
-    bundle = Path(report.get("bundle") or run_dir / "bundle")
-    if not (bundle / "task.toml").is_file():
+    task_id = report.get("taskId")
+    problem = check_task_id(task_id) if isinstance(task_id, str) else "is not a string"
+    if problem is not None:
+        # The id names the archive's entry: never a path of its own.
+        raise UsageError(f"taskId {problem}", path=str(run_dir / "report.json"), field="taskId")
+    # The bundle is the run's own (run_dir/bundle): a report.json is a file anyone may edit, and
+    # one pointing at a host directory would export that directory.
+    bundle = run_dir / "bundle"
+    named = report.get("bundle")
+    if named and Path(str(named)).resolve() != bundle.resolve():
+        moved = not Path(str(named)).exists()
+        if not moved:
+            raise UsageError(
+                f"names a bundle outside its run directory ({str(named)[:200]})",
+                path=str(run_dir / "report.json"),
+                field="bundle",
+            )
+    if bundle.is_symlink() or not (bundle / "task.toml").is_file():
         raise UsageError(f"the accepted run's bundle is gone ({bundle})", path=str(run_dir))
-    return Accepted(
-        run_dir=run_dir, bundle=bundle, task_id=str(report["taskId"]), run_id=str(report["runId"])
-    )
+    return Accepted(run_dir=run_dir, bundle=bundle, task_id=task_id, run_id=str(report["runId"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,27 +230,140 @@ def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
     return manifest
 
 
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+MAX_MEMBERS = 100_000
+_CHUNK = 1024 * 1024
+
+
+class _Hashing(io.RawIOBase):
+    """A reader that hashes and counts what passes through it."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self.inner = inner
+        self.sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.inner.read(len(buffer))
+        self.sha.update(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def drain(self) -> str:
+        while self.inner.read(_CHUNK):
+            pass
+        return self.sha.hexdigest()
+
+
+def _member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
+    name = member.name
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts or "\0" in name:
+        return f"{name[:200]!r} is an absolute or escaping path"
+    if prefix and parts[0] != prefix:
+        return f"{name[:200]!r} is outside {prefix}/"
+    if not (member.isfile() or member.isdir()):
+        return f"{name[:200]!r} is a link or a special file"
+    if member.size > MAX_MEMBER_BYTES:
+        return f"{name[:200]!r} is larger than 4 GiB"
+    return None
+
+
+def _check_bundle(stream: IO[bytes], task_id: str, where: str) -> None:
+    """A task's inner archive: streamed, every member inside `<taskId>/`, regular files and
+    directories only, each bounded."""
+    count = 0
+    with tarfile.open(fileobj=stream, mode="r|gz") as inner:
+        for member in inner:
+            count += 1
+            if count > MAX_MEMBERS:
+                raise InvalidTaskError(f"{where} holds more than {MAX_MEMBERS} entries")
+            problem = _member_problem(member, prefix=task_id)
+            if problem is not None:
+                raise InvalidTaskError(f"{where}: {problem}")
+            if member.isfile():
+                handle = inner.extractfile(member)
+                while handle is not None and handle.read(_CHUNK):
+                    pass
+
+
 def check(archive: Path) -> dict[str, Any]:
-    """Every digest of an export archive; raises InvalidTaskError naming the first mismatch."""
+    """Every digest of an export archive, streamed: each member bounded, names checked, and
+    each task's inner archive opened and checked the same way. Raises InvalidTaskError with one
+    line on anything else (a truncated or malformed archive, a manifest of another shape)."""
+    where = str(archive)
     try:
-        with tarfile.open(archive, mode="r:gz") as tar:
-            members = {
-                m.name: m for m in tar.getmembers() if m.isfile() and m.size <= MAX_MEMBER_BYTES
-            }
-            if MANIFEST not in members:
-                raise InvalidTaskError("has no manifest.json", path=str(archive))
-            manifest = json.loads(tar.extractfile(members[MANIFEST]).read())  # type: ignore[union-attr]
-            if manifest.get("digest") != manifest_digest(manifest):
-                raise InvalidTaskError(
-                    "manifest.json's digest does not match its content", path=str(archive)
-                )
-            for task in manifest.get("tasks") or []:
-                name = str(task.get("file"))
-                if name not in members:
-                    raise InvalidTaskError(f"{name} is missing", path=str(archive))
-                data = tar.extractfile(members[name]).read()  # type: ignore[union-attr]
-                if _digest(data) != task.get("sha256"):
-                    raise InvalidTaskError(f"{name}: digest mismatch", path=str(archive))
-    except (OSError, tarfile.TarError, ValueError) as exc:
-        raise InvalidTaskError(f"not a readable export archive: {exc}", path=str(archive)) from None
-    return dict(manifest)
+        return _check(archive)
+    except InvalidTaskError as exc:
+        raise InvalidTaskError(exc.message, path=where) from None
+    except (OSError, EOFError, tarfile.TarError, zlib.error, ValueError) as exc:
+        raise InvalidTaskError(
+            f"not a readable export archive: {str(exc)[:200] or type(exc).__name__}", path=where
+        ) from None
+
+
+def _check(archive: Path) -> dict[str, Any]:
+    manifest: dict[str, Any] | None = None
+    digests: dict[str, str] = {}
+    ids: dict[str, str] = {}  # file -> task id, once the manifest is read
+    count = 0
+    with tarfile.open(archive, mode="r|gz") as tar:
+        for member in tar:
+            count += 1
+            if count > MAX_MEMBERS:
+                raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")
+            problem = _member_problem(member)
+            if problem is not None:
+                raise InvalidTaskError(problem)
+            if member.isdir():
+                continue
+            if member.name in digests:
+                raise InvalidTaskError(f"{member.name} is in the archive twice")
+            handle = tar.extractfile(member)
+            assert handle is not None
+            if member.name == MANIFEST:
+                if member.size > MAX_MANIFEST_BYTES:
+                    raise InvalidTaskError("manifest.json is larger than 16 MiB")
+                manifest = _manifest(handle.read())
+                ids = {task["file"]: task["taskId"] for task in manifest["tasks"]}
+                digests[member.name] = ""
+                continue
+            if not member.name.startswith("tasks/") or not member.name.endswith(".tar.gz"):
+                raise InvalidTaskError(f"{member.name[:200]!r} is not a task archive")
+            hashing = _Hashing(handle)
+            task_id = ids.get(member.name) or member.name[len("tasks/") : -len(".tar.gz")]
+            _check_bundle(io.BufferedReader(hashing, _CHUNK), task_id, member.name)
+            digests[member.name] = hashing.drain()
+    if manifest is None:
+        raise InvalidTaskError("has no manifest.json")
+    for task in manifest["tasks"]:
+        name = task["file"]
+        if name not in digests:
+            raise InvalidTaskError(f"{name} is missing")
+        if digests[name] != task["sha256"]:
+            raise InvalidTaskError(f"{name}: digest mismatch")
+    extra = sorted(set(digests) - {MANIFEST} - {t["file"] for t in manifest["tasks"]})
+    if extra:
+        raise InvalidTaskError(f"{extra[0]} is not in manifest.json")
+    return manifest
+
+
+def _manifest(data: bytes) -> dict[str, Any]:
+    """manifest.json, its shape checked: what the rest of the check reads is there."""
+    try:
+        manifest = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidTaskError(f"manifest.json is not JSON ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("tasks"), list):
+        raise InvalidTaskError("manifest.json has no tasks list")
+    if manifest.get("digest") != manifest_digest(manifest):
+        raise InvalidTaskError("manifest.json's digest does not match its content")
+    for index, task in enumerate(manifest["tasks"]):
+        task_id = task.get("taskId") if isinstance(task, dict) else None
+        if not isinstance(task_id, str) or check_task_id(task_id) is not None:
+            raise InvalidTaskError(f"manifest.json: tasks[{index}].taskId is not a task id")
+        if task.get("file") != f"tasks/{task_id}.tar.gz" or not isinstance(task.get("sha256"), str):
+            raise InvalidTaskError(f"manifest.json: tasks[{index}] names another file or no digest")
+    return manifest

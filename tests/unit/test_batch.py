@@ -4,6 +4,8 @@ export's determinism and check."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -310,3 +312,112 @@ def test_export_finds_a_task_s_run_inside_a_batch_under_logs(tmp_path: Path) -> 
     assert by_batch.returncode == 0, by_batch.stderr
     assert "not exported, red-task: rejected" in by_batch.stderr
     assert (tmp_path / "t.tar.gz").read_bytes() == (tmp_path / "b.tar.gz").read_bytes()
+
+
+def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _signed_manifest(tasks: list[dict[str, str]]) -> bytes:
+    from runner.present.export import manifest_digest
+
+    manifest: dict[str, object] = {"schemaVersion": 1, "runnerVersion": "x", "tasks": tasks}
+    manifest["digest"] = manifest_digest(manifest)
+    return json.dumps(manifest).encode()
+
+
+def _inner(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buffer.getvalue()
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+@pytest.mark.parametrize(
+    ("inner_member", "words"),
+    [
+        ((tarfile.TarInfo("t/../../etc/cron.d/x"), b"x"), "escaping path"),
+        ((tarfile.TarInfo("/etc/passwd"), b"x"), "escaping path"),
+        ((_link("t/link", "/etc/shadow"), None), "a link or a special file"),
+        ((_link("t/hard", "/etc/shadow", tarfile.LNKTYPE), None), "a link or a special file"),
+        ((tarfile.TarInfo("other/file"), b"x"), "is outside t/"),
+    ],
+)
+def test_check_opens_the_inner_archives_and_refuses_what_escapes(
+    tmp_path: Path, inner_member: tuple[tarfile.TarInfo, bytes | None], words: str
+) -> None:
+    """--check said "every digest matches" for a task archive holding a `../`, absolute, link
+    or hard-link member: it never opened the inner archives."""
+    inner = _inner([inner_member])
+    manifest = _signed_manifest(
+        [{"taskId": "t", "file": "tasks/t.tar.gz", "sha256": hashlib.sha256(inner).hexdigest()}]
+    )
+    archive = _archive(
+        tmp_path / "a.tar.gz",
+        [(tarfile.TarInfo("manifest.json"), manifest), (tarfile.TarInfo("tasks/t.tar.gz"), inner)],
+    )
+    with pytest.raises(InvalidTaskError, match=words):
+        check(archive)
+
+
+def test_check_refuses_bad_outer_names_truncation_and_malformed_manifests(tmp_path: Path) -> None:
+    good = _inner([(tarfile.TarInfo("t/task.toml"), b"x")])
+    entry = {"taskId": "t", "file": "tasks/t.tar.gz", "sha256": hashlib.sha256(good).hexdigest()}
+    escaping = _archive(
+        tmp_path / "esc.tar.gz",
+        [
+            (tarfile.TarInfo("manifest.json"), _signed_manifest([entry])),
+            (tarfile.TarInfo("tasks/../../../../tmp/x.tar.gz"), good),
+        ],
+    )
+    with pytest.raises(InvalidTaskError, match="escaping path"):
+        check(escaping)
+    whole = _archive(
+        tmp_path / "whole.tar.gz",
+        [
+            (tarfile.TarInfo("manifest.json"), _signed_manifest([entry])),
+            (tarfile.TarInfo("tasks/t.tar.gz"), good),
+        ],
+    )
+    assert check(whole)["tasks"][0]["taskId"] == "t"
+    truncated = tmp_path / "cut.tar.gz"
+    truncated.write_bytes(whole.read_bytes()[: len(whole.read_bytes()) // 2])
+    with pytest.raises(InvalidTaskError, match="not a readable export archive"):
+        check(truncated)
+    for bad in (b"[1, 2]", b"{nope", json.dumps({"tasks": [{"taskId": 3}]}).encode()):
+        archive = _archive(tmp_path / "m.tar.gz", [(tarfile.TarInfo("manifest.json"), bad)])
+        with pytest.raises(InvalidTaskError, match=r"manifest\.json"):
+            check(archive)
+
+
+def test_export_refuses_an_id_that_is_a_path_and_a_bundle_outside_the_run(tmp_path: Path) -> None:
+    from runner.present.export import accepted_run
+
+    run_dir = tmp_path / "run"
+    (run_dir / "bundle").mkdir(parents=True)
+    (run_dir / "bundle" / "task.toml").write_text("x")
+    report = {"verdict": "accepted", "taskId": "../../../../tmp/evil", "runId": "r1"}
+    (run_dir / "report.json").write_text(json.dumps(report))
+    with pytest.raises(UsageError, match="taskId"):
+        accepted_run(run_dir)
+    host = tmp_path / "host-dir"
+    host.mkdir()
+    (host / "task.toml").write_text("secret")
+    report = {"verdict": "accepted", "taskId": "ok", "runId": "r1", "bundle": str(host)}
+    (run_dir / "report.json").write_text(json.dumps(report))
+    with pytest.raises(UsageError, match="outside its run directory"):
+        accepted_run(run_dir)
