@@ -210,6 +210,12 @@ def _usage_report(error: RunnerError) -> Any:
 @PIDS_LIMIT
 @MAX_LOG_SIZE
 @STORAGE_LIMIT
+@click.option(
+    "--unsealed",
+    is_flag=True,
+    help="Grade a bundle whose files do not match its seal (or that has none); the result is "
+    "then only as good as those files.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def grade_command(
     target: Path,
@@ -226,6 +232,7 @@ def grade_command(
     pids_limit: int,
     max_log_size: int,
     storage_limit: str,
+    unsealed: bool,
     quiet: bool,
 ) -> int:
     """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
@@ -246,7 +253,7 @@ def grade_command(
         repeat=0,
     )
     with interrupts():
-        report = grade(target, patch_path, settings, progress=output.progress)
+        report = grade(target, patch_path, settings, progress=output.progress, unsealed=unsealed)
     if as_json:
         click.echo(report.to_json(), nl=False)
     if not quiet or not as_json:

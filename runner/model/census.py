@@ -442,6 +442,8 @@ def seal(bundle: Path, census: Census, out: Path) -> Path:
     document = json.loads(raw) if raw else {}
     if not isinstance(document, dict):
         document = {}
+    # The seal: every file of the bundle as the verification left it (grade compares it).
+    document["seal"] = {"files": bundle_digests(out)}
     document["census"] = {
         "file": CENSUS_PATH,
         "sha256": hashlib.sha256(text.encode()).hexdigest(),
@@ -453,3 +455,53 @@ def seal(bundle: Path, census: Census, out: Path) -> Path:
     manifest_path.unlink(missing_ok=True)
     write_atomic(manifest_path, json.dumps(document, indent=2) + "\n")
     return out
+
+
+def bundle_digests(root: Path) -> dict[str, str]:
+    """The sha256 of every file of a bundle but its manifest, by relative path; a link or a
+    special file is recorded as such (a sealed bundle holds regular files only)."""
+    import hashlib
+    import os
+    import stat
+
+    digests: dict[str, str] = {}
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(Path(directory, d))]):
+            path = Path(directory, name)
+            relative = path.relative_to(root).as_posix()
+            if relative == MANIFEST_PATH:
+                continue
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode):
+                digests[relative] = "not a regular file"
+                continue
+            sha = hashlib.sha256()
+            with path.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+                    sha.update(chunk)
+            digests[relative] = sha.hexdigest()
+    return digests
+
+
+def seal_problem(root: Path) -> str | None:
+    """Why a bundle does not match its seal (None when it does): no seal, or the first file
+    changed, added or removed since the verification that sealed it."""
+    raw = optional_regular(root / MANIFEST_PATH, limit=MAX_EVIDENCE_BYTES)
+    try:
+        document = json.loads(raw) if raw else None
+    except ValueError:
+        return f"{MANIFEST_PATH} is not JSON"
+    seal = document.get("seal") if isinstance(document, dict) else None
+    files = seal.get("files") if isinstance(seal, dict) else None
+    if not isinstance(files, dict):
+        return "it has no seal (no verification accepted it)"
+    now = bundle_digests(root)
+    for name in sorted(set(files) | set(now)):
+        if name not in now:
+            return f"{name} is gone since it was sealed"
+        if name not in files:
+            return f"{name} was added after it was sealed"
+        if now[name] != files[name]:
+            return f"{name} changed after it was sealed"
+    return None

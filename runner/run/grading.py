@@ -24,7 +24,7 @@ from runner.base.errors import ExitCode, InvalidTaskError, RunnerError, UsageErr
 from runner.base.safeio import optional_regular, read_regular, write_atomic
 from runner.base.validation import safe_dir_name
 from runner.compile.bundle import Bundle, is_bundle, load_bundle
-from runner.model.census import Census, EvidenceSummary, PolicyChange, read_census
+from runner.model.census import Census, EvidenceSummary, PolicyChange, read_census, seal_problem
 from runner.model.report import GateData, Status
 from runner.model.reward import Reward, VerifierDetails
 from runner.model.settings import MAX_AGENT_PATCH_BYTES, VerifySettings
@@ -80,8 +80,10 @@ class GradeTarget:
     census: Census | None
 
 
-def resolve_target(target: Path) -> GradeTarget:
-    """The bundle to grade with: TARGET itself, or the bundle a run directory's report names."""
+def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
+    """The bundle to grade with: TARGET itself, or the bundle a run directory's report names;
+    one whose files do not match its seal is refused unless `unsealed` (a bundle is files
+    anyone may edit: a test.sh that writes reward 1, a task.toml asking for a million MB)."""
     if is_bundle(target):
         bundle = load_bundle(target)
     elif (target / "report.json").is_file():
@@ -100,6 +102,14 @@ def resolve_target(target: Path) -> GradeTarget:
             "is neither a compiled bundle (task.toml) nor a run directory (report.json)",
             path=str(target),
         )
+    if not unsealed:
+        problem = seal_problem(bundle.root)
+        if problem is not None:
+            raise UsageError(
+                f"the bundle does not match its seal: {problem}; grade a bundle as an accepted "
+                "verification left it, or pass --unsealed to grade it anyway",
+                path=str(bundle.root),
+            )
     census = read_census(
         optional_regular(bundle.root / "tests" / "expected-tests.json", limit=64 * 1024 * 1024)
     )
@@ -119,6 +129,7 @@ def grade(
     settings: VerifySettings,
     *,
     progress: object = None,
+    unsealed: bool = False,
 ) -> GradeReport:
     """Grade one patch. Raises UsageError for bad arguments; every other outcome is a report."""
     from runner.plan.types import RunIdentity
@@ -128,7 +139,7 @@ def grade(
     from runner.run.rundir import make_run_dir, run_log
 
     started = time.monotonic()
-    resolved = resolve_target(target)
+    resolved = resolve_target(target, unsealed=unsealed)
     patch = read_patch(patch_path)
     bundle = resolved.bundle
     run_id = new_run_id()

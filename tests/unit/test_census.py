@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.base.errors import UsageError
 from runner.model.census import (
     CensusError,
     RunEvidence,
@@ -187,9 +188,48 @@ def test_grade_refuses_what_is_no_bundle_and_a_missing_patch(tmp_path: Path) -> 
     bundle = compiled(
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
     )
-    result = grade_cli(str(bundle), "--patch", str(tmp_path / "missing.patch"))
+    result = grade_cli(str(bundle), "--patch", str(tmp_path / "missing.patch"), "--unsealed")
     assert result.returncode == 2
     assert "missing.patch" in result.stderr and "--patch" in result.stderr
+
+
+def test_grade_refuses_a_bundle_that_does_not_match_its_seal(tmp_path: Path) -> None:
+    """A test.sh that writes reward 1, or a task.toml edited to a million MB, was obeyed: the
+    digests were computed and never compared with the seal."""
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.census import seal
+    from runner.run.grading import resolve_target
+
+    task = bash_task(tmp_path / "t")
+    bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "b")
+    patch = tmp_path / "agent.patch"
+    patch.write_text("")
+    unsealed = grade_cli(str(bundle), "--patch", str(patch))
+    assert unsealed.returncode == 2
+    assert "it has no seal (no verification accepted it)" in unsealed.stderr
+    census = build_census(
+        nop_fail_to_pass=None,
+        oracle_fail_to_pass=run("fail_to_pass", "f2p", "exit-code", {}),
+        oracle_pass_to_pass=None,
+        run_id="r1",
+        runner_version="v",
+    )
+    sealed = seal(bundle, census, tmp_path / "sealed")
+    assert resolve_target(sealed).bundle.root == sealed
+    test_sh = sealed / "tests" / "test.sh"
+    text = test_sh.read_text()
+    test_sh.unlink()  # the seal's copy is linked to the compiled bundle's file
+    test_sh.write_text(text + "\necho 1 > /logs/verifier/reward.txt\n")
+    result = grade_cli(str(sealed), "--patch", str(patch))
+    assert result.returncode == 2
+    assert "the bundle does not match its seal: tests/test.sh changed after it was sealed" in (
+        result.stderr
+    )
+    (sealed / "tests" / "extra.sh").write_text("true\n")
+    test_sh.write_text(text)
+    with pytest.raises(UsageError, match=r"tests/extra\.sh was added after it was sealed"):
+        resolve_target(sealed)
+    assert resolve_target(sealed, unsealed=True).bundle.root == sealed
 
 
 def test_the_census_keeps_how_many_assertions_each_fail_to_pass_test_passed() -> None:
