@@ -28,7 +28,7 @@ from runner.model.settings import (
     proxy_environment,
 )
 from runner.model.stages import DEBUGGABLE_STAGES, STAGE_NAMES
-from runner.plan.debug import DebugSession, plan_debug
+from runner.plan.debug import DebugSession, plan_debug, plan_problem
 
 
 @cli.command("clean")
@@ -65,6 +65,13 @@ def _load_run(run_dir: Path) -> tuple[Any, Any]:
             plan = VerifyPlan.model_validate_json((run_dir / "plan.json").read_text())
         except (OSError, ValueError, ValidationError):
             plan = None
+    if plan is not None:
+        problem = plan_problem(plan)
+        if problem is not None:
+            raise UsageError(
+                f"refused: {problem} (debug starts containers from it)",
+                path=str(run_dir / "plan.json"),
+            )
     return report, plan
 
 

@@ -10,9 +10,13 @@ and the cleanup. The same commands are what `debug` runs, so the two cannot drif
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from runner.base.errors import UsageError
 from runner.model.report import Report, Status
@@ -25,6 +29,7 @@ from runner.plan.debugcommands import (
     docker_step,
 )
 from runner.plan.types import (
+    ContainerPlan,
     TrialPlan,
     VerifyPlan,
 )
@@ -104,6 +109,45 @@ def _failing_command(step: str) -> str:
         except ValueError:
             pass
     return text
+
+
+_IMAGE = re.compile(r"selfbench/[a-z0-9][a-z0-9-]*:(agent|verifier)-[0-9a-f]{16}")
+_NETWORK = re.compile(r"none|bridge|selfbench-[a-z0-9][a-z0-9-]*")
+_WORKDIR = re.compile(r"/[A-Za-z0-9._/-]*")
+
+
+def plan_problem(plan: VerifyPlan) -> str | None:
+    """What in a run's plan.json this runner would never have written (None: nothing): the
+    plan is a file anyone may edit, and debug hands its images, networks and directories to
+    `docker create`. Only the runner's own image tags, a gate's own network or none, and plain
+    absolute directories pass."""
+    containers = list(_containers(plan))
+    tags = {b.tag for b in plan.builds}
+    for build in plan.builds:
+        if not _IMAGE.fullmatch(build.tag):
+            return f"builds: image {build.tag[:100]!r} is not one of this runner's tags"
+    for container in containers:
+        if container.image not in tags:
+            return f"{container.name}: image {container.image[:100]!r} is not the plan's build"
+        if not _NETWORK.fullmatch(container.network):
+            return (
+                f"{container.name}: network {container.network[:100]!r} is not one the runner uses"
+            )
+        if not _WORKDIR.fullmatch(container.workdir) or "/../" in f"{container.workdir}/":
+            return f"{container.name}: workdir {container.workdir[:100]!r} is not a plain path"
+    return None
+
+
+def _containers(value: object) -> Iterator[ContainerPlan]:
+    """Every container plan anywhere in `value` (a plan, its parts, lists of them)."""
+    if isinstance(value, ContainerPlan):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _containers(getattr(value, name))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _containers(item)
 
 
 def plan_debug(

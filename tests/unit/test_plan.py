@@ -11,7 +11,7 @@ from pathlib import Path
 from runner.compile.bundle import load_bundle
 from runner.compile.taskdir import load_authored_task
 from runner.model.settings import VerifySettings
-from runner.plan.types import LABEL_INPUTS, EngineFacts, RunIdentity
+from runner.plan.types import LABEL_INPUTS, EngineFacts, RunIdentity, VerifyPlan
 from runner.plan.verify import plan_verify
 from tests.helpers import compiled
 
@@ -100,3 +100,25 @@ def test_nop_hands_go_s_build_cache_to_the_side_trials_only(tmp_path: Path) -> N
 def test_no_cache_directory_no_hand_off(tmp_path: Path) -> None:
     plan = json.loads(example_plan(tmp_path, VerifySettings()))
     assert plan["hand_off"] is None
+
+
+def test_debug_refuses_a_plan_the_runner_would_not_write() -> None:
+    """debug hands plan.json's images, networks and directories to `docker create`: a forged
+    plan asked for `--network host` and an image `--privileged`, and both were run."""
+    from runner.plan.debug import plan_problem
+
+    text = GOLDEN.read_text().replace("<inputs of agent>", "0" * 16)
+    document = json.loads(text.replace("<inputs of verifier>", "1" * 16))
+    assert plan_problem(VerifyPlan.model_validate(document)) is None
+    nop = document["trials"][0]
+    for field, value, words in (
+        ("network", "host", "is not one the runner uses"),
+        ("image", "--privileged", "is not the plan's build"),
+        ("workdir", "/app/../../etc", "is not a plain path"),
+        ("workdir", "-v/:/host", "is not a plain path"),
+    ):
+        forged = json.loads(json.dumps(document))
+        forged["trials"][0]["verifier"][field] = value
+        problem = plan_problem(VerifyPlan.model_validate(forged))
+        assert problem is not None and words in problem, (field, problem)
+    assert nop["verifier"]["network"] in ("none", "bridge")
