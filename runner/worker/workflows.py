@@ -58,6 +58,53 @@ def _verdict(response: dict[str, Any]) -> str:
     return verdict if verdict in VERDICTS else "infrastructure_failed"
 
 
+_LIMITS = {
+    "concurrency": (1, 1000),
+    "verify_timeout_seconds": (1.0, 7 * 24 * 3600.0),
+    "heartbeat_timeout_seconds": (1.0, 24 * 3600.0),
+    "max_attempts": (1, 100),
+}
+
+
+def settings_problem(raw: dict[str, Any]) -> str | None:
+    """Why the batch's own settings cannot run (None: they can): each a number in range. A bad
+    one used to fail the workflow task on every replay, and the batch stayed RUNNING forever."""
+    for name, (low, high) in _LIMITS.items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(low, int) and not isinstance(value, int):
+            number = False
+        if not number or not (low <= value <= high) or value != value:
+            return f"{name} must be a number from {low} to {high}, not {str(value)[:50]}"
+    return None
+
+
+def batch_input(raw: Any) -> tuple[BatchInput, str | None]:
+    """The workflow's input as given (any JSON), as a BatchInput, and why its settings are
+    refused (None when they are not). Requests are checked one by one as they run."""
+    if not isinstance(raw, dict):
+        return BatchInput(requests=[]), "the input is not an object"
+    requests = raw.get("requests")
+    if not isinstance(requests, list):
+        return BatchInput(requests=[]), "requests is not a list"
+    problem = settings_problem(raw)
+    if problem is not None:
+        return BatchInput(requests=requests), problem
+    known = {k: raw[k] for k in _LIMITS if k in raw}
+    return BatchInput(requests=requests, **known), None
+
+
+def request_problem(request: Any) -> str | None:
+    """Why one request cannot be scheduled at all (the activity checks the rest)."""
+    if not isinstance(request, dict):
+        return "is not an object"
+    if not isinstance(request.get("id"), str) or not request["id"]:
+        return "has no id"
+    return None
+
+
 def activity_id(index: int, request: dict[str, Any]) -> str:
     """A request's activity id in its batch (what `describe` lists a pending one by)."""
     return f"{index}:{request.get('id')}"
@@ -74,15 +121,28 @@ class BatchWorkflow:
         return list(self._done)
 
     @workflow.run
-    async def run(self, batch: BatchInput) -> BatchSummary:
+    async def run(self, raw: Any) -> BatchSummary:
+        # The input is read as plain JSON and checked here: one that does not decode into
+        # BatchInput, or a bad setting, would otherwise fail every workflow task.
+        batch, problem = batch_input(raw)
         bound = asyncio.Semaphore(max(1, batch.concurrency))
         retry = RetryPolicy(
             maximum_attempts=max(1, batch.max_attempts),
             non_retryable_error_types=["InvalidRequest", "Cancelled"],
         )
 
-        async def one(index: int, request: dict[str, Any]) -> TaskResult:
-            result = await attempt(index, request)
+        async def one(index: int, request: Any) -> TaskResult:
+            why = problem or request_problem(request)
+            if why is not None:
+                name = request.get("id") if isinstance(request, dict) else None
+                result = TaskResult(
+                    id=str(name or f"requests[{index}]"),
+                    verdict="invalid",
+                    error=f"requests[{index}]: {why}" if problem is None else why,
+                    error_type="InvalidRequest",
+                )
+            else:
+                result = await attempt(index, request)
             self._done.append(result)
             return result
 

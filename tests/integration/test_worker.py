@@ -99,6 +99,7 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
             # A selector in both selections: rejected by the audit, a result like any other.
             payload("w-red", 2, passToPass=both),
             {"id": "w-bad", "run": "run-1"},  # no stage, candidate, task, ...
+            "not an object",  # failed the workflow task on every replay: RUNNING forever
         ],
         "concurrency": 2,
     }
@@ -112,10 +113,11 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
     assert summary["counts"] == {
         "accepted": 1,
         "rejected": 1,
-        "invalid": 1,
+        "invalid": 2,
         "infrastructure_failed": 0,
     }
     tasks = {t["id"]: t for t in summary["tasks"]}
+    assert tasks["requests[3]"]["error"] == "requests[3]: is not an object"
     ok = tasks["w-ok"]["response"]
     assert ok["status"] == "done" and ok["report"]["verdict"] == "accepted"
     assert tasks["w-red"]["response"]["report"]["verdict"] == "rejected"
@@ -140,6 +142,17 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
     run_ids = [ok["report"]["runId"], tasks["w-red"]["response"]["report"]["runId"]]
     for run_id in run_ids:
         assert runner_containers(docker_client, run_id) == []
+    # A setting no batch can run with: every request answered invalid, naming it; the
+    # workflow completes.
+    negative = {"requests": [payload("w-neg", 1)], "verify_timeout_seconds": -5}
+    refused = batch_workflow(
+        server, worker.queue, "batch-neg", negative, wait=True, input_file=tmp_path / "neg.json"
+    )
+    assert refused.returncode == 0, refused.stderr
+    refused_doc = json.loads(refused.stdout)
+    assert refused_doc["status"] == "COMPLETED", refused_doc
+    neg = workflow_result(refused_doc)["tasks"][0]
+    assert neg["verdict"] == "invalid" and "verify_timeout_seconds must be" in neg["error"]
     # The same request id again: answered from this worker's store, not run twice.
     again = {"requests": [payload("w-ok", 1)], "concurrency": 1}
     repeated = batch_workflow(
