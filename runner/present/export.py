@@ -236,7 +236,7 @@ _CHUNK = 1024 * 1024
 
 
 class _Hashing(io.RawIOBase):
-    """A reader that hashes and counts what passes through it."""
+    """A reader that hashes what passes through it; drain() hashes what is left unread."""
 
     def __init__(self, inner: IO[bytes]) -> None:
         self.inner = inner
@@ -252,8 +252,8 @@ class _Hashing(io.RawIOBase):
         return len(data)
 
     def drain(self) -> str:
-        while self.inner.read(_CHUNK):
-            pass
+        while chunk := self.inner.read(_CHUNK):
+            self.sha.update(chunk)
         return self.sha.hexdigest()
 
 

@@ -4,9 +4,11 @@ export's determinism and check."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -421,3 +423,22 @@ def test_export_refuses_an_id_that_is_a_path_and_a_bundle_outside_the_run(tmp_pa
     (run_dir / "report.json").write_text(json.dumps(report))
     with pytest.raises(UsageError, match="outside its run directory"):
         accepted_run(run_dir)
+
+
+def test_check_hashes_what_follows_an_inner_archive_s_end(tmp_path: Path) -> None:
+    """The bytes after the tar's end (here a second gzip member) are part of the file and of
+    its digest: a digest over what the tar reader consumed alone would differ."""
+    inner = _inner([(tarfile.TarInfo("t/task.toml"), b"x")])
+    trailing = io.BytesIO()
+    with gzip.GzipFile(fileobj=trailing, mode="wb", mtime=0) as extra:
+        extra.write(os.urandom(3 * 1024 * 1024))
+    inner += trailing.getvalue()
+    entry = {"taskId": "t", "file": "tasks/t.tar.gz", "sha256": hashlib.sha256(inner).hexdigest()}
+    archive = _archive(
+        tmp_path / "a.tar.gz",
+        [
+            (tarfile.TarInfo("manifest.json"), _signed_manifest([entry])),
+            (tarfile.TarInfo("tasks/t.tar.gz"), inner),
+        ],
+    )
+    assert check(archive)["tasks"][0]["taskId"] == "t"
