@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from runner.base.errors import (
     InvalidTaskError,
     UsageError,
 )
-from runner.base.safeio import private_dir, read_regular, write_atomic
+from runner.base.safeio import read_regular
 from runner.cli.common import _forwarded, _stderr_logging, cli
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, ChildOptions, with_options
 from runner.model.settings import (
@@ -25,7 +24,6 @@ from runner.model.settings import (
 )
 
 MIN_TOKEN_CHARS = 16
-TOKEN_FILE = "token"  # in the state directory, when no token was given
 
 
 _LISTEN = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+)):(?P<port>\d{1,5})$")
@@ -70,25 +68,6 @@ def _read_token(token_file: Path | None) -> str | None:
             field=field,
         )
     return token
-
-
-def _generated_token(state: Path) -> tuple[str, Path]:
-    """The state directory's own token (made once, 0600, kept across restarts so a local
-    orchestrator reads it again), and its path."""
-    path = state / TOKEN_FILE
-    try:
-        private_dir(state)
-        if not path.exists():
-            write_atomic(path, secrets.token_urlsafe(32) + "\n", mode=0o600)
-        token = _read_token(path)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot keep the sidecar's token: {exc.strerror or exc}",
-            path=str(path),
-            field="--state-dir",
-        ) from None
-    assert token is not None
-    return token, path
 
 
 def _check_repository_policy(roots: tuple[Path, ...], urls: tuple[str, ...]) -> None:
@@ -256,7 +235,10 @@ def serve_command(
     if address is not None and token is None:
         # A loopback port is open to every local user: without a token of the caller's, the
         # sidecar makes one, readable by its own user only.
-        token, generated = _generated_token(state)
+        from runner.sidecar.run import own_token_file
+
+        generated = own_token_file(state)
+        token = _read_token(generated)
     _check_repository_policy(repo_roots, repo_urls)
     forwarded, digest_settings = _forwarded(child)
     from runner.sidecar.run import SidecarOptions, run_sidecar

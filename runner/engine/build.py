@@ -138,16 +138,19 @@ class ImageBuild:
                 use_config_proxy=False,
                 network_mode=request.network,
             )
-            for chunk in chunks:
-                for line in self.stream.feed(chunk):
-                    shown = self.rename(line)
-                    if shown is not None:
-                        capped.write(shown.encode("utf-8", "replace") + b"\n")
-                        on_line(shown)
-            for line in self.stream.finish():
+
+            def show(line: str, *, progress: bool = True) -> None:
                 shown = self.rename(line)
                 if shown is not None:
                     capped.write(shown.encode("utf-8", "replace") + b"\n")
+                    if progress:
+                        on_line(shown)
+
+            for chunk in chunks:
+                for line in self.stream.feed(chunk):
+                    show(line)
+            for line in self.stream.finish():
+                show(line, progress=False)
         except BaseException as exc:  # handed to the waiting thread
             self.failure.append(exc)
         finally:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import logging
 import posixpath
 import tarfile
 import tempfile
@@ -41,8 +40,6 @@ from runner.plan.dockerfile import (
 )
 from runner.plan.runtime import BuildOutcome, BuildRequest, ImageInfo
 from runner.plan.types import LABEL_STEP, ContainerPlan, ExecStep, StepLimits
-
-log = logging.getLogger(__name__)
 
 DOCKERFILE_NAME = ".selfbench.Dockerfile"
 TAIL_LINES = 200
@@ -115,7 +112,6 @@ class SteppedBuild:
         parent: str | None = None
         cached = 0
         pieces = self.dockerfile.pieces
-        last_layer: str | None = None
         for index, piece in enumerate(pieces):
             final = index == len(pieces) - 1
             left = deadline - time.monotonic()
@@ -130,11 +126,12 @@ class SteppedBuild:
             outcome.cached_steps = cached
             if not outcome.ok or outcome.image_id is None:
                 outcome.ok = False
-                outcome.last_layer = outcome.last_layer or last_layer
+                outcome.last_layer = outcome.last_layer or parent
                 return outcome
-            parent = last_layer = outcome.image_id
+            parent = outcome.image_id
         assert parent is not None
         if self.request.tag:
+            # Tagged once, here, whichever kind of piece came last.
             with engine_errors(f"tagging {self.request.tag}"):
                 repository, _, tag = self.request.tag.rpartition(":")
                 self.api.tag(parent, repository, tag, force=True)
@@ -143,12 +140,15 @@ class SteppedBuild:
             ok=True, image_id=info.id if info else parent, cached_steps=cached, last_layer=parent
         )
 
+    def _timeout_words(self) -> str:
+        return f"build timed out after {int(self.request.timeout_seconds)}s"
+
     def _timed_out(self, piece: Chunk | LimitedRun) -> BuildOutcome:
         instruction = piece.instruction if isinstance(piece, LimitedRun) else piece.instructions[0]
         return BuildOutcome(
             ok=False,
             timed_out=True,
-            error=f"build timed out after {int(self.request.timeout_seconds)}s",
+            error=self._timeout_words(),
             failed_step=instruction.text,
             step_number=instruction.step,
         )
@@ -181,7 +181,7 @@ class SteppedBuild:
 
         piece = BuildRequest(
             context=request.context,
-            tag=request.tag if final else "",
+            tag="",
             buildargs=request.buildargs,
             labels=request.labels if final else {},
             memory_mb=request.memory_mb,
@@ -201,9 +201,6 @@ class SteppedBuild:
                 rename=rename,
             )
             outcome = build.run_to(out, on_line=on_line, timeout=timeout)
-        if outcome.ok and outcome.image_id is None:
-            outcome.ok = False
-            outcome.error = "build stream ended without an image id"
         if not outcome.ok and outcome.step_number:
             instruction = chunk.step_of(outcome.step_number)
             outcome.step_number = instruction.step if instruction else 0
@@ -269,7 +266,8 @@ class SteppedBuild:
                 result.timed_out or result.exit_code != 0 or result.storage_exceeded_mb is not None
             )
             if not failed:
-                image_id = self._commit(container, config, key)
+                labels = {**self.request.labels, LABEL_STEP: key} if final else {LABEL_STEP: key}
+                image_id = self._commit(container, config, labels)
                 sink.say(f" ---> {_short(image_id)}")
                 return BuildOutcome(ok=True, image_id=image_id, last_layer=image_id)
         outcome = BuildOutcome(
@@ -285,7 +283,7 @@ class SteppedBuild:
             storage_mechanism=container.storage_mechanism,
         )
         if result.timed_out:
-            outcome.error = f"build timed out after {int(self.request.timeout_seconds)}s"
+            outcome.error = self._timeout_words()
         else:
             # The builder's own words, which the judgement reads the same way.
             outcome.error = (
@@ -318,13 +316,15 @@ class SteppedBuild:
                 return str(item["Id"])
         return None
 
-    def _commit(self, container: DockerContainer, config: dict[str, Any], key: str) -> str:
-        # The parent's configuration, with the step's label: Cmd and Entrypoint as they were
-        # (an empty Entrypoint must be given as one, or the engine takes the container's).
+    def _commit(
+        self, container: DockerContainer, config: dict[str, Any], labels: dict[str, str]
+    ) -> str:
+        # The parent's configuration, with `labels` added: Cmd and Entrypoint as they were (an
+        # empty Entrypoint must be given as one, or the engine takes the container's).
         conf = {
             **config,
             "Entrypoint": config.get("Entrypoint") or [],
-            "Labels": {**(config.get("Labels") or {}), LABEL_STEP: key},
+            "Labels": {**(config.get("Labels") or {}), **labels},
         }
         with engine_errors(f"committing {container.name}"):
             committed = self.api.commit(container.id, conf=conf)

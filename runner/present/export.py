@@ -67,15 +67,14 @@ def accepted_run(run_dir: Path) -> Accepted:
     # The bundle is the run's own (run_dir/bundle): a report.json is a file anyone may edit, and
     # one pointing at a host directory would export that directory.
     bundle = run_dir / "bundle"
-    named = report.get("bundle")
-    if named and Path(str(named)).resolve() != bundle.resolve():
-        moved = not Path(str(named)).exists()
-        if not moved:
-            raise UsageError(
-                f"names a bundle outside its run directory ({str(named)[:200]})",
-                path=str(run_dir / "report.json"),
-                field="bundle",
-            )
+    named = Path(str(report.get("bundle") or bundle))
+    if named.exists() and named.resolve() != bundle.resolve():
+        # (A named bundle that is gone is a run directory moved since: its own bundle is used.)
+        raise UsageError(
+            f"names a bundle outside its run directory ({str(named)[:200]})",
+            path=str(run_dir / "report.json"),
+            field="bundle",
+        )
     if bundle.is_symlink() or not (bundle / "task.toml").is_file():
         raise UsageError(f"the accepted run's bundle is gone ({bundle})", path=str(run_dir))
     return Accepted(run_dir=run_dir, bundle=bundle, task_id=task_id, run_id=str(report["runId"]))

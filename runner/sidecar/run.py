@@ -3,17 +3,19 @@ until SIGTERM or SIGINT (then a graceful stop within the grace period)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import secrets
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from runner.base.errors import UsageError
-from runner.base.safeio import private_dir
+from runner.base.safeio import private_dir, write_atomic
 from runner.sidecar.mailbox import Mailbox
 from runner.sidecar.metrics import Metrics
 from runner.sidecar.service import Service, ServiceConfig
@@ -21,6 +23,7 @@ from runner.sidecar.store import Store
 
 log = logging.getLogger(__name__)
 STORE_FILE = "jobs.sqlite3"
+TOKEN_FILE = "token"  # the sidecar's own, when it was given none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,19 +66,35 @@ class ServiceSettings(Protocol):
     def grace_seconds(self) -> float: ...
 
 
+@contextlib.contextmanager
+def state_errors(what: str, path: Path) -> Iterator[None]:
+    """An OSError on the state directory as the user's error, naming --state-dir."""
+    try:
+        yield
+    except OSError as exc:
+        raise UsageError(
+            f"{what}: {exc.strerror or exc}", path=str(path), field="--state-dir"
+        ) from None
+
+
+def own_token_file(state: Path) -> Path:
+    """The state directory's own token file, made once (0600, kept across restarts so a local
+    orchestrator reads it again)."""
+    path = state / TOKEN_FILE
+    with state_errors("cannot keep the sidecar's token", path):
+        private_dir(state)
+        if not path.exists():
+            write_atomic(path, secrets.token_urlsafe(32) + "\n", mode=0o600)
+    return path
+
+
 def open_service(options: ServiceSettings) -> tuple[Store, Service, Metrics]:
     """The job store in the state directory (a clear error naming --state-dir when it cannot
     be used), the service on it and its metrics."""
     state = options.state_dir
-    try:
+    with state_errors("cannot use the state directory", state):
         private_dir(state)
         store = Store(state / STORE_FILE)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot use the state directory: {exc.strerror or exc}",
-            path=str(state),
-            field="--state-dir",
-        ) from None
     service = Service(
         ServiceConfig(
             state_dir=state.resolve(),

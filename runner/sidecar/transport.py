@@ -78,8 +78,9 @@ class Guard:
         raw_headers = [(k.lower(), v) for k, v in scope.get("headers") or []]
         headers = dict(raw_headers)
         lengths = {v.strip() for k, v in raw_headers if k == b"content-length"}
+        chunked = b"transfer-encoding" in headers
         if not self._authorized(headers):
-            await self._linger(receive, lengths, chunked=b"transfer-encoding" in headers)
+            await self._linger(receive, lengths, chunked=chunked)
             response = error_json(
                 401,
                 "unauthorized",
@@ -88,13 +89,13 @@ class Guard:
             )
             await response(scope, receive, send)
             return
-        problem = self._framing_problem(lengths, chunked=b"transfer-encoding" in headers)
+        problem = self._framing_problem(lengths, chunked=chunked)
         if problem is not None:
             status, code, message = problem
-            await self._linger(receive, lengths, chunked=b"transfer-encoding" in headers)
+            await self._linger(receive, lengths, chunked=chunked)
             await self._refuse(scope, receive, send, status, code, message)
             return
-        if not lengths and b"transfer-encoding" not in headers:
+        if not lengths and not chunked:
             await self.app(scope, receive, send)  # no body
             return
         body = await self._read_body(scope, receive, send)

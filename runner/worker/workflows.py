@@ -76,7 +76,7 @@ def settings_problem(raw: dict[str, Any]) -> str | None:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if isinstance(low, int) and not isinstance(value, int):
             number = False
-        if not number or not (low <= value <= high) or value != value:
+        if not number or not (low <= value <= high):  # NaN fails the range too
             return f"{name} must be a number from {low} to {high}, not {str(value)[:50]}"
     return None
 

@@ -12,6 +12,7 @@ import pytest
 
 from runner.base.errors import UsageError
 from runner.model.census import (
+    Census,
     CensusError,
     RunEvidence,
     build_census,
@@ -24,6 +25,17 @@ from runner.model.runners import expected_runners
 from tests.helpers import bash_task, compiled
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def exit_code_census() -> Census:
+    """The census of an oracle judged by exit code alone (a bash runner's)."""
+    return build_census(
+        nop_fail_to_pass=None,
+        oracle_fail_to_pass=run("fail_to_pass", "f2p", "exit-code", {}),
+        oracle_pass_to_pass=None,
+        run_id="r1",
+        runner_version="v",
+    )
 
 
 def run(name: str, kind: str, mode: str, tests: dict[str, str], **extra: object) -> RunEvidence:
@@ -125,13 +137,7 @@ def test_sealing_a_compiled_bundle_copies_it_and_records_the_digest(tmp_path: Pa
         load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
     )
     before = (bundle / "tests" / "expected-tests.json").read_bytes()
-    census = build_census(
-        nop_fail_to_pass=None,
-        oracle_fail_to_pass=run("fail_to_pass", "f2p", "exit-code", {}),
-        oracle_pass_to_pass=None,
-        run_id="r1",
-        runner_version="v",
-    )
+    census = exit_code_census()
     out = seal(bundle, census, tmp_path / "run" / "bundle")
     assert (bundle / "tests" / "expected-tests.json").read_bytes() == before
     assert read_census((out / "tests" / "expected-tests.json").read_bytes()) == census
@@ -207,13 +213,7 @@ def test_grade_refuses_a_bundle_that_does_not_match_its_seal(tmp_path: Path) -> 
     unsealed = grade_cli(str(bundle), "--patch", str(patch))
     assert unsealed.returncode == 2
     assert "it has no seal (no verification accepted it)" in unsealed.stderr
-    census = build_census(
-        nop_fail_to_pass=None,
-        oracle_fail_to_pass=run("fail_to_pass", "f2p", "exit-code", {}),
-        oracle_pass_to_pass=None,
-        run_id="r1",
-        runner_version="v",
-    )
+    census = exit_code_census()
     sealed = seal(bundle, census, tmp_path / "sealed")
     assert resolve_target(sealed).bundle.root == sealed
     test_sh = sealed / "tests" / "test.sh"
