@@ -320,11 +320,16 @@ class SteppedBuild:
         self, container: DockerContainer, config: dict[str, Any], labels: dict[str, str]
     ) -> str:
         # The parent's configuration, with `labels` added: Cmd and Entrypoint as they were (an
-        # empty Entrypoint must be given as one, or the engine takes the container's).
+        # empty Entrypoint must be given as one, or the engine takes the container's). The
+        # engine adds the container's labels to the image's where the given ones lack the key
+        # (seen: the task's images carried the building run's owner and `side: agent`), so each
+        # of those is given: the parent's value, else empty.
+        parent = config.get("Labels") or {}
+        container_labels = {key: parent.get(key, "") for key in self.limits.labels}
         conf = {
             **config,
             "Entrypoint": config.get("Entrypoint") or [],
-            "Labels": {**(config.get("Labels") or {}), **labels},
+            "Labels": {**container_labels, **parent, **labels},
         }
         with engine_errors(f"committing {container.name}"):
             committed = self.api.commit(container.id, conf=conf)

@@ -5,6 +5,7 @@ a fork bomb held by the pids limit, and logs capped to their head and tail."""
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
 
 import docker
@@ -206,3 +207,20 @@ def test_a_memory_limit_above_the_engine_s_is_refused(
         "field `environment.memory_mb`: 4000000 MB is more memory than the engine has"
         in (run.report["reason"])
     )
+
+
+def test_task_images_carry_none_of_the_building_run_s_labels(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """A committed setup step took its container's labels into the image (the engine merges
+    them): the task's images carried the building run's owner and `side: agent`."""
+    # Its own setup (a nonce): a committed step found in the cache would prove nothing.
+    task = bash_task(tmp_path, name="labels-task", setupCommand=f"echo {uuid.uuid4().hex}")
+    run = run_verify(
+        task.directory, verify_options, tmp_path / "run", "--no-hack-gate", "--repeat", "0"
+    )
+    assert run.code == 0, run.report["reason"]
+    for image in run.stage("build")["data"]["images"].values():
+        labels = docker_client.images.get(image["tag"]).labels
+        assert not labels.get("org.selfbench.run") and not labels.get("org.selfbench.owner")
+        assert not labels.get("org.selfbench.side"), labels
