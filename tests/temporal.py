@@ -292,7 +292,7 @@ def wait_running(
     deadline = time.monotonic() + timeout
     while True:
         run_id = job_run_id(state, job_id)
-        if run_id and runner_containers(client, run_id):
+        if run_id and gate_containers(client, run_id):
             return run_id
         if time.monotonic() > deadline:
             raise AssertionError(what() if callable(what) else what)
@@ -326,6 +326,17 @@ def job_run_id(state: Path, job_id: str) -> str:
     except sqlite3.Error:
         return ""
     return str(row[0]) if row and row[0] else ""
+
+
+def gate_containers(client: docker.DockerClient, run_id: str) -> list[str]:
+    """The containers of one run's gates: not those of its build's task steps, which carry the
+    run's labels too (runner.engine.steps)."""
+    found = client.api.containers(all=True, filters={"label": f"org.selfbench.run={run_id}"})
+    return [
+        str(c["Names"][0])
+        for c in found
+        if (c.get("Labels") or {}).get("org.selfbench.kind") != "build"
+    ]
 
 
 def runner_containers(client: docker.DockerClient, run_id: str) -> list[str]:
