@@ -283,7 +283,8 @@ class Batch:
             outcome.seconds += time.monotonic() - entry.started
             result = entry.child.result()
             report = result.document
-            if result.report is None:
+            if result.report is None or result.lost:
+                # A fork server lost under it is the machine's failure, retried like one.
                 report_verdict, reason = "infrastructure_failed", result.failure()
             else:
                 report_verdict = result.report.verdict.value

@@ -28,7 +28,7 @@ from runner.model.settings import (
     proxy_environment,
 )
 from runner.model.stages import DEBUGGABLE_STAGES, STAGE_NAMES
-from runner.plan.debug import DebugSession, plan_debug, plan_problem
+from runner.plan.debug import DebugSession, plan_debug, plan_problem, refused_image
 
 
 @cli.command("clean")
@@ -95,6 +95,19 @@ def _run_docker(
 
         raise InfrastructureError(f"`{' '.join(argv[:3])} ...` exited {result.returncode}")
     return result.returncode
+
+
+def _docker_output(argv: list[str]) -> str:
+    """What a docker CLI command prints (stripped); empty when it fails."""
+    import subprocess
+
+    try:
+        result = subprocess.run(
+            argv, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+    except FileNotFoundError:
+        raise UsageError("the docker CLI is not installed", field="debug") from None
+    return result.stdout.strip() if result.returncode == 0 else ""
 
 
 @cli.command("debug")
@@ -175,8 +188,12 @@ def debug_command(
         proxies=sorted(proxy_environment()),
     )
     if print_only:
+        # The script checks each image's label itself, on the engine it runs against.
         click.echo(session.script(), nl=False)
         return 0
+    for image in session.images:
+        if _docker_output(session.image_check(image)) != "1":
+            raise UsageError(refused_image(image), field="debug")
     if not sys.stdin.isatty():
         raise UsageError(
             "an interactive shell needs a terminal; use --print for the commands", field="--print"

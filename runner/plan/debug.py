@@ -29,6 +29,7 @@ from runner.plan.debugcommands import (
     docker_step,
 )
 from runner.plan.types import (
+    LABEL_RUNNER,
     ContainerPlan,
     TrialPlan,
     VerifyPlan,
@@ -59,6 +60,13 @@ class DebugSession:
     cleanup: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     show: list[str] = field(default_factory=list)  # a command whose output the shell's user sees
+    # The images its containers start from: each must carry this runner's label on the engine
+    # (a run's report.json and plan.json are files anyone may edit).
+    images: list[str] = field(default_factory=list)
+
+    def image_check(self, image: str) -> list[str]:
+        """The docker command that prints `image`'s runner label ("1": built by this runner)."""
+        return ["docker", "image", "inspect", "--format", _LABEL_FORMAT, image]
 
     def script(self) -> str:
         """A bash script that recreates the state, reproduces the failure and cleans up."""
@@ -67,6 +75,11 @@ class DebugSession:
             f"# selfbench-runner debug --print: the {self.stage} state of this run ({self.why})",
             *(f"# {note}" for note in self.notes),
             "set -u",
+            *(
+                f'[ "$({shlex.join(self.image_check(image))} 2>/dev/null)" = 1 ] || '
+                f"{{ echo {shlex.quote(refused_image(image))} >&2; exit 2; }}"
+                for image in self.images
+            ),
             "trap "
             + shlex.quote("; ".join(shlex.join(c) + " >/dev/null 2>&1" for c in self.cleanup))
             + " EXIT",
@@ -112,6 +125,17 @@ def _failing_command(step: str) -> str:
 
 
 _IMAGE = re.compile(r"selfbench/[a-z0-9][a-z0-9-]*:(agent|verifier)-[0-9a-f]{16}")
+_LAYER = re.compile(r"sha256:[0-9a-f]{64}")
+_LABEL_FORMAT = "{{index .Config.Labels " + json.dumps(LABEL_RUNNER) + "}}"
+
+
+def refused_image(image: str) -> str:
+    return (
+        f"refused: image {image[:100]} is not on this engine with the label {LABEL_RUNNER}=1 "
+        "(debug opens only what this runner built)"
+    )
+
+
 _NETWORK = re.compile(r"none|bridge|selfbench-[a-z0-9][a-z0-9-]*")
 _WORKDIR = re.compile(r"/[A-Za-z0-9._/-]*")
 
@@ -172,7 +196,7 @@ def plan_debug(
     record = report.stages.get(chosen)
     why = f"{record.status.value}: {record.detail}"
     if chosen == "build":
-        return _build_session(report, plan, why, debug_id, owner, proxies)
+        return _build_session(report, plan, run_dir, why, debug_id, owner, proxies)
     if plan is None:
         raise UsageError(
             f"{run_dir / 'plan.json'} is missing: this run stopped before its plan was made",
@@ -224,6 +248,7 @@ def _hack_session(
 def _build_session(
     report: Report,
     plan: VerifyPlan | None,
+    run_dir: Path,
     why: str,
     debug_id: str,
     owner: str,
@@ -235,6 +260,12 @@ def _build_session(
             "this build left no layer to open (it failed before its first step, or no build "
             f"failed): {report.stages.build.detail}",
             field="--stage",
+        )
+    if not _LAYER.fullmatch(data.last_good_layer):
+        raise UsageError(
+            f"stages.build.data.lastGoodLayer {data.last_good_layer[:100]!r} is not an image id "
+            "(debug starts a container from it)",
+            path=str(run_dir / "report.json"),
         )
     command = _failing_command(data.failed_step)
     name = f"selfbench-debug-{debug_id}"
@@ -279,6 +310,7 @@ def _build_session(
         reproduce=[[*base, data.last_good_layer, "/bin/sh", "-c", command]],
         cleanup=[["docker", "rm", "-f", name]],
         notes=notes,
+        images=[data.last_good_layer],
     )
 
 
@@ -307,6 +339,7 @@ def _gate_session(
     labels = docker_labels(plan, debug_id, owner)
     setup = docker_create(name, verifier, labels, proxies)
     cleanup = [["docker", "rm", "-f", name]]
+    images = [verifier.image]
     notes: list[str] = []
     if trial.services is not None or (stage == "smoke" and plan.smoke.services is not None):
         notes.append(
@@ -314,7 +347,7 @@ def _gate_session(
             "to connect"
         )
     if stage == "smoke":
-        return _smoke_session(plan, why, name, setup, cleanup, notes)
+        return _smoke_session(plan, why, name, setup, cleanup, notes, images)
     setup.append(
         ["docker", "cp", str(run_dir / gate / "agent.patch"), f"{name}:{trial.agent_patch}"]
     )
@@ -343,6 +376,7 @@ def _gate_session(
     if gate == "oracle" and trial.agent is not None and trial.solve is not None:
         agent_name = f"selfbench-debug-{debug_id}-agent"
         setup += docker_create(agent_name, trial.agent, labels, proxies)
+        images.append(trial.agent.image)
         if trial.solution_dir:
             setup.append(["docker", "cp", f"{trial.solution_dir}/.", f"{agent_name}:/solution"])
         setup.append(docker_step(agent_name, trial.solve))
@@ -357,6 +391,7 @@ def _gate_session(
         cleanup=cleanup,
         notes=notes,
         show=show,
+        images=images,
     )
 
 
@@ -367,6 +402,7 @@ def _smoke_session(
     setup: list[list[str]],
     cleanup: list[list[str]],
     notes: list[str],
+    images: list[str],
 ) -> DebugSession:
     """The smoke container, its command first in the shell's history."""
     smoke = plan.smoke.run
@@ -387,4 +423,5 @@ def _smoke_session(
         reproduce=[docker_step(name, smoke)],
         cleanup=cleanup,
         notes=notes,
+        images=images,
     )

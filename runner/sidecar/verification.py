@@ -23,6 +23,9 @@ from runner.supervise.job import VERIFY_CODES, ChildResult, VerifyJob
 from runner.supervise.launcher import Child, Launcher
 
 POLL_SECONDS = 0.25
+# Runs of one job a lost fork server may cost before its answer is an error (retryable by a
+# Temporal worker's caller, final for serve's).
+LOST_SERVER_RUNS = 3
 _STAGE_STATUSES = frozenset({"running", "passed", "failed", "error", "skipped"})
 
 
@@ -142,6 +145,17 @@ class Verification:
             self.answers.finish(
                 job, self.answers.cancelled(job), state=JobState.CANCELLED, verdict=None
             )
+            return
+        if result.lost:
+            # The fork server died under it (the kernel stopped verify): the machine's
+            # failure, not the task's. It runs again, on a new server, a few times at most.
+            if self.stopping() or job.attempts < LOST_SERVER_RUNS:
+                self.store.requeue(job.id)
+                self.answers.event(job.id, "queued", f"{result.failure()}; it runs again")
+            else:
+                self.answers.fail(
+                    job, "verify-failed", f"{result.failure()} ({job.attempts} times)"
+                )
             return
         if result.interrupted:
             if self.stopping():

@@ -59,6 +59,9 @@ class ChildResult:
     document: dict[str, Any] | None  # the report's JSON, passed on unchanged
     report: Report | None
     stderr_tail: str
+    # The fork server that ran it was lost while it ran: the kernel stopped it (SIGTERM), so
+    # what it left says nothing of the task. An infrastructure failure a supervisor retries.
+    server_lost: bool = False
 
     @property
     def interrupted(self) -> bool:
@@ -69,13 +72,20 @@ class ChildResult:
         """verify ran to one of its own exit codes and left a report."""
         return self.report is not None and self.exit_code in VERIFY_CODES
 
+    @property
+    def lost(self) -> bool:
+        """Stopped by the loss of its fork server before it ended on its own terms."""
+        return self.server_lost and (self.interrupted or not self.ended_on_its_terms)
+
     def failure(self) -> str:
         """Why there is no verdict to take."""
+        if self.lost:
+            return "the fork server was lost while verify ran; the kernel stopped verify"
         tail = f": {self.stderr_tail}" if self.stderr_tail else ""
         return f"verify exited {self.exit_code} without a report{tail}"
 
     @classmethod
-    def read(cls, job: VerifyJob, exit_code: int) -> ChildResult:
+    def read(cls, job: VerifyJob, exit_code: int, *, server_lost: bool = False) -> ChildResult:
         document = None
         for path in (job.report, job.run_dir / "report.json", job.stdout):
             if path is not None and document is None:
@@ -94,6 +104,7 @@ class ChildResult:
             document=document,
             report=report,
             stderr_tail=lines[-1] if lines else "",
+            server_lost=server_lost,
         )
 
 

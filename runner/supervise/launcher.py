@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from runner.base.children import process_name, with_parent_death_signal
+from runner.base.children import process_is, process_name, with_parent_death_signal
 from runner.base.errors import InfrastructureError
 from runner.model.settings import fork_server_enabled
 from runner.supervise.job import ChildResult, VerifyJob
@@ -35,6 +35,9 @@ SERVER_MODULE = "runner.cli.forkserver"  # the server's process entry (it import
 SERVER_START_SECONDS = 60.0
 # The exit code of a forked child whose server vanished before it said how the child ended.
 LOST_SERVER_CODE = -int(signal.SIGKILL)
+# How long an orphaned child (SIGTERMed by the kernel when its server died) may take to remove
+# its containers before it is killed: the server's own TERM_WAIT_SECONDS.
+ORPHAN_WAIT_SECONDS = 60.0
 
 
 class Child(Protocol):
@@ -91,7 +94,9 @@ class _ExecChild:
 
 
 class _ForkedChild:
-    """A fork of the server; its status socket says its pid, then how it ended."""
+    """A fork of the server; its status socket says its pid, then how it ended. If the server
+    is lost first, the child (SIGTERMed by the kernel: PR_SET_PDEATHSIG) is watched through
+    /proc until it is gone, and its result says the server was lost (`server_lost`)."""
 
     def __init__(self, job: VerifyJob, status: socket.socket, pid: int, buffer: bytes) -> None:
         self.job = job
@@ -99,7 +104,12 @@ class _ForkedChild:
         self._status = status
         self._buffer = buffer
         self._code: int | None = None
+        self._lost_at: float | None = None
         self._lock = threading.Lock()
+
+    @property
+    def server_lost(self) -> bool:
+        return self._lost_at is not None
 
     def _read(self, timeout: float | None) -> None:
         with self._lock:
@@ -109,6 +119,9 @@ class _ForkedChild:
             deadline = None if timeout is None else time.monotonic() + timeout
             while self._code is None:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if self._lost_at is not None:
+                    self._watch_orphan(left)
+                    return
                 readable, _, _ = select.select([self._status], [], [], left)
                 if not readable:
                     return
@@ -117,25 +130,37 @@ class _ForkedChild:
                 except OSError:
                     data = b""
                 if not data:
-                    # The server is gone without a word on this child: the kernel killed it
-                    # (PR_SET_PDEATHSIG) if it still ran.
-                    self._finish(LOST_SERVER_CODE)
-                    return
+                    # The server is gone without a word on this child: the kernel sent the
+                    # child SIGTERM (PR_SET_PDEATHSIG) if it still ran.
+                    self._lost_at = time.monotonic()
+                    self._status.close()
+                    continue
                 self._buffer += data
                 self._parse()
                 if deadline is not None and time.monotonic() >= deadline:
                     return
+
+    def _watch_orphan(self, timeout: float | None) -> None:
+        """Until the orphaned child is gone (it removes its containers on SIGTERM), at most
+        `timeout` seconds of this call; past ORPHAN_WAIT_SECONDS it is killed."""
+        assert self._lost_at is not None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while process_is(self.pid, self.job.run_id):
+            if time.monotonic() - self._lost_at > ORPHAN_WAIT_SECONDS:
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGKILL)
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(0.05 if deadline is None else min(0.05, deadline - time.monotonic()))
+        self._code = LOST_SERVER_CODE
 
     def _parse(self) -> None:
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
             word, _, value = line.decode(errors="replace").partition(" ")
             if word == "exit" and value.lstrip("-").isdigit() and self._code is None:
-                self._finish(int(value))
-
-    def _finish(self, code: int) -> None:
-        self._code = code
-        self._status.close()
+                self._code = int(value)
+                self._status.close()
 
     def poll(self) -> int | None:
         self._read(0)
@@ -149,13 +174,20 @@ class _ForkedChild:
         with self._lock:
             if self._code is not None:
                 return
+            if self._lost_at is not None:
+                # No server to ask: the pid is still this run's verification (checked), so it
+                # is signalled directly.
+                if process_is(self.pid, self.job.run_id):
+                    with contextlib.suppress(OSError):
+                        os.kill(self.pid, signum)
+                return
             with contextlib.suppress(OSError):
                 self._status.sendall(f"signal {int(signum)}\n".encode())
 
     def result(self) -> ChildResult:
         code = self.wait()
         assert code is not None
-        return ChildResult.read(self.job, code)
+        return ChildResult.read(self.job, code, server_lost=self.server_lost)
 
 
 class _Server:

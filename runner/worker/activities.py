@@ -39,6 +39,8 @@ SOURCE_TEMPORAL = "temporal"
 POLL_SECONDS = 0.5
 # Codes of a sidecar error that no retry can mend (the request, not the machine).
 FINAL_CODES = frozenset({"repository-refused", "conflict", "invalid"})
+# The error code of a verification this worker parked for Temporal to retry (park_queued).
+HANDED_BACK = "handed-back"
 # A failed attempt's reason and details stay well inside what Temporal's server keeps of a
 # retried attempt's failure (failure_details), the SDK's stack trace (about 1 KB) included.
 MAX_REASON_BYTES = 512
@@ -134,19 +136,21 @@ class VerifyActivities:
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        # The jobs whose activities this worker handed back while stopping (park_handed_back).
-        self.handed_back: set[str] = set()
 
-    def park_handed_back(self) -> int:
-        """Once the service has stopped (it requeued what it interrupted): a handed-back job is
-        Temporal's to retry, not this store's to run at the next start. It ends in a retryable
-        error answer; a retry that comes back here runs it again (_submit)."""
+    def park_queued(self) -> int:
+        """Every verification queued in this store is Temporal's to retry, never this store's
+        to run on its own: a worker's store holds only Temporal's activities, and one that is
+        queued here (requeued by `recover` after a crash or SIGKILL, or by `stop` after the
+        grace period) was handed back, or was given to another worker after the heartbeat
+        timeout. Called before the scheduler starts and after it stops, so the record is the
+        store's (on disk), not this process's. Each ends in a retryable `handed-back` error
+        answer; a retry that comes back here runs it again (_submit)."""
         parked = 0
-        for job_id in sorted(self.handed_back):
-            job = self.service.store.get(job_id)
+        for entry in self.service.store.queue():
+            job = self.service.store.get(entry.id)
             if job is not None and job.state is JobState.QUEUED:
                 self.service.answers.fail(
-                    job, "handed-back", "the worker stopped; Temporal retries the activity"
+                    job, HANDED_BACK, "the worker stopped; Temporal retries the activity"
                 )
                 parked += 1
         return parked
@@ -166,8 +170,9 @@ class VerifyActivities:
                 type="InvalidRequest",
                 non_retryable=True,
             ) from None
-        if attempt > 1 and job.state.finished and not _final(job):
-            # Temporal retries what this worker answered with a retryable error: run it again.
+        if job.state.finished and not _final(job) and (attempt > 1 or _handed_back(job)):
+            # Temporal retries what this worker answered with a retryable error, or gives back
+            # what it parked (a first attempt too: another workflow with the same request id).
             log.info("%s: attempt %d runs the verification again", job.id, attempt)
             self.service.retry(job.id)
             current = self.service.store.get(job.id)
@@ -221,7 +226,6 @@ class VerifyActivities:
                 # service interrupts the verification and requeues it in this store; Temporal
                 # retries the activity on another worker (or on this one once it is back).
                 log.info("%s: handed back (the worker is stopping)", job.id)
-                self.handed_back.add(job.id)
                 raise ApplicationError(
                     "this worker stopped before the verification ended; another worker takes it",
                     type="WorkerStopping",
@@ -250,4 +254,11 @@ def _final(job: Job) -> bool:
     response = job.response
     return (
         response is not None and response.error is not None and (response.error.code in FINAL_CODES)
+    )
+
+
+def _handed_back(job: Job) -> bool:
+    response = job.response
+    return (
+        response is not None and response.error is not None and (response.error.code == HANDED_BACK)
     )

@@ -54,9 +54,15 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
         # Once Temporal answered: a worker that cannot reach it takes nothing in hand (no
         # recovery of the last stop's runs, no scheduler, no metrics port) before it exits 3.
         nonlocal metrics_server, started
-        requeued = service.recover()
-        if requeued:
-            announce(f"requeued {requeued} verification(s) interrupted by the last stop")
+        service.recover()
+        # What the last stop left queued or running (a SIGKILL gives no hand-back) is
+        # Temporal's now: after the heartbeat timeout it went to another worker.
+        parked = activities.park_queued()
+        if parked:
+            announce(
+                f"handed back {parked} verification(s) the last stop left unfinished: "
+                "Temporal retries them"
+            )
         service.start()
         started = True
         if options.metrics_address is not None:
@@ -75,7 +81,7 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
             # removed) and requeues it in this store.
             announce("stopping: interrupting what is still running")
             service.stop(grace=HANDBACK_SECONDS)
-            activities.park_handed_back()
+            activities.park_queued()
         if metrics_server is not None:
             metrics_server.shutdown()
         store.close()

@@ -193,6 +193,48 @@ def test_debug_print_reproduces_each_failure_as_a_script(
         assert no_debug_containers(docker_client) == [], kind
 
 
+def test_debug_refuses_an_image_this_runner_did_not_label(
+    runs: Runs, tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    """A plan.json edited to name an image of the runner's tag form that some other build
+    made (no runner label): debug refuses it before anything starts, and so does the printed
+    script on the engine it runs against."""
+    tag = f"selfbench/dbg-nop:verifier-{uuid.uuid4().hex[:16]}"
+    stranger = subprocess.run(
+        ["docker", "build", "-q", "-t", tag, "-"],
+        input='FROM scratch\nCMD ["/x"]\n',
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert stranger.returncode == 0, stranger.stderr
+    forged = tmp_path / "forged"
+    shutil.copytree(runs.dirs["nop"], forged, symlinks=True)
+    plan = json.loads((forged / "plan.json").read_text())
+    real = plan["trials"][0]["verifier"]["image"]
+    (forged / "plan.json").write_text((forged / "plan.json").read_text().replace(real, tag))
+    try:
+        opened = subprocess.run(
+            [sys.executable, "-m", "runner", "debug", str(forged)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        assert opened.returncode == 2, opened.stderr
+        assert f"refused: image {tag} is not on this engine with the label" in opened.stderr
+        script = tmp_path / "forged.sh"
+        script.write_text(print_script(forged))
+        ran = subprocess.run(
+            ["bash", str(script)], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert ran.returncode == 2 and "refused: image" in ran.stderr, ran.stderr
+        assert no_debug_containers(docker_client) == []
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
 def test_debug_of_a_task_dir_uses_its_last_run_and_refuses_a_green_one(runs: Runs) -> None:
     logs = runs.root / "task-logs"
     first = subprocess.run(

@@ -335,6 +335,61 @@ def test_kill_9_mid_build_then_restart_answers_once_and_leaves_nothing(
     assert "requeued 1 verification(s)" in log
 
 
+def fork_server_of(parent: int) -> int:
+    """The pid of the fork server a sidecar started (runner.supervise.launcher)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"runner.cli.forkserver" in cmdline:
+            return int(entry.name)
+    raise AssertionError(f"no fork server under {parent}")
+
+
+def test_a_fork_server_killed_alone_is_an_infrastructure_failure_run_again(
+    tmp_path: Path, sidecar: Sidecar, docker_client: docker.DockerClient
+) -> None:
+    """The fork server dies under a running verification (the kernel stops verify, which
+    removes its containers): the job runs again on a new server and gets its verdict, its
+    event stream says why, and nothing of the lost run is left."""
+    nonce = uuid.uuid4().hex[:12]
+    sidecar.start()
+    assert sidecar.process is not None
+    put_request(
+        sidecar.mailbox, payload("fs1", setupCommand=f"./configure && sleep 15 && echo {nonce}")
+    )
+    store = sidecar.state / "jobs.sqlite3"
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, sidecar.log.read_text()
+        with sqlite3.connect(store) as db:
+            row = db.execute("SELECT run_id, pid FROM jobs WHERE id = 'fs1'").fetchone()
+        if row and row[1] and leftovers(docker_client, row[0]):
+            run_id, pid = row
+            break
+        time.sleep(0.1)
+    server = fork_server_of(sidecar.process.pid)
+    os.kill(server, signal.SIGKILL)
+    answer = wait_response(sidecar.mailbox, "fs1")
+    assert answer["status"] == "done" and answer["report"]["verdict"] == "accepted", answer
+    assert answer["report"]["runId"] != run_id
+    assert not Path(f"/proc/{pid}").exists()
+    assert leftovers(docker_client, run_id) == []
+    with sqlite3.connect(store) as db:
+        attempts = db.execute("SELECT attempts FROM jobs WHERE id = 'fs1'").fetchone()[0]
+    assert attempts == 2
+    events = httpx.get(
+        f"{sidecar.url}/v1/verifications/fs1/events", timeout=30, headers=sidecar.headers
+    ).text
+    assert "the fork server was lost while verify ran" in events, events
+    assert fork_server_of(sidecar.process.pid) != server
+    assert "the fork server exited; starting another" in sidecar.log.read_text()
+
+
 def test_twenty_requests_at_once_with_two_jobs(
     tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
 ) -> None:

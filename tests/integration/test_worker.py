@@ -4,7 +4,8 @@ with a plain JSON input (what a TypeScript orchestrator sends; nothing here impo
 gets each request's verdict as a result (accepted, rejected, invalid with the field named); a
 workflow cancelled mid-verification leaves no container of its run; a worker killed with SIGKILL
 mid-verification hands its activity to a second worker on a private engine, every request
-answered once and nothing left on either engine; `batch --temporal` writes a local batch's files
+answered once, nothing left on either engine, and the killed worker's restart does not run it
+again; `batch --temporal` writes a local batch's files
 and `export batch.json` takes them; an engine failure is retried, on a healthy worker; and both
 commands reach a frontend that asks for mutual TLS."""
 
@@ -258,6 +259,19 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
                     break
                 assert time.monotonic() < deadline, left
                 time.sleep(0.5)
+            # The killed worker, restarted on its store, does not run behind Temporal's back
+            # what Temporal gave the other: it parks it, and nothing of it starts.
+            stop_worker(other)
+            first = start_worker(server, tmp_path / "a", queue, options, jobs=1)
+            assert "handed back 1 verification(s) the last stop left unfinished" in first.text()
+            time.sleep(3)
+            with sqlite3.connect(first.state / "jobs.sqlite3") as db:
+                state, response = db.execute(
+                    "SELECT state, response FROM jobs WHERE id = ?", (victim,)
+                ).fetchone()
+            assert state == "error" and '"handed-back"' in response, (state, response)
+            assert runner_containers(docker_client, job_run_id(first.state, victim)) == []
+            assert "runs the verification again" not in first.text(), first.text()
         finally:
             for running in (first, other):
                 stop_worker(running)

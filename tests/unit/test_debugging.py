@@ -83,6 +83,28 @@ def test_debug_opens_the_first_red_stage_and_reads_both_run_forms() -> None:
         )
 
 
+def test_a_build_session_opens_only_an_image_id_and_its_script_checks_the_label() -> None:
+    """report.json is a file anyone may edit: its last good layer goes to `docker run`, so it
+    must be an image id (not a flag, not a name the engine would pull), and the script refuses
+    an image this runner did not label."""
+    made = report(build=(Status.FAILED, "setup failed"))
+    data = made.stages.build.data
+    data.failed_step, data.failed_image = "RUN ./setup.sh", "agent"
+    for forged in ("--privileged", "alpine:latest", "sha256:" + "0" * 63 + " -v/:/h"):
+        data.last_good_layer = forged
+        with pytest.raises(UsageError, match="is not an image id") as caught:
+            plan_debug(made, None, Path("/r"), stage=None, debug_id="d", owner="o", proxies=[])
+        assert caught.value.path == "/r/report.json"
+    layer = "sha256:" + "ab" * 32
+    data.last_good_layer = layer
+    session = plan_debug(made, None, Path("/r"), stage=None, debug_id="d", owner="o", proxies=[])
+    assert session.images == [layer]
+    script = session.script().splitlines()
+    check = next(i for i, line in enumerate(script) if "image inspect" in line)
+    assert check < next(i for i, line in enumerate(script) if line.startswith("trap "))
+    assert '"org.selfbench.runner"' in script[check] and "exit 2" in script[check]
+
+
 def test_logs_put_red_stages_first(tmp_path: Path) -> None:
     (tmp_path / "nop").mkdir()
     log = tmp_path / "nop" / "verifier.log"

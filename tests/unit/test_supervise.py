@@ -180,6 +180,48 @@ def test_no_child_outlives_its_supervisor_killed_by_sigkill(tmp_path: Path) -> N
     _wait_for(lambda: not _alive(child_pid) and not _alive(server_pid), timeout=20)
 
 
+def test_a_lost_fork_server_is_said_and_the_next_child_gets_a_new_one(
+    tmp_path: Path, launcher: Launcher
+) -> None:
+    """The server killed alone: the kernel SIGTERMs its child (its cancel button, so it cleans
+    up), the result waits for that child to be gone and says the server was lost (a supervisor
+    retries it), and the next start gets a new server."""
+    marker = tmp_path / "marker"
+    spec = probe(tmp_path, "lost", "sleep", "120", str(marker))
+    child = launcher.start(spec)
+    _wait_for(lambda: (tmp_path / "lost" / "stdout").read_text() == "sleeping\n")
+    server = launcher._server
+    assert server is not None
+    server.process.kill()
+    result = child.result()
+    assert marker.read_text() == "terminated SIGTERM"
+    assert not process_is(child.pid, spec.run_id)  # gone before the result came back
+    assert result.server_lost and result.lost
+    assert result.failure() == (
+        "the fork server was lost while verify ran; the kernel stopped verify"
+    )
+    child.send_signal(signal.SIGTERM)  # after it ended: nothing, no error
+    again = launcher.start(probe(tmp_path, "again", "exit", "1")).result()
+    assert again.exit_code == 1 and not again.server_lost
+    assert launcher._server is not None and launcher._server is not server
+
+
+def test_a_report_written_before_the_server_was_lost_stands(tmp_path: Path) -> None:
+    """verify ended on its own terms (a report, its own exit code) just before the loss: its
+    verdict is taken, not retried."""
+    spec = job(tmp_path, "invalid", run_id="test-ended")
+    forked = Launcher(fork=True)
+    try:
+        assert forked.start(spec).result().ended_on_its_terms
+    finally:
+        forked.close()
+    result = ChildResult.read(spec, 2, server_lost=True)
+    assert result.server_lost and not result.lost and result.report is not None
+    assert result.failure().startswith("verify exited 2")
+    interrupted = ChildResult.read(spec, 130, server_lost=True)  # the kernel's SIGTERM: 130
+    assert interrupted.lost
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:

@@ -21,12 +21,14 @@ from runner.sidecar.request import (
 from runner.sidecar.store import Store
 from runner.worker.activities import (
     FAILURE_DETAILS_BYTES,
+    HANDED_BACK,
     MAX_REASON_BYTES,
     MAX_TAIL_LINE_BYTES,
+    VerifyActivities,
     invalid_request,
     outcome,
 )
-from tests.unit.test_sidecar import make_request, request_doc
+from tests.unit.test_sidecar import make_request, request_doc, service_for
 
 
 def finished(
@@ -262,3 +264,27 @@ def test_a_task_that_failed_for_good_points_at_its_archive_on_the_worker() -> No
         None,
     )
     assert answered.run_dir == "/w/b/run" and answered.seconds == 2.5
+
+
+def test_what_a_stop_left_queued_is_parked_for_temporal_and_runs_only_when_given_back(
+    tmp_path: Path,
+) -> None:
+    """A worker's store never runs a verification on its own: what a SIGKILL left (recovered
+    into the queue) is answered `handed-back` before the scheduler starts, on disk, so a
+    second restart does not run it either; when Temporal gives it back, it is queued again."""
+    service = service_for(tmp_path)
+    activities = VerifyActivities(service)
+    request = make_request(repo="https://git.invalid/x.git")
+    job = service.submit(request, source="temporal")
+    assert job.state is JobState.QUEUED
+    assert activities.park_queued() == 1
+    parked = service.store.get(job.id)
+    assert parked is not None and parked.state is JobState.ERROR
+    assert parked.response is not None and parked.response.error is not None
+    assert parked.response.error.code == HANDED_BACK
+    # The record is the store's: a new process on the same store finds nothing to run.
+    again = VerifyActivities(service_for(tmp_path))
+    assert again.park_queued() == 0 and again.service.store.queue() == []
+    # Given back (another workflow, its first attempt): it runs again.
+    given = again._submit(request, attempt=1)
+    assert given.state is JobState.QUEUED and given.response is None
