@@ -30,6 +30,10 @@ _STEP_NAMES: tuple[tuple[str, str], ...] = (
     ("apt-get", "the base layer (apt packages)"),
     ("useradd --create-home --shell /bin/bash agent", "the agent user layer"),
     ("useradd --create-home --shell /bin/bash verifier", "the verifier layer"),
+    (
+        "verifier.pl prepare-image",
+        "the verifier's preparation of what setup installed (verifier.pl prepare-image)",
+    ),
     ("chmod 0700 /tests", "the verifier layer"),
 )
 _TOOLCHAIN_STEP = re.compile(r"/opt/selfbench-toolchains/([a-z]+)\.sh")
@@ -91,15 +95,20 @@ def judge_build(
     log_path: str,
     pids: int = 0,
     storage_mb: int = 0,
+    limited_step: bool = False,
 ) -> Judgement:
     """A build that did not finish. `pids` and `storage_mb` are the task's limits, which hold in
-    the steps that run its code (runner.engine.steps)."""
+    the steps that run its code (runner.engine.steps). `limited_step`: the step ran under
+    them though it is the runner's (the verifier's preparation, which runs what setup
+    installed): a limit that stopped it is the task's doing, any other failure the runner's."""
     step = step_label(outcome.failed_step, outcome.step_number)
     limits = LimitsData(
         pids_limit_hits=outcome.limits.pids_limit_hits if outcome.limits else -1,
         oom_kills=outcome.limits.oom_kills if outcome.limits else -1,
         pids_at_limit=outcome.limits.pids_at_limit if outcome.limits else False,
     )
+    if limited_step and _limit_stopped(outcome, limits):
+        task_fault = True
     if outcome.storage_exceeded_mb is not None:
         reason = storage_reason(outcome.storage_exceeded_mb, storage_mb, outcome.storage_mechanism)
         detail = f"{kind} image: {step}: {reason}; see {log_path}"
@@ -133,6 +142,17 @@ def judge_build(
     failure = with_limit_notes(failure, limits, memory_mb=memory_mb, pids=pids)
     detail = f"{kind} image: {failure}; see {log_path}"
     return failed(detail) if task_fault else errored(detail)
+
+
+def _limit_stopped(outcome: BuildOutcome, limits: LimitsData) -> bool:
+    """One of the task's limits ended the step: storage, time, memory, or process slots."""
+    return (
+        outcome.storage_exceeded_mb is not None
+        or outcome.timed_out
+        or (outcome.exit_code == 137 and bool(outcome.oom_killed))
+        or limits.pids_at_limit
+        or limits.pids_limit_hits > 0
+    )
 
 
 # ---- smoke --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from runner.plan.runtime import (
 )
 from runner.plan.types import (
     LABEL_FROM_ID,
+    LIMITED_BUILD_STEPS,
     ImageBuild,
 )
 from runner.run.images import build_derived_base, ensure_image
@@ -117,6 +118,7 @@ class BuildStage:
             build.kind,
             outcome,
             task_fault=is_task_step(outcome.failed_step, build.task_steps),
+            limited_step=is_task_step(outcome.failed_step, LIMITED_BUILD_STEPS),
             memory_mb=build.limits.memory_mb,
             log_path=str(log_path),
             pids=build.steps.limits.pids if build.steps else 0,

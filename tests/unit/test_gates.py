@@ -690,3 +690,52 @@ def test_a_task_step_stopped_by_a_limit_says_which() -> None:
         "agent", stuck, task_fault=True, memory_mb=512, log_path="a.log", pids=64
     ).detail
     assert "the runner stopped it (the pids limit (64) was reached" in detail
+
+
+PREPARE_RUN = (
+    "RUN chmod 0700 /tests && chmod 0600 /tests/test.patch /tests/selfbench-task.json     && "
+    "/usr/bin/perl /opt/selfbench-verifier/verifier.pl prepare-image /tests/selfbench-task.json"
+)
+
+
+def test_the_verifier_s_preparation_is_the_task_s_fault_only_when_a_limit_stopped_it() -> None:
+    """prepare-image runs what setup installed, under the task's limits: a limit that stopped
+    it (a tree too large for the storage limit, the time, the memory, every process slot) is
+    the task's, and the verdict says so; any other failure of the runner's own step stays an
+    infrastructure error."""
+    stopped = {
+        "storage": BuildOutcome(
+            ok=False, failed_step=PREPARE_RUN, exit_code=137, storage_exceeded_mb=1400
+        ),
+        "time": BuildOutcome(
+            ok=False, failed_step=PREPARE_RUN, timed_out=True, error="build timed out after 60s"
+        ),
+        "memory": BuildOutcome(
+            ok=False, failed_step=PREPARE_RUN, exit_code=137, oom_killed=True, error="137"
+        ),
+        "pids": BuildOutcome(
+            ok=False,
+            failed_step=PREPARE_RUN,
+            exit_code=1,
+            error="1",
+            limits=LimitStats(pids_limit_hits=3, oom_kills=0),
+        ),
+    }
+    for name, outcome in stopped.items():
+        judgement = judge_build(
+            "verifier",
+            outcome,
+            task_fault=False,
+            memory_mb=512,
+            log_path="v.log",
+            pids=64,
+            storage_mb=1024,
+            limited_step=True,
+        )
+        assert judgement.status is Status.FAILED, (name, judgement.detail)
+        assert "the verifier's preparation of what setup installed" in judgement.detail, name
+    own = BuildOutcome(ok=False, failed_step=PREPARE_RUN, exit_code=2, error="code: 2")
+    judgement = judge_build(
+        "verifier", own, task_fault=False, memory_mb=512, log_path="v.log", limited_step=True
+    )
+    assert judgement.status is Status.ERROR
