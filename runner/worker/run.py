@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 # Time for an interrupted verification to remove its containers (runner.sidecar.service
 # KILL_WAIT_SECONDS) once the grace period is over.
 HANDBACK_SECONDS = 10.0
+HEARTBEAT_THROTTLE_SECONDS = 3.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +107,10 @@ async def _poll(
         activities=[activities.verify],
         max_concurrent_activities=options.jobs,
         graceful_shutdown_timeout=timedelta(seconds=options.grace_seconds),
+        # A cancellation reaches a running activity only in the answer to a heartbeat the SDK
+        # sends: by default at most every 0.8 x the heartbeat timeout (48 s for the batch's
+        # 60 s). A verification holding containers should stop within seconds.
+        max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_THROTTLE_SECONDS),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
