@@ -12,6 +12,7 @@ import click
 from runner.base.errors import UsageError
 from runner.cli.common import cli
 from runner.cli.options import ByteSize, logs_root_option
+from runner.model.layout import REPORT_FILE, BundleLayout, RunLayout
 
 MATRIX_LIMIT = 256  # GitHub's jobs per matrix
 
@@ -22,7 +23,7 @@ MATRIX_LIMIT = 256  # GitHub's jobs per matrix
 def _find_tasks(roots: list[Path]) -> list[Path]:
     found: list[Path] = []
     for root in roots:
-        if (root / "definition.json").is_file() or (root / "task.toml").is_file():
+        if (root / "definition.json").is_file() or BundleLayout(root).task_toml.is_file():
             found.append(root)
             continue
         if not root.is_dir():
@@ -150,14 +151,14 @@ def export_command(
         raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
     runs = []
     for item in inputs:
-        if item.suffix == ".json" and item.name != "report.json":
+        if item.suffix == ".json" and item.name != REPORT_FILE:
             batch = batch_runs(item)
             runs.extend(batch.accepted)
             for words in batch.left:
                 click.echo(f"{item}: not exported, {words}", err=True)
             continue
-        run_dir = item.parent if item.name == "report.json" else item
-        if (run_dir / "definition.json").is_file() and not (run_dir / "report.json").is_file():
+        run_dir = item.parent if item.name == REPORT_FILE else item
+        if (run_dir / "definition.json").is_file() and not RunLayout(run_dir).report.is_file():
             found = _find_run(run_dir, logs_root)
             if found is None:
                 raise UsageError(

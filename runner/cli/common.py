@@ -26,6 +26,7 @@ from runner.base.safeio import read_regular
 from runner.cli.options import ChildOptions
 from runner.cli.output import print_problems
 from runner.cli.startup import startup_finished
+from runner.model.layout import RunLayout
 from runner.model.settings import (
     ENV_TOOLCHAIN_MIRRORS,
     ENV_TOOLCHAIN_SOURCES,
@@ -207,7 +208,7 @@ def _find_run(target: Path, logs_root: Path) -> Path | None:
             manifest = json.loads((run / "bundle" / ".selfbench-manifest.json").read_text())
         except (OSError, ValueError):
             continue
-        if manifest.get("sha256") == wanted and (run / "report.json").is_file():
+        if manifest.get("sha256") == wanted and RunLayout(run).report.is_file():
             return run
     return None
 

@@ -23,6 +23,7 @@ from runner.cli.options import (
     logs_root_option,
 )
 from runner.cli.output import Output
+from runner.model.layout import RunLayout
 from runner.model.settings import (
     VerifySettings,
     proxy_environment,
@@ -53,16 +54,16 @@ def _load_run(run_dir: Path) -> tuple[Any, Any]:
     from runner.plan.types import VerifyPlan
 
     try:
-        report = load_report(run_dir / "report.json")
+        report = load_report(RunLayout(run_dir).report)
     except (OSError, ValueError, ValidationError) as exc:
         raise UsageError(
             f"not a run directory with a readable report.json ({type(exc).__name__})",
             path=str(run_dir),
         ) from None
     plan = None
-    if (run_dir / "plan.json").is_file():
+    if RunLayout(run_dir).plan.is_file():
         try:
-            plan = VerifyPlan.model_validate_json((run_dir / "plan.json").read_text())
+            plan = VerifyPlan.model_validate_json(RunLayout(run_dir).plan.read_text())
         except (OSError, ValueError, ValidationError):
             plan = None
     if plan is not None:
@@ -70,7 +71,7 @@ def _load_run(run_dir: Path) -> tuple[Any, Any]:
         if problem is not None:
             raise UsageError(
                 f"refused: {problem} (debug starts containers from it)",
-                path=str(run_dir / "plan.json"),
+                path=str(RunLayout(run_dir).plan),
             )
     return report, plan
 
@@ -151,7 +152,7 @@ def debug_command(
     from runner.engine.owners import owner_id
 
     run_dir = target
-    if (target / "definition.json").is_file() and not (target / "report.json").is_file():
+    if (target / "definition.json").is_file() and not RunLayout(target).report.is_file():
         found = _find_run(target, logs_root)
         if found is None:
             from runner.run.pipeline import verify
@@ -255,7 +256,7 @@ def logs_command(run_dir: Path, stage: str | None, lines: int, follow: bool) -> 
 
         with interrupts():
             follow_run(run_dir, emit)
-        click.echo(f"{PROG} logs: the run ended ({run_dir / 'report.json'})", err=True)
+        click.echo(f"{PROG} logs: the run ended ({RunLayout(run_dir).report})", err=True)
         return 0
     shown = stage_logs(run_dir, stage=stage)
     if not shown:

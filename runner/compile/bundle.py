@@ -30,6 +30,7 @@ from runner.compile.render import (
 )
 from runner.model.contract import EnvironmentContract
 from runner.model.harbor import TaskToml, read_task_toml
+from runner.model.layout import CENSUS_FILE
 
 REQUIRED_FILES = (
     "task.toml",
@@ -43,8 +44,7 @@ MAX_CONTEXT_FILES = 100_000
 MANIFEST = ".selfbench-manifest.json"
 COMPOSE_FILE = "tests/docker-compose.yaml"
 MAX_MANIFEST_BYTES = 1024 * 1024
-CENSUS_NAME = "expected-tests.json"  # in tests/
-CONTEXT_EXCLUDES = frozenset({CENSUS_NAME})
+CONTEXT_EXCLUDES = frozenset({CENSUS_FILE})  # the census, in tests/
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,7 +39,7 @@ from runner.plan.dockerfile import (
     SteppedDockerfile,
 )
 from runner.plan.runtime import BuildOutcome, BuildRequest, ImageInfo
-from runner.plan.types import LABEL_STEP, ContainerPlan, ExecStep, StepLimits
+from runner.plan.types import LABEL_STEP, ContainerPlan, ExecStep, Role, StepLimits
 
 DOCKERFILE_NAME = ".selfbench.Dockerfile"
 TAIL_LINES = 200
@@ -237,7 +237,7 @@ class SteppedBuild:
         plan = ContainerPlan(
             name=f"{limits.name}-{instruction.step}",
             image=parent,
-            role="build",
+            role=Role.BUILD,
             # The image's own command stays the container's, so the commit keeps it; what keeps
             # the container alive is the entrypoint, which dies on its own a margin after the
             # deadline even if the runner was killed.

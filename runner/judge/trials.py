@@ -17,6 +17,7 @@ from runner.judge.base import (
 from runner.judge.grade import some_of
 from runner.model.report import LimitsData, Status
 from runner.model.reward import Reward, VerifierDetails
+from runner.model.stages import Gate
 from runner.plan.runtime import ExecOutcome
 
 
@@ -42,7 +43,7 @@ def evaluate_gate(
     p2p_exit = details.pass_to_pass_exit_code if details else None
     if reward.setup_completed != 1:
         return False, "setup did not complete in the verifier image"
-    if gate == "nop":
+    if gate == Gate.NOP:
         if reward.patch_applied != 1:
             return False, "the empty agent patch or test.patch did not apply on the base snapshot"
         if reward.fail_to_pass != 0:
@@ -56,7 +57,7 @@ def evaluate_gate(
             )
         code = f" (exit {f2p_exit})" if f2p_exit is not None else ""
         return True, f"fail-to-pass fails{code} and pass-to-pass passes on the base"
-    if gate == "oracle":
+    if gate == Gate.ORACLE:
         if reward.patch_applied != 1:
             return False, "the gold patch or test.patch does not apply"
         if reward.fail_to_pass != 1:
@@ -91,7 +92,7 @@ def tests_failed(gate: str, reward: Reward) -> bool:
     """Whether a red nop or oracle is the tests' (not a patch that did not apply, not setup)."""
     if reward.setup_completed != 1 or reward.patch_applied != 1:
         return False
-    if gate == "nop":
+    if gate == Gate.NOP:
         return reward.pass_to_pass != 1
     return reward.fail_to_pass != 1 or reward.pass_to_pass != 1
 
@@ -124,13 +125,13 @@ class TrialEvidence:
 def _quote(reward: Reward, gate: str, lines: Mapping[str, str], problems: Mapping[str, str]) -> str:
     """`: <what the evidence found>` (else the failing command's last line) for a red gate, or
     ''."""
-    if gate == "nop" and reward.pass_to_pass != 1:
+    if gate == Gate.NOP and reward.pass_to_pass != 1:
         run = "pass_to_pass"
-    elif gate == "oracle" and reward.fail_to_pass != 1:
+    elif gate == Gate.ORACLE and reward.fail_to_pass != 1:
         run = "fail_to_pass"
-    elif gate == "oracle" and reward.pass_to_pass != 1:
+    elif gate == Gate.ORACLE and reward.pass_to_pass != 1:
         run = "pass_to_pass"
-    elif gate == "oracle" and reward.deterministic != 1:
+    elif gate == Gate.ORACLE and reward.deterministic != 1:
         run = "fail_to_pass_repeat"
     else:
         return ""
@@ -209,7 +210,7 @@ def judge_selectors(
         return Judgement(Status.FAILED, "; ".join(unmatched[:3]) + more)
     if status is Status.FAILED and breaking_alone:
         detail += "; failing alone: " + some_of(breaking_alone)
-    if gate == "nop" and passing_alone and status is Status.PASSED:
+    if gate == Gate.NOP and passing_alone and status is Status.PASSED:
         status = Status.FAILED
         detail = (
             "fail-to-pass selector(s) already pass on the base snapshot when run alone: "
@@ -226,7 +227,7 @@ def judge_determinism(
     changed_ids: Sequence[str] = (),
     problems: Mapping[str, str] | None = None,
 ) -> Judgement:
-    ok, detail = evaluate_gate("determinism", reward, details, problems)
+    ok, detail = evaluate_gate(Gate.DETERMINISM, reward, details, problems)
     if not ok and problems and problems.get("fail_to_pass_repeat"):
         detail += f": {problems['fail_to_pass_repeat'][:300]}"
     if ok and changed_ids:

@@ -22,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from runner.base import validation as v
 from runner.base.errors import InvalidInputError, InvalidTaskError, Problem
 from runner.base.safeio import read_regular
+from runner.model.layout import BundleLayout
 from runner.model.task import Difficulty, Toolchain, format_location
 
 SCHEMA_VERSION = "1.4"
@@ -223,5 +224,5 @@ def parse_task_toml(raw: bytes, path: Path) -> TaskToml:
 
 
 def read_task_toml(root: Path) -> TaskToml:
-    path = root / "task.toml"
+    path = BundleLayout(root).task_toml
     return parse_task_toml(read_regular(path, limit=MAX_TOML_BYTES), path)

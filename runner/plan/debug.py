@@ -19,8 +19,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from runner.base.errors import UsageError
+from runner.model.layout import RunLayout
 from runner.model.report import Report, Status
-from runner.model.stages import DEBUGGABLE_STAGES
+from runner.model.stages import DEBUGGABLE_STAGES, Gate, Stage
 from runner.plan.debugcommands import (
     docker_create,
     docker_env,
@@ -103,9 +104,9 @@ def first_red(report: Report) -> str | None:
         if report.stages.get(name).status in (Status.FAILED, Status.ERROR):
             return name
     if report.stages.determinism.status in (Status.FAILED, Status.ERROR):
-        return "oracle"
+        return Stage.ORACLE
     if report.stages.hack.status is Status.FAILED:
-        return "hack"
+        return Stage.HACK
     return None
 
 
@@ -195,11 +196,11 @@ def plan_debug(
         raise UsageError(f"expected one of {', '.join(STAGES)}", field="--stage")
     record = report.stages.get(chosen)
     why = f"{record.status.value}: {record.detail}"
-    if chosen == "build":
+    if chosen == Stage.BUILD:
         return _build_session(report, plan, run_dir, why, debug_id, owner, proxies)
     if plan is None:
         raise UsageError(
-            f"{run_dir / 'plan.json'} is missing: this run stopped before its plan was made",
+            f"{RunLayout(run_dir).plan} is missing: this run stopped before its plan was made",
             path=str(run_dir),
         )
     if report.stages.build.status is not Status.PASSED:
@@ -208,7 +209,7 @@ def plan_debug(
             "open --stage build",
             field="--stage",
         )
-    if chosen == "hack":
+    if chosen == Stage.HACK:
         return _hack_session(report, plan, run_dir, why, debug_id, owner, proxies)
     return _gate_session(plan, run_dir, chosen, why, debug_id, owner, proxies)
 
@@ -235,7 +236,7 @@ def _hack_session(
     return _gate_session(
         plan,
         run_dir,
-        "hack",
+        Stage.HACK,
         why,
         debug_id,
         owner,
@@ -265,7 +266,7 @@ def _build_session(
         raise UsageError(
             f"stages.build.data.lastGoodLayer {data.last_good_layer[:100]!r} is not an image id "
             "(debug starts a container from it)",
-            path=str(run_dir / "report.json"),
+            path=str(RunLayout(run_dir).report),
         )
     command = _failing_command(data.failed_step)
     name = f"selfbench-debug-{debug_id}"
@@ -302,9 +303,9 @@ def _build_session(
         f"exit code {data.exit_code}" if data.exit_code is not None else "no exit code",
     ]
     if report.run_dir:
-        notes.append(f"the step's log: {Path(report.run_dir) / 'build'}")
+        notes.append(f"the step's log: {RunLayout(Path(report.run_dir)).stage(Stage.BUILD)}")
     return DebugSession(
-        stage="build",
+        stage=Stage.BUILD,
         why=why,
         shell=shell,
         reproduce=[[*base, data.last_good_layer, "/bin/sh", "-c", command]],
@@ -326,14 +327,14 @@ def _gate_session(
     trial: TrialPlan | None = None,
     label: str | None = None,
 ) -> DebugSession:
-    gate = "nop" if stage == "smoke" else stage
+    gate = Gate.NOP if stage == Stage.SMOKE else stage
     if trial is None:
         trial = plan.trial(gate)
     else:
         gate = trial.gate  # hack/<exploit>: its run directory
     label = label or gate
     verifier = trial.verifier
-    if stage == "smoke" and plan.smoke.container is not None:
+    if stage == Stage.SMOKE and plan.smoke.container is not None:
         verifier = plan.smoke.container
     name = f"selfbench-debug-{debug_id}-verifier"
     labels = docker_labels(plan, debug_id, owner)
@@ -341,15 +342,15 @@ def _gate_session(
     cleanup = [["docker", "rm", "-f", name]]
     images = [verifier.image]
     notes: list[str] = []
-    if trial.services is not None or (stage == "smoke" and plan.smoke.services is not None):
+    if trial.services is not None or (stage == Stage.SMOKE and plan.smoke.services is not None):
         notes.append(
             "this gate's services are not started by debug: tests that need them will fail "
             "to connect"
         )
-    if stage == "smoke":
+    if stage == Stage.SMOKE:
         return _smoke_session(plan, why, name, setup, cleanup, notes, images)
     setup.append(
-        ["docker", "cp", str(run_dir / gate / "agent.patch"), f"{name}:{trial.agent_patch}"]
+        ["docker", "cp", str(RunLayout(run_dir).agent_patch(gate)), f"{name}:{trial.agent_patch}"]
     )
     verifier_env = ["-e", "HOME=/home/verifier"]
     setup.append(
@@ -373,7 +374,7 @@ def _gate_session(
         "/opt/selfbench/fail_to_pass.sh",
         "/opt/selfbench/pass_to_pass.sh",
     ]
-    if gate == "oracle" and trial.agent is not None and trial.solve is not None:
+    if gate == Gate.ORACLE and trial.agent is not None and trial.solve is not None:
         agent_name = f"selfbench-debug-{debug_id}-agent"
         setup += docker_create(agent_name, trial.agent, labels, proxies)
         images.append(trial.agent.image)
@@ -410,7 +411,7 @@ def _smoke_session(
     history = ["-e", f"HISTFILE={HISTFILE}", "-e", f"SELFBENCH_DEBUG_COMMAND={command}"]
     notes.append(f"the smoke command: {command}")
     return DebugSession(
-        stage="smoke",
+        stage=Stage.SMOKE,
         why=why,
         setup=setup,
         shell=docker_step(

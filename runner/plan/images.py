@@ -13,6 +13,7 @@ from functools import cache
 from runner.base.errors import InvalidTaskError
 from runner.base.resources import dockerfiles_dir
 from runner.compile.bundle import Bundle
+from runner.model.layout import BundleLayout
 from runner.model.settings import (
     HELPER_BUILD_TIMEOUT_SECONDS,
     HELPER_CPUS,
@@ -95,7 +96,7 @@ def container_limits(
         raise InvalidTaskError(
             f"{environment.memory_mb} MB is more memory than the engine has "
             f"({facts.memory_mb} MB); the definition's resources.memoryMb sets it",
-            path=str(bundle.root / "task.toml"),
+            path=str(BundleLayout(bundle.root).task_toml),
             field="environment.memory_mb",
         )
     applied = min(float(facts.ncpu), environment.cpus)

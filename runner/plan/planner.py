@@ -11,6 +11,7 @@ from runner.model.settings import (
     CONTAINER_MARGIN_SECONDS,
     VerifySettings,
 )
+from runner.model.stages import Stage
 from runner.model.toolchains import load_catalog
 from runner.plan.dockerfile import STEP_RECIPE
 from runner.plan.images import container_limits, digest_of, plan_base, resolve_storage
@@ -24,6 +25,7 @@ from runner.plan.types import (
     GateServices,
     HealthcheckPlan,
     ImageBuild,
+    Role,
     RunIdentity,
     ServicePlan,
     StepLimits,
@@ -109,11 +111,11 @@ class Planner:
             side=side,
         )
 
-    def network_for(self, role: str, gate: str) -> str:
+    def network_for(self, role: Role, gate: str) -> str:
         """Agent sides need no network (solve.sh applies a patch, collect diffs). The verifier's
         tests have none unless the task declares `testsNetwork: public`; its services' network
         is internal, so joining it reaches the services and nothing else."""
-        if role == "agent":
+        if role is Role.AGENT:
             return "none"
         if self.tests_network == "public":
             return "bridge"
@@ -123,7 +125,7 @@ class Planner:
 
     def container(
         self,
-        role: str,
+        role: Role,
         gate: str,
         image: str,
         deadline: float,
@@ -132,11 +134,11 @@ class Planner:
         cpuset: str | None = None,
         background: bool = False,
     ) -> ContainerPlan:
-        side = "" if role == "smoke" else f"-{role}"
+        side = "" if role is Role.SMOKE else f"-{role}"
         return ContainerPlan(
             name=f"selfbench-{self.slug}-{gate}{side}-{self.suffix}",
             image=image,
-            role=role,  # type: ignore[arg-type]
+            role=role,
             # The main process only keeps the container alive, and dies on its own a margin
             # after the gate's deadline even if the runner was killed and never removed it.
             command=["sleep", str(int(deadline + CONTAINER_MARGIN_SECONDS))],
@@ -145,7 +147,7 @@ class Planner:
             workdir="/app",
             network=self.network_for(role, gate),
             limits=self.limits.model_copy(update={"cpuset": cpuset}) if cpuset else self.limits,
-            labels=self.labels(label or gate, side=role if role != "smoke" else None),
+            labels=self.labels(label or gate, side=role if role is not Role.SMOKE else None),
             storage=self.storage,
             background=background,
         )
@@ -213,7 +215,7 @@ class Planner:
                     steps=StepLimits(
                         limits=self.limits,
                         storage=self.storage,
-                        labels=self.labels("build", side=kind),
+                        labels=self.labels(Stage.BUILD, side=kind),
                         name=f"selfbench-{self.slug}-build-{kind}-{self.suffix}",
                     ),
                 )
@@ -243,7 +245,7 @@ class Planner:
             collect=None,
             agent_patch=AGENT_PATCH,
             verifier=self.container(
-                "verifier",
+                Role.VERIFIER,
                 key,
                 self.verifier_image,
                 self.verifier_timeout,

@@ -3,6 +3,7 @@ probe's perturbed runs and the grade, each graded by a verifier of its own."""
 
 from __future__ import annotations
 
+from runner.model.stages import Gate
 from runner.plan.images import digest_of
 from runner.plan.planner import Planner
 from runner.plan.types import (
@@ -20,6 +21,7 @@ from runner.plan.types import (
     Perturbation,
     ProbePlan,
     ProbeRun,
+    Role,
     TrialPlan,
 )
 
@@ -54,7 +56,11 @@ def plan_hack(p: Planner) -> HackPlan | None:
                 timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
             ),
             trial=p.side_trial(
-                f"hack/{exploit.name}", f"hack{index}", "hack", test_step, background=True
+                Gate.HACK.below(exploit.name),
+                f"{Gate.HACK}{index}",
+                Gate.HACK,
+                test_step,
+                background=True,
             ),
         )
         for index, exploit in enumerate(choose(facts))
@@ -79,8 +85,8 @@ def plan_hack(p: Planner) -> HackPlan | None:
     steps = len(exploits) * 3
     return HackPlan(
         agent=p.container(
-            "agent",
-            "hack",
+            Role.AGENT,
+            Gate.HACK,
             p.agent_image,
             steps * HACK_STEP_TIMEOUT_SECONDS + p.collect_timeout * len(exploits),
             "/home/agent",
@@ -97,12 +103,12 @@ def plan_hack(p: Planner) -> HackPlan | None:
         ),
         exploits=exploits,
         policy=p.container(
-            "verifier",
+            Role.VERIFIER,
             "hackpolicy",
             verifier.image,
             HACK_STEP_TIMEOUT_SECONDS,
             "/home/verifier",
-            label="hack",
+            label=Gate.HACK,
             background=True,
         ),
         policy_check=policy_check,
@@ -120,9 +126,9 @@ def _probe_run(
         dimension=dimension,
         perturbation=perturbation,
         trial=p.side_trial(
-            f"determinism/{name}",
+            Gate.DETERMINISM.below(name),
             name.replace("-", ""),
-            "determinism",
+            Gate.DETERMINISM,
             p.side_test.model_copy(update={"env": env}),
             cpuset=perturbation.cpuset,
             background=True,
@@ -161,5 +167,5 @@ def plan_probe(p: Planner) -> ProbePlan | None:
 
 
 def plan_grade(p: Planner) -> TrialPlan:
-    trial = p.side_trial("grade", "grade", "grade", p.verifier_test)
+    trial = p.side_trial(Gate.GRADE, Gate.GRADE, Gate.GRADE, p.verifier_test)
     return trial.model_copy(update={"log_bytes": None})

@@ -3,6 +3,7 @@ container, step, label and limit), with no logic that decides them (that is runn
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +13,7 @@ from runner.model.harbor import AGENT_PATCH, BASE_GIT
 from runner.model.settings import (
     StorageLimit,
 )
+from runner.model.stages import Gate, Stage
 from runner.model.toolchains import Arch
 
 PLAN_SCHEMA_VERSION = 1
@@ -210,10 +212,20 @@ class ExecStep(_Frozen):
     timeout_seconds: float
 
 
+class Role(StrEnum):
+    """What a container is for: a gate's agent or verifier side, the smoke check's own, or a
+    build step's."""
+
+    AGENT = "agent"
+    VERIFIER = "verifier"
+    SMOKE = Stage.SMOKE.value
+    BUILD = Stage.BUILD.value
+
+
 class ContainerPlan(_Frozen):
     name: str
     image: str
-    role: Literal["smoke", "agent", "verifier", "build"]
+    role: Role
     command: list[str]
     env: dict[str, str]
     proxy_env: list[str]
@@ -327,7 +339,7 @@ class CacheHandOff(_Frozen):
     writes reaches another verifier. A cache an agent's or an exploit's run could write is never
     read by a later gate (content-addressed caches can be poisoned)."""
 
-    producer: Literal["nop"] = "nop"
+    producer: Gate = Gate.NOP
     directories: list[str]
     pack: ExecStep
     archive: str = HAND_OFF_ARCHIVE

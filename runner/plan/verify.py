@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from runner.compile.bundle import Bundle
 from runner.model.harbor import AGENT_PATCH
+from runner.model.layout import BundleLayout
 from runner.model.settings import (
     SMOKE_TIMEOUT_SECONDS,
     VerifySettings,
 )
+from runner.model.stages import Gate, Stage
 from runner.plan.planner import Planner
 from runner.plan.sides import plan_grade, plan_hack, plan_probe
 from runner.plan.types import (
@@ -28,6 +30,7 @@ from runner.plan.types import (
     CacheHandOff,
     EngineFacts,
     ExecStep,
+    Role,
     RunIdentity,
     SmokePlan,
     TrialPlan,
@@ -99,36 +102,36 @@ def plan_smoke(p: Planner) -> SmokePlan:
     return SmokePlan(
         container=None
         if shared
-        else p.container("smoke", "smoke", p.verifier_image, timeout, "/home/verifier"),
+        else p.container(Role.SMOKE, Stage.SMOKE, p.verifier_image, timeout, "/home/verifier"),
         run=ExecStep(
-            name="smoke",
+            name=Stage.SMOKE,
             argv=["bash", SMOKE_SCRIPT],
             user="verifier",
             env={"HOME": "/home/verifier"},
             workdir="/app",
             timeout_seconds=timeout,
         ),
-        services=None if shared else p.services("smoke", timeout),
+        services=None if shared else p.services(Stage.SMOKE, timeout),
     )
 
 
 def plan_trials(p: Planner) -> list[TrialPlan]:
-    return [plan_trial(p, "nop"), plan_trial(p, "oracle")]
+    return [plan_trial(p, Gate.NOP), plan_trial(p, Gate.ORACLE)]
 
 
-def plan_trial(p: Planner, gate: str) -> TrialPlan:
+def plan_trial(p: Planner, gate: Gate) -> TrialPlan:
     agent_timeout = p.config.agent.timeout_sec
-    oracle = gate == "oracle"
+    oracle = gate is Gate.ORACLE
     offline = p.tests_network != "public"
     return TrialPlan(
         gate=gate,
         agent=p.container(
-            "agent", gate, p.agent_image, p.collect_timeout + agent_timeout,
+            Role.AGENT, gate, p.agent_image, p.collect_timeout + agent_timeout,
             "/home/agent",
         )
         if oracle
         else None,
-        solution_dir=str(p.bundle.root / "solution") if oracle else None,
+        solution_dir=str(BundleLayout(p.bundle.root).solution) if oracle else None,
         solve=ExecStep(
             name="agent",
             argv=["bash", f"{SOLUTION_DIR}/solve.sh"],
@@ -142,10 +145,10 @@ def plan_trial(p: Planner, gate: str) -> TrialPlan:
         collect=p.collect_step if oracle else None,
         agent_patch=AGENT_PATCH,
         verifier=p.container(
-            "verifier", gate, p.verifier_image, p.verifier_timeout, "/home/verifier"
+            Role.VERIFIER, gate, p.verifier_image, p.verifier_timeout, "/home/verifier"
         ),
         online_verifier=p.container(
-            "verifier", f"{gate}online", p.verifier_image, p.verifier_timeout,
+            Role.VERIFIER, f"{gate}online", p.verifier_image, p.verifier_timeout,
             "/home/verifier", label=gate,
         ).model_copy(update={"network": "bridge"})
         if offline

@@ -29,6 +29,7 @@ from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import write_atomic
 from runner.base.validation import check_task_id
 from runner.model.harbor import read_task_toml
+from runner.model.layout import BundleLayout, RunLayout
 
 MANIFEST = "manifest.json"
 MAX_MEMBER_BYTES = 4 * 1024**3
@@ -45,7 +46,7 @@ class Accepted:
 def accepted_run(run_dir: Path) -> Accepted:
     """The run's bundle, if the run was accepted; a clear refusal otherwise."""
     try:
-        report = json.loads((run_dir / "report.json").read_text())
+        report = json.loads(RunLayout(run_dir).report.read_text())
     except (OSError, ValueError):
         raise UsageError(
             "no readable report.json: not a run directory", path=str(run_dir)
@@ -63,7 +64,7 @@ def accepted_run(run_dir: Path) -> Accepted:
     problem = check_task_id(task_id) if isinstance(task_id, str) else "is not a string"
     if problem is not None:
         # The id names the archive's entry: never a path of its own.
-        raise UsageError(f"taskId {problem}", path=str(run_dir / "report.json"), field="taskId")
+        raise UsageError(f"taskId {problem}", path=str(RunLayout(run_dir).report), field="taskId")
     # The bundle is the run's own (run_dir/bundle): a report.json is a file anyone may edit, and
     # one pointing at a host directory would export that directory.
     bundle = run_dir / "bundle"
@@ -72,10 +73,10 @@ def accepted_run(run_dir: Path) -> Accepted:
         # (A named bundle that is gone is a run directory moved since: its own bundle is used.)
         raise UsageError(
             f"names a bundle outside its run directory ({str(named)[:200]})",
-            path=str(run_dir / "report.json"),
+            path=str(RunLayout(run_dir).report),
             field="bundle",
         )
-    if bundle.is_symlink() or not (bundle / "task.toml").is_file():
+    if bundle.is_symlink() or not BundleLayout(bundle).task_toml.is_file():
         raise UsageError(f"the accepted run's bundle is gone ({bundle})", path=str(run_dir))
     return Accepted(run_dir=run_dir, bundle=bundle, task_id=task_id, run_id=str(report["runId"]))
 
@@ -121,12 +122,12 @@ def batch_runs(path: Path) -> BatchRuns:
 
 
 def _located(run_dir: Path, batch_dir: Path) -> Path:
-    if (run_dir / "report.json").is_file():
+    if RunLayout(run_dir).report.is_file():
         return run_dir
     parts = run_dir.parts
     if len(parts) >= 3 and parts[-3] == "runs":
         moved = batch_dir.joinpath(*parts[-3:])
-        if (moved / "report.json").is_file():
+        if RunLayout(moved).report.is_file():
             return moved
     return run_dir  # accepted_run says what is missing
 

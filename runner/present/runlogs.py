@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.model.layout import RUN_LOG_FILE, BundleLayout, RunLayout
 from runner.model.report import Report
-from runner.model.stages import STAGE_NAMES
+from runner.model.stages import STAGE_NAMES, Stage
 from runner.present.html import BuildSource, Excerpt, ReportView, dockerfile_line, step_source
 
-STAGE_DIRS = ("build", "smoke", "nop", "oracle")
+STAGE_DIRS = (Stage.BUILD, Stage.SMOKE, Stage.NOP, Stage.ORACLE)
 ORDER = STAGE_NAMES
 RED = ("failed", "error")
 SHOWN = (".log", ".json")
@@ -34,7 +35,7 @@ class StageLogs:
 
 def _report(run_dir: Path) -> dict[str, object] | None:
     try:
-        data = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
+        data = json.loads(RunLayout(run_dir).report.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -78,7 +79,7 @@ def stage_logs(run_dir: Path, *, stage: str | None = None) -> list[StageLogs]:
                         stage=name, status="running", detail="", files=_files_under(directory)
                     )
                 )
-    runner_log = run_dir / "runner.log"
+    runner_log = RunLayout(run_dir).runner_log
     if runner_log.is_file():
         stages.append(StageLogs(stage="runner", status="", detail="", files=[runner_log]))
     if stage is not None:
@@ -112,7 +113,7 @@ def follow(
     partial: dict[Path, bytes] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        done = (run_dir / "report.json").is_file()
+        done = RunLayout(run_dir).report.is_file()
         for path in _followed(run_dir):
             for line in _new_lines(path, offsets, partial):
                 emit(path.relative_to(run_dir).as_posix(), line)
@@ -128,7 +129,7 @@ def follow(
 
 def _followed(run_dir: Path) -> Iterator[Path]:
     count = 0
-    for name in (*STAGE_DIRS, "runner.log"):
+    for name in (*STAGE_DIRS, RUN_LOG_FILE):
         target = run_dir / name
         paths = [target] if target.is_file() else _files_under(target) if target.is_dir() else []
         for path in paths:
@@ -181,7 +182,7 @@ def report_view(report: Report) -> ReportView:
     data = report.stages.build.data
     if data.failed_step and report.bundle:
         context = "environment" if data.failed_image == "agent" else "tests"
-        dockerfile = Path(report.bundle) / context / "Dockerfile"
+        dockerfile = BundleLayout(Path(report.bundle)).dockerfile(context)
         try:
             text = dockerfile.read_text(encoding="utf-8")
         except OSError:
@@ -193,7 +194,7 @@ def report_view(report: Report) -> ReportView:
         )
     smoke_script: list[str] = []
     if report.stages.smoke.status.value in RED and report.bundle:
-        smoke_script, _ = tail_lines(Path(report.bundle) / "tests" / "smoke.sh", 200)
+        smoke_script, _ = tail_lines(BundleLayout(Path(report.bundle)).smoke_script, 200)
     return ReportView(
         report=report, excerpts=excerpts, build_source=source, smoke_script=smoke_script
     )

@@ -12,6 +12,7 @@ from runner.model.report import (
     ImageData,
     Status,
 )
+from runner.model.stages import Stage
 from runner.plan.runtime import (
     BuildRequest,
 )
@@ -34,13 +35,13 @@ class BuildStage:
         plan = self.state.plan
         data = BuildData(base_image=plan.base.image, from_image=plan.base.from_image)
         stage.data = data
-        self.state.progress("build", f"base image {plan.base.image}")
+        self.state.progress(Stage.BUILD, f"base image {plan.base.image}")
         base = ensure_image(self.state.engine, plan.base.image)
         data.base_image_id = base.id
         data.base_image_digests = list(base.repo_digests)
         from_id = base.id
         if plan.base.derived is not None:
-            log_path = self.state.path("build", "base.log")
+            log_path = self.state.path(Stage.BUILD, "base.log")
             from_id = build_derived_base(
                 self.state.engine,
                 plan.base,
@@ -62,7 +63,7 @@ class BuildStage:
 
     def _build_line(self, line: str) -> None:
         if line.startswith("Step "):
-            self.state.progress("build", line)
+            self.state.progress(Stage.BUILD, line)
         else:
             log.debug("%s", line)
 
@@ -70,12 +71,12 @@ class BuildStage:
         existing = self.state.engine.image(build.tag)
         if existing is not None and existing.labels.get(LABEL_FROM_ID) == from_id:
             data.images[build.kind] = ImageData(tag=build.tag, id=existing.id, cached=True)
-            self.state.progress("build", f"{build.kind} image cached ({build.tag})")
+            self.state.progress(Stage.BUILD, f"{build.kind} image cached ({build.tag})")
             return True
-        log_path = self.state.path("build", f"{build.kind}.log")
+        log_path = self.state.path(Stage.BUILD, f"{build.kind}.log")
         log_path.unlink(missing_ok=True)
         stage.logs.append(str(log_path))
-        self.state.progress("build", f"building {build.kind} image {build.tag}")
+        self.state.progress(Stage.BUILD, f"building {build.kind} image {build.tag}")
         proxies = {k: v for k, v in self.state.env.proxies.items() if k in build.proxy_build_args}
         outcome = self.state.engine.build(
             BuildRequest(

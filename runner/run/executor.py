@@ -27,6 +27,7 @@ from pathlib import Path
 from runner.base.errors import Interrupted
 from runner.model.census import Census
 from runner.model.report import Status
+from runner.model.stages import Stage
 from runner.plan.runtime import Engine
 from runner.plan.types import LABEL_RUN, VerifyPlan
 from runner.run.build import BuildStage
@@ -89,17 +90,19 @@ class Executor:
         interrupted: str | None = None
         pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gate")
         try:
-            state.run_stage("build", self.builder.build)
-            if stages["build"].status is Status.PASSED:
+            state.run_stage(Stage.BUILD, self.builder.build)
+            if stages[Stage.BUILD].status is Status.PASSED:
                 # The oracle's agent side is the longest path: it starts first.
                 futures = [
                     pool.submit(self.trials.oracle_and_determinism),
                     pool.submit(self.trials.nop),
                 ]
                 if plan.hack is not None:
-                    futures.append(pool.submit(state.run_stage, "hack", self.hack.hack))
+                    futures.append(pool.submit(state.run_stage, Stage.HACK, self.hack.hack))
                 else:
-                    stages["hack"].skipped(Skip.HACK_NONE if plan.hack_gate else Skip.HACK_DISABLED)
+                    stages[Stage.HACK].skipped(
+                        Skip.HACK_NONE if plan.hack_gate else Skip.HACK_DISABLED
+                    )
                 if plan.smoke.container is not None:
                     futures.append(pool.submit(self.smoke.run_smoke))
                 for future in futures:
@@ -107,9 +110,9 @@ class Executor:
                 if state.settled.is_set():
                     self._stop(futures)
             else:
-                for name in ("smoke", "nop", "oracle", "hack"):
+                for name in (Stage.SMOKE, Stage.NOP, Stage.ORACLE, Stage.HACK):
                     stages[name].skipped(Skip.BUILD_RED)
-                stages["determinism"].skipped(Skip.ORACLE_RED)
+                stages[Stage.DETERMINISM].skipped(Skip.ORACLE_RED)
         except (KeyboardInterrupt, Interrupted) as exc:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
             state.interrupted.set()

@@ -25,6 +25,7 @@ from runner.base.safeio import optional_regular, read_regular, write_atomic
 from runner.base.validation import safe_dir_name
 from runner.compile.bundle import Bundle, is_bundle, load_bundle
 from runner.model.census import Census, EvidenceSummary, PolicyChange, read_census, seal_problem
+from runner.model.layout import BundleLayout, RunLayout
 from runner.model.report import GateData, Status
 from runner.model.reward import Reward, VerifierDetails
 from runner.model.settings import MAX_AGENT_PATCH_BYTES, VerifySettings
@@ -86,9 +87,9 @@ def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
     anyone may edit: a test.sh that writes reward 1, a task.toml asking for a million MB)."""
     if is_bundle(target):
         bundle = load_bundle(target)
-    elif (target / "report.json").is_file():
+    elif RunLayout(target).report.is_file():
         try:
-            report = json.loads(read_regular(target / "report.json", limit=64 * 1024 * 1024))
+            report = json.loads(read_regular(RunLayout(target).report, limit=64 * 1024 * 1024))
         except (ValueError, InvalidTaskError):
             raise UsageError("report.json is not readable", path=str(target)) from None
         where = report.get("bundle") if isinstance(report, dict) else None
@@ -110,9 +111,7 @@ def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
                 "verification left it, or pass --unsealed to grade it anyway",
                 path=str(bundle.root),
             )
-    census = read_census(
-        optional_regular(bundle.root / "tests" / "expected-tests.json", limit=64 * 1024 * 1024)
-    )
+    census = read_census(optional_regular(BundleLayout(bundle.root).census, limit=64 * 1024 * 1024))
     return GradeTarget(bundle=bundle, census=census)
 
 
@@ -169,7 +168,7 @@ def grade(
                 engine.facts(),
                 RunIdentity(run_id=run_id, owner=_owner()),
             )
-            (run_dir / "plan.json").write_text(plan.to_json())
+            RunLayout(run_dir).plan.write_text(plan.to_json())
             executor = Executor(
                 plan,
                 engine,

@@ -25,6 +25,7 @@ from runner.model.census import (
     read_run,
     summarize,
 )
+from runner.model.layout import AGENT_PATCH_FILE
 from runner.model.report import (
     ExploitOutcome,
     ExploitResult,
@@ -35,6 +36,7 @@ from runner.model.report import (
 from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
+from runner.model.stages import Gate, Stage
 from runner.plan.runtime import Container
 from runner.plan.types import (
     HACK_POLICY_DIR,
@@ -79,14 +81,14 @@ class HackStage:
         # opening is in the stack before the stack removes it.
         with (
             contextlib.ExitStack() as policy_stack,
-            ThreadPoolExecutor(max_workers=3, thread_name_prefix="hack") as pool,
+            ThreadPoolExecutor(max_workers=3, thread_name_prefix=Stage.HACK) as pool,
         ):
             policy = pool.submit(self._open_policy, policy_stack) if plan.policy else None
             with self.state.engine.container(
                 plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
             ) as agent:
                 for exploit in plan.exploits:
-                    directory = self.state.path("hack", exploit.name, "exploit.log").parent
+                    directory = self.state.path(Stage.HACK, exploit.name, "exploit.log").parent
                     script_log = directory / "exploit.log"
                     stage.logs.append(str(script_log))
                     ran = agent.exec(exploit.run, script_log, limit=limit)
@@ -104,7 +106,7 @@ class HackStage:
                                 )
                                 or b""
                             )
-                            (directory / "agent.patch").write_bytes(side.patch)
+                            (directory / AGENT_PATCH_FILE).write_bytes(side.patch)
                     reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
                     if reset.exit_code != 0 or reset.timed_out:
                         raise InfrastructureError(
@@ -159,9 +161,9 @@ class HackStage:
         if not left_over:
             return {}
         stage.wait(self.state.nop_done)
-        if self.state.stages["nop"].status is not Status.PASSED:
+        if self.state.stages[Stage.NOP].status is not Status.PASSED:
             return {}
-        nop = read_run(self.state.run_dir / "nop" / "logs" / "verifier", "fail_to_pass")
+        nop = read_run(self.state.layout.verifier_logs(Gate.NOP), "fail_to_pass")
         if nop is None or nop.mode != "per-test" or not nop.runners:
             return {}  # exit-code evidence: a run is never stopped early, so never decided
         return {
@@ -189,9 +191,9 @@ class HackStage:
         except Exception as exc:
             log.warning("%s: the early run did not finish (%s); verifying again", exploit.name, exc)
             return None
-        gate_dir = self.state.run_dir / exploit.trial.gate
-        moved = gate_dir / EARLY_DIR
-        evidence = read_run(moved / "logs" / "verifier", "fail_to_pass")
+        gate_dir = self.state.layout.gate(exploit.trial.gate)
+        early = f"{exploit.trial.gate}/{EARLY_DIR}"
+        evidence = read_run(self.state.layout.verifier_logs(early), "fail_to_pass")
         if (
             run.reward is None
             or run.reward.reward != 0
@@ -229,7 +231,7 @@ class HackStage:
         if opening is None or plan.policy_check is None:
             return {}
         where = PurePosixPath(HACK_POLICY_DIR)
-        log_path = self.state.path("hack", "policy-check.log")
+        log_path = self.state.path(Stage.HACK, "policy-check.log")
         raw: bytes | None = None
         try:
             container = opening.result()
@@ -253,7 +255,7 @@ class HackStage:
         checks = parse_policy_check(raw)
         for name, check in checks.items():
             if name in patches:
-                self.state.path("hack", name, POLICY_CHECK_FILE).write_text(
+                self.state.path(Stage.HACK, name, POLICY_CHECK_FILE).write_text(
                     check.model_dump_json(by_alias=True, indent=2)
                 )
         return checks
@@ -267,7 +269,7 @@ class HackStage:
         data: HackData,
     ) -> tuple[str, str, ExploitOutcome, str | None, str]:
         """What the verifier gave one exploit's patch, judged and recorded."""
-        verifier_dir = self.state.run_dir / "hack" / exploit.name / "logs" / "verifier"
+        verifier_dir = self.state.layout.verifier_logs(exploit.trial.gate)
         decided = side.decided_by_policy
         policy = decided.changes if decided is not None else read_policy(verifier_dir)
         undone = [c for c in policy if c.verdict != "keep"]
@@ -299,7 +301,7 @@ class HackStage:
             ),
             not_applicable=NOT_APPLICABLE,
         )
-        patch_path = self.state.run_dir / "hack" / exploit.name / "agent.patch"
+        patch_path = self.state.layout.agent_patch(exploit.trial.gate)
         patch = str(patch_path) if patch_path.is_file() else None
         data.exploits.append(
             ExploitResult(
@@ -355,8 +357,8 @@ class HackStage:
         self.state.census = census
         self.state.census_ready.set()
         try:
-            self.state.run_stage("build", self.builder.build)
-            if self.state.stages["build"].status is Status.PASSED:
+            self.state.run_stage(Stage.BUILD, self.builder.build)
+            if self.state.stages[Stage.BUILD].status is Status.PASSED:
                 assert self.state.plan.grade is not None
                 trial = self.state.plan.grade
                 if census is None:
@@ -375,7 +377,7 @@ class HackStage:
             raise
         finally:
             self.state.cleanup()
-        return self.state.stages["build"], grade
+        return self.state.stages[Stage.BUILD], grade
 
     def _judge_grade(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun

@@ -13,12 +13,14 @@ from runner.base.errors import (
 )
 from runner.compile.templates import render_derived_base, render_toolchain_context
 from runner.judge.images import build_failure
+from runner.model.layout import DOCKERFILE
 from runner.model.settings import (
     DEFAULT_MAX_LOG_BYTES,
     HELPER_BUILD_TIMEOUT_SECONDS,
     HELPER_MEMORY_MB,
     LOCAL_BASE_HINT,
 )
+from runner.model.stages import Stage
 from runner.model.task import Toolchain
 from runner.model.toolchains import load_catalog
 from runner.plan.runtime import (
@@ -91,17 +93,17 @@ def build_derived_base(
         if env.extra_ca_pem is not None:
             (context / "selfbench-extra-ca.crt").write_bytes(env.extra_ca_pem)
         for artifact in derived.artifacts:
-            progress("build", f"registry artifact {artifact.file}")
+            progress(Stage.BUILD, f"registry artifact {artifact.file}")
             source = env.fetch_artifact(artifact.toolchain, facts.arch)
             target = context / "artifacts" / artifact.toolchain / artifact.file
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)
-        (context / "Dockerfile").write_bytes(
+        (context / DOCKERFILE).write_bytes(
             render_derived_base(
                 extra_ca=env.extra_ca_pem is not None, artifacts=bool(derived.artifacts)
             )
         )
-        progress("build", f"building base image {derived.tag}")
+        progress(Stage.BUILD, f"building base image {derived.tag}")
         outcome = engine.build(
             BuildRequest(
                 context=context,
@@ -115,7 +117,7 @@ def build_derived_base(
             ),
             log_path,
             limit=max_log_bytes,
-            on_line=lambda line: progress("build", line) if line.startswith("Step ") else None,
+            on_line=lambda line: progress(Stage.BUILD, line) if line.startswith("Step ") else None,
         )
     if not outcome.ok or outcome.image_id is None:
         raise InfrastructureError(
@@ -151,7 +153,7 @@ def prepare(
         path = context / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
-    progress("build", f"building toolchain layers {plan.tag}")
+    progress(Stage.BUILD, f"building toolchain layers {plan.tag}")
     outcome = engine.build(
         BuildRequest(
             context=context,
@@ -168,7 +170,7 @@ def prepare(
         ),
         workdir / "toolchains.log",
         limit=DEFAULT_MAX_LOG_BYTES,
-        on_line=lambda line: progress("build", line) if line.startswith("Step ") else None,
+        on_line=lambda line: progress(Stage.BUILD, line) if line.startswith("Step ") else None,
     )
     if not outcome.ok:
         raise InfrastructureError(

@@ -33,6 +33,7 @@ from runner.compile.bundle import is_bundle, load_bundle
 from runner.compile.compiler import compile_task
 from runner.compile.taskdir import AuthoredTask, load_authored_task
 from runner.model.census import seal
+from runner.model.layout import RunLayout
 from runner.model.predictions import PatchPredictions
 from runner.model.report import (
     AuditData,
@@ -44,6 +45,7 @@ from runner.model.report import (
     write_report,
 )
 from runner.model.settings import VerifySettings, cache_root
+from runner.model.stages import Stage
 from runner.model.task import Toolchain
 from runner.model.toolchains import Arch, load_catalog
 from runner.plan.runtime import Engine
@@ -100,7 +102,7 @@ def _timed(stage: StageResult, started: float) -> None:
     stage.seconds = round(time.monotonic() - started, 3)
 
 
-def _event(run: RunRecord, name: str, stage: StageResult | None = None) -> None:
+def _event(run: RunRecord, name: Stage, stage: StageResult | None = None) -> None:
     if run.on_stage is None:
         return
     if stage is None:
@@ -137,7 +139,7 @@ def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
         run.compile.set(Status.PASSED, "compiled bundle given; verified as it is")
         run.compile.data = CompileData(bundle=str(run.target))
         run.audit.skipped(Skip.BUNDLE)
-        _event(run, "compile", run.compile)
+        _event(run, Stage.COMPILE, run.compile)
         return
     out = run.run_dir / "bundle"
     result = compile_task(
@@ -147,9 +149,9 @@ def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
     run.compile.set(Status.PASSED, f"compiled to {out}")
     run.compile.data = CompileData(bundle=str(out))
     _timed(run.compile, started)
-    run.progress("compile", f"passed: {run.compile.detail}")
-    _event(run, "compile", run.compile)
-    _event(run, "audit")
+    run.progress(Stage.COMPILE, f"passed: {run.compile.detail}")
+    _event(run, Stage.COMPILE, run.compile)
+    _event(run, Stage.AUDIT)
     started = time.monotonic()
     result_audit: AuditResult = audit(
         task.definition,
@@ -181,8 +183,8 @@ def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
     else:
         run.audit.set(Status.FAILED, result_audit.reason())
     _timed(run.audit, started)
-    run.progress("audit", f"{run.audit.status.value}: {run.audit.detail}")
-    _event(run, "audit", run.audit)
+    run.progress(Stage.AUDIT, f"{run.audit.status.value}: {run.audit.detail}")
+    _event(run, Stage.AUDIT, run.audit)
 
 
 # ---- the job ---------------------------------------------------------------------------------
@@ -215,12 +217,12 @@ def verify(
     plan: VerifyPlan | None = None
     task: AuthoredTask | None = None
     try:
-        _event(run, "compile")
+        _event(run, Stage.COMPILE)
         try:
             task = _load(run)
         except InvalidTaskError as exc:
             _invalid(run, exc)
-            _event(run, "compile", run.compile)
+            _event(run, Stage.COMPILE, run.compile)
         run.run_dir = make_run_dir(
             settings, run.task_id or target.resolve().name, run.run_id, target
         )
@@ -240,7 +242,7 @@ def verify(
         _record_traceback(run)
     report = build_report(run)
     if run.run_dir is not None and not plan_only:
-        write_report(run.run_dir / "report.json", report)
+        write_report(RunLayout(run.run_dir).report, report)
         _write_html(run.run_dir, report)
     return VerifyOutcome(report=report, plan=plan, run_dir=run.run_dir)
 
@@ -251,7 +253,7 @@ def _write_html(run_dir: Path, report: Report) -> None:
         from runner.present.html import render_html
         from runner.present.runlogs import report_view
 
-        write_atomic(run_dir / "report.html", render_html(report_view(report)))
+        write_atomic(RunLayout(run_dir).report_html, render_html(report_view(report)))
     except Exception:
         log.exception("report.html could not be written")
 
@@ -284,11 +286,11 @@ def _run_stages(
         _compile_and_audit(run, task)
     except InvalidTaskError as exc:
         _invalid(run, exc)
-        _event(run, "compile", run.compile)
+        _event(run, Stage.COMPILE, run.compile)
         return None
     except RunnerError as exc:
         run.compile.set(Status.ERROR, exc.one_line())
-        _event(run, "compile", run.compile)
+        _event(run, Stage.COMPILE, run.compile)
         return None
     if run.audit.status is Status.FAILED or run.bundle is None:
         return None
@@ -296,7 +298,7 @@ def _run_stages(
     identity = RunIdentity(run_id=run.run_id, owner=_owner())
     if plan_only:
         plan = plan_verify(run.bundle, run.settings, host_facts(), identity)
-        (run.run_dir / "plan.json").write_text(plan.to_json())
+        RunLayout(run.run_dir).plan.write_text(plan.to_json())
         return plan
     engine: Engine | None = None
     try:
@@ -306,7 +308,7 @@ def _run_stages(
     except RunnerError as exc:
         build = StageResult()
         build.set(Status.ERROR, exc.one_line())
-        run.execution = Execution(stages={"build": build})
+        run.execution = Execution(stages={Stage.BUILD: build})
         if engine is not None:
             engine.close()
         return None
@@ -316,10 +318,10 @@ def _run_stages(
         # A limit the engine cannot give (more memory than it has): the task's error.
         engine.close()
         _invalid(run, exc)
-        _event(run, "compile", run.compile)
+        _event(run, Stage.COMPILE, run.compile)
         return None
     try:
-        (run.run_dir / "plan.json").write_text(plan.to_json())
+        RunLayout(run.run_dir).plan.write_text(plan.to_json())
         executor = Executor(
             plan,
             engine,

@@ -15,6 +15,7 @@ from runner.model.report import (
     ProbeResult,
     SelectorRate,
 )
+from runner.model.stages import Gate, Stage
 from runner.plan.types import (
     ProbePlan,
     ProbeRun,
@@ -30,7 +31,7 @@ class ProbeStage:
         self.sides = sides
 
     def determinism(self, stage: StageResult) -> None:
-        oracle = self.state.stages["oracle"].data
+        oracle = self.state.stages[Stage.ORACLE].data
         assert isinstance(oracle, GateData) and oracle.reward is not None
         details = oracle.details
         data = DeterminismData(
@@ -38,7 +39,7 @@ class ProbeStage:
             repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
         )
         stage.data = data
-        oracle_logs = self.state.run_dir / "oracle" / "logs" / "verifier"
+        oracle_logs = self.state.layout.verifier_logs(Gate.ORACLE)
         repeat_problem = first_problem(oracle_logs, "fail_to_pass_repeat")
         judgement = judge.judge_determinism(
             oracle.reward,
@@ -56,7 +57,7 @@ class ProbeStage:
     ) -> judge.Judgement:
         """The oracle's patch verified again under each perturbation; a run that fails is
         retried with each of its dimensions alone, to name the ones that change the outcome."""
-        patch = (self.state.run_dir / "oracle" / "agent.patch").read_bytes()
+        patch = self.state.layout.agent_patch(Gate.ORACLE).read_bytes()
 
         def run_all(runs: list[ProbeRun]) -> list[ProbeResult]:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
@@ -64,7 +65,7 @@ class ProbeStage:
                 done = [f.result() for f in futures]
             results = []
             for plan, run in zip(runs, done, strict=True):
-                directory = self.state.run_dir / plan.trial.gate / "logs" / "verifier"
+                directory = self.state.layout.verifier_logs(plan.trial.gate)
                 alone = [(s.selector, s.exit_code) for s in left.selectors(directory)]
                 passed, what, failing = judge.probe_outcome(
                     run.reward,
@@ -107,5 +108,5 @@ class ProbeStage:
         return judge.judge_probe(
             [(r.name, r.passed, r.what_failed, r.failing_selectors) for r in main],
             data.perturbations,
-            str(self.state.run_dir / "determinism"),
+            str(self.state.layout.stage(Stage.DETERMINISM)),
         )

@@ -12,6 +12,7 @@ from runner import __version__
 from runner.base.errors import Problem
 from runner.compile.bundle import Bundle
 from runner.judge import decide_verdict, verdict_reason
+from runner.model.layout import BundleLayout
 from runner.model.report import (
     InputProblem,
     Report,
@@ -23,7 +24,7 @@ from runner.model.report import (
     Verdict,
 )
 from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
-from runner.model.stages import STAGE_NAMES
+from runner.model.stages import STAGE_NAMES, Stage
 from runner.run.rundir import RUN_LOG
 from runner.run.skips import Skip
 from runner.run.state import Execution, StageListener, StageResult
@@ -72,7 +73,7 @@ def _census_info(run: RunRecord) -> ReportCensus | None:
     if census is None or run.sealed is None:
         return None
     return ReportCensus(
-        file=str(run.sealed / "tests" / "expected-tests.json"),
+        file=str(BundleLayout(run.sealed).census),
         fail_to_pass=census.fail_to_pass.mode,
         pass_to_pass=census.pass_to_pass.mode,
         fail_to_pass_tests=len(census.fail_to_pass.tests),
@@ -104,7 +105,7 @@ def _results(run: RunRecord) -> dict[str, StageResult]:
     from dataclasses import replace
 
     executed = run.execution.stages if run.execution else {}
-    found = {"compile": run.compile, "audit": run.audit, **executed}
+    found = {Stage.COMPILE: run.compile, Stage.AUDIT: run.audit, **executed}
     return {name: replace(found.get(name) or StageResult()) for name in STAGE_NAMES}
 
 
@@ -114,7 +115,7 @@ def build_report(run: RunRecord) -> Report:
     results = _results(run)
     if run.internal:
         first_open = next(
-            (r for r in results.values() if r.skip is Skip.NOT_RUN), results["compile"]
+            (r for r in results.values() if r.skip is Skip.NOT_RUN), results[Stage.COMPILE]
         )
         first_open.set(
             Status.ERROR,
@@ -129,8 +130,8 @@ def build_report(run: RunRecord) -> Report:
     for name, result in results.items():
         _stage_model(stages, name, result)
     statuses = {name: stage.status for name, stage in stages.items()}
-    hack = results["hack"]
-    optional = frozenset({"hack"} if hack.skip is not None and hack.skip.optional else set())
+    hack = results[Stage.HACK]
+    optional = frozenset({Stage.HACK} if hack.skip is not None and hack.skip.optional else set())
     verdict = decide_verdict(statuses, invalid=run.invalid, optional=optional)
     reason = verdict_reason([(n, s.status, s.detail) for n, s in stages.items()])
     if run.interrupted:

@@ -12,11 +12,12 @@ from runner.base.errors import UsageError
 from runner.base.logs import CappedLog
 from runner.base.safeio import is_within, private_dir
 from runner.base.validation import safe_dir_name
+from runner.model.layout import RUN_LOG_FILE
 from runner.model.settings import DEFAULT_MAX_LOG_BYTES, VerifySettings
 
 Progress = Callable[[str, str], None]
 
-RUN_LOG = "runner.log"
+RUN_LOG = RUN_LOG_FILE
 
 
 def check_run_location(target: Path, settings: VerifySettings) -> None:

@@ -21,6 +21,7 @@ from runner.model.census import (
     summarize,
     unmatched_selectors,
 )
+from runner.model.layout import AGENT_PATCH_FILE, CENSUS_FILE
 from runner.model.report import (
     GateData,
     KeptContainer,
@@ -58,7 +59,7 @@ from runner.run.state import RunState, StageResult, TrialRun
 
 def _patch_file(patch: bytes) -> FileToPut:
     """Where test.sh reads the agent's patch."""
-    return FileToPut(directory="/opt/selfbench", name="agent.patch", data=patch)
+    return FileToPut(directory="/opt/selfbench", name=AGENT_PATCH_FILE, data=patch)
 
 
 def trial_apart(trial: TrialPlan, suffix: str) -> TrialPlan:
@@ -116,7 +117,7 @@ class Sides:
         sealed one for every other (put in before the start, whatever the image holds)."""
         census = self.state.census if trial.census == "sealed" else None
         data = census.to_json().encode() if census is not None else UNSEALED_CENSUS
-        return FileToPut(directory="/tests", name="expected-tests.json", data=data, mode=0o600)
+        return FileToPut(directory="/tests", name=CENSUS_FILE, data=data, mode=0o600)
 
     def open_verifier(
         self,
@@ -267,7 +268,7 @@ class Sides:
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
     ) -> None:
         if run.patch is not None:
-            patch_path = self.state.path(trial.gate, "agent.patch")
+            patch_path = self.state.path(trial.gate, AGENT_PATCH_FILE)
             patch_path.write_bytes(run.patch)
             stage.logs.append(str(patch_path))
             data.agent_patch_bytes = len(run.patch)
@@ -311,7 +312,7 @@ class Sides:
     def _read_reward(
         self, gate: str, stage: StageResult
     ) -> tuple[Reward | None, VerifierDetails | None, str | None]:
-        directory = self.state.run_dir / gate / "logs" / "verifier"
+        directory = self.state.layout.verifier_logs(gate)
         reward_path = directory / REWARD_FILE
         details_path = directory / DETAILS_FILE
         if not reward_path.is_file():
@@ -331,7 +332,7 @@ class Sides:
         return reward, details, None
 
     def verifier_dir(self, trial: TrialPlan) -> Path:
-        return self.state.run_dir / trial.gate / "logs" / "verifier"
+        return self.state.layout.verifier_logs(trial.gate)
 
     def judge_trial(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
@@ -360,7 +361,7 @@ class Sides:
                 verifier_log=str(run.verifier_log),
                 last_lines={
                     name: left.last_line(
-                        self.state.run_dir / trial.gate / "logs" / "verifier" / f"{name}.log"
+                        self.state.layout.verifier_logs(trial.gate) / f"{name}.log"
                     )
                     for name in ("fail_to_pass", "pass_to_pass")
                 },

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from runner import judge
+from runner.model.layout import SMOKE_LOG
 from runner.model.report import (
     SmokeData,
     Status,
 )
+from runner.model.stages import Stage
 from runner.plan.runtime import (
     Container,
 )
@@ -27,19 +29,19 @@ class SmokeStage:
     def run_smoke(self) -> None:
         """Smoke in a container of its own (a contract's smoke command, which may write)."""
         try:
-            self.state.run_stage("smoke", self._smoke)
+            self.state.run_stage(Stage.SMOKE, self._smoke)
         finally:
             self.smoke_finished()
 
     def smoke_finished(self) -> None:
-        self.state.smoke_passed = self.state.stages["smoke"].status is Status.PASSED
+        self.state.smoke_passed = self.state.stages[Stage.SMOKE].status is Status.PASSED
         self.state.smoke_done.set()
 
     def _smoke(self, stage: StageResult) -> None:
         smoke = self.state.plan.smoke
         assert smoke.container is not None
         with (
-            self.sides.services(smoke.services, "smoke", stage) as network,
+            self.sides.services(smoke.services, Stage.SMOKE, stage) as network,
             self.state.engine.container(
                 smoke.container, env=self.state.env.proxies, keep=self.state.plan.keep
             ) as c,
@@ -47,12 +49,12 @@ class SmokeStage:
             if network is not None and smoke.container.network != network:
                 c.connect(network)
             self.smoke_in(c, smoke.container, stage)
-            self.state.keep("smoke", c)
+            self.state.keep(Stage.SMOKE, c)
 
     def smoke_in(self, container: Container, plan: ContainerPlan, stage: StageResult) -> None:
         """Run the smoke check in `container` (its own, or the nop verifier's: the default
         check only reads) and judge it."""
-        log_path = self.state.path("smoke", "smoke.log")
+        log_path = self.state.path(Stage.SMOKE, SMOKE_LOG)
         stage.logs.append(str(log_path))
         outcome = container.exec(
             self.state.plan.smoke.run, log_path, limit=self.state.plan.max_log_bytes
@@ -86,7 +88,7 @@ class SmokeStage:
         if self.state.interrupted.is_set():
             raise SkippedError(Skip.INTERRUPTED)
         if not self.state.smoke_passed:
-            smoke = self.state.stages["smoke"]
+            smoke = self.state.stages[Stage.SMOKE]
             if smoke.status is not Status.FAILED and self.state.settled.is_set():
                 # Woken by another gate's red verdict before smoke ended.
                 raise SkippedError(Skip.SETTLED)

@@ -23,6 +23,7 @@ from runner.model.census import (
     Census,
     PolicyCheck,
 )
+from runner.model.layout import RunLayout
 from runner.model.report import (
     GateData,
     KeptContainer,
@@ -32,7 +33,7 @@ from runner.model.reward import (
     Reward,
     VerifierDetails,
 )
-from runner.model.stages import DOCKER_STAGES
+from runner.model.stages import DOCKER_STAGES, Stage
 from runner.plan.runtime import (
     Container,
     Engine,
@@ -170,6 +171,7 @@ class RunState:
         self.on_stage = on_stage
         self.engine: Engine = StoppingEngine(engine, self.check_stopping)
         self.run_dir = run_dir
+        self.layout = RunLayout(run_dir)
         self.env = env
         self.progress = progress
         self.stages = {name: StageResult() for name in GATES}
@@ -217,12 +219,12 @@ class RunState:
 
     def _skip_settled(self, stage: StageResult) -> None:
         # Every gate builds on smoke: a red smoke is the reason they give.
-        if self.settled_by == "smoke":
+        if self.settled_by == Stage.SMOKE:
             stage.skipped(Skip.SMOKE_RED)
         else:
             stage.skipped(Skip.SETTLED, self.settled_by)
 
-    def run_stage(self, name: str, body: Callable[[StageResult], None]) -> None:
+    def run_stage(self, name: Stage, body: Callable[[StageResult], None]) -> None:
         stage = self.stages[name]
         if self.settled.is_set():
             self._skip_settled(stage)
@@ -257,7 +259,7 @@ class RunState:
             stage.set(
                 Status.ERROR,
                 f"internal error: {type(exc).__name__}: {exc}; the traceback is in "
-                f"{self.run_dir / 'runner.log'}",
+                f"{self.layout.runner_log}",
             )
         finally:
             elapsed = time.monotonic() - started

@@ -21,6 +21,7 @@ from runner.model.report import (
     GateData,
     Status,
 )
+from runner.model.stages import Gate, Stage
 from runner.plan.runtime import (
     Container,
 )
@@ -47,19 +48,19 @@ class TrialStages:
     def oracle_and_determinism(self) -> None:
         """Determinism (the flakiness probe) starts as soon as the oracle passed, beside the
         hack gate."""
-        self.state.run_stage("oracle", partial(self._trial, self.state.plan.trial("oracle")))
+        self.state.run_stage(Stage.ORACLE, partial(self._trial, self.state.plan.trial(Gate.ORACLE)))
         self._seal()
         if self.state.interrupted.is_set():
             return
-        if self.state.stages["oracle"].status is Status.PASSED:
-            self.state.run_stage("determinism", self.probe.determinism)
+        if self.state.stages[Stage.ORACLE].status is Status.PASSED:
+            self.state.run_stage(Stage.DETERMINISM, self.probe.determinism)
         else:
-            oracle = self.state.stages["oracle"]
+            oracle = self.state.stages[Stage.ORACLE]
             if oracle.skip is Skip.SETTLED:
-                self.state.stages["determinism"].skipped(Skip.SETTLED, self.state.settled_by)
+                self.state.stages[Stage.DETERMINISM].skipped(Skip.SETTLED, self.state.settled_by)
             else:
                 smoke_red = oracle.skip is Skip.SMOKE_RED
-                self.state.stages["determinism"].skipped(
+                self.state.stages[Stage.DETERMINISM].skipped(
                     Skip.SMOKE_RED if smoke_red else Skip.ORACLE_RED
                 )
 
@@ -70,14 +71,14 @@ class TrialStages:
             self.state.nop_done.wait()
             if self.state.interrupted.is_set():
                 return
-            if self.state.stages["nop"].status is not Status.PASSED:
+            if self.state.stages[Stage.NOP].status is not Status.PASSED:
                 return
-            if self.state.stages["oracle"].status is not Status.PASSED:
+            if self.state.stages[Stage.ORACLE].status is not Status.PASSED:
                 self.state.census_missing = (
                     "oracle did not pass (there is no census of its tests to grade by)"
                 )
                 return
-            oracle = self.state.run_dir / "oracle" / "logs" / "verifier"
+            oracle = self.state.layout.verifier_logs(Gate.ORACLE)
             fail_to_pass = read_run(oracle, "fail_to_pass")
             self.state.census_missing = ""
             if fail_to_pass is None:
@@ -88,7 +89,7 @@ class TrialStages:
             try:
                 self.state.census = build_census(
                     nop_fail_to_pass=read_run(
-                        self.state.run_dir / "nop" / "logs" / "verifier", "fail_to_pass"
+                        self.state.layout.verifier_logs(Gate.NOP), "fail_to_pass"
                     ),
                     oracle_fail_to_pass=fail_to_pass,
                     oracle_pass_to_pass=read_run(oracle, "pass_to_pass"),
@@ -102,7 +103,7 @@ class TrialStages:
 
     def nop(self) -> None:
         try:
-            self.state.run_stage("nop", partial(self._trial, self.state.plan.trial("nop")))
+            self.state.run_stage(Stage.NOP, partial(self._trial, self.state.plan.trial(Gate.NOP)))
         finally:
             self.state.nop_done.set()
 
@@ -342,7 +343,7 @@ class TrialStages:
                 self.smoke.smoke_in(opened[0], trial.verifier, smoke_stage)
 
             try:
-                self.state.run_stage("smoke", smoke)
+                self.state.run_stage(Stage.SMOKE, smoke)
             finally:
                 self.smoke.smoke_finished()
             self.smoke.after_smoke()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runner.base.safeio import write_atomic
+from runner.model.layout import REPORT_FILE
 from runner.run.events import LoggedEvent
 from runner.sidecar.jobs import Job
 from runner.sidecar.request import ErrorBody, JobState, VerificationResponse
@@ -97,7 +98,7 @@ class Answers:
         with contextlib.suppress(OSError):
             archive.mkdir(parents=True, exist_ok=True)
             write_atomic(archive / "request.json", job.request.to_json())
-            write_atomic(archive / "report.json", json.dumps(report, indent=2) + "\n")
+            write_atomic(archive / REPORT_FILE, json.dumps(report, indent=2) + "\n")
         response = VerificationResponse(
             id=job.id,
             status="done",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runner.base.safeio import write_atomic
+from runner.model.layout import REPORT_FILE
 from runner.model.settings import child_environment
 from runner.model.stages import STAGE_NAMES
 from runner.run.events import LoggedEvent, read_events
@@ -90,7 +91,7 @@ class Verification:
             run_dir=archive / "run",
             run_id=run_id,
             events=archive / "events.jsonl",
-            report=archive / "report.json",
+            report=archive / REPORT_FILE,
             stderr=archive / "verify.stderr.log",
             options=tuple(options),
             env=child_environment(),

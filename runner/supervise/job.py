@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from runner.model.layout import RunLayout
 from runner.model.report import Report
 
 # The exit codes verify gives (accepted, rejected, invalid, infrastructure); anything else
@@ -87,7 +88,7 @@ class ChildResult:
     @classmethod
     def read(cls, job: VerifyJob, exit_code: int, *, server_lost: bool = False) -> ChildResult:
         document = None
-        for path in (job.report, job.run_dir / "report.json", job.stdout):
+        for path in (job.report, RunLayout(job.run_dir).report, job.stdout):
             if path is not None and document is None:
                 document = _report_document(path)
         report = None

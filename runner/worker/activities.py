@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from runner.model.stages import Stage
 from runner.sidecar.jobs import Job
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import JobState, VerificationRequest
@@ -126,7 +127,7 @@ def _infrastructure_words(job: Job) -> tuple[str, list[str]]:
     if response.error is not None:
         return f"{response.error.code}: {response.error.message}", []
     report = response.report or {}
-    build = ((report.get("stages") or {}).get("build") or {}).get("data") or {}
+    build = ((report.get("stages") or {}).get(Stage.BUILD) or {}).get("data") or {}
     tail = [str(line) for line in (build.get("tail") or [])]
     return str(report.get("reason") or "infrastructure failure"), tail
 

@@ -15,7 +15,7 @@ from runner.base.errors import EngineError
 from runner.engine.docker import DockerEngine
 from runner.model.settings import StorageLimit
 from runner.plan.runtime import BuildRequest
-from runner.plan.types import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits
+from runner.plan.types import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits, Role
 
 LIMITS = Limits(cpus=0.5, requested_cpus=0.5, memory_mb=128, storage_mb=512, pids=64)
 # Few pids and little memory: what the cgroup tests run into.
@@ -52,7 +52,7 @@ def plan(
     return ContainerPlan(
         name=f"selfbench-test-{run_id}-{uuid.uuid4().hex[:6]}",
         image=image,
-        role="verifier",
+        role=Role.VERIFIER,
         command=["sleep", "600"],
         env={"HOME": "/root"},
         proxy_env=[],

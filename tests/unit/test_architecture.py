@@ -180,3 +180,47 @@ def test_environment_is_read_in_the_settings_module_only() -> None:
         ):
             readers.append(str(path.relative_to(PACKAGE)))
     assert readers == []
+
+
+# The stage and gate names (runner.model.stages) and the names of a run directory's and a
+# bundle's files (runner.model.layout): spelled in their module, named everywhere else.
+STAGE_AND_GATE_NAMES = frozenset(
+    {"compile", "audit", "build", "smoke", "nop", "oracle", "determinism", "hack", "grade"}
+)
+LAYOUT_NAMES = frozenset(
+    {
+        "report.json",
+        "report.html",
+        "plan.json",
+        "runner.log",
+        "agent.patch",
+        "expected-tests.json",
+    }
+)
+
+
+def _is_command_name(node: ast.Constant, parents: dict[ast.AST, ast.AST]) -> bool:
+    """`@cli.command("audit")`: a CLI command's name, which happens to be a stage's too."""
+    call = parents.get(node)
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "command"
+    )
+
+
+def test_stage_gate_and_layout_names_are_spelled_in_one_place() -> None:
+    spelled = []
+    for path in modules():
+        relative = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text())
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+                continue
+            named = node.value in STAGE_AND_GATE_NAMES and not _is_command_name(node, parents)
+            if named and relative != "model/stages.py":
+                spelled.append(f"{relative}:{node.lineno}: {node.value!r}")
+            if node.value in LAYOUT_NAMES and relative != "model/layout.py":
+                spelled.append(f"{relative}:{node.lineno}: {node.value!r}")
+    assert spelled == []

@@ -1,0 +1,99 @@
+"""Where things are in a run directory and in a bundle: every path and file name of each, in one
+place (pure: paths are made, never touched)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.model.stages import Gate, Stage
+
+REPORT_FILE = "report.json"
+REPORT_HTML_FILE = "report.html"
+PLAN_FILE = "plan.json"
+RUN_LOG_FILE = "runner.log"
+AGENT_PATCH_FILE = "agent.patch"
+SMOKE_LOG = "smoke.log"
+CENSUS_FILE = "expected-tests.json"
+SMOKE_SCRIPT_FILE = "smoke.sh"
+TASK_TOML_FILE = "task.toml"
+INSTRUCTION_FILE = "instruction.md"
+DOCKERFILE = "Dockerfile"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """A run directory: its report, plan and log, a directory per stage that writes files, and
+    one per gate (`nop`, `oracle`, `hack/<exploit>`, `determinism/probe-N`, `grade`), each
+    holding the patch its agent side made and what its verifier left."""
+
+    root: Path
+
+    @property
+    def report(self) -> Path:
+        return self.root / REPORT_FILE
+
+    @property
+    def report_html(self) -> Path:
+        return self.root / REPORT_HTML_FILE
+
+    @property
+    def plan(self) -> Path:
+        return self.root / PLAN_FILE
+
+    @property
+    def runner_log(self) -> Path:
+        return self.root / RUN_LOG_FILE
+
+    def stage(self, stage: Stage) -> Path:
+        return self.root / stage.value
+
+    def gate(self, gate: str) -> Path:
+        """A gate's directory: a Gate, or a gate below one (Gate.below)."""
+        return self.root / gate
+
+    def verifier_logs(self, gate: str) -> Path:
+        """What a gate's verifier left: its logs, its evidence and its reward."""
+        return self.gate(gate) / "logs" / "verifier"
+
+    def agent_patch(self, gate: str) -> Path:
+        return self.gate(gate) / AGENT_PATCH_FILE
+
+    def exploit(self, name: str) -> Path:
+        return self.gate(Gate.HACK.below(name))
+
+
+@dataclass(frozen=True)
+class BundleLayout:
+    """A Harbor bundle: task.toml and the instruction at its root, the verifier's files under
+    tests/ (test.sh, the smoke script, the census), the oracle's under solution/, each image's
+    build context under environment/."""
+
+    root: Path
+
+    @property
+    def task_toml(self) -> Path:
+        return self.root / TASK_TOML_FILE
+
+    @property
+    def instruction(self) -> Path:
+        return self.root / INSTRUCTION_FILE
+
+    @property
+    def tests(self) -> Path:
+        return self.root / "tests"
+
+    @property
+    def census(self) -> Path:
+        return self.tests / CENSUS_FILE
+
+    @property
+    def smoke_script(self) -> Path:
+        return self.tests / SMOKE_SCRIPT_FILE
+
+    @property
+    def solution(self) -> Path:
+        return self.root / "solution"
+
+    def dockerfile(self, context: str) -> Path:
+        return self.root / context / DOCKERFILE
