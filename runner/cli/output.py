@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from runner.base.errors import Problem
 
 if TYPE_CHECKING:  # the report's models and rich load only when a run has something to show
-    from runner.model.census import EvidenceSummary
+    from runner.model.evidence import EvidenceSummary
     from runner.model.report import Report
     from runner.run.grading import GradeReport
 

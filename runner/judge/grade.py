@@ -9,7 +9,7 @@ from runner.judge.base import (
     errored,
     failed,
 )
-from runner.model.census import PolicyChange
+from runner.model.evidence import PolicyChange
 from runner.model.report import Status
 from runner.model.reward import Reward
 

@@ -14,7 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from runner.base.errors import ExitCode, Problem
 from runner.base.safeio import write_atomic
-from runner.model.census import EvidenceSummary, PolicyChange
+from runner.model.evidence import EvidenceSummary, PolicyChange, SelectorResult
 from runner.model.reward import Reward, VerifierDetails
 from runner.model.stages import STAGE_NAMES
 
@@ -149,11 +149,6 @@ class SmokeData(_Model):
     answers: list[str] = Field(default_factory=list)
     output: list[str] = Field(default_factory=list)
     limits: LimitsData | None = None
-
-
-class SelectorResult(_Model):
-    selector: str
-    exit_code: int
 
 
 class GateData(_Model):

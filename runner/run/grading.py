@@ -24,7 +24,9 @@ from runner.base.errors import ExitCode, InvalidTaskError, RunnerError, UsageErr
 from runner.base.safeio import optional_regular, read_regular, write_atomic
 from runner.base.validation import safe_dir_name
 from runner.compile.bundle import Bundle, is_bundle, load_bundle
-from runner.model.census import Census, EvidenceSummary, PolicyChange, read_census, seal_problem
+from runner.compile.seal import seal_problem
+from runner.model.census import Census, read_census
+from runner.model.evidence import EvidenceSummary, PolicyChange
 from runner.model.layout import BundleLayout, RunLayout
 from runner.model.report import GateData, Status
 from runner.model.reward import Reward, VerifierDetails

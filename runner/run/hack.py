@@ -15,15 +15,12 @@ from runner.base.errors import (
     RunnerError,
 )
 from runner.compile.exploits import NOT_APPLICABLE
-from runner.model.census import (
+from runner.model.census import Census
+from runner.model.evidence import (
     MAX_EVIDENCE_BYTES,
-    Census,
     PolicyCheck,
-    first_problem,
+    VerifierEvidence,
     parse_policy_check,
-    read_policy,
-    read_run,
-    summarize,
 )
 from runner.model.layout import AGENT_PATCH_FILE
 from runner.model.report import (
@@ -163,7 +160,8 @@ class HackStage:
         stage.wait(self.state.nop_done)
         if self.state.stages[Stage.NOP].status is not Status.PASSED:
             return {}
-        nop = read_run(self.state.layout.verifier_logs(Gate.NOP), "fail_to_pass")
+        evidence = self.state.evidence.get(Gate.NOP)
+        nop = evidence.runs.get("fail_to_pass") if evidence is not None else None
         if nop is None or nop.mode != "per-test" or not nop.runners:
             return {}  # exit-code evidence: a run is never stopped early, so never decided
         return {
@@ -192,8 +190,7 @@ class HackStage:
             log.warning("%s: the early run did not finish (%s); verifying again", exploit.name, exc)
             return None
         gate_dir = self.state.layout.gate(exploit.trial.gate)
-        early = f"{exploit.trial.gate}/{EARLY_DIR}"
-        evidence = read_run(self.state.layout.verifier_logs(early), "fail_to_pass")
+        evidence = run.evidence.runs.get("fail_to_pass")
         if (
             run.reward is None
             or run.reward.reward != 0
@@ -269,18 +266,11 @@ class HackStage:
         data: HackData,
     ) -> tuple[str, str, ExploitOutcome, str | None, str]:
         """What the verifier gave one exploit's patch, judged and recorded."""
-        verifier_dir = self.state.layout.verifier_logs(exploit.trial.gate)
+        evidence = run.evidence if run is not None else VerifierEvidence()
         decided = side.decided_by_policy
-        policy = decided.changes if decided is not None else read_policy(verifier_dir)
+        policy = decided.changes if decided is not None else list(evidence.policy)
         undone = [c for c in policy if c.verdict != "keep"]
-        problem = next(
-            (
-                p
-                for name in ("fail_to_pass", "pass_to_pass")
-                if (p := first_problem(verifier_dir, name))
-            ),
-            None,
-        )
+        problem = evidence.problem("fail_to_pass") or evidence.problem("pass_to_pass")
         outcome, detail = judge.judge_exploit(
             judge.ExploitEvidence(
                 name=exploit.name,
@@ -313,9 +303,9 @@ class HackStage:
                 reward=run.reward if run else None,
                 discarded=[c.path for c in undone]
                 if decided is not None
-                else left.discarded(verifier_dir),
+                else list(evidence.discarded),
                 undone=undone,
-                evidence=summarize(verifier_dir) if run else None,
+                evidence=evidence.summary if run else None,
                 patch=patch,
                 patch_bytes=side.patch_bytes,
             )
@@ -327,7 +317,7 @@ class HackStage:
             exploit.summary,
             outcome,
             patch,
-            left.last_line(verifier_dir / "fail_to_pass.log"),
+            evidence.last_lines.get("fail_to_pass", ""),
         )
 
     def _after_census(self, stage: StageResult | None = None) -> None:
@@ -382,23 +372,19 @@ class HackStage:
     def _judge_grade(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
     ) -> None:
-        directory = self.sides.verifier_dir(trial)
+        evidence = run.evidence
         data.reward, data.details = run.reward, run.details
         data.limits = judge.limits_data(run.test, run.details, self.state.storage_mechanism)
-        data.evidence = summarize(directory)
-        data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
-        data.discarded = left.discarded(directory)
+        data.evidence = evidence.summary
+        data.undone = evidence.undone
+        data.discarded = list(evidence.discarded)
         verdict = judge.judge_grade(
             run.reward,
             timed_out=run.test is not None and run.test.timed_out,
             timeout_seconds=trial.test.timeout_seconds,
             no_reward=f"the verifier wrote no reward.json ({run.reward_problem or 'no file'}); "
             f"see {run.verifier_log}",
-            problems={
-                name: problem
-                for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
-                if (problem := first_problem(directory, name))
-            },
+            problems=evidence.problems,
             undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
         )
         stage.set(verdict.status, verdict.detail)

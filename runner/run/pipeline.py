@@ -31,8 +31,8 @@ from runner.base.safeio import require_directory, write_atomic
 from runner.compile.audit import AuditResult, audit
 from runner.compile.bundle import is_bundle, load_bundle
 from runner.compile.compiler import compile_task
+from runner.compile.seal import seal
 from runner.compile.taskdir import AuthoredTask, load_authored_task
-from runner.model.census import seal
 from runner.model.layout import RunLayout
 from runner.model.predictions import PatchPredictions
 from runner.model.report import (

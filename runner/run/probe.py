@@ -5,10 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from runner import judge
-from runner.model.census import (
-    first_problem,
-    ids_changed,
-)
+from runner.model.evidence import VerifierEvidence
 from runner.model.report import (
     DeterminismData,
     GateData,
@@ -20,7 +17,6 @@ from runner.plan.types import (
     ProbePlan,
     ProbeRun,
 )
-from runner.run import collect as left
 from runner.run.sides import Sides
 from runner.run.state import RunState, StageResult
 
@@ -39,12 +35,12 @@ class ProbeStage:
             repeat_exit_code=details.fail_to_pass_repeat_exit_code if details else None,
         )
         stage.data = data
-        oracle_logs = self.state.layout.verifier_logs(Gate.ORACLE)
-        repeat_problem = first_problem(oracle_logs, "fail_to_pass_repeat")
+        evidence = self.state.evidence.get(Gate.ORACLE, VerifierEvidence())
+        repeat_problem = evidence.problem("fail_to_pass_repeat")
         judgement = judge.judge_determinism(
             oracle.reward,
             details,
-            ids_changed(oracle_logs),
+            evidence.ids_changed,
             {"fail_to_pass_repeat": repeat_problem} if repeat_problem else None,
         )
 
@@ -65,8 +61,7 @@ class ProbeStage:
                 done = [f.result() for f in futures]
             results = []
             for plan, run in zip(runs, done, strict=True):
-                directory = self.state.layout.verifier_logs(plan.trial.gate)
-                alone = [(s.selector, s.exit_code) for s in left.selectors(directory)]
+                alone = [(s.selector, s.exit_code) for s in run.evidence.selectors]
                 passed, what, failing = judge.probe_outcome(
                     run.reward,
                     run.test,

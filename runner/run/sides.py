@@ -15,26 +15,10 @@ from runner.base.errors import (
     TaskFailedError,
 )
 from runner.compile.render import UNSEALED_CENSUS
-from runner.model.census import (
-    first_problem,
-    read_policy,
-    summarize,
-    unmatched_selectors,
-)
 from runner.model.layout import AGENT_PATCH_FILE, CENSUS_FILE
 from runner.model.report import (
     GateData,
     KeptContainer,
-)
-from runner.model.reward import (
-    DETAILS_FILE,
-    PASS_TO_PASS_SELECTORS_FILE,
-    REWARD_FILE,
-    Reward,
-    RewardError,
-    VerifierDetails,
-    parse_details,
-    parse_reward,
 )
 from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
@@ -306,38 +290,15 @@ class Sides:
         )
         stage.truncated.extend(truncated or [])
         self.state.keep(f"{trial.gate} verifier", verifier)
-        run.reward, run.details, run.reward_problem = self._read_reward(trial.gate, stage)
+        run.evidence = left.read_verifier(self.state.layout.verifier_logs(trial.gate))
+        stage.logs.extend(run.evidence.files)
         log.debug("%s: verifier side done", trial.gate)
-
-    def _read_reward(
-        self, gate: str, stage: StageResult
-    ) -> tuple[Reward | None, VerifierDetails | None, str | None]:
-        directory = self.state.layout.verifier_logs(gate)
-        reward_path = directory / REWARD_FILE
-        details_path = directory / DETAILS_FILE
-        if not reward_path.is_file():
-            return None, None, None
-        stage.logs.append(str(reward_path))
-        try:
-            reward = parse_reward(reward_path.read_bytes())
-        except RewardError as exc:
-            return None, None, str(exc)
-        details = None
-        if details_path.is_file():
-            stage.logs.append(str(details_path))
-            try:
-                details = parse_details(details_path.read_bytes())
-            except RewardError as exc:
-                log.warning("%s: %s", details_path, exc)
-        return reward, details, None
-
-    def verifier_dir(self, trial: TrialPlan) -> Path:
-        return self.state.layout.verifier_logs(trial.gate)
 
     def judge_trial(
         self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
     ) -> None:
         data.reward, data.details = run.reward, run.details
+        self.state.evidence[trial.gate] = run.evidence
         last = run.test or run.collect or run.solve
         data.limits = judge.limits_data(last, run.details, self.state.storage_mechanism)
         limits = trial.verifier.limits
@@ -359,32 +320,23 @@ class Sides:
                 agent_log=str(run.agent_log),
                 collect_log=str(run.collect_log),
                 verifier_log=str(run.verifier_log),
-                last_lines={
-                    name: left.last_line(
-                        self.state.layout.verifier_logs(trial.gate) / f"{name}.log"
-                    )
-                    for name in ("fail_to_pass", "pass_to_pass")
-                },
-                problems={
-                    name: problem
-                    for name in ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
-                    if (problem := first_problem(self.verifier_dir(trial), name))
-                },
+                last_lines=run.evidence.last_lines,
+                problems=run.evidence.problems,
             )
         )
-        directory = self.verifier_dir(trial)
-        data.evidence = summarize(directory)
-        data.undone = [c for c in read_policy(directory) if c.verdict != "keep"]
-        data.discarded = left.discarded(directory)
-        data.selectors = left.selectors(directory)
-        data.pass_to_pass_selectors = left.selectors(directory, name=PASS_TO_PASS_SELECTORS_FILE)
+        evidence = run.evidence
+        data.evidence = evidence.summary
+        data.undone = evidence.undone
+        data.discarded = list(evidence.discarded)
+        data.selectors = list(evidence.selectors)
+        data.pass_to_pass_selectors = list(evidence.pass_to_pass_selectors)
         verdict = judge.judge_selectors(
             judgement,
             gate=trial.gate,
             passing_alone=[s.selector for s in data.selectors if s.exit_code == 0],
             breaking_alone=[s.selector for s in data.pass_to_pass_selectors if s.exit_code != 0],
             undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
-            unmatched=[u.sentence() for u in unmatched_selectors(directory)],
+            unmatched=[u.sentence() for u in evidence.unmatched],
         )
         stage.set(verdict.status, verdict.detail)
 

@@ -19,10 +19,8 @@ from runner.base.errors import (
     TaskFailedError,
 )
 from runner.base.logs import Truncation
-from runner.model.census import (
-    Census,
-    PolicyCheck,
-)
+from runner.model.census import Census
+from runner.model.evidence import PolicyCheck, VerifierEvidence
 from runner.model.layout import RunLayout
 from runner.model.report import (
     GateData,
@@ -130,9 +128,20 @@ class TrialRun:
     collect: ExecOutcome | None = None
     test: ExecOutcome | None = None
     patch: bytes | None = None  # None until collected
-    reward: Reward | None = None
-    details: VerifierDetails | None = None
-    reward_problem: str | None = None
+    # What its verifier left, read once (runner.run.collect.read_verifier).
+    evidence: VerifierEvidence = field(default_factory=VerifierEvidence)
+
+    @property
+    def reward(self) -> Reward | None:
+        return self.evidence.reward
+
+    @property
+    def details(self) -> VerifierDetails | None:
+        return self.evidence.details
+
+    @property
+    def reward_problem(self) -> str | None:
+        return self.evidence.reward_problem
 
 
 @dataclass(kw_only=True)
@@ -189,6 +198,8 @@ class RunState:
         self.nop_done = threading.Event()
         self.smoke_passed = False
         self.census: Census | None = None
+        # What the verifier of each gate that counts left (nop's, the oracle's), read once.
+        self.evidence: dict[str, VerifierEvidence] = {}
         # The build caches nop's verifier warmed (a tar), for the side trials' verifiers.
         self.handed_caches: bytes | None = None
         self.census_ready = threading.Event()

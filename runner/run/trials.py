@@ -14,7 +14,6 @@ from runner.base.logs import Truncation
 from runner.model.census import (
     CensusError,
     build_census,
-    read_run,
 )
 from runner.model.predictions import prediction_key, tree_digest
 from runner.model.report import (
@@ -78,8 +77,9 @@ class TrialStages:
                     "oracle did not pass (there is no census of its tests to grade by)"
                 )
                 return
-            oracle = self.state.layout.verifier_logs(Gate.ORACLE)
-            fail_to_pass = read_run(oracle, "fail_to_pass")
+            oracle = self.state.evidence.get(Gate.ORACLE)
+            nop = self.state.evidence.get(Gate.NOP)
+            fail_to_pass = oracle.runs.get("fail_to_pass") if oracle is not None else None
             self.state.census_missing = ""
             if fail_to_pass is None:
                 # A verifier that records no evidence (a bundle compiled before it did): later
@@ -88,11 +88,9 @@ class TrialStages:
                 return
             try:
                 self.state.census = build_census(
-                    nop_fail_to_pass=read_run(
-                        self.state.layout.verifier_logs(Gate.NOP), "fail_to_pass"
-                    ),
+                    nop_fail_to_pass=nop.runs.get("fail_to_pass") if nop is not None else None,
                     oracle_fail_to_pass=fail_to_pass,
-                    oracle_pass_to_pass=read_run(oracle, "pass_to_pass"),
+                    oracle_pass_to_pass=oracle.runs.get("pass_to_pass") if oracle else None,
                     run_id=self.state.plan.run_id,
                     runner_version=self.state.plan.runner_version,
                 )
@@ -280,8 +278,7 @@ class TrialStages:
             for t in scratch.truncated
         )
         evidence.test = run.test
-        evidence.reward, evidence.details = run.reward, run.details
-        evidence.reward_problem = run.reward_problem
+        evidence.evidence = run.evidence
         data.verifier_exit_code = predicted_data.verifier_exit_code
         data.timed_out = predicted_data.timed_out
         data.predicted_patch = "confirmed"

@@ -11,17 +11,16 @@ from pathlib import Path
 import pytest
 
 from runner.base.errors import UsageError
+from runner.compile.seal import seal
 from runner.model.census import (
     Census,
     CensusError,
-    RunEvidence,
     build_census,
-    ids_changed,
     read_census,
-    seal,
-    summarize,
 )
+from runner.model.evidence import RunEvidence
 from runner.model.runners import expected_runners
+from runner.run.collect import read_verifier
 from tests.helpers import bash_task, compiled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,11 +120,11 @@ def test_the_summary_and_unstable_ids(tmp_path: Path) -> None:
         ),
         run("fail_to_pass_repeat", "f2p", "per-test", {"t::a[0x7f02]": "passed"}),
     )
-    summary = summarize(directory)
+    summary = read_verifier(directory).summary
     assert summary is not None and summary.mode == "per-test" and summary.note is None
     assert [(s.selector, s.ran, s.passed) for s in summary.selectors] == [("t.py", 1, 1)]
-    assert ids_changed(directory) == ["t::a[0x7f01]", "t::a[0x7f02]"]
-    assert summarize(tmp_path / "nothing") is None
+    assert read_verifier(directory).ids_changed == ["t::a[0x7f01]", "t::a[0x7f02]"]
+    assert read_verifier(tmp_path / "nothing").summary is None
 
 
 def test_sealing_a_compiled_bundle_copies_it_and_records_the_digest(tmp_path: Path) -> None:
@@ -203,7 +202,6 @@ def test_grade_refuses_a_bundle_that_does_not_match_its_seal(tmp_path: Path) -> 
     """A test.sh that writes reward 1, or a task.toml edited to a million MB, was obeyed: the
     digests were computed and never compared with the seal."""
     from runner.compile.taskdir import load_authored_task
-    from runner.model.census import seal
     from runner.run.grading import resolve_target
 
     task = bash_task(tmp_path / "t")
@@ -261,8 +259,6 @@ def test_expected_failures_are_outcomes_of_their_own(tmp_path: Path) -> None:
     """An xfail or xpass at the oracle is no fail-to-pass test (only "passed" is), but a
     pass-to-pass test may keep ending that way; a selector a run found selecting nothing is read
     back once, whichever run found it."""
-    from runner.model.census import unmatched_selectors
-
     oracle = run("fail_to_pass", "f2p", "per-test", {"t::a": "passed", "t::x": "xfailed"})
     p2p = run("pass_to_pass", "p2p", "per-test", {"o::x": "xfailed", "o::y": "xpassed"})
     census = build_census(
@@ -285,7 +281,7 @@ def test_expected_failures_are_outcomes_of_their_own(tmp_path: Path) -> None:
             "pass_to_pass", "p2p", "per-test", {}, selectors=[{**missing, "selector": "o.py"}]
         ).model_dump_json(by_alias=True)
     )
-    assert [u.sentence() for u in unmatched_selectors(tmp_path)] == [
+    assert [u.sentence() for u in read_verifier(tmp_path).unmatched] == [
         "fail-to-pass selector t_typo.py matched no test (pytest: no such file)",
         "pass-to-pass selector o.py matched no test (pytest: no such file)",
     ]

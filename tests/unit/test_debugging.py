@@ -215,7 +215,7 @@ def test_report_html_shows_the_probe_and_the_exploits() -> None:
 
 
 def test_report_html_shows_the_evidence_per_selector_and_what_the_policy_undid() -> None:
-    from runner.model.census import (
+    from runner.model.evidence import (
         Counts,
         EvidenceSummary,
         PolicyChange,

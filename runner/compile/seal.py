@@ -1,0 +1,104 @@
+"""Sealing a bundle: its census written in, and the digest of every file recorded in its
+manifest; and the check that a bundle still matches its seal (what `grade` trusts)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from runner.base.safeio import optional_regular, write_atomic
+from runner.model.census import Census
+from runner.model.evidence import MAX_EVIDENCE_BYTES
+from runner.model.layout import CENSUS_FILE
+
+CENSUS_PATH = f"tests/{CENSUS_FILE}"
+MANIFEST_PATH = ".selfbench-manifest.json"
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
+def seal(bundle: Path, census: Census, out: Path) -> Path:
+    """The bundle with its census sealed in, at `out` (the bundle itself when it is already
+    there; else a copy, its large files linked): tests/expected-tests.json, recorded in the
+    manifest with its digest. Returns `out`."""
+    if bundle.resolve() != out.resolve():
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(bundle, out, symlinks=True, copy_function=_link_or_copy)
+    text = census.to_json()
+    target = out / CENSUS_PATH
+    target.unlink(missing_ok=True)  # a linked copy must not write through to the original
+    write_atomic(target, text)
+    manifest_path = out / MANIFEST_PATH
+    raw = optional_regular(manifest_path, limit=MAX_EVIDENCE_BYTES)
+    document = json.loads(raw) if raw else {}
+    if not isinstance(document, dict):
+        document = {}
+    # The seal: every file of the bundle as the verification left it (grade compares it).
+    document["seal"] = {"files": bundle_digests(out)}
+    document["census"] = {
+        "file": CENSUS_PATH,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "runId": census.run_id,
+        "failToPass": census.fail_to_pass.mode,
+        "passToPass": census.pass_to_pass.mode,
+        "tests": len(census.fail_to_pass.tests) + len(census.pass_to_pass.tests),
+    }
+    manifest_path.unlink(missing_ok=True)
+    write_atomic(manifest_path, json.dumps(document, indent=2) + "\n")
+    return out
+
+
+def bundle_digests(root: Path) -> dict[str, str]:
+    """The sha256 of every file of a bundle but its manifest, by relative path; a link or a
+    special file is recorded as such (a sealed bundle holds regular files only)."""
+    digests: dict[str, str] = {}
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(Path(directory, d))]):
+            path = Path(directory, name)
+            relative = path.relative_to(root).as_posix()
+            if relative == MANIFEST_PATH:
+                continue
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode):
+                digests[relative] = "not a regular file"
+                continue
+            sha = hashlib.sha256()
+            with path.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1024 * 1024), b""):
+                    sha.update(chunk)
+            digests[relative] = sha.hexdigest()
+    return digests
+
+
+def seal_problem(root: Path) -> str | None:
+    """Why a bundle does not match its seal (None when it does): no seal, or the first file
+    changed, added or removed since the verification that sealed it."""
+    raw = optional_regular(root / MANIFEST_PATH, limit=MAX_EVIDENCE_BYTES)
+    try:
+        document = json.loads(raw) if raw else None
+    except ValueError:
+        return f"{MANIFEST_PATH} is not JSON"
+    seal = document.get("seal") if isinstance(document, dict) else None
+    files = seal.get("files") if isinstance(seal, dict) else None
+    if not isinstance(files, dict):
+        return "it has no seal (no verification accepted it)"
+    now = bundle_digests(root)
+    for name in sorted(set(files) | set(now)):
+        if name not in now:
+            return f"{name} is gone since it was sealed"
+        if name not in files:
+            return f"{name} was added after it was sealed"
+        if now[name] != files[name]:
+            return f"{name} changed after it was sealed"
+    return None
