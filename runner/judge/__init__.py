@@ -53,6 +53,8 @@ from runner.judge.trials import (
 )
 from runner.judge.verdict import (
     decide_verdict,
+    judge_internal_error,
+    judge_run,
     verdict_reason,
 )
 
@@ -70,7 +72,9 @@ __all__ = [
     "judge_exploit",
     "judge_grade",
     "judge_hack",
+    "judge_internal_error",
     "judge_probe",
+    "judge_run",
     "judge_selectors",
     "judge_smoke",
     "judge_trial",

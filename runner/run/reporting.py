@@ -11,7 +11,7 @@ from pathlib import Path
 from runner import __version__
 from runner.base.errors import Problem
 from runner.compile.bundle import Bundle
-from runner.judge import decide_verdict, verdict_reason
+from runner.judge import judge_internal_error, judge_run
 from runner.model.layout import BundleLayout
 from runner.model.report import (
     InputProblem,
@@ -19,9 +19,7 @@ from runner.model.report import (
     ReportCensus,
     ReportSettings,
     Stages,
-    Status,
     TruncatedLog,
-    Verdict,
 )
 from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
 from runner.model.stages import STAGE_NAMES, Stage
@@ -114,14 +112,12 @@ def build_report(run: RunRecord) -> Report:
     execution = run.execution
     results = _results(run)
     if run.internal:
-        first_open = next(
-            (r for r in results.values() if r.skip is Skip.NOT_RUN), results[Stage.COMPILE]
+        name, judgement = judge_internal_error(
+            [name for name, r in results.items() if r.skip is Skip.NOT_RUN],
+            run.internal,
+            str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log",
         )
-        first_open.set(
-            Status.ERROR,
-            f"{run.internal}; the traceback is in "
-            + (str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log"),
-        )
+        results[name].set(judgement.status, judgement.detail)
     if run.interrupted and execution is None:
         for result in results.values():
             if result.skip is Skip.NOT_RUN:
@@ -129,15 +125,13 @@ def build_report(run: RunRecord) -> Report:
     stages = Stages()
     for name, result in results.items():
         _stage_model(stages, name, result)
-    statuses = {name: stage.status for name, stage in stages.items()}
     hack = results[Stage.HACK]
-    optional = frozenset({Stage.HACK} if hack.skip is not None and hack.skip.optional else set())
-    verdict = decide_verdict(statuses, invalid=run.invalid, optional=optional)
-    reason = verdict_reason([(n, s.status, s.detail) for n, s in stages.items()])
-    if run.interrupted:
-        reason = f"interrupted ({run.interrupted}); the run's containers were removed"
-        if not run.invalid:
-            verdict = Verdict.INFRASTRUCTURE_FAILED
+    verdict, reason = judge_run(
+        [(n, s.status, s.detail) for n, s in stages.items()],
+        invalid=run.invalid,
+        interrupted=run.interrupted,
+        optional=frozenset({Stage.HACK} if hack.skip is not None and hack.skip.optional else ()),
+    )
     build = settings.build
     return Report(
         task_id=run.task_id,

@@ -739,3 +739,23 @@ def test_the_verifier_s_preparation_is_the_task_s_fault_only_when_a_limit_stoppe
         "verifier", own, task_fault=False, memory_mb=512, log_path="v.log", limited_step=True
     )
     assert judgement.status is Status.ERROR
+
+
+def test_the_run_s_own_words_are_judged_too() -> None:
+    """An interrupt outlives every verdict but invalid; an internal error of the runner is an
+    infrastructure error of the first stage that had not run (compile's when all had)."""
+    from runner.judge import judge_internal_error, judge_run
+
+    passed_all = [(name, Status.PASSED, "") for name in ALL_PASSED]
+    assert judge_run(passed_all, invalid=False, interrupted=None) == (Verdict.ACCEPTED, "")
+    red = [(n, Status.FAILED, "nop failed") if n == "nop" else (n, s, d) for n, s, d in passed_all]
+    assert judge_run(red, invalid=False, interrupted="SIGTERM") == (
+        Verdict.INFRASTRUCTURE_FAILED,
+        "interrupted (SIGTERM); the run's containers were removed",
+    )
+    assert judge_run(red, invalid=True, interrupted="SIGINT")[0] is Verdict.INVALID
+    assert judge_run(red, invalid=False, interrupted=None) == (Verdict.REJECTED, "nop: nop failed")
+    stage, judgement = judge_internal_error(["oracle", "hack"], "internal error: KeyError", "r.log")
+    assert stage == "oracle" and judgement.status is Status.ERROR
+    assert judgement.detail == "internal error: KeyError; the traceback is in r.log"
+    assert judge_internal_error([], "internal error: X", "r.log")[0] == "compile"
