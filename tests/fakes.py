@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.base.logs import Truncation
+from runner.plan.labels import LABEL_FROM_ID
 from runner.plan.runtime import (
     ArchiveToPut,
     BuildOutcome,
@@ -21,7 +22,7 @@ from runner.plan.runtime import (
     ImageInfo,
     ToPut,
 )
-from runner.plan.types import LABEL_FROM_ID, ContainerPlan, EngineFacts, ExecStep, ServicePlan
+from runner.plan.types import ContainerPlan, EngineFacts, ExecStep, ServicePlan
 
 NOP_REWARD = {
     "reward": 0,

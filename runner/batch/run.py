@@ -30,7 +30,7 @@ from runner.engine.docker import connected
 from runner.engine.hosts import Endpoint, SshTunnel, context_endpoint
 from runner.engine.hosts import resolve as resolve_endpoint
 from runner.model.settings import child_environment
-from runner.plan.types import runner_labels
+from runner.plan.labels import runner_labels
 from runner.run.events import read_events
 from runner.supervise.job import VerifyJob
 from runner.supervise.launcher import Child, Launcher

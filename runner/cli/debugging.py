@@ -29,7 +29,8 @@ from runner.model.settings import (
     proxy_environment,
 )
 from runner.model.stages import DEBUGGABLE_STAGES, STAGE_NAMES
-from runner.plan.debug import DebugSession, plan_debug, plan_problem, refused_image
+from runner.plan.debug import DebugSession, plan_debug
+from runner.plan.debugcheck import plan_problem, refused_image
 
 
 @cli.command("clean")
@@ -38,7 +39,7 @@ from runner.plan.debug import DebugSession, plan_debug, plan_problem, refused_im
 def clean_command(images: bool, run_id: str | None) -> int:
     """Remove containers, networks and volumes the runner left behind (by label)."""
     from runner.engine.docker import connected
-    from runner.plan.types import runner_labels
+    from runner.plan.labels import runner_labels
 
     labels = runner_labels(run=run_id)
     with connected() as engine:

@@ -45,15 +45,9 @@ from runner.model.settings import StorageLimit, docker_environment
 from runner.model.toolchains import Arch
 from runner.plan.dockerfile import DockerfileError, split
 from runner.plan.images import resolve_storage
+from runner.plan.labels import LABEL_OWNER, LABEL_RUNNER, runner_labels
 from runner.plan.runtime import ArchiveToPut, BuildOutcome, BuildRequest, ImageInfo, ToPut
-from runner.plan.types import (
-    LABEL_OWNER,
-    LABEL_RUNNER,
-    ContainerPlan,
-    EngineFacts,
-    ServicePlan,
-    runner_labels,
-)
+from runner.plan.types import ContainerPlan, EngineFacts, ServicePlan
 
 log = logging.getLogger(__name__)
 

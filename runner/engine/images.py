@@ -11,7 +11,7 @@ import docker
 from docker.errors import APIError, NotFound
 
 from runner.engine.calls import engine_errors, explain
-from runner.plan.types import LABEL_FROM_ID, LABEL_KIND, LABEL_RUNNER
+from runner.plan.labels import LABEL_FROM_ID, LABEL_KIND, LABEL_RUNNER
 
 log = logging.getLogger(__name__)
 

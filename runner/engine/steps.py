@@ -38,8 +38,9 @@ from runner.plan.dockerfile import (
     LimitedRun,
     SteppedDockerfile,
 )
+from runner.plan.labels import LABEL_STEP
 from runner.plan.runtime import BuildOutcome, BuildRequest, ImageInfo
-from runner.plan.types import LABEL_STEP, ContainerPlan, ExecStep, Role, StepLimits
+from runner.plan.types import ContainerPlan, ExecStep, Role, StepLimits
 
 DOCKERFILE_NAME = ".selfbench.Dockerfile"
 TAIL_LINES = 200

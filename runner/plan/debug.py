@@ -10,18 +10,15 @@ and the cleanup. The same commands are what `debug` runs, so the two cannot drif
 from __future__ import annotations
 
 import json
-import re
 import shlex
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from pydantic import BaseModel
 
 from runner.base.errors import UsageError
 from runner.model.layout import RunLayout
 from runner.model.report import Report, Status
 from runner.model.stages import DEBUGGABLE_STAGES, Gate, Stage
+from runner.plan.debugcheck import LABEL_FORMAT, LAYER_ID, refused_image
 from runner.plan.debugcommands import (
     docker_create,
     docker_env,
@@ -29,12 +26,7 @@ from runner.plan.debugcommands import (
     docker_labels,
     docker_step,
 )
-from runner.plan.types import (
-    LABEL_RUNNER,
-    ContainerPlan,
-    TrialPlan,
-    VerifyPlan,
-)
+from runner.plan.types import TrialPlan, VerifyPlan
 
 STAGES = DEBUGGABLE_STAGES
 HISTFILE = "/tmp/.selfbench_history"
@@ -67,7 +59,7 @@ class DebugSession:
 
     def image_check(self, image: str) -> list[str]:
         """The docker command that prints `image`'s runner label ("1": built by this runner)."""
-        return ["docker", "image", "inspect", "--format", _LABEL_FORMAT, image]
+        return ["docker", "image", "inspect", "--format", LABEL_FORMAT, image]
 
     def script(self) -> str:
         """A bash script that recreates the state, reproduces the failure and cleans up."""
@@ -123,56 +115,6 @@ def _failing_command(step: str) -> str:
         except ValueError:
             pass
     return text
-
-
-_IMAGE = re.compile(r"selfbench/[a-z0-9][a-z0-9-]*:(agent|verifier)-[0-9a-f]{16}")
-_LAYER = re.compile(r"sha256:[0-9a-f]{64}")
-_LABEL_FORMAT = "{{index .Config.Labels " + json.dumps(LABEL_RUNNER) + "}}"
-
-
-def refused_image(image: str) -> str:
-    return (
-        f"refused: image {image[:100]} is not on this engine with the label {LABEL_RUNNER}=1 "
-        "(debug opens only what this runner built)"
-    )
-
-
-_NETWORK = re.compile(r"none|bridge|selfbench-[a-z0-9][a-z0-9-]*")
-_WORKDIR = re.compile(r"/[A-Za-z0-9._/-]*")
-
-
-def plan_problem(plan: VerifyPlan) -> str | None:
-    """What in a run's plan.json this runner would never have written (None: nothing): the
-    plan is a file anyone may edit, and debug hands its images, networks and directories to
-    `docker create`. Only the runner's own image tags, a gate's own network or none, and plain
-    absolute directories pass."""
-    containers = list(_containers(plan))
-    tags = {b.tag for b in plan.builds}
-    for build in plan.builds:
-        if not _IMAGE.fullmatch(build.tag):
-            return f"builds: image {build.tag[:100]!r} is not one of this runner's tags"
-    for container in containers:
-        if container.image not in tags:
-            return f"{container.name}: image {container.image[:100]!r} is not the plan's build"
-        if not _NETWORK.fullmatch(container.network):
-            return (
-                f"{container.name}: network {container.network[:100]!r} is not one the runner uses"
-            )
-        if not _WORKDIR.fullmatch(container.workdir) or "/../" in f"{container.workdir}/":
-            return f"{container.name}: workdir {container.workdir[:100]!r} is not a plain path"
-    return None
-
-
-def _containers(value: object) -> Iterator[ContainerPlan]:
-    """Every container plan anywhere in `value` (a plan, its parts, lists of them)."""
-    if isinstance(value, ContainerPlan):
-        yield value
-    elif isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            yield from _containers(getattr(value, name))
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _containers(item)
 
 
 def plan_debug(
@@ -262,7 +204,7 @@ def _build_session(
             f"failed): {report.stages.build.detail}",
             field="--stage",
         )
-    if not _LAYER.fullmatch(data.last_good_layer):
+    if not LAYER_ID.fullmatch(data.last_good_layer):
         raise UsageError(
             f"stages.build.data.lastGoodLayer {data.last_good_layer[:100]!r} is not an image id "
             "(debug starts a container from it)",

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runner.plan.types import (
-    ContainerPlan,
-    ExecStep,
-    VerifyPlan,
-    runner_labels,
-)
+from runner.plan.labels import runner_labels
+from runner.plan.types import ContainerPlan, ExecStep, VerifyPlan
 
 
 def docker_labels(plan: VerifyPlan, debug_id: str, owner: str) -> list[str]:

@@ -19,7 +19,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from runner.plan.types import LIMITED_BUILD_STEPS
+from runner.plan.inimage import LIMITED_BUILD_STEPS
 
 # The proxy variables every RUN sees without an ARG (Docker's predefined build arguments).
 PREDEFINED_ARGS = frozenset(

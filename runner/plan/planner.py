@@ -15,10 +15,10 @@ from runner.model.stages import Stage
 from runner.model.toolchains import load_catalog
 from runner.plan.dockerfile import STEP_RECIPE
 from runner.plan.images import container_limits, digest_of, plan_base, resolve_storage
+from runner.plan.inimage import TASK_BUILD_STEPS, VERIFIER_LOGS
+from runner.plan.labels import runner_labels
 from runner.plan.types import (
     SIDE_RUN_MAX_LOG_BYTES,
-    TASK_BUILD_STEPS,
-    VERIFIER_LOGS,
     ContainerPlan,
     EngineFacts,
     ExecStep,
@@ -30,7 +30,6 @@ from runner.plan.types import (
     ServicePlan,
     StepLimits,
     TrialPlan,
-    runner_labels,
 )
 
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from runner.model.stages import Gate
 from runner.plan.images import digest_of
-from runner.plan.planner import Planner
-from runner.plan.types import (
+from runner.plan.inimage import (
     HACK_POLICY_DIR,
     HACK_POLICY_RESULT,
     HACK_RESET_COMMAND,
+    VERIFIER_HELPER,
+    VERIFIER_TASK_FACTS,
+)
+from runner.plan.planner import Planner
+from runner.plan.types import (
     HACK_STEP_TIMEOUT_SECONDS,
     PROBE_LOCALES,
     PROBE_ZONES,
-    VERIFIER_HELPER,
-    VERIFIER_TASK_FACTS,
     ExecStep,
     ExploitPlan,
     HackPlan,

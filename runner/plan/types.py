@@ -1,5 +1,6 @@
-"""The verify plan's frozen types and constants: what the executor is given (every build,
-container, step, label and limit), with no logic that decides them (that is runner.plan.verify)."""
+"""The verify plan's frozen types: what the executor is given (every build, container, step and
+limit), with no logic that decides them (that is runner.plan.verify). Labels are in
+runner.plan.labels, paths and commands inside the images in runner.plan.inimage."""
 
 from __future__ import annotations
 
@@ -9,115 +10,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner import __version__
-from runner.model.harbor import AGENT_PATCH, BASE_GIT
 from runner.model.settings import (
     StorageLimit,
 )
 from runner.model.stages import Gate, Stage
 from runner.model.toolchains import Arch
+from runner.plan.inimage import HAND_OFF_ARCHIVE, HAND_OFF_MAX_BYTES
 
 PLAN_SCHEMA_VERSION = 1
-
-
-LABEL_RUNNER = "org.selfbench.runner"
-
-
-LABEL_RUN = "org.selfbench.run"
-
-
-LABEL_TASK = "org.selfbench.task"
-
-
-LABEL_KIND = "org.selfbench.kind"
-
-
-LABEL_INPUTS = "org.selfbench.inputs"
-
-
-LABEL_OWNER = "org.selfbench.owner"
-
-
-LABEL_FROM_ID = "org.selfbench.from-id"
-
-
-LABEL_SIDE = "org.selfbench.side"  # a gate container's side: agent, verifier, service-<name>
-
-
-# A committed task step (runner.engine.steps): the hash of what it ran on, its cache key.
-LABEL_STEP = "org.selfbench.step"
-
-
-def runner_labels(
-    *,
-    kind: str | None = None,
-    run: str | None = None,
-    task: str | None = None,
-    owner: str | None = None,
-    inputs: str | None = None,
-    from_id: str | None = None,
-    side: str | None = None,
-) -> dict[str, str]:
-    """The one label maker: what the runner puts on everything it creates (and filters by).
-    `owner` (host:pid:start) lets the stale-run reaper remove what a dead runner left; a name
-    left out is not set."""
-    named = {
-        LABEL_RUN: run,
-        LABEL_TASK: task,
-        LABEL_KIND: kind,
-        LABEL_OWNER: owner,
-        LABEL_INPUTS: inputs,
-        LABEL_FROM_ID: from_id,
-        LABEL_SIDE: side,
-    }
-    return {LABEL_RUNNER: "1", **{k: v for k, v in named.items() if v}}
-
-
-# Instructions (substrings) whose failure is the task's fault: its setup command and the
-# dependency-setup pass. Any other failing step is infrastructure (a download, the engine).
-TASK_BUILD_STEPS = (
-    "/opt/selfbench-environment/setup.sh",
-    "/opt/selfbench-environment/root-setup.sh",
-    "selfbench-dependency-setup.patch",
-)
-
-
-# Build steps that run the task's code, so the task's limits hold in them (runner.plan.dockerfile):
-# the task's own steps and the verifier's image preparation, which runs the interpreters setup
-# installed.
-LIMITED_BUILD_STEPS = (*TASK_BUILD_STEPS, "verifier.pl prepare-image")
-
-
-SETUP_SCRIPT = "/opt/selfbench-environment/setup.sh"
-
-
-SMOKE_SCRIPT = "/opt/selfbench-environment/smoke.sh"
-
-
-VERIFIER_LOGS = "/logs/verifier"
-
-
-SOLUTION_DIR = "/solution"
 
 
 HACK_STEP_TIMEOUT_SECONDS = 120.0
 
 
 SIDE_RUN_MAX_LOG_BYTES = 256 * 1024
-
-
-# Back to the post-setup snapshot between two exploits (ignored files stay: the collect step
-# never sees them either).
-_GIT = f"git --git-dir={BASE_GIT} --work-tree=/app"
-
-
-HACK_RESET_COMMAND = (
-    "list=$(mktemp) && "
-    f'{_GIT} diff --cached --name-only -z HEAD > "$list" && '
-    f"{_GIT} reset -q --hard HEAD && {_GIT} clean -fdq && "
-    # reset rewrites files as root: hand them back to the repository's owner (the agent).
-    '{ xargs -0r -a "$list" chown -h --reference=/app -- 2>/dev/null; true; } && '
-    f'rm -f "$list" {AGENT_PATCH}'
-)
 
 
 class _Frozen(BaseModel):
@@ -307,31 +213,6 @@ class TrialPlan(_Frozen):
     handed_caches: bool = False
 
 
-# The build caches a trusted run hands forward: what its verifier wrote under the toolchains'
-# cache directories (the catalog's `caches`) during its tests, packed as root into one tar.
-# Arguments: the largest tar handed (bytes), the tar, the marker (put in before the start, so
-# what is newer was written by the run) and the directories. Only regular files and
-# directories are taken (no links, no devices), each with its owner, mode and times.
-HAND_OFF_ARCHIVE = "/opt/selfbench/handed-caches.tar"
-HAND_OFF_MAX_BYTES = 512 * 1024 * 1024
-HAND_OFF_TIMEOUT_SECONDS = 120.0
-HAND_OFF_SCRIPT = r"""set -u
-max=$1 archive=$2 marker=$3
-shift 3
-cd / || exit 1
-roots=()
-for path in "$@"; do
-  if [ -d "$path" ] && [ ! -L "$path" ]; then roots+=("${path#/}"); fi
-done
-if [ "${#roots[@]}" -eq 0 ]; then echo "no cache directory"; exit 0; fi
-find "${roots[@]}" -xdev -newer "$marker" \( -type f -o -type d \) -print0 |
-  tar --null --no-recursion --files-from=- -cf "$archive" || exit 1
-size=$(stat -c %s "$archive")
-if [ "$size" -gt "$max" ]; then rm -f "$archive"; echo "too large: $size bytes"; exit 3; fi
-echo "$(tar -tf "$archive" | wc -l) entries, $size bytes"
-"""
-
-
 class CacheHandOff(_Frozen):
     """The build caches the producer gate's verifier warmed (nop's: the post-setup tree and the
     held-out tests, no agent's code) go to the verifiers after it (TrialPlan.handed_caches), each
@@ -356,16 +237,6 @@ class ExploitPlan(_Frozen):
     summary: str
     run: ExecStep
     trial: TrialPlan
-
-
-# Where the hack gate's policy check finds the exploits' patches (<name>.patch) and writes what
-# the policy would keep of each, in a verifier container of their own.
-HACK_POLICY_DIR = "/opt/selfbench/exploits"
-HACK_POLICY_RESULT = f"{HACK_POLICY_DIR}/policy-check.json"
-# The verifier image's trusted helper (dockerfiles/verifier/verifier.pl) and the task facts it
-# reads (tests/selfbench-task.json), where test.sh finds them.
-VERIFIER_HELPER = ("/usr/bin/perl", "/opt/selfbench-verifier/verifier.pl")
-VERIFIER_TASK_FACTS = "/tests/selfbench-task.json"
 
 
 class HackPlan(_Frozen):

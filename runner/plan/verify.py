@@ -17,9 +17,7 @@ from runner.model.settings import (
     VerifySettings,
 )
 from runner.model.stages import Gate, Stage
-from runner.plan.planner import Planner
-from runner.plan.sides import plan_grade, plan_hack, plan_probe
-from runner.plan.types import (
+from runner.plan.inimage import (
     HAND_OFF_ARCHIVE,
     HAND_OFF_MAX_BYTES,
     HAND_OFF_SCRIPT,
@@ -27,6 +25,10 @@ from runner.plan.types import (
     SMOKE_SCRIPT,
     SOLUTION_DIR,
     VERIFIER_LOGS,
+)
+from runner.plan.planner import Planner
+from runner.plan.sides import plan_grade, plan_hack, plan_probe
+from runner.plan.types import (
     CacheHandOff,
     EngineFacts,
     ExecStep,

@@ -13,14 +13,12 @@ from runner.model.report import (
     Status,
 )
 from runner.model.stages import Stage
+from runner.plan.inimage import LIMITED_BUILD_STEPS
+from runner.plan.labels import LABEL_FROM_ID
 from runner.plan.runtime import (
     BuildRequest,
 )
-from runner.plan.types import (
-    LABEL_FROM_ID,
-    LIMITED_BUILD_STEPS,
-    ImageBuild,
-)
+from runner.plan.types import ImageBuild
 from runner.run.images import build_derived_base, ensure_image
 from runner.run.state import RunState, StageResult
 

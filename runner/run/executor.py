@@ -28,8 +28,9 @@ from runner.base.errors import Interrupted
 from runner.model.census import Census
 from runner.model.report import Status
 from runner.model.stages import Stage
+from runner.plan.labels import LABEL_RUN
 from runner.plan.runtime import Engine
-from runner.plan.types import LABEL_RUN, VerifyPlan
+from runner.plan.types import VerifyPlan
 from runner.run.build import BuildStage
 from runner.run.context import ExecutionEnv, Progress
 from runner.run.hack import HackStage

@@ -34,13 +34,9 @@ from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
 from runner.model.stages import Gate, Stage
+from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT
 from runner.plan.runtime import Container
-from runner.plan.types import (
-    HACK_POLICY_DIR,
-    HACK_POLICY_RESULT,
-    ExploitPlan,
-    TrialPlan,
-)
+from runner.plan.types import ExploitPlan, TrialPlan
 from runner.run import collect as left
 from runner.run.build import BuildStage
 from runner.run.sides import Sides, adopt_apart, trial_apart

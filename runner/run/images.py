@@ -23,18 +23,13 @@ from runner.model.settings import (
 from runner.model.stages import Stage
 from runner.model.task import Toolchain
 from runner.model.toolchains import load_catalog
+from runner.plan.labels import LABEL_FROM_ID, runner_labels
 from runner.plan.runtime import (
     BuildRequest,
     Engine,
     ImageInfo,
 )
-from runner.plan.types import (
-    LABEL_FROM_ID,
-    BasePlan,
-    EngineFacts,
-    PreparePlan,
-    runner_labels,
-)
+from runner.plan.types import BasePlan, EngineFacts, PreparePlan
 from runner.run.context import ExecutionEnv, Progress
 
 

@@ -13,10 +13,7 @@ from runner.model.report import (
     SelectorRate,
 )
 from runner.model.stages import Gate, Stage
-from runner.plan.types import (
-    ProbePlan,
-    ProbeRun,
-)
+from runner.plan.types import ProbePlan, ProbeRun
 from runner.run.sides import Sides
 from runner.run.state import RunState, StageResult
 

@@ -29,12 +29,7 @@ from runner.plan.runtime import (
     Service,
     ToPut,
 )
-from runner.plan.types import (
-    ContainerPlan,
-    GateServices,
-    ServicePlan,
-    TrialPlan,
-)
+from runner.plan.types import ContainerPlan, GateServices, ServicePlan, TrialPlan
 from runner.run import collect as left
 from runner.run.handoff import handed
 from runner.run.images import ensure_image

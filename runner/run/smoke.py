@@ -12,9 +12,7 @@ from runner.model.stages import Stage
 from runner.plan.runtime import (
     Container,
 )
-from runner.plan.types import (
-    ContainerPlan,
-)
+from runner.plan.types import ContainerPlan
 from runner.run import collect as left
 from runner.run.sides import Sides
 from runner.run.skips import Skip, SkippedError

@@ -32,15 +32,13 @@ from runner.model.reward import (
     VerifierDetails,
 )
 from runner.model.stages import DOCKER_STAGES, Stage
+from runner.plan.labels import LABEL_RUN
 from runner.plan.runtime import (
     Container,
     Engine,
     ExecOutcome,
 )
-from runner.plan.types import (
-    LABEL_RUN,
-    VerifyPlan,
-)
+from runner.plan.types import VerifyPlan
 from runner.run.context import ExecutionEnv, Progress
 from runner.run.skips import Skip, SkippedError
 from runner.run.stopping import StoppingEngine

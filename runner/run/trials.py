@@ -24,9 +24,7 @@ from runner.model.stages import Gate, Stage
 from runner.plan.runtime import (
     Container,
 )
-from runner.plan.types import (
-    TrialPlan,
-)
+from runner.plan.types import TrialPlan
 from runner.run.handoff import hand_off
 from runner.run.probe import ProbeStage
 from runner.run.sides import Sides, adopt_apart, trial_apart

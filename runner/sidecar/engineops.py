@@ -44,7 +44,7 @@ class EngineOps:
             return self._ping_ok
 
     def remove_run(self, run_id: str) -> int:
-        from runner.plan.types import runner_labels
+        from runner.plan.labels import runner_labels
 
         with self._lock:
             try:

@@ -14,8 +14,9 @@ import pytest
 from runner.base.errors import EngineError
 from runner.engine.docker import DockerEngine
 from runner.model.settings import StorageLimit
+from runner.plan.labels import LABEL_OWNER, LABEL_RUN
 from runner.plan.runtime import BuildRequest
-from runner.plan.types import LABEL_OWNER, LABEL_RUN, ContainerPlan, ExecStep, Limits, Role
+from runner.plan.types import ContainerPlan, ExecStep, Limits, Role
 
 LIMITS = Limits(cpus=0.5, requested_cpus=0.5, memory_mb=128, storage_mb=512, pids=64)
 # Few pids and little memory: what the cgroup tests run into.

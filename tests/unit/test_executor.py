@@ -19,8 +19,9 @@ from runner.cli.common import interrupts
 from runner.model.predictions import PatchPredictions
 from runner.model.report import Status, Verdict
 from runner.model.settings import BuildEnvironment, VerifySettings
+from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT, HAND_OFF_ARCHIVE
 from runner.plan.runtime import ExecOutcome
-from runner.plan.types import HACK_POLICY_DIR, HACK_POLICY_RESULT, HAND_OFF_ARCHIVE, ExecStep
+from runner.plan.types import ExecStep
 from runner.run.context import ExecutionEnv
 from runner.run.pipeline import VerifyOutcome, verify
 from tests.fakes import (

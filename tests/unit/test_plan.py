@@ -11,7 +11,8 @@ from pathlib import Path
 from runner.compile.bundle import load_bundle
 from runner.compile.taskdir import load_authored_task
 from runner.model.settings import VerifySettings
-from runner.plan.types import LABEL_INPUTS, EngineFacts, RunIdentity, VerifyPlan
+from runner.plan.labels import LABEL_INPUTS
+from runner.plan.types import EngineFacts, RunIdentity, VerifyPlan
 from runner.plan.verify import plan_verify
 from tests.helpers import compiled
 
@@ -75,7 +76,7 @@ def test_kept_containers_name_no_owner_so_no_reaper_removes_them(tmp_path: Path)
 
 def test_nop_hands_go_s_build_cache_to_the_side_trials_only(tmp_path: Path) -> None:
     from runner.model.harbor import AGENT_PATCH
-    from runner.plan.types import HAND_OFF_ARCHIVE
+    from runner.plan.inimage import HAND_OFF_ARCHIVE
     from tests.helpers import bash_task
 
     task = bash_task(tmp_path, name="go-task", toolchains=["go"])
@@ -105,7 +106,7 @@ def test_no_cache_directory_no_hand_off(tmp_path: Path) -> None:
 def test_debug_refuses_a_plan_the_runner_would_not_write() -> None:
     """debug hands plan.json's images, networks and directories to `docker create`: a forged
     plan asked for `--network host` and an image `--privileged`, and both were run."""
-    from runner.plan.debug import plan_problem
+    from runner.plan.debugcheck import plan_problem
 
     text = GOLDEN.read_text().replace("<inputs of agent>", "0" * 16)
     document = json.loads(text.replace("<inputs of verifier>", "1" * 16))
