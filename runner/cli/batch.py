@@ -257,30 +257,14 @@ def batch_command(
     from runner.batch.run import Batch, BatchOptions, Progress
 
     targets = _targets(task_dirs, from_file)
-    if temporal_address is not None and (engines or cache_budget is not None):
-        raise UsageError(
-            "--engine and --cache-budget are the workers' business under --temporal",
-            field="--temporal",
-        )
-    if temporal_address is None and tls is not None:
-        raise UsageError("the --tls-* options go with --temporal", field="--temporal")
-    if temporal_address is not None:
-        from runner.cli.serve import _listen_address
-
-        _listen_address(temporal_address)
+    _check_temporal_options(temporal_address, tls, engines=bool(engines), budget=cache_budget)
     specs = [EngineSpec.parse(e, default_capacity=jobs) for e in engines] or [
         EngineSpec.from_environment(jobs)
     ]
     if junit_path is not None:
         check_writable_file(junit_path, option="--junit")
     forwarded, _ = _forwarded(child)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = out or logs_root / f"batch-{stamp}"
-    if out.exists() and any(out.iterdir()):
-        raise UsageError(
-            "is not empty: a batch directory holds one batch", path=str(out), field="--out"
-        )
-    private_dir(out)
+    out = _batch_directory(out, logs_root)
     view = _BatchView(len(targets), quiet=quiet)
     if temporal_address is not None:
         from runner.worker.client import TemporalBatch
@@ -322,6 +306,34 @@ def batch_command(
     batch_json = _write_results(result, out, junit_path)
     click.echo(f"batch: {_totals_line(result)}; {batch_json}", err=True)
     return int(result.exit_code)
+
+
+def _check_temporal_options(
+    address: str | None, tls: Any, *, engines: bool, budget: int | None
+) -> None:
+    if address is not None and (engines or budget is not None):
+        raise UsageError(
+            "--engine and --cache-budget are the workers' business under --temporal",
+            field="--temporal",
+        )
+    if address is None and tls is not None:
+        raise UsageError("the --tls-* options go with --temporal", field="--temporal")
+    if address is not None:
+        from runner.cli.serve import _listen_address
+
+        _listen_address(address)
+
+
+def _batch_directory(out: Path | None, logs_root: Path) -> Path:
+    """--out, or a new directory under the logs root named by the time; empty, and private."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    out = out or logs_root / f"batch-{stamp}"
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(
+            "is not empty: a batch directory holds one batch", path=str(out), field="--out"
+        )
+    private_dir(out)
+    return out
 
 
 def _temporal_batch(

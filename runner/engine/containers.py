@@ -31,37 +31,6 @@ class Sink(Protocol):
     def write(self, data: bytes) -> None: ...
 
 
-class DockerService:
-    def __init__(self, api: docker.APIClient, container_id: str, name: str) -> None:
-        self.api = api
-        self.id = container_id
-        self.name = name
-
-    def health(self) -> str:
-        try:
-            state = self.api.inspect_container(self.id)["State"]
-        except (DockerException, *TRANSIENT):
-            return "exited"
-        if not state.get("Running"):
-            return "exited"
-        return str((state.get("Health") or {}).get("Status") or "starting")
-
-    def save_logs(self, path: Path, *, limit: int) -> list[str]:
-        capped = CappedLog(path, limit)
-        try:
-            for chunk in self.api.logs(self.id, stream=True, follow=False, timestamps=False):
-                capped.write(chunk)
-        except (DockerException, *TRANSIENT):
-            pass
-        finally:
-            capped.close()
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-        return lines[-10:]
-
-
 class DockerContainer:
     def __init__(
         self,

@@ -22,30 +22,35 @@ from pathlib import Path
 from typing import Any
 
 import docker
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.errors import APIError, ImageNotFound, NotFound
 
 from runner.base.errors import EngineError, InfrastructureError, TaskFailedError
 from runner.engine.build import ImageBuild
 from runner.engine.calls import (
     ENGINE_FAILURES,
-    TRANSIENT,
     Connection,
     client_arguments,
     engine_errors,
     explain,
     transient_retry,
 )
-from runner.engine.containers import DockerContainer, DockerService
+from runner.engine.containers import DockerContainer
 from runner.engine.hosts import Endpoint, SshTunnel
 from runner.engine.hosts import resolve as resolve_endpoint
 from runner.engine.images import TaskImage, remove_task_image, task_images
-from runner.engine.owners import owner_alive
+from runner.engine.services import (
+    DockerService,
+    gate_network,
+    reap_stale,
+    remove_labelled,
+    service_container,
+)
 from runner.engine.steps import SteppedBuild
 from runner.model.settings import StorageLimit, docker_environment
 from runner.model.toolchains import Arch
 from runner.plan.dockerfile import DockerfileError, split
 from runner.plan.images import resolve_storage
-from runner.plan.labels import LABEL_OWNER, LABEL_RUNNER, runner_labels
+from runner.plan.labels import runner_labels
 from runner.plan.runtime import ArchiveToPut, BuildOutcome, BuildRequest, ImageInfo, ToPut
 from runner.plan.types import ContainerPlan, EngineFacts, ServicePlan
 
@@ -312,90 +317,21 @@ class DockerEngine:
 
     # ---- services --------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def network(self, name: str, *, labels: Mapping[str, str], keep: bool) -> Iterator[str]:
+    def network(
+        self, name: str, *, labels: Mapping[str, str], keep: bool
+    ) -> AbstractContextManager[str]:
         """A gate's own network. Internal: its services reach nothing beyond it."""
-        with engine_errors(f"creating network {name}"):
-            created = self.api.create_network(
-                name, driver="bridge", internal=True, labels=dict(labels), check_duplicate=True
-            )
-        try:
-            yield str(created["Id"])
-        finally:
-            if not keep:
-                self._remove_network(str(created["Id"]))
+        return gate_network(self.api, name, labels=labels, keep=keep)
 
-    def _remove_network(self, network: str) -> None:
-        with contextlib.suppress(DockerException, *TRANSIENT):
-            for item in self.api.inspect_network(network).get("Containers") or {}:
-                with contextlib.suppress(DockerException, *TRANSIENT):
-                    self.api.disconnect_container_from_network(item, network, force=True)
-            self.api.remove_network(network)
-
-    @contextlib.contextmanager
-    def service(self, plan: ServicePlan, *, network: str, keep: bool) -> Iterator[DockerService]:
-        check = plan.healthcheck
-        seconds = 1_000_000_000
-        with engine_errors(f"starting service {plan.name} ({plan.image})"):
-            created = self.api.create_container(
-                plan.image,
-                command=list(plan.command) if plan.command else None,
-                name=plan.container,
-                labels=dict(plan.labels),
-                environment=dict(plan.env),
-                detach=True,
-                healthcheck={
-                    "test": list(check.test),
-                    "interval": int(check.interval_seconds * seconds),
-                    "timeout": int(check.timeout_seconds * seconds),
-                    "retries": check.retries,
-                    "start_period": int(check.start_period_seconds * seconds),
-                },
-                host_config=self.api.create_host_config(
-                    nano_cpus=int(plan.limits.cpus * 1e9),
-                    mem_limit=plan.limits.memory_mb * 1024 * 1024,
-                    pids_limit=plan.limits.pids,
-                    network_mode=network,
-                ),
-                # docker-py takes {network: endpoint}; types-docker says otherwise.
-                networking_config=self.api.create_networking_config(
-                    {network: self.api.create_endpoint_config(aliases=[plan.name])}  # type: ignore[arg-type]
-                ),
-            )
-        service = DockerService(self.api, str(created["Id"]), plan.name)
-        try:
-            with engine_errors(f"starting service {plan.name} ({plan.image})"):
-                self.api.start(service.id)
-            yield service
-        finally:
-            if not keep:
-                with contextlib.suppress(DockerException, *TRANSIENT):
-                    self.api.remove_container(service.id, force=True, v=True)
+    def service(
+        self, plan: ServicePlan, *, network: str, keep: bool
+    ) -> AbstractContextManager[DockerService]:
+        return service_container(self.api, plan, network=network, keep=keep)
 
     def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
         """Remove every container, network and volume (and image) carrying `labels`."""
         self._finish_removals()
-        filters: dict[str, Any] = {"label": [f"{key}={value}" for key, value in labels.items()]}
-        removed = 0
-        with engine_errors("cleaning up"):
-            for item in self.api.containers(all=True, filters=filters):
-                with contextlib.suppress(NotFound, APIError):
-                    self.api.remove_container(item["Id"], force=True, v=True)
-                    removed += 1
-            for network in self.api.networks(filters=filters):
-                with contextlib.suppress(NotFound, APIError):
-                    self.api.remove_network(network["Id"])
-                    removed += 1
-            for volume in (self.api.volumes(filters=filters) or {}).get("Volumes") or []:
-                with contextlib.suppress(NotFound, APIError):
-                    self.api.remove_volume(volume["Name"], force=True)
-                    removed += 1
-            if images:
-                for image in self.api.images(filters=filters):
-                    with contextlib.suppress(NotFound, APIError):
-                        self.api.remove_image(image["Id"], force=True)
-                        removed += 1
-        return removed
+        return remove_labelled(self.api, labels, images=images)
 
     def task_images(self) -> list[TaskImage]:
         return task_images(self.api)
@@ -406,15 +342,7 @@ class DockerEngine:
     def reap_stale(self) -> int:
         """Remove containers left by runner processes of this host that no longer exist (a
         runner killed with SIGKILL cannot clean up after itself)."""
-        removed = 0
-        with engine_errors("looking for stale containers"):
-            for item in self.api.containers(all=True, filters={"label": f"{LABEL_RUNNER}=1"}):
-                owner = (item.get("Labels") or {}).get(LABEL_OWNER)
-                if owner and not owner_alive(owner):
-                    with contextlib.suppress(NotFound, APIError):
-                        self.api.remove_container(item["Id"], force=True, v=True)
-                        removed += 1
-        return removed
+        return reap_stale(self.api)
 
 
 def connect(*, environment: Mapping[str, str] | None = None, timeout: int = 120) -> DockerEngine:

@@ -39,7 +39,7 @@ from runner.plan.dockerfile import (
     SteppedDockerfile,
 )
 from runner.plan.labels import LABEL_STEP
-from runner.plan.runtime import BuildOutcome, BuildRequest, ImageInfo
+from runner.plan.runtime import BuildOutcome, BuildRequest, ExecOutcome, ImageInfo
 from runner.plan.types import ContainerPlan, ExecStep, Role, StepLimits
 
 DOCKERFILE_NAME = ".selfbench.Dockerfile"
@@ -234,24 +234,7 @@ class SteppedBuild:
             sink.say(" ---> Using cache")
             sink.say(f" ---> {_short(cached)}")
             return BuildOutcome(ok=True, image_id=cached, cached_steps=1, last_layer=cached)
-        limits = self.limits
-        plan = ContainerPlan(
-            name=f"{limits.name}-{instruction.step}",
-            image=parent,
-            role=Role.BUILD,
-            # The image's own command stays the container's, so the commit keeps it; what keeps
-            # the container alive is the entrypoint, which dies on its own a margin after the
-            # deadline even if the runner was killed.
-            command=list(config.get("Cmd") or []),
-            entrypoint=["/bin/sh", "-c", f"exec sleep {int(timeout + CONTAINER_MARGIN_SECONDS)}"],
-            env={},
-            proxy_env=[],
-            workdir=workdir,
-            network=self.request.network or "default",
-            limits=limits.limits,
-            labels=limits.labels,
-            storage=limits.storage,
-        )
+        plan = self._step_container(instruction.step, parent, config, workdir, timeout)
         exec_step = ExecStep(
             name=f"step-{instruction.step}",
             argv=list(step.argv),
@@ -271,6 +254,35 @@ class SteppedBuild:
                 image_id = self._commit(container, config, labels)
                 sink.say(f" ---> {_short(image_id)}")
                 return BuildOutcome(ok=True, image_id=image_id, last_layer=image_id)
+        return self._failed_step(step, result, sink, container.storage_mechanism)
+
+    def _step_container(
+        self, number: int, parent: str, config: dict[str, Any], workdir: str, timeout: float
+    ) -> ContainerPlan:
+        """The container a task step runs in: the task's limits, the parent image as it is."""
+        limits = self.limits
+        return ContainerPlan(
+            name=f"{limits.name}-{number}",
+            image=parent,
+            role=Role.BUILD,
+            # The image's own command stays the container's, so the commit keeps it; what keeps
+            # the container alive is the entrypoint, which dies on its own a margin after the
+            # deadline even if the runner was killed.
+            command=list(config.get("Cmd") or []),
+            entrypoint=["/bin/sh", "-c", f"exec sleep {int(timeout + CONTAINER_MARGIN_SECONDS)}"],
+            env={},
+            proxy_env=[],
+            workdir=workdir,
+            network=self.request.network or "default",
+            limits=limits.limits,
+            labels=limits.labels,
+            storage=limits.storage,
+        )
+
+    def _failed_step(
+        self, step: LimitedRun, result: ExecOutcome, sink: _Tail, mechanism: str | None
+    ) -> BuildOutcome:
+        instruction = step.instruction
         outcome = BuildOutcome(
             ok=False,
             failed_step=instruction.text,
@@ -281,7 +293,7 @@ class SteppedBuild:
             limits=result.limits,
             oom_killed=result.oom_killed if result.exit_code == 137 else None,
             storage_exceeded_mb=result.storage_exceeded_mb,
-            storage_mechanism=container.storage_mechanism,
+            storage_mechanism=mechanism,
         )
         if result.timed_out:
             outcome.error = self._timeout_words()

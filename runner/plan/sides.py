@@ -3,6 +3,8 @@ probe's perturbed runs and the grade, each graded by a verifier of its own."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from runner.model.stages import Gate
 from runner.plan.images import digest_of
 from runner.plan.inimage import (
@@ -27,13 +29,12 @@ from runner.plan.types import (
     TrialPlan,
 )
 
+if TYPE_CHECKING:
+    from runner.compile.exploits import Exploit
 
-def plan_hack(p: Planner) -> HackPlan | None:
-    facts = p.bundle.exploit_facts
-    if not p.settings.hack_gate or facts is None:
-        return None
-    from runner.compile.exploits import choose
 
+def _exploits(p: Planner, chosen: list[Exploit]) -> list[ExploitPlan]:
+    """Each exploit's script as the agent, and its patch's fresh verifier."""
     # Only the reward matters: test.sh runs no test at all when the patch policy undid every
     # change (the tree nop showed fails), stops a run at its first failed test and the
     # verification at its first failed command.
@@ -65,8 +66,18 @@ def plan_hack(p: Planner) -> HackPlan | None:
                 background=True,
             ),
         )
-        for index, exploit in enumerate(choose(facts))
+        for index, exploit in enumerate(chosen)
     ]
+    return exploits
+
+
+def plan_hack(p: Planner) -> HackPlan | None:
+    facts = p.bundle.exploit_facts
+    if not p.settings.hack_gate or facts is None:
+        return None
+    from runner.compile.exploits import choose
+
+    exploits = _exploits(p, choose(facts))
     if not exploits:
         return None
     verifier = exploits[0].trial.verifier

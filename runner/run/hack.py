@@ -65,7 +65,6 @@ class HackStage:
         assert plan is not None
         data = HackData()
         stage.data = data
-        limit = self.state.plan.max_log_bytes
         sides: dict[str, ExploitSide] = {}
         verifying: dict[str, Future[TrialRun]] = {}
         # Three workers: the policy check's container opens at once beside the agent side, and
@@ -81,31 +80,7 @@ class HackStage:
                 plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
             ) as agent:
                 for exploit in plan.exploits:
-                    directory = self.state.path(Stage.HACK, exploit.name, "exploit.log").parent
-                    script_log = directory / "exploit.log"
-                    stage.logs.append(str(script_log))
-                    ran = agent.exec(exploit.run, script_log, limit=limit)
-                    side = sides[exploit.name] = ExploitSide(
-                        script=ran, said=left.last_meaningful(script_log)
-                    )
-                    if ran.exit_code == 0 and not ran.timed_out:
-                        collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
-                        if collect.exit_code != 0 or collect.timed_out:
-                            side.collect_failed = True
-                        else:
-                            side.patch = (
-                                agent.get_file(
-                                    exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES
-                                )
-                                or b""
-                            )
-                            (directory / AGENT_PATCH_FILE).write_bytes(side.patch)
-                    reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
-                    if reset.exit_code != 0 or reset.timed_out:
-                        raise InfrastructureError(
-                            f"resetting the hack gate's agent container after {exploit.name} "
-                            f"failed; see {directory / 'reset.log'}"
-                        )
+                    sides[exploit.name] = self._exploit_side(exploit, agent, stage)
                 self.state.keep("hack agent", agent)
             # The policy first, for every patch at once and without tests (beside nop and the
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
@@ -139,6 +114,35 @@ class HackStage:
         ]
         judgement = judge.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
+
+    def _exploit_side(
+        self, exploit: ExploitPlan, agent: Container, stage: StageResult
+    ) -> ExploitSide:
+        """One exploit's script as the agent, its patch collected, the tree reset after it."""
+        plan = self.state.plan.hack
+        assert plan is not None
+        limit = self.state.plan.max_log_bytes
+        directory = self.state.path(Stage.HACK, exploit.name, "exploit.log").parent
+        script_log = directory / "exploit.log"
+        stage.logs.append(str(script_log))
+        ran = agent.exec(exploit.run, script_log, limit=limit)
+        side = ExploitSide(script=ran, said=left.last_meaningful(script_log))
+        if ran.exit_code == 0 and not ran.timed_out:
+            collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
+            if collect.exit_code != 0 or collect.timed_out:
+                side.collect_failed = True
+            else:
+                side.patch = (
+                    agent.get_file(exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES) or b""
+                )
+                (directory / AGENT_PATCH_FILE).write_bytes(side.patch)
+        reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
+        if reset.exit_code != 0 or reset.timed_out:
+            raise InfrastructureError(
+                f"resetting the hack gate's agent container after {exploit.name} "
+                f"failed; see {directory / 'reset.log'}"
+            )
+        return side
 
     def _early_runs(
         self,

@@ -231,3 +231,24 @@ def test_stage_gate_and_layout_names_are_spelled_in_one_place() -> None:
             if node.value in LAYOUT_NAMES and relative != "model/layout.py":
                 spelled.append(f"{relative}:{node.lineno}: {node.value!r}")
     assert spelled == []
+
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+def test_modules_and_functions_stay_small() -> None:
+    """docs/development.md's size rules, checked: a module past 400 lines or a function past
+    80 is split before it grows further."""
+    large = []
+    for path in modules():
+        relative = path.relative_to(PACKAGE).as_posix()
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            large.append(f"{relative}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    large.append(f"{relative}:{node.lineno} {node.name}: {length} lines")
+    assert large == []
