@@ -1765,27 +1765,36 @@ sub judge_and_write {
       (defined $alone || @selectors == 1) ? 1 : 0, $sealed ? undef : $text);
     my $ctx = { kind => $kind, exit => $exit + 0, mode => $mode, runners => \@runners,
       attribution => $attribution, sealed => $sealed };
+    my $doc = evidence_document($name, $run, $ctx);
+    system('mkdir', '-p', "$LOGS/evidence");
+    write_json("$LOGS/evidence/$name.json", $doc);
+    return $doc->{passed} ? 1 : 0;
+}
+
+# evidence_document NAME RUN CONTEXT: the run judged in its context (kind, exit, mode, runners,
+# attribution, sealed), as the document evidence/NAME.json holds (pure: runner.model.evidence
+# RunEvidence reads it; tests/golden/evidence-run.json keeps the two in agreement).
+sub evidence_document {
+    my ($name, $run, $ctx) = @_;
     my ($problems, $missing) = judge_run($run, $ctx);
+    my ($mode, $exit, @runners) = ($ctx->{mode}, $ctx->{exit}, @{ $ctx->{runners} });
     my $passed = !@$problems && ($mode eq 'none' || $exit == 0) ? 1 : 0;
     my %counted = map { $_ => 1 } @runners;
     my @tests = sort { $a->{id} cmp $b->{id} } grep { $counted{ $_->{runner} } } values %{ $run->{tests} };
     my %count = map { $_ => 0 } keys %RANK;
     $count{ $_->{outcome} }++ for @tests;
-    my $doc = {
-        name => $name, kind => $kind, exitCode => $exit + 0, mode => $mode,
-        runners => \@runners, sealed => $sealed ? JSON::PP::true : JSON::PP::false,
+    return {
+        name => $name, kind => $ctx->{kind}, exitCode => $exit + 0, mode => $mode,
+        runners => \@runners, sealed => $ctx->{sealed} ? JSON::PP::true : JSON::PP::false,
         complete => (!grep { $FINISHING{$_} && !$run->{finished}{$_} } @runners) ? JSON::PP::true : JSON::PP::false,
         counts => \%count, tests => [ map { { id => $_->{id}, outcome => $_->{outcome},
           (defined $_->{file} ? (file => $_->{file}) : ()),
           (defined $_->{asserts} ? (asserts => $_->{asserts}) : ()) } } @tests ],
-        selectors => $attribution, missing => $missing, problems => $problems,
+        selectors => $ctx->{attribution}, missing => $missing, problems => $problems,
         passed => $passed ? JSON::PP::true : JSON::PP::false,
         versions => $run->{versions} // {},
         ($run->{stopped} ? (stopped => $run->{stopped}) : ()),
     };
-    system('mkdir', '-p', "$LOGS/evidence");
-    write_json("$LOGS/evidence/$name.json", $doc);
-    return $passed;
 }
 
 # collect TASK NAME KIND EXIT LOG: a run judged again from the records its collector kept.
@@ -2108,7 +2117,7 @@ sub cmd_parse {
 
 # judge FILE: judge_run on a document {run: {tests: [{runner, id, outcome, file, asserts}], seen,
 # finished, runnerStatus, tampered, duplicates, planted, stopped}, context: {kind, exit, mode,
-# runners, attribution, sealed}}; prints {problems, missing, passed}.
+# runners, attribution, sealed}, name}; prints the run's evidence document (evidence_document).
 sub cmd_judge {
     my ($file) = @_;
     my $doc = read_json($file) // fail("cannot read $file");
@@ -2118,10 +2127,7 @@ sub cmd_judge {
         $run->{tests}{"$test->{runner}\0$test->{id}"} = $test;
     }
     my $ctx = $doc->{context} // {};
-    my ($problems, $missing) = judge_run($run, $ctx);
-    my $passed = !@$problems && ($ctx->{mode} eq 'none' || $ctx->{exit} == 0);
-    print $JSON->encode({ problems => $problems, missing => $missing,
-      passed => $passed ? JSON::PP::true : JSON::PP::false }), "\n";
+    print $JSON->encode(evidence_document($doc->{name} // 'fail_to_pass', $run, $ctx)), "\n";
     return 0;
 }
 

@@ -106,6 +106,8 @@ class RunEvidence(_Model):
     passed: bool = False
     # The hack gate's runs: the first failed test, at which the verifier stopped the run.
     stopped: StoppedAt | None = None
+    # Each runner's version as its reporter said (pytest, jest...), for whoever reads the run.
+    versions: dict[str, str] = Field(default_factory=dict)
 
     def ids(self, *outcomes: Outcome) -> list[str]:
         return [t.id for t in self.tests if not outcomes or t.outcome in outcomes]

@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from runner.base.resources import verifier_dir
+from runner.model import evidence
+from runner.model.evidence import Counts, RunEvidence, SelectorEvidence, StoppedAt
 
 HELPER = verifier_dir() / "verifier.pl"
 
@@ -225,11 +228,70 @@ def test_grading_rules(
     name: str, run: dict[str, Any], options: dict[str, Any], expected: list[str], tmp_path: Path
 ) -> None:
     out = judge(tmp_path, run, **options)
+    assert_written_as_read(out)
     problems = out["problems"]
     assert len(problems) == len(expected), problems
     for problem, words in zip(problems, expected, strict=True):
         assert problem.startswith(words), (problem, words)
     assert out["passed"] is (not expected and options.get("exit_code", 0) == 0)
+
+
+def keys_of(model: type[BaseModel]) -> set[str]:
+    return {field.alias or name for name, field in model.model_fields.items()}
+
+
+def assert_written_as_read(document: dict[str, Any]) -> None:
+    """The helper's evidence document is what runner.model.evidence reads: every key it writes
+    is a field of the model (none the Python side would drop), and it validates."""
+    assert set(document) <= keys_of(RunEvidence), set(document) - keys_of(RunEvidence)
+    for part, model in (("tests", evidence.TestResult), ("selectors", SelectorEvidence)):
+        for item in document[part]:
+            assert set(item) <= keys_of(model), (part, set(item) - keys_of(model))
+    assert set(document["counts"]) <= keys_of(Counts)
+    if "stopped" in document:
+        assert set(document["stopped"]) <= keys_of(StoppedAt)
+    RunEvidence.model_validate(document)
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "evidence-run.json"
+
+
+def test_the_evidence_document_is_the_golden_one(tmp_path: Path) -> None:
+    """One run judged, as the helper writes it and the Python side reads it: a change to
+    either side's fields shows here (UPDATE_GOLDEN=1 rewrites the file)."""
+    import os
+
+    out = judge(
+        tmp_path,
+        {
+            "tests": [
+                *results(("t.py::a", "passed"), ("t.py::b", "failed")),
+                {"runner": "pytest", "id": "t.py::c", "outcome": "xfailed", "asserts": 2},
+            ],
+            "versions": {"pytest": "8.3.4"},
+        },
+        exit_code=1,
+        attribution=[
+            {
+                "selector": "t.py",
+                "attributed": True,
+                "ran": 3,
+                "passed": 1,
+                "failed": 1,
+                "xfailed": 1,
+                "tests": ["t.py::a", "t.py::b", "t.py::c"],
+            }
+        ],
+    )
+    text = json.dumps(out, indent=2, sort_keys=True) + "\n"
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+    assert_written_as_read(out)
+    read = RunEvidence.model_validate(out)
+    assert (read.passed, read.exit_code, read.problems) == (False, 1, ["1 test(s) failed: t.py::b"])
+    assert read.ids("passed") == ["t.py::a"] and read.tests[2].asserts == 2
+    assert read.selectors[0].xfailed == 1 and read.versions == {"pytest": "8.3.4"}
 
 
 def test_asserted_at_the_oracle_must_assert_again(tmp_path: Path) -> None:
