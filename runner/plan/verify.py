@@ -27,7 +27,7 @@ from runner.plan.inimage import (
     VERIFIER_LOGS,
 )
 from runner.plan.planner import Planner
-from runner.plan.sides import plan_grade, plan_hack, plan_probe
+from runner.plan.sidetrials import plan_grade, plan_hack, plan_probe
 from runner.plan.types import (
     CacheHandOff,
     EngineFacts,

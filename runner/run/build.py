@@ -25,7 +25,7 @@ from runner.run.state import RunState, StageResult
 log = logging.getLogger(__name__)
 
 
-class BuildStage:
+class Builder:
     def __init__(self, state: RunState) -> None:
         self.state = state
 

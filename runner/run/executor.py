@@ -31,15 +31,15 @@ from runner.model.stages import Stage
 from runner.plan.labels import LABEL_RUN
 from runner.plan.runtime import Engine
 from runner.plan.types import VerifyPlan
-from runner.run.build import BuildStage
+from runner.run.build import Builder
 from runner.run.context import ExecutionEnv, Progress
-from runner.run.hack import HackStage
-from runner.run.probe import ProbeStage
+from runner.run.hack import HackRunner
+from runner.run.probe import ProbeRunner
 from runner.run.sides import Sides
 from runner.run.skips import Skip
-from runner.run.smoke import SmokeStage
+from runner.run.smoke import SmokeRunner
 from runner.run.state import Execution, RunState, StageListener, StageResult
-from runner.run.trials import TrialStages
+from runner.run.trials import TrialRunner
 
 # How often the main thread wakes while the stages run: a signal the kernel delivered to another
 # thread is only handled when the main thread runs again (CPython runs handlers there), and a
@@ -77,11 +77,11 @@ class Executor:
         state = self.state = RunState(
             plan, engine, run_dir=run_dir, env=env, progress=progress, on_stage=on_stage
         )
-        self.builder = BuildStage(state)
+        self.builder = Builder(state)
         sides = Sides(state)
-        self.smoke = SmokeStage(state, sides)
-        self.trials = TrialStages(state, sides, self.smoke, ProbeStage(state, sides))
-        self.hack = HackStage(state, sides, self.builder)
+        self.smoke = SmokeRunner(state, sides)
+        self.trials = TrialRunner(state, sides, self.smoke, ProbeRunner(state, sides))
+        self.hack = HackRunner(state, sides, self.builder)
 
     def run(self) -> Execution:
         """build, then smoke, both agent sides and the hack gate's at once (the verifier

@@ -38,7 +38,7 @@ from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT
 from runner.plan.runtime import Container
 from runner.plan.types import ExploitPlan, TrialPlan
 from runner.run import collect as left
-from runner.run.build import BuildStage
+from runner.run.build import Builder
 from runner.run.sides import Sides, adopt_apart, trial_apart
 from runner.run.skips import Skip, SkippedError
 from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
@@ -51,8 +51,8 @@ POLICY_CHECK_FILE = "policy-check.json"
 EARLY_DIR = "early"
 
 
-class HackStage:
-    def __init__(self, state: RunState, sides: Sides, builder: BuildStage) -> None:
+class HackRunner:
+    def __init__(self, state: RunState, sides: Sides, builder: Builder) -> None:
         self.state = state
         self.sides = sides
         self.builder = builder

@@ -18,7 +18,7 @@ from runner.run.sides import Sides
 from runner.run.state import RunState, StageResult
 
 
-class ProbeStage:
+class ProbeRunner:
     def __init__(self, state: RunState, sides: Sides) -> None:
         self.state = state
         self.sides = sides

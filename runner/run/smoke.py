@@ -19,7 +19,7 @@ from runner.run.skips import Skip, SkippedError
 from runner.run.state import RunState, StageResult
 
 
-class SmokeStage:
+class SmokeRunner:
     def __init__(self, state: RunState, sides: Sides) -> None:
         self.state = state
         self.sides = sides

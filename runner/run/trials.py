@@ -26,17 +26,19 @@ from runner.plan.runtime import (
 )
 from runner.plan.types import TrialPlan
 from runner.run.handoff import hand_off
-from runner.run.probe import ProbeStage
+from runner.run.probe import ProbeRunner
 from runner.run.sides import Sides, adopt_apart, trial_apart
 from runner.run.skips import Skip, SkippedError
-from runner.run.smoke import SmokeStage
+from runner.run.smoke import SmokeRunner
 from runner.run.state import PREDICTED_DIR, Prediction, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
 
 
-class TrialStages:
-    def __init__(self, state: RunState, sides: Sides, smoke: SmokeStage, probe: ProbeStage) -> None:
+class TrialRunner:
+    def __init__(
+        self, state: RunState, sides: Sides, smoke: SmokeRunner, probe: ProbeRunner
+    ) -> None:
         self.state = state
         self.sides = sides
         self.smoke = smoke

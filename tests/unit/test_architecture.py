@@ -36,7 +36,7 @@ PURE = (
     "plan/verify",
     "plan/images",
     "plan/planner",
-    "plan/sides",
+    "plan/sidetrials",
     "plan/runtime",
     "plan/debug",
     "plan/debugcheck",
