@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import signal
@@ -187,6 +186,7 @@ def _find_run(target: Path, logs_root: Path) -> Path | None:
     runs (`<logs>/<taskId>/<run>`) and a batch's (`<logs>/batch-*/runs/<n>-<name>/attempt-*`),
     newest report first."""
     from runner.base.validation import safe_dir_name
+    from runner.compile.bundle import read_manifest
     from runner.compile.taskdir import load_authored_task
 
     task = load_authored_task(target)
@@ -205,10 +205,10 @@ def _find_run(target: Path, logs_root: Path) -> Path | None:
 
     for run in (report.parent for report in sorted(candidates, key=newest_first)):
         try:
-            manifest = json.loads((run / "bundle" / ".selfbench-manifest.json").read_text())
-        except (OSError, ValueError):
+            manifest = read_manifest(run / "bundle")
+        except RunnerError:
             continue
-        if manifest.get("sha256") == wanted and RunLayout(run).report.is_file():
+        if manifest.sha256 == wanted and RunLayout(run).report.is_file():
             return run
     return None
 

@@ -14,7 +14,6 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -31,6 +30,7 @@ from runner.compile.render import (
 from runner.model.contract import EnvironmentContract
 from runner.model.harbor import TaskToml, read_task_toml
 from runner.model.layout import CENSUS_FILE
+from runner.model.manifest import BundleManifest, ManifestVerification
 
 REQUIRED_FILES = (
     "task.toml",
@@ -154,12 +154,6 @@ def load_bundle(root: Path) -> Bundle:
     )
 
 
-def _strings(value: object, limit: int, length: int) -> list[str]:
-    if not isinstance(value, list):
-        return []
-    return [s for s in value[:limit] if isinstance(s, str) and 0 < len(s) <= length]
-
-
 def _repo_paths(values: list[str]) -> list[str]:
     out = []
     for value in values:
@@ -170,25 +164,25 @@ def _repo_paths(values: list[str]) -> list[str]:
     return out
 
 
-def read_manifest(root: Path) -> dict[str, Any]:
-    """The bundle's manifest as a JSON object ({} when the bundle has none)."""
+def read_manifest(root: Path) -> BundleManifest:
+    """The bundle's manifest (an empty one when the bundle has none), read leniently."""
     from runner.compile.taskdir import parse_json_object
 
     raw = optional_regular(root / MANIFEST, limit=MAX_MANIFEST_BYTES)
-    return parse_json_object(raw, root / MANIFEST) if raw is not None else {}
+    return BundleManifest.model_validate(
+        parse_json_object(raw, root / MANIFEST) if raw is not None else {}
+    )
 
 
-def read_exploit_facts(root: Path, config: TaskToml, manifest: dict[str, Any]) -> TaskFacts:
+def read_exploit_facts(root: Path, config: TaskToml, manifest: BundleManifest) -> TaskFacts:
     """The hack gate's view of the task, from the manifest and the two patches. The bundle is
     untrusted: anything malformed is left out (fewer exploits, never a crash); the values reach
     exploit scripts only as quoted words."""
     from runner.compile.patches import PatchParseError, parse_patch
 
-    found = manifest.get("verification")
-    verification: dict[str, object] = found if isinstance(found, dict) else {}
-    command = verification.get("testCommand")
+    verification = manifest.verification or ManifestVerification()
     gold_files: list[str] = []
-    held_out = _repo_paths(_strings(verification.get("heldOut"), v.MAX_LIST, v.MAX_SHORT_TEXT))
+    held_out = _repo_paths(verification.held_out)
     for name, into in (("solution/gold.patch", gold_files), ("tests/test.patch", held_out)):
         patch = optional_regular(root / name, limit=v.MAX_PATCH_BYTES)
         if patch is None:
@@ -199,28 +193,23 @@ def read_exploit_facts(root: Path, config: TaskToml, manifest: dict[str, Any]) -
             continue
     return TaskFacts(
         workdir=v.normalize_repo_path(config.metadata.workdir),
-        test_command=command
-        if isinstance(command, str) and 0 < len(command) <= v.MAX_TEST_COMMAND
-        else None,
+        test_command=verification.test_command,
         toolchains=[t.value for t in config.metadata.toolchains],
         held_out=sorted(set(held_out)),
         gold_files=sorted(set(gold_files)),
-        selectors=[
-            *_strings(verification.get("failToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
-            *_strings(verification.get("passToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
-        ],
-        fail_to_pass=_strings(verification.get("failToPass"), v.MAX_LIST, v.MAX_SHORT_TEXT),
+        selectors=[*verification.fail_to_pass, *verification.pass_to_pass],
+        fail_to_pass=list(verification.fail_to_pass),
     )
 
 
-def read_contract(root: Path, manifest: dict[str, Any]) -> EnvironmentContract | None:
+def read_contract(root: Path, manifest: BundleManifest) -> EnvironmentContract | None:
     """The contract recorded in the bundle's manifest (strictly validated). A compose file of
     services must be exactly what that contract renders: one source of truth, so a forged
     compose file cannot add what the runner would not run."""
 
     path = root / MANIFEST
     contract = None
-    document = manifest.get("environment")
+    document = manifest.environment
     if document is not None:
         try:
             contract = EnvironmentContract.model_validate_json(json.dumps(document))

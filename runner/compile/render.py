@@ -39,12 +39,14 @@ from runner.model.harbor import (
     TaskToml,
     VerifierConfig,
 )
+from runner.model.manifest import BundleManifest, ManifestVerification
 from runner.model.reward import DETAIL_KEYS, REWARD_KEYS
 from runner.model.runners import expected_runners
 from runner.model.settings import DEFAULT_MAX_LOG_BYTES, CompileOptions
 from runner.model.shell import expand_tests
 from runner.model.task import TaskDefinition, Toolchain
 from runner.model.toolchains import Catalog
+from runner.model.verifiertask import VerifierTask
 
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
 MANIFEST = ".selfbench-manifest.json"
@@ -101,22 +103,20 @@ def verifier_task(
     workdir = v.normalize_repo_path(definition.workdir)
     gold_files = sorted({v.normalize_repo_path(p) for c in data.gold.changes for p in c.paths})
     test_dirs = sorted({posixpath.dirname(p) for p in held_out if posixpath.dirname(p)})
-    document = {
-        "schemaVersion": 1,
-        "taskId": definition.task_id,
-        "workdir": workdir,
-        "heldOut": list(held_out),
-        "testDirs": test_dirs,
-        "commandFiles": harness[0],
-        "selectorFiles": harness[1],
-        "harnessAllow": list(contract.harness_allow) if contract else [],
-        "harnessProtect": list(contract.harness_protect) if contract else [],
-        "goldFiles": gold_files,
-        "failToPass": list(definition.fail_to_pass),
-        "passToPass": list(definition.pass_to_pass),
-        "expectedRunners": expected_runners(definition.test_command),
-    }
-    return json.dumps(document, indent=2, ensure_ascii=True) + "\n"
+    return VerifierTask(
+        task_id=definition.task_id,
+        workdir=workdir,
+        held_out=list(held_out),
+        test_dirs=test_dirs,
+        command_files=harness[0],
+        selector_files=harness[1],
+        harness_allow=list(contract.harness_allow) if contract else [],
+        harness_protect=list(contract.harness_protect) if contract else [],
+        gold_files=gold_files,
+        fail_to_pass=list(definition.fail_to_pass),
+        pass_to_pass=list(definition.pass_to_pass),
+        expected_runners=expected_runners(definition.test_command),
+    ).to_json()
 
 
 def verifier_assets() -> dict[str, bytes]:
@@ -346,24 +346,22 @@ def default_smoke_script(toolchains: Sequence[Toolchain], catalog: Catalog) -> b
 
 
 def manifest_json(data: RenderInput) -> str:
-    document = {
-        "taskId": data.definition.task_id,
-        "compilerRevision": COMPILER_REVISION,
-        "sha256": dict(sorted(data.digests.items())),
-        "toolchains": [t.value for t in data.definition.toolchains],
-        "agentAllowedHosts": list(data.options.agent_allowed_hosts),
-        # What the runner's hack gate chooses its exploits from (runner-only; Harbor ignores it).
-        "verification": {
-            "testCommand": data.definition.test_command,
-            "failToPass": list(data.definition.fail_to_pass),
-            "passToPass": list(data.definition.pass_to_pass),
-            "heldOut": held_out_paths(data.definition, data.tests),
-        },
-    }
     contract = data.definition.environment
-    if contract is not None:
-        document["environment"] = contract.as_json()
-    return json.dumps(document, indent=2, sort_keys=False) + "\n"
+    # Built from the definition the compiler validated: constructed as it is, not re-read.
+    return BundleManifest.model_construct(
+        task_id=data.definition.task_id,
+        compiler_revision=COMPILER_REVISION,
+        sha256=dict(sorted(data.digests.items())),
+        toolchains=[t.value for t in data.definition.toolchains],
+        agent_allowed_hosts=list(data.options.agent_allowed_hosts),
+        verification=ManifestVerification.model_construct(
+            test_command=data.definition.test_command,
+            fail_to_pass=list(data.definition.fail_to_pass),
+            pass_to_pass=list(data.definition.pass_to_pass),
+            held_out=held_out_paths(data.definition, data.tests),
+        ),
+        environment=contract.as_json() if contract is not None else None,
+    ).to_json()
 
 
 def executable_files(files: Mapping[str, bytes]) -> frozenset[str]:

@@ -21,6 +21,8 @@ PURE = (
     "model/evidence",
     "model/census",
     "model/layout",
+    "model/manifest",
+    "model/verifiertask",
     "compile/patches",
     "compile/audit",
     "compile/render",

@@ -297,3 +297,50 @@ def test_patches_are_kept_byte_for_byte(tmp_path: Path) -> None:
     assert loaded.gold_patch == (task.directory / "gold.patch").read_bytes()
     assert b"GIT binary patch" in loaded.gold_patch
     assert json.loads((task.directory / "definition.json").read_text())["taskId"] == "demo-task"
+
+
+def test_the_bundle_manifest_is_written_and_read_through_one_model(tmp_path: Path) -> None:
+    """What the compiler writes reads back whole; a hostile manifest reads leniently field by
+    field (a malformed field is its default, strings are bounded, nothing crashes), and the
+    environment stays raw for the strict contract check."""
+    from runner.base import validation as v
+    from runner.model.manifest import BundleManifest, ManifestVerification
+
+    written = BundleManifest.model_construct(
+        task_id="t",
+        compiler_revision="selfbench-runner/x",
+        sha256={"environment": "a" * 64},
+        toolchains=["python"],
+        agent_allowed_hosts=[],
+        verification=ManifestVerification.model_construct(
+            test_command="pytest {tests}", fail_to_pass=["a"], pass_to_pass=[], held_out=["t.py"]
+        ),
+        environment=None,
+    ).to_json()
+    assert "environment" not in json.loads(written)  # no contract: no key
+    read = BundleManifest.model_validate_json(written)
+    assert read.verification is not None and read.verification.test_command == "pytest {tests}"
+    assert (read.task_id, read.sha256, read.verification.held_out) == (
+        "t",
+        {"environment": "a" * 64},
+        ["t.py"],
+    )
+    hostile = BundleManifest.model_validate(
+        {
+            "taskId": ["not", "text"],
+            "sha256": "nope",
+            "verification": {
+                "testCommand": "x" * (v.MAX_TEST_COMMAND + 1),
+                "failToPass": ["ok", 7, "", "y" * (v.MAX_SHORT_TEXT + 1)],
+                "heldOut": {"a": 1},
+            },
+            "environment": ["kept", "raw"],
+            "seal": {"files": {}},
+        }
+    )
+    assert hostile.task_id is None and hostile.sha256 == {}
+    assert hostile.verification is not None
+    assert hostile.verification.test_command is None
+    assert hostile.verification.fail_to_pass == ["ok"] and hostile.verification.held_out == []
+    assert hostile.environment == ["kept", "raw"]
+    assert BundleManifest.model_validate({"verification": "x"}).verification is None

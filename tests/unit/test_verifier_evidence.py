@@ -588,3 +588,18 @@ def test_which_tests_a_selector_selected(
         check=True,
     )
     assert json.loads(result.stdout)["tests"] == expected
+
+
+def test_every_task_key_the_helper_reads_is_written_by_the_compiler() -> None:
+    """tests/selfbench-task.json is written from runner.model.verifiertask.VerifierTask and read
+    by the helper as `$task->{key}`: a key the helper reads that the model does not have would
+    be undef in Perl (no error, just a rule that never fires)."""
+    import re
+
+    from runner.model.verifiertask import VerifierTask
+
+    source = HELPER.read_text()
+    read = set(re.findall(r"\$task->\{(\w+)\}", source))
+    own = set(re.findall(r"\$task->\{(\w+)\}\s*=[^=~]", source))  # what the helper sets itself
+    assert read, "the helper reads no task key: the pattern is out of date"
+    assert read - own <= keys_of(VerifierTask), (read - own) - keys_of(VerifierTask)
