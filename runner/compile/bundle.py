@@ -29,7 +29,7 @@ from runner.compile.render import (
 )
 from runner.model.contract import EnvironmentContract
 from runner.model.harbor import TaskToml, read_task_toml
-from runner.model.layout import CENSUS_FILE
+from runner.model.layout import CENSUS_FILE, BundleLayout
 from runner.model.manifest import BundleManifest, ManifestVerification
 
 REQUIRED_FILES = (
@@ -41,7 +41,6 @@ REQUIRED_FILES = (
     "solution/solve.sh",
 )
 MAX_CONTEXT_FILES = 100_000
-MANIFEST = ".selfbench-manifest.json"
 COMPOSE_FILE = "tests/docker-compose.yaml"
 MAX_MANIFEST_BYTES = 1024 * 1024
 CONTEXT_EXCLUDES = frozenset({CENSUS_FILE})  # the census, in tests/
@@ -168,10 +167,9 @@ def read_manifest(root: Path) -> BundleManifest:
     """The bundle's manifest (an empty one when the bundle has none), read leniently."""
     from runner.compile.taskdir import parse_json_object
 
-    raw = optional_regular(root / MANIFEST, limit=MAX_MANIFEST_BYTES)
-    return BundleManifest.model_validate(
-        parse_json_object(raw, root / MANIFEST) if raw is not None else {}
-    )
+    path = BundleLayout(root).manifest
+    raw = optional_regular(path, limit=MAX_MANIFEST_BYTES)
+    return BundleManifest.model_validate(parse_json_object(raw, path) if raw is not None else {})
 
 
 def read_exploit_facts(root: Path, config: TaskToml, manifest: BundleManifest) -> TaskFacts:
@@ -207,7 +205,7 @@ def read_contract(root: Path, manifest: BundleManifest) -> EnvironmentContract |
     services must be exactly what that contract renders: one source of truth, so a forged
     compose file cannot add what the runner would not run."""
 
-    path = root / MANIFEST
+    path = BundleLayout(root).manifest
     contract = None
     document = manifest.environment
     if document is not None:

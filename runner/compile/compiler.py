@@ -23,7 +23,6 @@ from runner.base.safeio import read_regular
 from runner.compile.coupling import candidates
 from runner.compile.render import (
     CONTEXT_DIRS,
-    MANIFEST,
     RenderInput,
     executable_files,
     render_bundle,
@@ -33,6 +32,7 @@ from runner.compile.repocheck import RepositoryFacts, SelectorCheck, check_repos
 from runner.compile.repository import cached_archive, resolve_repository
 from runner.compile.taskdir import DEFINITION, AuthoredTask, parse_json_object
 from runner.model.harbor import read_task_toml
+from runner.model.layout import MANIFEST_FILE
 from runner.model.runners import selector_paths
 from runner.model.settings import CompileOptions
 from runner.model.shell import expand_tests
@@ -53,7 +53,7 @@ IMMUTABLE_METADATA = {
 BUNDLE_PATTERNS = (
     "task.toml",
     "instruction.md",
-    MANIFEST,
+    MANIFEST_FILE,
     "environment",
     "tests",
     "solution",
@@ -153,7 +153,7 @@ def check_output_dir(out: Path, task_id: str) -> None:
         raise InvalidTaskError("output exists and is not a directory", path=str(out))
     if not any(out.iterdir()):
         return
-    manifest = out / MANIFEST
+    manifest = out / MANIFEST_FILE
     if not manifest.is_file() or manifest.is_symlink():
         raise InvalidTaskError(
             "output directory is not empty and is not a selfbench bundle; refusing to replace it",

@@ -39,6 +39,7 @@ from runner.model.harbor import (
     TaskToml,
     VerifierConfig,
 )
+from runner.model.layout import MANIFEST_FILE
 from runner.model.manifest import BundleManifest, ManifestVerification
 from runner.model.reward import DETAIL_KEYS, REWARD_KEYS
 from runner.model.runners import expected_runners
@@ -49,7 +50,6 @@ from runner.model.toolchains import Catalog
 from runner.model.verifiertask import VerifierTask
 
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
-MANIFEST = ".selfbench-manifest.json"
 SCRIPTS = ("setup.sh", "smoke.sh", "root-setup.sh")
 TASK_DOCUMENT = "tests/selfbench-task.json"
 CENSUS_FILE = "tests/expected-tests.json"
@@ -287,7 +287,7 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
             files[f"{directory}/{name}"] = content
     if manifest_changes:
         files["tests/dependency-setup.patch"] = data.gold.subpatch(manifest_changes)
-    files[MANIFEST] = manifest_json(data).encode()
+    files[MANIFEST_FILE] = manifest_json(data).encode()
     return files
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 from runner.base.safeio import optional_regular, write_atomic
 from runner.model.census import Census
 from runner.model.evidence import MAX_EVIDENCE_BYTES
-from runner.model.layout import CENSUS_FILE
+from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, BundleLayout
 
 CENSUS_PATH = f"tests/{CENSUS_FILE}"
-MANIFEST_PATH = ".selfbench-manifest.json"
 
 
 def _link_or_copy(source: str, destination: str) -> None:
@@ -35,10 +34,10 @@ def seal(bundle: Path, census: Census, out: Path) -> Path:
             shutil.rmtree(out)
         shutil.copytree(bundle, out, symlinks=True, copy_function=_link_or_copy)
     text = census.to_json()
-    target = out / CENSUS_PATH
+    target = BundleLayout(out).census
     target.unlink(missing_ok=True)  # a linked copy must not write through to the original
     write_atomic(target, text)
-    manifest_path = out / MANIFEST_PATH
+    manifest_path = BundleLayout(out).manifest
     raw = optional_regular(manifest_path, limit=MAX_EVIDENCE_BYTES)
     document = json.loads(raw) if raw else {}
     if not isinstance(document, dict):
@@ -67,7 +66,7 @@ def bundle_digests(root: Path) -> dict[str, str]:
         for name in sorted(filenames + [d for d in dirnames if os.path.islink(Path(directory, d))]):
             path = Path(directory, name)
             relative = path.relative_to(root).as_posix()
-            if relative == MANIFEST_PATH:
+            if relative == MANIFEST_FILE:
                 continue
             info = os.lstat(path)
             if not stat.S_ISREG(info.st_mode):
@@ -84,11 +83,11 @@ def bundle_digests(root: Path) -> dict[str, str]:
 def seal_problem(root: Path) -> str | None:
     """Why a bundle does not match its seal (None when it does): no seal, or the first file
     changed, added or removed since the verification that sealed it."""
-    raw = optional_regular(root / MANIFEST_PATH, limit=MAX_EVIDENCE_BYTES)
+    raw = optional_regular(BundleLayout(root).manifest, limit=MAX_EVIDENCE_BYTES)
     try:
         document = json.loads(raw) if raw else None
     except ValueError:
-        return f"{MANIFEST_PATH} is not JSON"
+        return f"{MANIFEST_FILE} is not JSON"
     seal = document.get("seal") if isinstance(document, dict) else None
     files = seal.get("files") if isinstance(seal, dict) else None
     if not isinstance(files, dict):

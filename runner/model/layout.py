@@ -17,6 +17,8 @@ SMOKE_LOG = "smoke.log"
 CENSUS_FILE = "expected-tests.json"
 SMOKE_SCRIPT_FILE = "smoke.sh"
 TASK_TOML_FILE = "task.toml"
+# The compiler's record beside Harbor's files (runner.model.manifest), and the seal.
+MANIFEST_FILE = ".selfbench-manifest.json"
 INSTRUCTION_FILE = "instruction.md"
 DOCKERFILE = "Dockerfile"
 
@@ -74,6 +76,10 @@ class BundleLayout:
     @property
     def task_toml(self) -> Path:
         return self.root / TASK_TOML_FILE
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST_FILE
 
     @property
     def instruction(self) -> Path:

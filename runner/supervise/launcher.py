@@ -151,7 +151,10 @@ class _ForkedChild:
                     os.kill(self.pid, signal.SIGKILL)
             if deadline is not None and time.monotonic() >= deadline:
                 return
-            time.sleep(0.05 if deadline is None else min(0.05, deadline - time.monotonic()))
+            # Never negative: the deadline may pass between the check above and this line.
+            time.sleep(
+                0.05 if deadline is None else max(0.0, min(0.05, deadline - time.monotonic()))
+            )
         self._code = LOST_SERVER_CODE
 
     def _parse(self) -> None:

@@ -204,6 +204,7 @@ LAYOUT_NAMES = frozenset(
         "runner.log",
         "agent.patch",
         "expected-tests.json",
+        ".selfbench-manifest.json",
     }
 )
 
