@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,7 +149,15 @@ def test_an_ssh_engine_lost_mid_run_is_cleaned_when_it_answers_again(
     once the ssh engine answers again the attempt's containers there are removed."""
     env = {**os.environ, "SELFBENCH_SSH_CONFIG": str(sshd.client_config)}
     # A nop gate that takes a while: the connection is cut while its container runs.
-    slow = str(example_copy(tmp_path, "slow", testCommand="sleep 8; bash tests/run.sh {tests}"))
+    # Its own task id: the cut waits for this batch's gate, never another test's batch (a
+    # parallel test's container once cut the login while this batch was still connecting, so
+    # the task ran on the local engine from the start and never moved).
+    task_id = f"ssh-lost-{uuid.uuid4().hex[:8]}"
+    slow = str(
+        example_copy(
+            tmp_path, "slow", taskId=task_id, testCommand="sleep 8; bash tests/run.sh {tests}"
+        )
+    )
     out = tmp_path / "lost"
     cut: list[str] = []
 
@@ -157,13 +166,9 @@ def test_an_ssh_engine_lost_mid_run_is_cleaned_when_it_answers_again(
         while time.monotonic() < deadline and not cut:
             # The raw listing (no inspect of each): containers come and go meanwhile.
             running = docker_client.api.containers(
-                filters={"label": "org.selfbench.runner=1", "status": "running"}
+                filters={"label": f"org.selfbench.task={task_id}", "status": "running"}
             )
-            mine = [
-                c["Labels"]["org.selfbench.run"]
-                for c in running
-                if c["Labels"].get("org.selfbench.run", "").startswith("batch-")
-            ]
+            mine = [c["Labels"]["org.selfbench.run"] for c in running]
             pids = masters()
             if mine and pids:
                 cut.append(mine[0])
@@ -183,8 +188,8 @@ def test_an_ssh_engine_lost_mid_run_is_cleaned_when_it_answers_again(
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads((out / "batch.json").read_text())
     (task,) = document["tasks"]
-    assert task["verdict"] == "accepted" and task["engine"] == LOCAL
-    assert document["moved"] == 1
+    assert task["verdict"] == "accepted" and task["engine"] == LOCAL, result.stderr[-3000:]
+    assert document["moved"] == 1, result.stderr[-3000:]
     first = out / "runs" / "0000-slow" / "attempt-1"
     stderr = (first.parent / "attempt-1.stderr.log").read_text(errors="replace")
     report_path = first.parent / "attempt-1.json"
