@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,8 +30,18 @@ from runner.supervise.job import VerifyJob  # noqa: E402
 from runner.supervise.launcher import Launcher  # noqa: E402
 
 
+@dataclass(frozen=True, kw_only=True)
+class _BenchJob(VerifyJob):
+    """verify with options given as words (the bench's own, --plan among them)."""
+
+    options: tuple[str, ...] = ()
+
+    def argv(self) -> list[str]:
+        return [*super().argv(), *self.options]
+
+
 def run_once(launcher: Launcher, task: Path, options: list[str], work: Path, name: str) -> float:
-    job = VerifyJob(
+    job = _BenchJob(
         target=task,
         run_dir=work / name / "run",
         run_id=f"bench-{name}",

@@ -29,7 +29,7 @@ from runner.engine.cachebudget import collect
 from runner.engine.docker import connected
 from runner.engine.hosts import Endpoint, SshTunnel, context_endpoint
 from runner.engine.hosts import resolve as resolve_endpoint
-from runner.model.settings import child_environment
+from runner.model.settings import SharedSettings, child_environment
 from runner.plan.labels import runner_labels
 from runner.run.events import read_events
 from runner.supervise.job import VerifyJob
@@ -87,7 +87,7 @@ class BatchOptions:
     engines: list[EngineSpec]
     jobs: int
     retries: int
-    verify_args: tuple[str, ...] = ()
+    verify_settings: SharedSettings = field(default_factory=SharedSettings)
     cache_budget: int | None = None
     python: str = sys.executable
     fork: bool | None = None  # children forked from a pre-imported server (default: env)
@@ -248,7 +248,7 @@ class Batch:
                 events=attempt.with_suffix(".events.jsonl"),
                 stdout=attempt.with_suffix(".json"),
                 stderr=attempt.with_suffix(".stderr.log"),
-                options=self.options.verify_args,
+                settings=self.options.verify_settings,
                 env=engine.env,
             )
         )

@@ -17,10 +17,10 @@ import click
 from runner.base.errors import UsageError
 from runner.base.safeio import private_dir
 from runner.cli.common import _forwarded, cli, interrupts
-from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, ChildOptions, logs_root_option
+from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, logs_root_option
 from runner.cli.output import in_github_actions
 from runner.cli.worker import temporal_tls
-from runner.model.settings import environment_value
+from runner.model.settings import SharedSettings, environment_value
 
 if TYPE_CHECKING:
     from runner.worker.client import TemporalBatch
@@ -246,7 +246,7 @@ def batch_command(
     namespace: str,
     task_queue: str,
     tls: Any,
-    child: ChildOptions,
+    child: SharedSettings,
     quiet: bool,
 ) -> int:
     """Verify many tasks: bounded concurrency, several engines, one summary. Writes batch.json,
@@ -291,7 +291,7 @@ def batch_command(
             engines=specs,
             jobs=jobs,
             retries=retries,
-            verify_args=tuple(forwarded),
+            verify_settings=forwarded,
             cache_budget=cache_budget,
         ),
         Progress(started=view.started, stage=view.stage, finished=view.finished, note=view.note),

@@ -22,7 +22,6 @@ from runner.base.errors import (
     UsageError,
 )
 from runner.base.safeio import read_regular
-from runner.cli.options import ChildOptions
 from runner.cli.output import print_problems
 from runner.cli.startup import startup_finished
 from runner.model.layout import RunLayout
@@ -31,6 +30,7 @@ from runner.model.settings import (
     ENV_TOOLCHAIN_SOURCES,
     BuildEnvironment,
     CompileOptions,
+    SharedSettings,
     StorageLimit,
     VerifySettings,
     environment_list,
@@ -153,7 +153,7 @@ def cli(ctx: click.Context) -> None:
         startup_finished()
 
 
-def settings_of(child: ChildOptions, **per_run: Any) -> VerifySettings:
+def settings_of(child: SharedSettings, **per_run: Any) -> VerifySettings:
     """The verification settings these options make, checked (exit 2 naming the option), with
     a run's own settings (repository, logs, run directory, keep, ...)."""
     return VerifySettings(
@@ -213,8 +213,10 @@ def _find_run(target: Path, logs_root: Path) -> Path | None:
     return None
 
 
-def _forwarded(child: ChildOptions) -> tuple[list[str], dict[str, Any]]:
-    """A supervisor's own verify options, checked once, as arguments for every `verify` it
-    starts; and the settings among them that change a verification's outcome."""
+def _forwarded(child: SharedSettings) -> tuple[SharedSettings, dict[str, Any]]:
+    """A supervisor's own verify settings, checked once, for every `verify` it starts (the CA
+    by its absolute path: a child may start elsewhere); and those that change an outcome."""
     settings = settings_of(child)
-    return settings.argv(), settings.outcome_fields()
+    ca = child.extra_ca_certs
+    shared = child.model_copy(update={"extra_ca_certs": ca.resolve() if ca else None})
+    return shared, settings.outcome_fields()

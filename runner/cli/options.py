@@ -1,16 +1,17 @@
 """The command line's options: each as a constant (used like a decorator), the verification
-settings' set handed to a command as one `ChildOptions`, and sizes (20MB, 512KiB)."""
+settings' set handed to a command as one `SharedSettings`, and sizes (20MB, 512KiB)."""
 
 from __future__ import annotations
 
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
+from click.core import ParameterSource
+from pydantic import ValidationError
 
 from runner.base import validation as v
 from runner.model.settings import (
@@ -25,6 +26,7 @@ from runner.model.settings import (
     ENV_STORAGE_LIMIT,
     ENV_TOOLCHAIN_MIRRORS,
     ENV_TOOLCHAIN_SOURCES,
+    SharedSettings,
     StorageLimit,
 )
 
@@ -189,60 +191,70 @@ HAND_CACHES = click.option(
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class ChildOptions:
-    """The verify options a supervisor (serve, batch) takes once for every verify it starts."""
+# The options that make a command's SharedSettings (in its field order).
+_SETTINGS_OPTIONS = (
+    BASE_IMAGE,
+    EXTRA_CA,
+    TOOLCHAIN_SOURCE,
+    TOOLCHAIN_MIRROR,
+    AGENT_ALLOWED_HOST,
+    BUILD_NETWORK,
+    PIDS_LIMIT,
+    MAX_LOG_SIZE,
+    STORAGE_LIMIT,
+    HACK_GATE,
+)
+_AFTER_REPEAT = (PROBE_PASS_TO_PASS, KEEP_GOING, HAND_CACHES)
 
-    base_image: str
-    extra_ca_certs: Path | None
-    sources: tuple[str, ...]
-    mirrors: tuple[str, ...]
-    allowed_hosts: tuple[str, ...]
-    build_network: str | None
-    pids_limit: int
-    max_log_size: int
-    storage_limit: str
-    hack_gate: bool
-    repeat: int
-    probe_pass_to_pass: bool
-    keep_going: bool
-    hand_caches: bool
+SETTINGS_JSON = click.option(
+    "--settings-json",
+    metavar="JSON",
+    hidden=True,  # a supervisor's, never a person's: the settings it checked, as one document
+    help="Every verify setting as the JSON of one SharedSettings (instead of their options).",
+)
 
 
-def verify_options(*, repeat: int) -> Callable[[_F], _F]:
+def verify_options(*, repeat: int, from_json: bool = False) -> Callable[[_F], _F]:
     """The options that make a verification's settings (base image, CA, toolchains, agent
     hosts, build network, limits, hack gate, probe), handed to the command as one
-    `child: ChildOptions`."""
-    names = [f.name for f in fields(ChildOptions)]
+    `child: SharedSettings`. `from_json`: the hidden --settings-json a supervisor passes
+    instead (with any of these options beside it: exit 2)."""
+    names = list(SharedSettings.model_fields)
 
     def decorate(function: _F) -> _F:
         @functools.wraps(function)
         def command(**kwargs: Any) -> Any:
-            child = ChildOptions(**{name: kwargs.pop(name) for name in names})
+            given = {name: kwargs.pop(name) for name in names}
+            document = kwargs.pop("settings_json", None) if from_json else None
+            child = SharedSettings(**given) if document is None else _settings_from_json(document)
             return function(child=child, **kwargs)
 
         for option in reversed(
-            (
-                BASE_IMAGE,
-                EXTRA_CA,
-                TOOLCHAIN_SOURCE,
-                TOOLCHAIN_MIRROR,
-                AGENT_ALLOWED_HOST,
-                BUILD_NETWORK,
-                PIDS_LIMIT,
-                MAX_LOG_SIZE,
-                STORAGE_LIMIT,
-                HACK_GATE,
-                repeat_option(repeat),
-                PROBE_PASS_TO_PASS,
-                KEEP_GOING,
-                HAND_CACHES,
-            )
+            (*_SETTINGS_OPTIONS, repeat_option(repeat), *_AFTER_REPEAT)
+            + ((SETTINGS_JSON,) if from_json else ())
         ):
             command = option(command)
         return cast(_F, command)
 
     return decorate
+
+
+def _settings_from_json(document: str) -> SharedSettings:
+    context = click.get_current_context()
+    mixed = [
+        param.opts[0]
+        for param in context.command.params
+        if param.name in SharedSettings.model_fields
+        and context.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+    ]
+    if mixed:
+        raise click.UsageError(f"--settings-json takes every setting; drop {', '.join(mixed)}")
+    try:
+        return SharedSettings.model_validate_json(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(document)"
+        raise click.UsageError(f"--settings-json: {where}: {first['msg']}") from None
 
 
 # The verify options a supervisor (serve, batch) takes once and passes to every verify it

@@ -15,10 +15,11 @@ from runner.base.errors import (
 )
 from runner.base.safeio import read_regular
 from runner.cli.common import _forwarded, _stderr_logging, cli
-from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, ChildOptions, with_options
+from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, with_options
 from runner.model.settings import (
     ENV_SIDECAR_STATE,
     ENV_SIDECAR_TOKEN,
+    SharedSettings,
     cache_root,
     environment_value,
 )
@@ -214,7 +215,7 @@ def serve_command(
     max_connections: int,
     grace_period: float,
     poll_interval: float,
-    child: ChildOptions,
+    child: SharedSettings,
     verbose: bool,
 ) -> int:
     """Run as the orchestrator's sidecar: take verification requests from a mailbox
@@ -256,7 +257,7 @@ def serve_command(
         max_connections=max_connections,
         grace_seconds=grace_period,
         poll_seconds=poll_interval,
-        verify_args=tuple(forwarded),
+        verify_settings=forwarded,
         digest_settings=digest_settings,
         base_image=child.base_image,
     )

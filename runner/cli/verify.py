@@ -34,7 +34,6 @@ from runner.cli.options import (
     STORAGE_LIMIT,
     TOOLCHAIN_MIRROR,
     TOOLCHAIN_SOURCE,
-    ChildOptions,
     logs_root_option,
     verify_options,
     with_options,
@@ -44,6 +43,7 @@ from runner.cli.startup import startup_finished
 from runner.model.report import Report, write_report
 from runner.model.settings import (
     ENV_LOGS_ROOT,
+    SharedSettings,
     StorageLimit,
     VerifySettings,
 )
@@ -52,7 +52,7 @@ from runner.model.settings import (
 @cli.command("verify")
 @click.argument("target", type=click.Path(path_type=Path))
 @REPO
-@verify_options(repeat=1)
+@verify_options(repeat=1, from_json=True)
 @logs_root_option(
     f"Root of run directories: each run writes <root>/<taskId>/<runId>/ (env {ENV_LOGS_ROOT})."
 )
@@ -95,7 +95,7 @@ from runner.model.settings import (
 def verify_command(
     target: Path,
     repo: str | None,
-    child: ChildOptions,
+    child: SharedSettings,
     logs_root: Path,
     run_dir: Path | None,
     report_path: Path | None,

@@ -15,14 +15,14 @@ import click
 from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import read_regular
 from runner.cli.common import _forwarded, _stderr_logging, cli
-from runner.cli.options import CHILD_VERIFY_OPTIONS, ChildOptions
+from runner.cli.options import CHILD_VERIFY_OPTIONS
 from runner.cli.serve import (
     ALLOW_REPO_ROOT,
     ALLOW_REPO_URL,
     _check_repository_policy,
     _listen_address,
 )
-from runner.model.settings import cache_root
+from runner.model.settings import SharedSettings, cache_root
 
 MAX_PEM_BYTES = 1024 * 1024
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -154,7 +154,7 @@ def worker_command(
     tls: Any,
     repo_roots: tuple[Path, ...],
     repo_urls: tuple[str, ...],
-    child: ChildOptions,
+    child: SharedSettings,
     verbose: bool,
 ) -> int:
     """Poll a Temporal task queue: each `selfbench.verify` activity (the sidecar's request
@@ -174,7 +174,7 @@ def worker_command(
         jobs=jobs,
         state_dir=state_dir or cache_root() / "worker",
         grace_seconds=grace_period,
-        verify_args=tuple(forwarded),
+        verify_settings=forwarded,
         tls=tls,
         metrics_address=metrics_address,
         allow_repo_roots=tuple(r.resolve() for r in repo_roots),

@@ -6,7 +6,8 @@ happened. Every gate's rule is in this package, one module per gate, and nowhere
 - probe: the flakiness probe;
 - hack: the hack gate (every canned exploit earns 0);
 - grade: a graded patch;
-- verdict: the verdict from the stages' statuses.
+- verdict: the verdict from the stages' statuses, and the marks an interrupt or an internal
+  error leaves on them (judge_report: the whole run's judgement, which the report copies).
 
 The runner knows when it stopped something itself (a deadline, the storage watchdog) and reads
 what the limits did from the container's cgroup (base), so a fork bomb held by the pids limit
@@ -52,8 +53,13 @@ from runner.judge.trials import (
     tests_failed,
 )
 from runner.judge.verdict import (
+    Mark,
+    RunJudgement,
+    StageView,
     decide_verdict,
+    interrupt_marks,
     judge_internal_error,
+    judge_report,
     judge_run,
     verdict_reason,
 )
@@ -61,12 +67,16 @@ from runner.judge.verdict import (
 __all__ = [
     "ExploitEvidence",
     "Judgement",
+    "Mark",
+    "RunJudgement",
+    "StageView",
     "TrialEvidence",
     "decide_verdict",
     "errored",
     "evaluate_gate",
     "failed",
     "grade_detail",
+    "interrupt_marks",
     "judge_build",
     "judge_determinism",
     "judge_exploit",
@@ -74,6 +84,7 @@ __all__ = [
     "judge_hack",
     "judge_internal_error",
     "judge_probe",
+    "judge_report",
     "judge_run",
     "judge_selectors",
     "judge_smoke",

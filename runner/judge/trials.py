@@ -17,12 +17,12 @@ from runner.judge.base import (
 from runner.judge.grade import some_of
 from runner.model.report import LimitsData, Status
 from runner.model.reward import Reward, VerifierDetails
-from runner.model.stages import Gate
+from runner.model.stages import Gate, GateId
 from runner.plan.runtime import ExecOutcome
 
 
 def evaluate_gate(
-    gate: str,
+    gate: Gate,
     reward: Reward,
     details: VerifierDetails | None = None,
     problems: Mapping[str, str] | None = None,
@@ -43,7 +43,7 @@ def evaluate_gate(
     p2p_exit = details.pass_to_pass_exit_code if details else None
     if reward.setup_completed != 1:
         return False, "setup did not complete in the verifier image"
-    if gate == Gate.NOP:
+    if gate is Gate.NOP:
         if reward.patch_applied != 1:
             return False, "the empty agent patch or test.patch did not apply on the base snapshot"
         if reward.fail_to_pass != 0:
@@ -57,7 +57,7 @@ def evaluate_gate(
             )
         code = f" (exit {f2p_exit})" if f2p_exit is not None else ""
         return True, f"fail-to-pass fails{code} and pass-to-pass passes on the base"
-    if gate == Gate.ORACLE:
+    if gate is Gate.ORACLE:
         if reward.patch_applied != 1:
             return False, "the gold patch or test.patch does not apply"
         if reward.fail_to_pass != 1:
@@ -88,18 +88,18 @@ def evaluate_gate(
     return True, "fail-to-pass passed a second time with the gold patch"
 
 
-def tests_failed(gate: str, reward: Reward) -> bool:
+def tests_failed(gate: Gate, reward: Reward) -> bool:
     """Whether a red nop or oracle is the tests' (not a patch that did not apply, not setup)."""
     if reward.setup_completed != 1 or reward.patch_applied != 1:
         return False
-    if gate == Gate.NOP:
+    if gate is Gate.NOP:
         return reward.pass_to_pass != 1
     return reward.fail_to_pass != 1 or reward.pass_to_pass != 1
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrialEvidence:
-    gate: str
+    gate: GateId
     solve: ExecOutcome | None
     collect: ExecOutcome | None
     test: ExecOutcome | None
@@ -122,16 +122,18 @@ class TrialEvidence:
     problems: Mapping[str, str] = field(default_factory=dict)
 
 
-def _quote(reward: Reward, gate: str, lines: Mapping[str, str], problems: Mapping[str, str]) -> str:
+def _quote(
+    reward: Reward, gate: Gate, lines: Mapping[str, str], problems: Mapping[str, str]
+) -> str:
     """`: <what the evidence found>` (else the failing command's last line) for a red gate, or
     ''."""
-    if gate == Gate.NOP and reward.pass_to_pass != 1:
+    if gate is Gate.NOP and reward.pass_to_pass != 1:
         run = "pass_to_pass"
-    elif gate == Gate.ORACLE and reward.fail_to_pass != 1:
+    elif gate is Gate.ORACLE and reward.fail_to_pass != 1:
         run = "fail_to_pass"
-    elif gate == Gate.ORACLE and reward.pass_to_pass != 1:
+    elif gate is Gate.ORACLE and reward.pass_to_pass != 1:
         run = "pass_to_pass"
-    elif gate == Gate.ORACLE and reward.deterministic != 1:
+    elif gate is Gate.ORACLE and reward.deterministic != 1:
         run = "fail_to_pass_repeat"
     else:
         return ""
@@ -183,9 +185,9 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
         return errored(
             f"the verifier wrote no reward.json (exit {e.test.exit_code}); see {e.verifier_log}"
         )
-    ok, detail = evaluate_gate(e.gate, e.reward, e.details, e.problems)
+    ok, detail = evaluate_gate(e.gate.kind, e.reward, e.details, e.problems)
     if not ok:
-        detail += _quote(e.reward, e.gate, e.last_lines, e.problems)
+        detail += _quote(e.reward, e.gate.kind, e.last_lines, e.problems)
     detail = with_limit_notes(detail, e.limits, **notes)
     return passed(detail) if ok else failed(detail)
 
@@ -193,7 +195,7 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
 def judge_selectors(
     judgement: Judgement,
     *,
-    gate: str,
+    gate: Gate,
     passing_alone: Sequence[str],
     breaking_alone: Sequence[str],
     undone: str,
@@ -210,7 +212,7 @@ def judge_selectors(
         return Judgement(Status.FAILED, "; ".join(unmatched[:3]) + more)
     if status is Status.FAILED and breaking_alone:
         detail += "; failing alone: " + some_of(breaking_alone)
-    if gate == Gate.NOP and passing_alone and status is Status.PASSED:
+    if gate is Gate.NOP and passing_alone and status is Status.PASSED:
         status = Status.FAILED
         detail = (
             "fail-to-pass selector(s) already pass on the base snapshot when run alone: "

@@ -10,7 +10,11 @@ import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from runner.base.validation import MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
 from runner.model.toolchains import ToolchainSettings
 
 # ---- environment variables -------------------------------------------------------------------
@@ -122,6 +126,30 @@ def cache_root() -> Path:
     return Path(base)
 
 
+class SharedSettings(BaseModel):
+    """The verify options as given (before they are checked into a VerifySettings): what a
+    command takes as one value, and what a supervisor (serve, batch, worker) checks once and
+    hands whole to every `verify` it starts, as this model's JSON (`--settings-json`). A new
+    setting is a field here, its option in runner.cli.options and its place in VerifySettings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_image: str = DEFAULT_BASE_IMAGE
+    extra_ca_certs: Path | None = None
+    sources: tuple[str, ...] = ()  # NAME=upstream|registry, as --toolchain-source takes them
+    mirrors: tuple[str, ...] = ()  # NAME=URL
+    allowed_hosts: tuple[str, ...] = ()
+    build_network: str | None = None
+    pids_limit: Annotated[int, Field(ge=MIN_PIDS_LIMIT, le=MAX_PIDS_LIMIT)] = DEFAULT_PIDS_LIMIT
+    max_log_size: Annotated[int, Field(ge=64 * 1024, le=1024**4)] = DEFAULT_MAX_LOG_BYTES
+    storage_limit: StorageLimit = StorageLimit.AUTO
+    hack_gate: bool = True
+    repeat: Annotated[int, Field(ge=0, le=10)] = 1
+    probe_pass_to_pass: bool = False
+    keep_going: bool = False
+    hand_caches: bool = True
+
+
 @dataclass(frozen=True, kw_only=True)
 class CompileOptions:
     agent_allowed_hosts: tuple[str, ...] = ()
@@ -163,39 +191,6 @@ class VerifySettings:
     # Build caches nop's verifier warmed (the toolchain catalog's `caches`) go to the verifiers
     # after it, each a private copy (no_hand_caches: every verifier compiles on its own).
     hand_caches: bool = True
-
-    def argv(self) -> list[str]:
-        """These settings as `verify` options: what a supervisor (serve, batch) passes to every
-        verification it starts. The per-run ones (repository, run directory, logs, keep) are
-        each run's own."""
-        build, toolchains = self.build, self.build.toolchains
-        args = [
-            "--base-image",
-            build.base_image,
-            "--pids-limit",
-            str(self.pids_limit),
-            "--max-log-size",
-            str(self.max_log_bytes),
-            "--storage-limit",
-            self.storage_limit.value,
-            "--hack-gate" if self.hack_gate else "--no-hack-gate",
-            "--repeat",
-            str(self.repeat),
-            "--probe-pass-to-pass" if self.probe_pass_to_pass else "--no-probe-pass-to-pass",
-            "--keep-going" if self.keep_going else "--no-keep-going",
-            "--hand-caches" if self.hand_caches else "--no-hand-caches",
-        ]
-        if build.extra_ca_certs is not None:
-            args += ["--extra-ca-certs", str(build.extra_ca_certs.resolve())]
-        for name, source in toolchains.sources.items():
-            args += ["--toolchain-source", f"{name.value}={source.value}"]
-        for name, url in toolchains.mirrors.items():
-            args += ["--toolchain-mirror", f"{name.value}={url}"]
-        for host in self.compile_options.agent_allowed_hosts:
-            args += ["--agent-allowed-host", host]
-        if build.build_network:
-            args += ["--build-network", build.build_network]
-        return args
 
     def outcome_fields(self) -> dict[str, object]:
         """The settings that change a verification's outcome, as a payload digest takes them

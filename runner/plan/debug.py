@@ -17,7 +17,7 @@ from pathlib import Path
 from runner.base.errors import UsageError
 from runner.model.layout import RunLayout
 from runner.model.report import Report, Status
-from runner.model.stages import DEBUGGABLE_STAGES, Gate, Stage
+from runner.model.stages import DEBUGGABLE_STAGES, Gate, GateId, Stage
 from runner.plan.debugcheck import LABEL_FORMAT, LAYER_ID, refused_image
 from runner.plan.debugcommands import (
     docker_create,
@@ -269,11 +269,9 @@ def _gate_session(
     trial: TrialPlan | None = None,
     label: str | None = None,
 ) -> DebugSession:
-    gate = Gate.NOP if stage == Stage.SMOKE else stage
     if trial is None:
-        trial = plan.trial(gate)
-    else:
-        gate = trial.gate  # hack/<exploit>: its run directory
+        trial = plan.trial(Gate.NOP if stage == Stage.SMOKE else GateId(stage))
+    gate = trial.gate  # hack/<exploit>: its run directory
     label = label or gate
     verifier = trial.verifier
     if stage == Stage.SMOKE and plan.smoke.container is not None:
@@ -316,7 +314,7 @@ def _gate_session(
         "/opt/selfbench/fail_to_pass.sh",
         "/opt/selfbench/pass_to_pass.sh",
     ]
-    if gate == Gate.ORACLE and trial.agent is not None and trial.solve is not None:
+    if gate.kind is Gate.ORACLE and trial.agent is not None and trial.solve is not None:
         agent_name = f"selfbench-debug-{debug_id}-agent"
         setup += docker_create(agent_name, trial.agent, labels, proxies)
         images.append(trial.agent.image)

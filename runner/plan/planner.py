@@ -11,7 +11,7 @@ from runner.model.settings import (
     CONTAINER_MARGIN_SECONDS,
     VerifySettings,
 )
-from runner.model.stages import Stage
+from runner.model.stages import Gate, GateId, Stage
 from runner.model.toolchains import load_catalog
 from runner.plan.dockerfile import STEP_RECIPE
 from runner.plan.images import container_limits, digest_of, plan_base, resolve_storage
@@ -224,7 +224,7 @@ class Planner:
 
     def side_trial(
         self,
-        gate: str,
+        gate: GateId | Gate,
         key: str,
         label: str,
         test: ExecStep,
@@ -237,7 +237,7 @@ class Planner:
         takes the CPU the verdict's gates leave."""
         return TrialPlan(
             census="sealed",
-            gate=gate,
+            gate=GateId(gate),
             agent=None,
             solution_dir=None,
             solve=None,

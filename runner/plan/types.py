@@ -13,7 +13,7 @@ from runner import __version__
 from runner.model.settings import (
     StorageLimit,
 )
-from runner.model.stages import Gate, Stage
+from runner.model.stages import Gate, GateId, Stage
 from runner.model.toolchains import Arch
 from runner.plan.inimage import HAND_OFF_ARCHIVE, HAND_OFF_MAX_BYTES
 
@@ -188,7 +188,7 @@ class SmokePlan(_Frozen):
 
 
 class TrialPlan(_Frozen):
-    gate: str  # nop, oracle, or hack/<exploit> (also the run directory it logs to)
+    gate: GateId  # nop, oracle, or hack/<exploit> (also the run directory it logs to)
     # None for nop: its agent does nothing, and the agent image commits the post-setup tree, so
     # the collected patch is empty by construction; the verifier gets an empty agent.patch.
     agent: ContainerPlan | None
@@ -369,7 +369,7 @@ class VerifyPlan(_Frozen):
     def build(self, kind: str) -> ImageBuild:
         return next(b for b in self.builds if b.kind == kind)
 
-    def trial(self, gate: str) -> TrialPlan:
+    def trial(self, gate: GateId | Gate) -> TrialPlan:
         return next(t for t in self.trials if t.gate == gate)
 
     def to_json(self) -> str:

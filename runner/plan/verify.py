@@ -16,7 +16,7 @@ from runner.model.settings import (
     SMOKE_TIMEOUT_SECONDS,
     VerifySettings,
 )
-from runner.model.stages import Gate, Stage
+from runner.model.stages import Gate, GateId, Stage
 from runner.plan.inimage import (
     HAND_OFF_ARCHIVE,
     HAND_OFF_MAX_BYTES,
@@ -126,7 +126,7 @@ def plan_trial(p: Planner, gate: Gate) -> TrialPlan:
     oracle = gate is Gate.ORACLE
     offline = p.tests_network != "public"
     return TrialPlan(
-        gate=gate,
+        gate=GateId(gate),
         agent=p.container(
             Role.AGENT, gate, p.agent_image, p.collect_timeout + agent_timeout,
             "/home/agent",

@@ -25,9 +25,10 @@ from concurrent.futures import wait as wait_all
 from pathlib import Path
 
 from runner.base.errors import Interrupted
+from runner.judge import interrupt_marks
 from runner.model.census import Census
 from runner.model.report import Status
-from runner.model.stages import Stage
+from runner.model.stages import Skip, Stage
 from runner.plan.labels import LABEL_RUN
 from runner.plan.runtime import Engine
 from runner.plan.types import VerifyPlan
@@ -36,7 +37,6 @@ from runner.run.context import ExecutionEnv, Progress
 from runner.run.hack import HackRunner
 from runner.run.probe import ProbeRunner
 from runner.run.sides import Sides
-from runner.run.skips import Skip
 from runner.run.smoke import SmokeRunner
 from runner.run.state import Execution, RunState, StageListener, StageResult
 from runner.run.trials import TrialRunner
@@ -157,13 +157,10 @@ class Executor:
     def _mark_interrupted(self, signal_name: str) -> None:
         with self.state.lock:
             running = set(self.state.running)
-        for name, stage in self.state.stages.items():
-            if name in running:
-                stage.set(
-                    Status.ERROR, f"interrupted ({signal_name}); the run's containers were removed"
-                )
-            elif stage.skip is Skip.NOT_RUN:
-                stage.skipped(Skip.INTERRUPTED)
+        stages = self.state.stages
+        skips = {name: stage.skip for name, stage in stages.items()}
+        for name, mark in interrupt_marks(skips, running=running, signal_name=signal_name).items():
+            stages[name].mark(mark)
 
     def grade(self, patch: bytes, census: Census | None) -> tuple[StageResult, StageResult]:
         """Build, then one fresh verifier for `patch` (runner.run.hack)."""

@@ -33,14 +33,14 @@ from runner.model.report import (
 from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
-from runner.model.stages import Gate, Stage
+from runner.model.stages import Gate, Skip, Stage
 from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT
 from runner.plan.runtime import Container
 from runner.plan.types import ExploitPlan, TrialPlan
 from runner.run import collect as left
 from runner.run.build import Builder
 from runner.run.sides import Sides, adopt_apart, trial_apart
-from runner.run.skips import Skip, SkippedError
+from runner.run.skips import SkippedError
 from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)

@@ -10,6 +10,7 @@ import time
 
 from runner import judge
 from runner.model.report import GateData
+from runner.model.stages import GateId
 from runner.plan.runtime import ArchiveToPut, Container
 from runner.plan.types import TrialPlan
 from runner.run import collect as left
@@ -30,11 +31,11 @@ def hand_off(
     it for the verifiers after it. A red producer hands nothing (the verdict is settled, and
     its tests may not have built what the others need)."""
     plan = state.plan.hand_off
-    if plan is None or plan.producer != trial.gate:
+    if plan is None or trial.gate != GateId(plan.producer):
         return
     if state.settled.is_set() or state.interrupted.is_set():
         return
-    if run.reward is None or not judge.evaluate_gate(trial.gate, run.reward)[0]:
+    if run.reward is None or not judge.evaluate_gate(trial.gate.kind, run.reward)[0]:
         return
     started = time.monotonic()
     log_path = state.path(trial.gate, "hand-off.log")

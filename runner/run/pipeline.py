@@ -45,7 +45,7 @@ from runner.model.report import (
     write_report,
 )
 from runner.model.settings import VerifySettings, cache_root
-from runner.model.stages import Stage
+from runner.model.stages import Skip, Stage
 from runner.model.task import Toolchain
 from runner.model.toolchains import Arch, load_catalog
 from runner.plan.runtime import Engine
@@ -56,7 +56,6 @@ from runner.run.context import ExecutionEnv
 from runner.run.executor import Executor
 from runner.run.reporting import Progress, RunRecord, build_report
 from runner.run.rundir import RUN_LOG, check_run_location, make_run_dir, run_log
-from runner.run.skips import Skip
 from runner.run.state import Execution, StageEvent, StageListener, StageResult
 
 log = logging.getLogger(__name__)

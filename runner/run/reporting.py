@@ -11,7 +11,7 @@ from pathlib import Path
 from runner import __version__
 from runner.base.errors import Problem
 from runner.compile.bundle import Bundle
-from runner.judge import judge_internal_error, judge_run
+from runner.judge import StageView, judge_report
 from runner.model.layout import BundleLayout
 from runner.model.report import (
     InputProblem,
@@ -24,7 +24,6 @@ from runner.model.report import (
 from runner.model.settings import STORAGE_SAMPLE_SECONDS, VerifySettings
 from runner.model.stages import STAGE_NAMES, Stage
 from runner.run.rundir import RUN_LOG
-from runner.run.skips import Skip
 from runner.run.state import Execution, StageListener, StageResult
 
 Progress = Callable[[str, str], None]
@@ -108,35 +107,28 @@ def _results(run: RunRecord) -> dict[str, StageResult]:
 
 
 def build_report(run: RunRecord) -> Report:
+    """The report: the stages as the run left them, amended by the judge's marks, and its
+    verdict (runner.judge.judge_report decides; this copies)."""
     settings = run.settings
     execution = run.execution
     results = _results(run)
-    if run.internal:
-        name, judgement = judge_internal_error(
-            [name for name, r in results.items() if r.skip is Skip.NOT_RUN],
-            run.internal,
-            str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log",
-        )
-        results[name].set(judgement.status, judgement.detail)
-    if run.interrupted and execution is None:
-        for result in results.values():
-            if result.skip is Skip.NOT_RUN:
-                result.skipped(Skip.INTERRUPTED)
+    judgement = judge_report(
+        {name: StageView(r.status, r.detail, r.skip) for name, r in results.items()},
+        invalid=run.invalid,
+        interrupted=run.interrupted,
+        internal=run.internal,
+        log=str(run.run_dir / RUN_LOG) if run.run_dir else "this run's log",
+    )
+    for name, mark in judgement.marks.items():
+        results[name].mark(mark)
     stages = Stages()
     for name, result in results.items():
         _stage_model(stages, name, result)
-    hack = results[Stage.HACK]
-    verdict, reason = judge_run(
-        [(n, s.status, s.detail) for n, s in stages.items()],
-        invalid=run.invalid,
-        interrupted=run.interrupted,
-        optional=frozenset({Stage.HACK} if hack.skip is not None and hack.skip.optional else ()),
-    )
     build = settings.build
     return Report(
         task_id=run.task_id,
-        verdict=verdict,
-        reason=reason,
+        verdict=judgement.verdict,
+        reason=judgement.reason,
         interrupted=run.interrupted is not None,
         errors=[InputProblem.of(p) for p in run.errors],
         stages=stages,

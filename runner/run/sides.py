@@ -327,7 +327,7 @@ class Sides:
         data.pass_to_pass_selectors = list(evidence.pass_to_pass_selectors)
         verdict = judge.judge_selectors(
             judgement,
-            gate=trial.gate,
+            gate=trial.gate.kind,
             passing_alone=[s.selector for s in data.selectors if s.exit_code == 0],
             breaking_alone=[s.selector for s in data.pass_to_pass_selectors if s.exit_code != 0],
             undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",

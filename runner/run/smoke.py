@@ -8,14 +8,14 @@ from runner.model.report import (
     SmokeData,
     Status,
 )
-from runner.model.stages import Stage
+from runner.model.stages import Skip, Stage
 from runner.plan.runtime import (
     Container,
 )
 from runner.plan.types import ContainerPlan
 from runner.run import collect as left
 from runner.run.sides import Sides
-from runner.run.skips import Skip, SkippedError
+from runner.run.skips import SkippedError
 from runner.run.state import RunState, StageResult
 
 

@@ -19,6 +19,7 @@ from runner.base.errors import (
     TaskFailedError,
 )
 from runner.base.logs import Truncation
+from runner.judge import Judgement, Mark
 from runner.model.census import Census
 from runner.model.evidence import PolicyCheck, VerifierEvidence
 from runner.model.layout import RunLayout
@@ -31,7 +32,7 @@ from runner.model.reward import (
     Reward,
     VerifierDetails,
 )
-from runner.model.stages import DOCKER_STAGES, Stage
+from runner.model.stages import DOCKER_STAGES, Skip, Stage
 from runner.plan.labels import LABEL_RUN
 from runner.plan.runtime import (
     Container,
@@ -40,7 +41,7 @@ from runner.plan.runtime import (
 )
 from runner.plan.types import VerifyPlan
 from runner.run.context import ExecutionEnv, Progress
-from runner.run.skips import Skip, SkippedError
+from runner.run.skips import SkippedError
 from runner.run.stopping import StoppingEngine
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,13 @@ class StageResult:
             self.detail = f"{reason.value} {why}"
         else:
             self.detail = reason.value
+
+    def mark(self, mark: Mark) -> None:
+        """Take a judge's mark: its judgement, or the reason it did not run."""
+        if isinstance(mark, Judgement):
+            self.set(mark.status, mark.detail)
+        else:
+            self.skipped(mark)
 
     def wait(self, event: threading.Event) -> None:
         """Wait for another stage's `event`, the time counted as waited."""

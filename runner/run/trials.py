@@ -20,7 +20,7 @@ from runner.model.report import (
     GateData,
     Status,
 )
-from runner.model.stages import Gate, Stage
+from runner.model.stages import Gate, Skip, Stage
 from runner.plan.runtime import (
     Container,
 )
@@ -28,7 +28,7 @@ from runner.plan.types import TrialPlan
 from runner.run.handoff import hand_off
 from runner.run.probe import ProbeRunner
 from runner.run.sides import Sides, adopt_apart, trial_apart
-from runner.run.skips import Skip, SkippedError
+from runner.run.skips import SkippedError
 from runner.run.smoke import SmokeRunner
 from runner.run.state import PREDICTED_DIR, Prediction, RunState, StageResult, TrialRun
 
@@ -159,7 +159,7 @@ class TrialRunner:
             and trial.online_verifier is not None
             and evidence.patch is not None
             and evidence.reward is not None
-            and judge.tests_failed(trial.gate, evidence.reward)
+            and judge.tests_failed(trial.gate.kind, evidence.reward)
         ):
             self._online(trial, stage, data, evidence.patch)
 
@@ -310,7 +310,7 @@ class TrialRunner:
         )
         run = self.sides.verify_patch(online, patch)
         stage.logs.append(str(run.verifier_log))
-        passed = run.reward is not None and judge.evaluate_gate(trial.gate, run.reward)[0]
+        passed = run.reward is not None and judge.evaluate_gate(trial.gate.kind, run.reward)[0]
         data.passes_online = passed
         if passed:
             stage.detail = (

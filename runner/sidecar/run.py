@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from runner.base.errors import UsageError
 from runner.base.safeio import private_dir, write_atomic
+from runner.model.settings import SharedSettings
 from runner.sidecar.mailbox import Mailbox
 from runner.sidecar.metrics import Metrics
 from runner.sidecar.service import Service, ServiceConfig
@@ -40,7 +41,7 @@ class SidecarOptions:
     max_connections: int
     grace_seconds: float
     poll_seconds: float
-    verify_args: tuple[str, ...]
+    verify_settings: SharedSettings
     digest_settings: dict[str, Any] = field(default_factory=dict)
     base_image: str | None = None
 
@@ -53,7 +54,7 @@ class ServiceSettings(Protocol):
     @property
     def jobs(self) -> int: ...
     @property
-    def verify_args(self) -> tuple[str, ...]: ...
+    def verify_settings(self) -> SharedSettings: ...
     @property
     def digest_settings(self) -> dict[str, Any]: ...
     @property
@@ -99,7 +100,7 @@ def open_service(options: ServiceSettings) -> tuple[Store, Service, Metrics]:
         ServiceConfig(
             state_dir=state.resolve(),
             jobs=options.jobs,
-            verify_args=options.verify_args,
+            verify_settings=options.verify_settings,
             digest_settings=options.digest_settings,
             base_image=options.base_image,
             allow_repo_roots=options.allow_repo_roots,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.base.children import process_is
+from runner.model.settings import SharedSettings
 from runner.sidecar.answers import Answers, Listener
 from runner.sidecar.digests import PayloadDigests
 from runner.sidecar.engineops import EngineOps
@@ -50,7 +51,8 @@ SOURCE_MAILBOX = "mailbox"
 class ServiceConfig:
     state_dir: Path
     jobs: int = 1
-    verify_args: tuple[str, ...] = ()  # the sidecar's own verify options, passed to each run
+    # The sidecar's own verify settings, handed to each run.
+    verify_settings: SharedSettings = field(default_factory=SharedSettings)
     digest_settings: dict[str, Any] = field(default_factory=dict)
     base_image: str | None = None  # its image id joins the digest
     allow_repo_roots: tuple[Path, ...] = ()
@@ -107,7 +109,7 @@ class Service:
             launcher=self.launcher,
             engine=self.engine,
             policy=self.policy,
-            verify_args=config.verify_args,
+            verify_settings=config.verify_settings,
             stopping=lambda: self.stopping,
             started=self._started,
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runner.base.safeio import write_atomic
 from runner.model.layout import REPORT_FILE
-from runner.model.settings import child_environment
+from runner.model.settings import SharedSettings, child_environment
 from runner.model.stages import STAGE_NAMES
 from runner.run.events import LoggedEvent, read_events
 from runner.sidecar.answers import Answers
@@ -39,7 +39,7 @@ class Verification:
         launcher: Launcher,
         engine: EngineOps,
         policy: RepositoryPolicy,
-        verify_args: Sequence[str],
+        verify_settings: SharedSettings,
         stopping: Callable[[], bool],
         started: Callable[[str, Child], None],
     ) -> None:
@@ -48,7 +48,7 @@ class Verification:
         self.launcher = launcher
         self.engine = engine
         self.policy = policy
-        self.verify_args = tuple(verify_args)
+        self.verify_settings = verify_settings
         self.stopping = stopping
         self.started = started  # told the child of a job as soon as it runs (its cancel button)
 
@@ -78,14 +78,13 @@ class Verification:
         """The verification of a job: its archive's task, the sidecar's options, and the few
         a request may set itself."""
         request = job.request
-        options = list(self.verify_args)
-        repo = self.policy.repository(request)
-        if repo is not None:
-            options += ["--repo", repo]
-        if request.options.pids_limit is not None:
-            options += ["--pids-limit", str(request.options.pids_limit)]
-        if request.options.max_log_bytes is not None:
-            options += ["--max-log-size", str(request.options.max_log_bytes)]
+        own = {
+            "pids_limit": request.options.pids_limit,
+            "max_log_size": request.options.max_log_bytes,
+        }
+        settings = self.verify_settings.model_copy(
+            update={name: value for name, value in own.items() if value is not None}
+        )
         return VerifyJob(
             target=archive / "task",
             run_dir=archive / "run",
@@ -93,7 +92,8 @@ class Verification:
             events=archive / "events.jsonl",
             report=archive / REPORT_FILE,
             stderr=archive / "verify.stderr.log",
-            options=tuple(options),
+            repo=self.policy.repository(request),
+            settings=settings,
             env=child_environment(),
         )
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from runner.model.layout import RunLayout
 from runner.model.report import Report
+from runner.model.settings import SharedSettings
 
 # The exit codes verify gives (accepted, rejected, invalid, infrastructure); anything else
 # (a signal, a crash before the CLI's own handling) means it did not end on its own terms.
@@ -32,7 +33,8 @@ class VerifyJob:
     stderr: Path
     stdout: Path | None = None  # the --json report on stdout, or nowhere
     report: Path | None = None  # --report: a copy of report.json for the supervisor
-    options: tuple[str, ...] = ()  # the supervisor's verify options (VerifySettings' argv)
+    repo: str | None = None  # --repo: where the task's base commit is (None: its own)
+    settings: SharedSettings | None = None  # the supervisor's checked settings (None: defaults)
     env: Mapping[str, str] = field(default_factory=dict)
 
     def argv(self) -> list[str]:
@@ -48,7 +50,11 @@ class VerifyJob:
         ]
         if self.report is not None:
             args += ["--report", str(self.report)]
-        return [*args, "--json", "-q", *self.options]
+        if self.repo is not None:
+            args += ["--repo", self.repo]
+        if self.settings is not None:
+            args += ["--settings-json", self.settings.model_dump_json()]
+        return [*args, "--json", "-q"]
 
 
 @dataclass(frozen=True, kw_only=True)

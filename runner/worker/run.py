@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from runner.model.settings import SharedSettings
 from runner.sidecar.run import open_service
 from runner.worker.activities import VerifyActivities
 from runner.worker.client import connect
@@ -36,7 +37,7 @@ class WorkerOptions:
     jobs: int
     state_dir: Path
     grace_seconds: float
-    verify_args: tuple[str, ...]
+    verify_settings: SharedSettings
     tls: Any = None  # temporalio.service.TLSConfig, or None for plain TCP
     metrics_address: tuple[str, int] | None = None
     allow_repo_roots: tuple[Path, ...] = ()

@@ -8,10 +8,15 @@ import pytest
 
 from runner import judge as gates
 from runner.judge import (
+    Judgement,
+    RunJudgement,
+    StageView,
     TrialEvidence,
     decide_verdict,
     evaluate_gate,
+    interrupt_marks,
     judge_build,
+    judge_report,
     judge_smoke,
     judge_trial,
     limits_data,
@@ -19,6 +24,7 @@ from runner.judge import (
 )
 from runner.model.report import LimitsData, Status, Verdict
 from runner.model.reward import Reward, VerifierDetails
+from runner.model.stages import Gate, GateId, Skip
 from runner.plan.runtime import BuildOutcome, ExecOutcome, LimitStats
 
 NOP_OK = Reward(
@@ -127,11 +133,11 @@ def details(**changes: int) -> VerifierDetails:
 def test_gate_criteria(
     gate: str, got: Reward, extra: dict[str, int], ok: bool, detail: str
 ) -> None:
-    assert evaluate_gate(gate, got, details(**extra)) == (ok, detail)
+    assert evaluate_gate(Gate(gate), got, details(**extra)) == (ok, detail)
 
 
 def test_gate_without_details_says_no_exit_code() -> None:
-    assert evaluate_gate("oracle", reward(ORACLE_OK, fail_to_pass=0)) == (
+    assert evaluate_gate(Gate.ORACLE, reward(ORACLE_OK, fail_to_pass=0)) == (
         False,
         "fail-to-pass tests still fail with the gold patch",
     )
@@ -139,7 +145,7 @@ def test_gate_without_details_says_no_exit_code() -> None:
 
 def evidence(**changes: Any) -> TrialEvidence:
     base: dict[str, Any] = {
-        "gate": "oracle",
+        "gate": GateId(Gate.ORACLE),
         "solve": ExecOutcome(exit_code=0, seconds=1.0),
         "collect": ExecOutcome(exit_code=0, seconds=0.1),
         "test": ExecOutcome(exit_code=0, seconds=2.0),
@@ -432,7 +438,7 @@ def test_a_red_gate_quotes_the_failing_commands_last_line() -> None:
     }
     nop = judge_trial(
         evidence(
-            gate="nop",
+            gate=GateId(Gate.NOP),
             reward=reward(NOP_OK, pass_to_pass=0),
             details=details(pass_to_pass_exit_code=2),
             last_lines=lines,
@@ -561,16 +567,16 @@ def test_selectors_run_alone_decide_with_the_trial() -> None:
     passed = gates.Judgement(Status.PASSED, "fail-to-pass fails, pass-to-pass passes")
     failed = gates.Judgement(Status.FAILED, "pass-to-pass failed")
     nop = gates.judge_selectors(
-        passed, gate="nop", passing_alone=["t::a"], breaking_alone=[], undone=""
+        passed, gate=Gate.NOP, passing_alone=["t::a"], breaking_alone=[], undone=""
     )
     assert nop.status is Status.FAILED and nop.detail.endswith("when run alone: t::a")
     oracle = gates.judge_selectors(
-        passed, gate="oracle", passing_alone=["t::a"], breaking_alone=[], undone="x.py"
+        passed, gate=Gate.ORACLE, passing_alone=["t::a"], breaking_alone=[], undone="x.py"
     )
     assert oracle == passed
     named = gates.judge_selectors(
         failed,
-        gate="oracle",
+        gate=Gate.ORACLE,
         passing_alone=[],
         breaking_alone=[f"t::{i}" for i in range(7)],
         undone="conftest.py (runner config)",
@@ -623,7 +629,7 @@ def test_selectors_run_alone_decide_with_the_trial() -> None:
 def test_a_rule_that_fired_is_named_as_a_rule(
     gate: str, got: Reward, extra: dict[str, int], problems: dict[str, str], detail: str
 ) -> None:
-    assert evaluate_gate(gate, got, details(**extra), problems) == (False, detail)
+    assert evaluate_gate(Gate(gate), got, details(**extra), problems) == (False, detail)
 
 
 def test_a_selector_that_selected_nothing_fails_the_gate_naming_it() -> None:
@@ -634,18 +640,18 @@ def test_a_selector_that_selected_nothing_fails_the_gate_naming_it() -> None:
         "directory: tests/test_truncat.py)"
     )
     judged = gates.judge_selectors(
-        passed, gate="nop", passing_alone=[], breaking_alone=[], undone="", unmatched=[sentence]
+        passed, gate=Gate.NOP, passing_alone=[], breaking_alone=[], undone="", unmatched=[sentence]
     )
     assert judged == gates.Judgement(Status.FAILED, sentence)
     many = [f"fail-to-pass selector s{i} matched no test (x)" for i in range(5)]
     judged = gates.judge_selectors(
-        passed, gate="oracle", passing_alone=[], breaking_alone=[], undone="", unmatched=many
+        passed, gate=Gate.ORACLE, passing_alone=[], breaking_alone=[], undone="", unmatched=many
     )
     assert judged.detail.endswith("; and 2 more") and judged.status is Status.FAILED
     errored = gates.Judgement(Status.ERROR, "the verifier did not run")
     assert (
         gates.judge_selectors(
-            errored, gate="nop", passing_alone=[], breaking_alone=[], undone="", unmatched=many
+            errored, gate=Gate.NOP, passing_alone=[], breaking_alone=[], undone="", unmatched=many
         )
         == errored
     )
@@ -759,3 +765,53 @@ def test_the_run_s_own_words_are_judged_too() -> None:
     assert stage == "oracle" and judgement.status is Status.ERROR
     assert judgement.detail == "internal error: KeyError; the traceback is in r.log"
     assert judge_internal_error([], "internal error: X", "r.log")[0] == "compile"
+
+
+def _views(**changes: tuple[Status, str, Skip | None]) -> dict[str, StageView]:
+    views = {name: StageView(Status.PASSED, "ok", None) for name in ALL_PASSED}
+    for name, (status, detail, skip) in changes.items():
+        views[name] = StageView(status, detail, skip)
+    return views
+
+
+def test_an_interrupt_errors_what_ran_and_skips_what_never_ran() -> None:
+    skips = {"build": None, "nop": Skip.NOT_RUN, "oracle": Skip.NOT_RUN, "hack": Skip.SETTLED}
+    marks = interrupt_marks(skips, running={"oracle"}, signal_name="SIGINT")
+    assert marks == {
+        "nop": Skip.INTERRUPTED,
+        "oracle": Judgement(
+            Status.ERROR, "interrupted (SIGINT); the run's containers were removed"
+        ),
+    }
+
+
+def _judged(
+    views: dict[str, StageView], *, interrupted: str | None = None, internal: str | None = None
+) -> RunJudgement:
+    return judge_report(
+        views, invalid=False, interrupted=interrupted, internal=internal, log="r.log"
+    )
+
+
+def test_the_run_s_judgement_marks_its_stages_and_decides_once() -> None:
+    """judge_report: the one place a run's verdict is decided, with the marks the report copies
+    (an internal error on the first stage never run, the interrupt on the others)."""
+    not_run = (Status.SKIPPED, "not run", Skip.NOT_RUN)
+    clean = _judged(_views())
+    assert (clean.verdict, clean.reason, dict(clean.marks)) == (Verdict.ACCEPTED, "", {})
+
+    crashed = _judged(
+        _views(oracle=not_run, determinism=not_run, hack=not_run), internal="internal error: K"
+    )
+    assert crashed.verdict is Verdict.INFRASTRUCTURE_FAILED
+    assert crashed.reason == "oracle: internal error: K; the traceback is in r.log"
+    assert list(crashed.marks) == ["oracle"]
+
+    stopped = _judged(_views(oracle=not_run, hack=not_run), interrupted="SIGTERM", internal="X")
+    assert stopped.marks["hack"] is Skip.INTERRUPTED and "traceback" in str(stopped.marks["oracle"])
+    assert stopped.reason == "interrupted (SIGTERM); the run's containers were removed"
+
+    optional = (Status.SKIPPED, Skip.HACK_DISABLED.value, Skip.HACK_DISABLED)
+    assert _judged(_views(hack=optional)).verdict is Verdict.ACCEPTED
+    settled = (Status.SKIPPED, "skipped: verdict settled by nop", Skip.SETTLED)
+    assert _judged(_views(hack=settled)).verdict is Verdict.INFRASTRUCTURE_FAILED

@@ -12,8 +12,8 @@ from runner.base.safeio import write_atomic
 from runner.cli.output import Output, step_summary, summary_lines
 from runner.model.report import Report, Status, Verdict, load_report, report_schema, write_report
 from runner.model.settings import VerifySettings
+from runner.model.stages import Skip
 from runner.run.reporting import RunRecord, build_report
-from runner.run.skips import Skip
 from runner.run.state import Execution, StageResult
 
 
