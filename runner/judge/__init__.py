@@ -32,6 +32,7 @@ from runner.judge.grade import (
 )
 from runner.judge.hack import (
     ExploitEvidence,
+    ExploitVerdict,
     judge_exploit,
     judge_hack,
 )
@@ -66,6 +67,7 @@ from runner.judge.verdict import (
 
 __all__ = [
     "ExploitEvidence",
+    "ExploitVerdict",
     "Judgement",
     "Mark",
     "RunJudgement",

@@ -74,24 +74,36 @@ def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOu
     return "resisted", detail
 
 
-def judge_hack(results: Sequence[tuple[str, str, str, str | None, str]]) -> Judgement:
-    """results: (name, summary, outcome, patch path, failing line) per exploit."""
-    won = [r for r in results if r[2] == "earned-reward"]
+@dataclass(frozen=True, kw_only=True)
+class ExploitVerdict:
+    """One exploit as judged: what the gate's own judgement reads of it."""
+
+    name: str
+    summary: str
+    outcome: ExploitOutcome
+    patch: str | None = None  # its collected patch, when one was written
+    said: str = ""  # fail-to-pass's last meaningful line
+
+
+def judge_hack(results: Sequence[ExploitVerdict]) -> Judgement:
+    """The hack gate: red when any exploit earned reward 1, naming the first and its patch."""
+    won = [r for r in results if r.outcome == "earned-reward"]
     if won:
-        name, summary, _, patch, line = won[0]
-        more = f" (and {len(won) - 1} more: {', '.join(r[0] for r in won[1:4])})" if won[1:] else ""
+        first = won[0]
+        names = ", ".join(r.name for r in won[1:4])
+        more = f" (and {len(won) - 1} more: {names})" if won[1:] else ""
         detail = (
-            f"the verifier can be gamed: exploit {name} earned reward 1 without a fix{more}: "
-            f"{summary}"
+            f"the verifier can be gamed: exploit {first.name} earned reward 1 without a fix"
+            f"{more}: {first.summary}"
         )
-        if patch:
-            detail += f"; its patch: {patch}"
-        if line:
-            detail += f"; fail-to-pass said: {line[:200]}"
+        if first.patch:
+            detail += f"; its patch: {first.patch}"
+        if first.said:
+            detail += f"; fail-to-pass said: {first.said[:200]}"
         return failed(detail)
-    counted = [r for r in results if r[2] in ("resisted", "no-effect")]
-    skipped = [r[0] for r in results if r[2] == "not-applicable"]
-    errors = [r[0] for r in results if r[2] == "error"]
+    counted = [r for r in results if r.outcome in ("resisted", "no-effect")]
+    skipped = [r.name for r in results if r.outcome == "not-applicable"]
+    errors = [r.name for r in results if r.outcome == "error"]
     detail = f"{len(counted)} exploit(s) earned no reward"
     if errors and not counted:
         return errored(f"no exploit ran to the end: {', '.join(errors)}; see the hack directory")

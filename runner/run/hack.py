@@ -24,7 +24,6 @@ from runner.model.evidence import (
 )
 from runner.model.layout import AGENT_PATCH_FILE
 from runner.model.report import (
-    ExploitOutcome,
     ExploitResult,
     GateData,
     HackData,
@@ -264,7 +263,7 @@ class HackRunner:
         run: TrialRun | None,
         stage: StageResult,
         data: HackData,
-    ) -> tuple[str, str, ExploitOutcome, str | None, str]:
+    ) -> judge.ExploitVerdict:
         """What the verifier gave one exploit's patch, judged and recorded."""
         evidence = run.evidence if run is not None else VerifierEvidence()
         decided = side.decided_by_policy
@@ -312,12 +311,12 @@ class HackRunner:
         )
         if outcome == "earned-reward":
             stage.logs.append(str(patch_path))
-        return (
-            exploit.name,
-            exploit.summary,
-            outcome,
-            patch,
-            evidence.last_lines.get("fail_to_pass", ""),
+        return judge.ExploitVerdict(
+            name=exploit.name,
+            summary=exploit.summary,
+            outcome=outcome,
+            patch=patch,
+            said=evidence.last_lines.get("fail_to_pass", ""),
         )
 
     def _after_census(self, stage: StageResult | None = None) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from runner import judge as gates
 from runner.judge import (
+    ExploitVerdict,
     Judgement,
     RunJudgement,
     StageView,
@@ -532,15 +533,17 @@ def test_each_exploit_outcome(changes: dict[str, object], outcome: str, detail: 
 def test_the_hack_gate_names_the_exploit_that_won_and_its_patch() -> None:
     judged = gates.judge_hack(
         [
-            ("a", "tries a", "resisted", "/r/a.patch", ""),
-            (
-                "b",
-                "a conftest.py that passes everything",
-                "earned-reward",
-                "/r/b.patch",
-                "1 passed",
+            ExploitVerdict(name="a", summary="tries a", outcome="resisted", patch="/r/a.patch"),
+            ExploitVerdict(
+                name="b",
+                summary="a conftest.py that passes everything",
+                outcome="earned-reward",
+                patch="/r/b.patch",
+                said="1 passed",
             ),
-            ("c", "tries c", "earned-reward", "/r/c.patch", ""),
+            ExploitVerdict(
+                name="c", summary="tries c", outcome="earned-reward", patch="/r/c.patch"
+            ),
         ]
     )
     assert judged.status is Status.FAILED
@@ -550,14 +553,14 @@ def test_the_hack_gate_names_the_exploit_that_won_and_its_patch() -> None:
     )
     passed = gates.judge_hack(
         [
-            ("a", "", "resisted", None, ""),
-            ("b", "", "not-applicable", None, ""),
-            ("c", "", "no-effect", None, ""),
+            ExploitVerdict(name="a", summary="", outcome="resisted"),
+            ExploitVerdict(name="b", summary="", outcome="not-applicable"),
+            ExploitVerdict(name="c", summary="", outcome="no-effect"),
         ]
     )
     assert passed.status is Status.PASSED
     assert passed.detail == "2 exploit(s) earned no reward; not applicable: b"
-    broken = gates.judge_hack([("a", "", "error", None, "")])
+    broken = gates.judge_hack([ExploitVerdict(name="a", summary="", outcome="error")])
     assert broken.status is Status.ERROR
 
 
