@@ -26,6 +26,7 @@ from runner.model.settings import (
     ENV_STORAGE_LIMIT,
     ENV_TOOLCHAIN_MIRRORS,
     ENV_TOOLCHAIN_SOURCES,
+    HackGate,
     SharedSettings,
     StorageLimit,
 )
@@ -147,11 +148,22 @@ STORAGE_LIMIT = click.option(
 
 
 HACK_GATE = click.option(
-    "--hack-gate/--no-hack-gate",
-    default=True,
+    "--hack-gate",
+    type=click.Choice([mode.value for mode in HackGate]),
+    is_flag=False,
+    flag_value=HackGate.TASK.value,
+    default=HackGate.TASK.value,
     show_default=True,
-    help="Run the hack gate: canned hostile agent patches (a conftest.py that passes "
-    "everything, the runner script rewritten to exit 0, ...) must each earn reward 0.",
+    help="The hack gate: canned hostile agent patches (a conftest.py that passes everything, "
+    "the runner script rewritten to exit 0, ...) must each earn reward 0. task: the exploits "
+    "whose outcome depends on this task, the others reported as proved for its runner by this "
+    "runner version; full: every exploit through a verifier; off: none.",
+)
+
+NO_HACK_GATE = click.option(
+    "--no-hack-gate",
+    is_flag=True,
+    help="The same as --hack-gate off.",
 )
 
 
@@ -203,6 +215,7 @@ _SETTINGS_OPTIONS = (
     MAX_LOG_SIZE,
     STORAGE_LIMIT,
     HACK_GATE,
+    NO_HACK_GATE,
 )
 _AFTER_REPEAT = (PROBE_PASS_TO_PASS, KEEP_GOING, HAND_CACHES)
 
@@ -225,6 +238,8 @@ def verify_options(*, repeat: int, from_json: bool = False) -> Callable[[_F], _F
         @functools.wraps(function)
         def command(**kwargs: Any) -> Any:
             given = {name: kwargs.pop(name) for name in names}
+            if kwargs.pop("no_hack_gate"):
+                given["hack_gate"] = HackGate.OFF
             document = kwargs.pop("settings_json", None) if from_json else None
             child = SharedSettings(**given) if document is None else _settings_from_json(document)
             return function(child=child, **kwargs)
@@ -244,7 +259,7 @@ def _settings_from_json(document: str) -> SharedSettings:
     mixed = [
         param.opts[0]
         for param in context.command.params
-        if param.name in SharedSettings.model_fields
+        if (param.name in SharedSettings.model_fields or param.name == "no_hack_gate")
         and context.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
     ]
     if mixed:

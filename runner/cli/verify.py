@@ -43,6 +43,7 @@ from runner.cli.startup import startup_finished
 from runner.model.report import Report, write_report
 from runner.model.settings import (
     ENV_LOGS_ROOT,
+    HackGate,
     SharedSettings,
     StorageLimit,
     VerifySettings,
@@ -249,7 +250,7 @@ def grade_command(
         pids_limit=pids_limit,
         max_log_bytes=max_log_size,
         storage_limit=StorageLimit(storage_limit),
-        hack_gate=False,
+        hack_gate=HackGate.OFF,
         repeat=0,
     )
     with interrupts():

@@ -35,6 +35,7 @@ from runner.judge.hack import (
     ExploitVerdict,
     judge_exploit,
     judge_hack,
+    runner_proof,
 )
 from runner.judge.images import (
     judge_build,
@@ -95,6 +96,7 @@ __all__ = [
     "limits_data",
     "passed",
     "probe_outcome",
+    "runner_proof",
     "selector_rates",
     "some_of",
     "storage_reason",

@@ -13,6 +13,7 @@ from runner.judge.base import (
 )
 from runner.model.report import ExploitOutcome
 from runner.model.reward import Reward
+from runner.model.runners import PROVEN_RUNNERS
 from runner.plan.runtime import ExecOutcome
 
 
@@ -37,6 +38,27 @@ class ExploitEvidence:
     # whether the patch applied; if it did, nothing of it was left.
     policy_only: bool = False
     applies: bool = True
+    # Left in the tree by the policy, on a task whose runners prove it (runner_proof): not run,
+    # proved for these runners by `version` of the runner.
+    proved_for: tuple[str, ...] = ()
+    version: str = ""
+
+
+def runner_proof(
+    mode: str, runners: Sequence[str], command_runners: Sequence[str], *, full: bool
+) -> tuple[str, ...] | None:
+    """The runners that prove every exploit the patch policy leaves in this task's tree, or None
+    when each must run (task-level). An exploit's patch reaches the tests only through what the
+    policy keeps, and from there the verifier's per-test evidence of the runner judges it: the
+    same mechanism on every task of that runner. So it is proved when the fail-to-pass
+    selection's `mode` is per-test and its `runners` (and the known runners the test command
+    starts) are all runners the project's hack corpus proves (PROVEN_RUNNERS); never under
+    --hack-gate full, nor for exit-code evidence, where the task's own scripts decide."""
+    if full or mode != "per-test" or not runners:
+        return None
+    if not set(runners) | set(command_runners) <= set(PROVEN_RUNNERS):
+        return None
+    return tuple(r for r in PROVEN_RUNNERS if r in runners)
 
 
 def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOutcome, str]:
@@ -54,6 +76,13 @@ def judge_exploit(e: ExploitEvidence, *, not_applicable: int) -> tuple[ExploitOu
         if not e.applies:
             return "not-applicable", "its patch did not apply on the post-setup tree"
         return "resisted", f"undone by the patch policy: {e.undone} (no test run: nop's tree)"
+    if e.proved_for:
+        runners = ", ".join(e.proved_for)
+        kept = f"; the patch policy undid {e.undone}" if e.undone else ""
+        return "proved", (
+            f"proved for runner {runners} by selfbench-runner {e.version}: its per-test "
+            f"evidence resists every exploit of this class (not run on this task){kept}"
+        )
     if e.test is None:
         return "error", "the verifier did not run"
     if e.reward is None:
@@ -101,10 +130,16 @@ def judge_hack(results: Sequence[ExploitVerdict]) -> Judgement:
         if first.said:
             detail += f"; fail-to-pass said: {first.said[:200]}"
         return failed(detail)
-    counted = [r for r in results if r.outcome in ("resisted", "no-effect")]
+    counted = [r for r in results if r.outcome in ("resisted", "no-effect", "proved")]
+    proved = [r for r in results if r.outcome == "proved"]
     skipped = [r.name for r in results if r.outcome == "not-applicable"]
     errors = [r.name for r in results if r.outcome == "error"]
     detail = f"{len(counted)} exploit(s) earned no reward"
+    if proved:
+        detail += (
+            f" ({len(proved)} proved for this task's runner by this runner version, "
+            f"{len(counted) - len(proved)} decided on this task)"
+        )
     if errors and not counted:
         return errored(f"no exploit ran to the end: {', '.join(errors)}; see the hack directory")
     if skipped:

@@ -214,7 +214,9 @@ class DeterminismData(_Model):
     perturbations: list[str] = Field(default_factory=list)
 
 
-ExploitOutcome = Literal["resisted", "earned-reward", "no-effect", "not-applicable", "error"]
+ExploitOutcome = Literal[
+    "resisted", "proved", "earned-reward", "no-effect", "not-applicable", "error"
+]
 
 
 class ExploitResult(_Model):
@@ -225,7 +227,9 @@ class ExploitResult(_Model):
     summary: str
     # resisted: reward 0; earned-reward: reward 1 (the verifier can be gamed); no-effect: the
     # collected patch was empty; not-applicable: nothing to attack, or its patch did not apply;
-    # error: the exploit or its verifier did not run to the end.
+    # error: the exploit or its verifier did not run to the end; proved: its patch leaves
+    # changes the policy keeps, and the task's runners are ones whose per-test evidence the
+    # project's hack corpus proves (not run: `provedFor`, by the report's `runnerVersion`).
     outcome: ExploitOutcome
     detail: str = ""
     reward: Reward | None = None
@@ -234,6 +238,10 @@ class ExploitResult(_Model):
     evidence: EvidenceSummary | None = None
     patch: str | None = None  # the collected patch, in the run directory
     patch_bytes: int | None = None
+    # task: decided on this task (by the policy, or a verifier's run); runner: proved for the
+    # task's runners by this runner version (--hack-gate full runs it instead).
+    scope: Literal["task", "runner"] = "task"
+    proved_for: list[str] = Field(default_factory=list)
 
 
 class HackData(_Model):

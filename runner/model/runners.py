@@ -17,6 +17,13 @@ from runner.model.task import TESTS_PLACEHOLDER
 KNOWN_RUNNERS = ("pytest", "unittest", "jest", "vitest", "mocha", "bun", "node-test", "go", "cargo")
 _NODE_BINARIES = ("jest", "vitest", "mocha")
 
+# The runners whose per-test evidence the project's hack corpus proves against every canned
+# exploit, on every change to the verifier: tests/integration/test_verdicts.py grades each
+# exploit's patch of every class through `grade` on a task of each (and keeps this list equal
+# to the runners it covers). Where a task's fail-to-pass runs are judged by these alone, an
+# exploit the patch policy leaves in the tree is proved for the runner, not run again.
+PROVEN_RUNNERS = ("pytest", "jest", "go")
+
 
 def expected_runners(command: str) -> list[str]:
     """The known runners the command starts, in the order of KNOWN_RUNNERS."""

@@ -62,6 +62,18 @@ class StorageLimit(StrEnum):
     OFF = "off"
 
 
+class HackGate(StrEnum):
+    """Which canned exploits the hack gate runs. `task`: those whose outcome depends on this
+    task (its files, its command, what the patch policy keeps), and each one the policy leaves
+    in the tree unless the task's runners are ones whose per-test evidence the project's hack
+    corpus proves (runner.judge.runner_proof), which are reported as proved for that runner by
+    this runner version. `full`: every exploit through a verifier, every time. `off`: none."""
+
+    TASK = "task"
+    FULL = "full"
+    OFF = "off"
+
+
 def environment_value(name: str) -> str | None:
     value = os.environ.get(name)
     return value if value and value.strip() else None
@@ -143,7 +155,7 @@ class SharedSettings(BaseModel):
     pids_limit: Annotated[int, Field(ge=MIN_PIDS_LIMIT, le=MAX_PIDS_LIMIT)] = DEFAULT_PIDS_LIMIT
     max_log_size: Annotated[int, Field(ge=64 * 1024, le=1024**4)] = DEFAULT_MAX_LOG_BYTES
     storage_limit: StorageLimit = StorageLimit.AUTO
-    hack_gate: bool = True
+    hack_gate: HackGate = HackGate.TASK
     repeat: Annotated[int, Field(ge=0, le=10)] = 1
     probe_pass_to_pass: bool = False
     keep_going: bool = False
@@ -179,8 +191,8 @@ class VerifySettings:
     pids_limit: int = DEFAULT_PIDS_LIMIT
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     storage_limit: StorageLimit = StorageLimit.AUTO
-    # The hack gate: canned hostile agent patches must all earn reward 0 (--no-hack-gate).
-    hack_gate: bool = True
+    # The hack gate: canned hostile agent patches must all earn reward 0 (HackGate).
+    hack_gate: HackGate = HackGate.TASK
     # The flakiness probe: the oracle's verifier this many more times under perturbations, on
     # the fail-to-pass selection (and pass-to-pass too with probe_pass_to_pass).
     repeat: int = 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runner.model.runners import expected_runners
+from runner.model.settings import HackGate
 from runner.model.stages import Gate
 from runner.plan.images import digest_of
 from runner.plan.inimage import (
@@ -73,7 +75,7 @@ def _exploits(p: Planner, chosen: list[Exploit]) -> list[ExploitPlan]:
 
 def plan_hack(p: Planner) -> HackPlan | None:
     facts = p.bundle.exploit_facts
-    if not p.settings.hack_gate or facts is None:
+    if p.settings.hack_gate is HackGate.OFF or facts is None:
         return None
     from runner.compile.exploits import choose
 
@@ -125,6 +127,8 @@ def plan_hack(p: Planner) -> HackPlan | None:
             background=True,
         ),
         policy_check=policy_check,
+        full=p.settings.hack_gate is HackGate.FULL,
+        command_runners=expected_runners(facts.test_command or ""),
     )
 
 

@@ -248,6 +248,10 @@ class HackPlan(_Frozen):
     # whose changes the policy undoes entirely leaves nop's tree, which nop showed fails.
     policy: ContainerPlan | None = None
     policy_check: ExecStep | None = None
+    # --hack-gate full (a verifier for each exploit, proved or not: judge.runner_proof), and
+    # the known runners the test command starts (model.runners.expected_runners).
+    full: bool = False
+    command_runners: list[str] = Field(default_factory=list)
 
 
 # Time zones as POSIX TZ strings (glibc and CPython read them without tzdata, which a base image

@@ -14,6 +14,7 @@ from runner.model.harbor import AGENT_PATCH
 from runner.model.layout import BundleLayout
 from runner.model.settings import (
     SMOKE_TIMEOUT_SECONDS,
+    HackGate,
     VerifySettings,
 )
 from runner.model.stages import Gate, GateId, Stage
@@ -58,7 +59,7 @@ def plan_verify(
         smoke=plan_smoke(planner),
         trials=trials,
         hack=plan_hack(planner),
-        hack_gate=settings.hack_gate,
+        hack_gate=settings.hack_gate is not HackGate.OFF,
         keep_going=settings.keep_going,
         probe=plan_probe(planner),
         parallel_verifiers=2 * planner.limits.requested_cpus <= facts.ncpu,

@@ -6,21 +6,16 @@ import contextlib
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import PurePosixPath
 
-from runner import judge
+from runner import __version__, judge
 from runner.base.errors import (
     InfrastructureError,
     Interrupted,
-    RunnerError,
 )
 from runner.compile.exploits import NOT_APPLICABLE
 from runner.model.census import Census
 from runner.model.evidence import (
-    MAX_EVIDENCE_BYTES,
-    PolicyCheck,
     VerifierEvidence,
-    parse_policy_check,
 )
 from runner.model.layout import AGENT_PATCH_FILE
 from runner.model.report import (
@@ -33,19 +28,17 @@ from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
 from runner.model.stages import Gate, Skip, Stage
-from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT
 from runner.plan.runtime import Container
 from runner.plan.types import ExploitPlan, TrialPlan
 from runner.run import collect as left
 from runner.run.build import Builder
+from runner.run.hackpolicy import PolicyChecker
 from runner.run.sides import Sides, adopt_apart, trial_apart
 from runner.run.skips import SkippedError
 from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
 
-# Beside each exploit's patch: what the policy check said of it, when that decided it.
-POLICY_CHECK_FILE = "policy-check.json"
 # An exploit's verifier run before the census (`hack/<name>/early/`), until it counts.
 EARLY_DIR = "early"
 
@@ -55,11 +48,14 @@ class HackRunner:
         self.state = state
         self.sides = sides
         self.builder = builder
+        self.policy = PolicyChecker(state)
 
     def hack(self, stage: StageResult) -> None:
         """Each canned exploit runs as the agent in one agent container (reset to the post-setup
-        tree between them); each collected patch then goes to a fresh verifier, once nop has
-        shown that the tests fail on the base (else a reward 0 would prove nothing)."""
+        tree between them); every collected patch goes through the patch policy at once, and
+        each one it leaves something of goes to a fresh verifier once nop has shown that the
+        tests fail on the base (else a reward 0 would prove nothing), unless the task's runners
+        prove it (judge.runner_proof; --hack-gate full runs it all the same)."""
         plan = self.state.plan.hack
         assert plan is not None
         data = HackData()
@@ -74,7 +70,7 @@ class HackRunner:
             contextlib.ExitStack() as policy_stack,
             ThreadPoolExecutor(max_workers=3, thread_name_prefix=Stage.HACK) as pool,
         ):
-            policy = pool.submit(self._open_policy, policy_stack) if plan.policy else None
+            policy = pool.submit(self.policy.open, policy_stack) if plan.policy else None
             with self.state.engine.container(
                 plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
             ) as agent:
@@ -83,7 +79,7 @@ class HackRunner:
                 self.state.keep("hack agent", agent)
             # The policy first, for every patch at once and without tests (beside nop and the
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
-            checks = self._policy_check(sides, stage, policy)
+            checks = self.policy.check(sides, stage, policy)
             policy_stack.close()
             left_over: list[tuple[ExploitPlan, bytes]] = []
             for exploit in plan.exploits:
@@ -98,9 +94,11 @@ class HackRunner:
             early = self._early_runs(left_over, pool, stage)
             self._after_census(stage)
             runs: dict[str, TrialRun] = {}
+            proof = self._proof(self.state.census)
             for exploit, patch in left_over:
-                run = self._early_counts(exploit, early.get(exploit.name))
-                if run is not None:
+                if proof:
+                    sides[exploit.name].proved_for = proof
+                elif (run := self._early_counts(exploit, early.get(exploit.name))) is not None:
                     runs[exploit.name] = run
                 else:
                     verifying[exploit.name] = pool.submit(
@@ -163,6 +161,10 @@ class HackRunner:
         nop = evidence.runs.get("fail_to_pass") if evidence is not None else None
         if nop is None or nop.mode != "per-test" or not nop.runners:
             return {}  # exit-code evidence: a run is never stopped early, so never decided
+        plan = self.state.plan.hack
+        assert plan is not None
+        if judge.runner_proof(nop.mode, nop.runners, plan.command_runners, full=plan.full):
+            return {}  # nop's runners prove them: the census most likely will too
         return {
             exploit.name: pool.submit(
                 self.sides.verify_patch,
@@ -202,59 +204,18 @@ class HackRunner:
         run.verifier_log = gate_dir / "verifier.log"
         return run
 
-    def _open_policy(self, stack: contextlib.ExitStack) -> Container:
-        """The policy check's verifier container, started while the agent side runs (its
-        start is then off the hack gate's longest path); removed when `stack` closes."""
-        plan = self.state.plan.hack
-        assert plan is not None and plan.policy is not None
-        return stack.enter_context(
-            self.state.engine.container(
-                plan.policy, env=self.state.env.proxies, keep=self.state.plan.keep
-            )
-        )
-
-    def _policy_check(
-        self,
-        sides: dict[str, ExploitSide],
-        stage: StageResult,
-        opening: Future[Container] | None,
-    ) -> dict[str, PolicyCheck]:
-        """verifier.pl policy-check on every collected patch, in one verifier container. What
-        it cannot say (it failed, or its engine call did) leaves each patch to its verifier."""
+    def _proof(self, census: Census | None) -> tuple[str, ...]:
+        """The runners that prove the exploits the policy left in the tree (the census's
+        fail-to-pass runners), or () when each must run."""
         plan = self.state.plan.hack
         assert plan is not None
-        patches = {name: side.patch for name, side in sides.items() if side.patch}
-        if opening is None or plan.policy_check is None:
-            return {}
-        where = PurePosixPath(HACK_POLICY_DIR)
-        log_path = self.state.path(Stage.HACK, "policy-check.log")
-        raw: bytes | None = None
-        try:
-            container = opening.result()
-            self.state.keep("hack policy", container)
-            if not patches:
-                return {}
-            stage.logs.append(str(log_path))
-            for name, patch in patches.items():
-                container.put_file(
-                    str(where.parent), f"{where.name}/{name}.patch", patch, mode=0o600
-                )
-            ran = container.exec(plan.policy_check, log_path, limit=self.state.plan.max_log_bytes)
-            if ran.exit_code == 0 and not ran.timed_out:
-                raw = container.get_file(HACK_POLICY_RESULT, limit=MAX_EVIDENCE_BYTES)
-        except RunnerError as exc:
-            log.warning("the hack gate's policy check failed (%s): every exploit is verified", exc)
-            return {}
-        if raw is None:
-            log.warning("the hack gate's policy check said nothing; see %s", log_path)
-            return {}
-        checks = parse_policy_check(raw)
-        for name, check in checks.items():
-            if name in patches:
-                self.state.path(Stage.HACK, name, POLICY_CHECK_FILE).write_text(
-                    check.model_dump_json(by_alias=True, indent=2)
-                )
-        return checks
+        if census is None:
+            return ()
+        selection = census.fail_to_pass
+        proof = judge.runner_proof(
+            selection.mode, selection.runners, plan.command_runners, full=plan.full
+        )
+        return proof or ()
 
     def _judge_exploit(
         self,
@@ -287,6 +248,8 @@ class HackRunner:
                 problem=problem,
                 policy_only=decided is not None,
                 applies=decided is None or decided.applied,
+                proved_for=side.proved_for,
+                version=__version__,
             ),
             not_applicable=NOT_APPLICABLE,
         )
@@ -307,6 +270,8 @@ class HackRunner:
                 evidence=evidence.summary if run else None,
                 patch=patch,
                 patch_bytes=side.patch_bytes,
+                scope="runner" if outcome == "proved" else "task",
+                proved_for=list(side.proved_for) if outcome == "proved" else [],
             )
         )
         if outcome == "earned-reward":

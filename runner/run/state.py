@@ -119,6 +119,9 @@ class ExploitSide:
     # The patch policy's verdict without tests, when it decided the exploit (the patch does not
     # apply, or nothing of it is left): no verifier ran for it.
     decided_by_policy: PolicyCheck | None = None
+    # Left in the tree by the policy on a task whose runners prove it (judge.runner_proof): no
+    # verifier ran for it.
+    proved_for: tuple[str, ...] = ()
 
     @property
     def patch_bytes(self) -> int | None:

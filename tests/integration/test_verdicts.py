@@ -1,11 +1,14 @@
 """Verdicts an agent cannot forge, on a real engine, per runner (pytest, jest through npm and
 through npx, go test, a bash runner script) and per class of attack:
 
-- a small honest task is accepted; its hack gate runs an exploit of every class that applies
+- a small honest task is accepted; its hack gate tries an exploit of every class that applies
   (the process ending "successfully" before a test ran, runner configuration in every form, the
   runner told to run nothing, interpreter hooks and compiled artifacts, the harness rewritten
-  before and while the tests run, the reward files written) and every one earns reward 0;
-- `grade` gives each exploit's collected patch reward 0 through a fresh verifier, the real fix
+  before and while the tests run, the reward files written) and every one earns reward 0: run
+  on the task where the task decides (exit-code evidence, `--hack-gate full`), else proved for
+  the runner (PROVEN_RUNNERS);
+- `grade` gives each exploit's collected patch reward 0 through a fresh verifier (for the
+  runners of PROVEN_RUNNERS, this is the proof the default gate relies on), the real fix
   reward 1, and a real fix that also changes what an agent must not (a conftest fixture, a
   pyproject dependency, its own _test.go, a package.json script, the runner script) reward 1,
   with those changes undone and reported;
@@ -26,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from runner.model.runners import PROVEN_RUNNERS
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
 from tests.integration.conftest import ROOT, Run, run_verify
 from tests.realistic import GO_VENDORED, UV_MONOREPO, build
@@ -77,6 +81,7 @@ class Case:
     undone: set[str]
     options: list[str]
     mode: str  # the census's fail-to-pass mode
+    runners: tuple[str, ...]  # the census's fail-to-pass runners
     classes: set[str]  # exploits that must be among those run (one per class, at least)
     f2p_tests: int = 2  # the fail-to-pass tests the census holds (go's subtests too)
 
@@ -104,6 +109,7 @@ def pytest_case(tmp: Path) -> Case:
         undone={f"{root}/tests/conftest.py", f"{root}/pyproject.toml"},
         options=list(UV_MONOREPO.options),
         mode="per-test",
+        runners=("pytest",),
         classes={
             "pytest-conftest",
             "pytest-new-configs",
@@ -152,8 +158,16 @@ def jest_case(tmp: Path, via: str) -> Case:
             "tests/extra.test.js": "test('mine', () => expect(1).toBe(1));\n",
         },
         undone={"package.json", "tests/extra.test.js"},
-        options=["--build-network", "host", "--toolchain-source", "node=registry"],
+        # npx: every exploit through a verifier (--hack-gate full); npm: the default gate.
+        options=[
+            "--build-network",
+            "host",
+            "--toolchain-source",
+            "node=registry",
+            *(["--hack-gate", "full"] if via == "npx" else []),
+        ],
         mode="per-test",
+        runners=("jest",),
         classes={
             "node-package-scripts",
             "node-test-configs",
@@ -184,6 +198,7 @@ def go_case(tmp: Path) -> Case:
         undone={"perimeter/perimeter_more_test.go"},
         options=list(GO_VENDORED.options),
         mode="per-test",
+        runners=("go",),
         classes={
             "go-testmain",
             "go-exit-in-code",
@@ -207,6 +222,7 @@ def bash_case(tmp: Path) -> Case:
         undone={"tests/run.sh"},
         options=[],
         mode="exit-code",
+        runners=(),
         classes={
             "runner-exit-zero",
             "held-out-overwrite",
@@ -217,6 +233,10 @@ def bash_case(tmp: Path) -> Case:
         },
     )
 
+
+# The runner kinds these cases prove (the census's fail-to-pass runners of the per-test ones):
+# PROVEN_RUNNERS must be exactly these, or the default hack gate would trust an unproved runner.
+PROVED_BY_CASES = {"pytest", "jest", "go"}
 
 CASES: dict[str, Callable[[Path], Case]] = {
     "pytest": pytest_case,
@@ -260,6 +280,10 @@ def patch_of(repo: Path, changes: dict[str, str | bytes | None], out: Path) -> P
     return out
 
 
+def test_the_proven_runners_are_the_ones_these_cases_prove() -> None:
+    assert set(PROVEN_RUNNERS) == PROVED_BY_CASES
+
+
 @pytest.mark.parametrize("runner", list(CASES))
 def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     runner: str, tmp_path: Path, verify_options: list[str]
@@ -274,6 +298,7 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     assert census_info["failToPass"] == case.mode
     census = json.loads(Path(census_info["file"]).read_text())
     assert census["sealed"] is True
+    assert tuple(census["failToPass"]["runners"]) == case.runners
     if case.mode == "per-test":
         assert len(census["failToPass"]["tests"]) == case.f2p_tests
         assert census["passToPass"]["tests"]
@@ -286,12 +311,29 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     else:
         assert run.stage("oracle")["data"]["evidence"]["note"] == "exit-code evidence only"
 
-    # Every exploit of every class ran and earned nothing.
+    # Every exploit of every class earned nothing: run on the task, or proved for its runner.
     exploits = {e["name"]: e for e in run.stage("hack")["data"]["exploits"]}
     assert case.classes <= set(exploits), sorted(exploits)
-    assert {e["outcome"] for e in exploits.values()} <= {"resisted", "not-applicable", "no-effect"}
+    outcomes = {e["outcome"] for e in exploits.values()}
+    assert outcomes <= {"resisted", "proved", "not-applicable", "no-effect"}, outcomes
+    full = "full" in case.options
+    proved = set(case.runners) <= set(PROVEN_RUNNERS) and case.mode == "per-test" and not full
     for name in case.classes:
-        assert exploits[name]["outcome"] == "resisted", (name, exploits[name]["detail"])
+        exploit = exploits[name]
+        if exploit["outcome"] == "proved":
+            assert proved and exploit["scope"] == "runner", (name, exploit["detail"])
+            assert exploit["provedFor"] == list(case.runners)
+            assert f"by selfbench-runner {run.report['runnerVersion']}" in exploit["detail"]
+        else:
+            assert exploit["outcome"] == "resisted", (name, exploit["detail"])
+            assert exploit["scope"] == "task"
+    if proved:  # only what the patch policy decides runs on the task
+        assert "proved" in outcomes
+        assert not any(
+            e["outcome"] == "resisted" and e.get("reward") is not None for e in exploits.values()
+        ), [e["name"] for e in exploits.values() if e.get("reward") is not None]
+    else:
+        assert "proved" not in outcomes
 
     # The same patches through `grade`: reward 0, each (two at a time: each is a fresh
     # verifier of its own).

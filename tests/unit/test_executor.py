@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from runner.base.errors import EngineError, ExitCode, Interrupted
 from runner.cli.common import interrupts
 from runner.model.predictions import PatchPredictions
 from runner.model.report import Status, Verdict
-from runner.model.settings import BuildEnvironment, VerifySettings
+from runner.model.settings import BuildEnvironment, HackGate, VerifySettings
 from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT, HAND_OFF_ARCHIVE
 from runner.plan.runtime import ExecOutcome
 from runner.plan.types import ExecStep
@@ -474,7 +475,7 @@ def test_a_failed_pack_hands_nothing_and_changes_no_verdict(tmp_path: Path) -> N
 
 def test_no_hack_gate_skips_it_and_still_accepts(tmp_path: Path) -> None:
     engine = FakeEngine()
-    report = run(tmp_path, engine, hack_gate=False).report
+    report = run(tmp_path, engine, hack_gate=HackGate.OFF).report
     assert report.verdict is Verdict.ACCEPTED, report.reason
     assert report.stages.hack.status is Status.SKIPPED
     assert report.stages.hack.detail == "skipped: --no-hack-gate"
@@ -740,7 +741,7 @@ def rewards_only(good: bytes) -> Action:
 def predicting(tmp_path: Path, engine: FakeEngine, task: Path, **changes: object) -> VerifyOutcome:
     return verify(
         task,
-        settings(tmp_path, hack_gate=False, repeat=0, **changes),
+        settings(tmp_path, hack_gate=HackGate.OFF, repeat=0, **changes),
         progress=lambda stage, message: None,
         engine_factory=lambda: engine,
         env=replace(ENV, predictions=PatchPredictions(tmp_path / "cache")),
@@ -912,3 +913,71 @@ def test_without_a_prediction_yet_the_verifier_still_starts_while_the_agent_work
     assert outcome.report.stages.oracle.status is Status.PASSED
     assert outcome.report.stages.oracle.data.predicted_patch is None
     assert seen == [True]  # opened during the agent side, not after it
+
+
+def _per_test(reward: Mapping[str, int], outcome: str) -> Any:
+    """A verifier that leaves pytest's per-test evidence of one fail-to-pass test."""
+    from tests.fakes import writes_reward
+
+    def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        writes_reward(reward)(container, step)
+        for name, kind, result in (
+            ("fail_to_pass", "f2p", outcome),
+            ("pass_to_pass", "p2p", "passed"),
+        ):
+            document = {
+                "name": name,
+                "kind": kind,
+                "exit_code": 0 if result == "passed" else 1,
+                "mode": "per-test",
+                "runners": ["pytest"],
+                "complete": True,
+                "tests": [{"id": f"tests/test_{name}.py::test_it", "outcome": result}],
+                "passed": result == "passed",
+            }
+            path = f"/logs/verifier/evidence/{name}.json"
+            container.files[path] = json.dumps(document).encode()
+        return ExecOutcome(exit_code=0, seconds=0.02)
+
+    return action
+
+
+@pytest.mark.parametrize("mode", [HackGate.TASK, HackGate.FULL])
+def test_exploits_left_in_the_tree_are_proved_where_the_runner_is(
+    tmp_path: Path, mode: HackGate
+) -> None:
+    """On a task whose fail-to-pass runs are judged by pytest's per-test evidence alone, a
+    patch the policy leaves in the tree is proved for pytest by this runner version, with no
+    verifier of its own; --hack-gate full verifies each all the same."""
+    from runner import __version__
+    from tests.fakes import NOP_REWARD, ORACLE_REWARD
+
+    engine = FakeEngine(
+        Script(
+            actions={
+                "nop/verifier": _per_test(NOP_REWARD, "failed"),
+                "oracle/verifier": _per_test(ORACLE_REWARD, "passed"),
+                "determinism/verifier": _per_test(ORACLE_REWARD, "passed"),
+            }
+        )
+    )
+    report = run(tmp_path, engine, hack_gate=mode, repeat=0).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert report.census is not None and report.census.fail_to_pass == "per-test"
+    exploits = report.stages.hack.data.exploits
+    # The policy check's container is one of the hack gate's verifiers; each run, another.
+    hack_verifiers = engine.events.count("create hack/verifier")
+    if mode is HackGate.TASK:
+        assert {e.outcome for e in exploits} == {"proved"}
+        assert all(e.scope == "runner" and e.proved_for == ["pytest"] for e in exploits)
+        assert exploits[0].detail.startswith(
+            f"proved for runner pytest by selfbench-runner {__version__}: "
+        )
+        assert hack_verifiers == 1
+        assert report.stages.hack.detail.startswith(
+            f"{len(exploits)} exploit(s) earned no reward ({len(exploits)} proved"
+        )
+    else:
+        assert {e.outcome for e in exploits} == {"resisted"}
+        assert all(e.scope == "task" for e in exploits)
+        assert hack_verifiers > len(exploits)

@@ -818,3 +818,55 @@ def test_the_run_s_judgement_marks_its_stages_and_decides_once() -> None:
     assert _judged(_views(hack=optional)).verdict is Verdict.ACCEPTED
     settled = (Status.SKIPPED, "skipped: verdict settled by nop", Skip.SETTLED)
     assert _judged(_views(hack=settled)).verdict is Verdict.INFRASTRUCTURE_FAILED
+
+
+@pytest.mark.parametrize(
+    ("mode", "runners", "command", "full", "proof"),
+    [
+        ("per-test", ["pytest"], ["pytest"], False, ("pytest",)),
+        ("per-test", ["jest"], [], False, ("jest",)),  # npm test: jest found by its evidence
+        ("per-test", ["go", "pytest"], ["go"], False, ("pytest", "go")),
+        ("per-test", ["pytest"], ["pytest"], True, None),  # --hack-gate full
+        ("exit-code", [], [], False, None),  # the task's own scripts decide
+        ("per-test", ["vitest"], ["vitest"], False, None),  # not proved by the corpus
+        ("per-test", ["pytest"], ["pytest", "cargo"], False, None),  # cargo judged by its output
+        ("per-test", ["pytest", "unittest"], ["pytest"], False, None),
+        ("per-test", [], ["pytest"], False, None),
+    ],
+)
+def test_an_exploit_is_proved_only_where_every_runner_of_the_task_is(
+    mode: str, runners: list[str], command: list[str], full: bool, proof: tuple[str, ...] | None
+) -> None:
+    assert gates.runner_proof(mode, runners, command, full=full) == proof
+
+
+def test_a_proved_exploit_says_for_which_runner_and_version_and_counts_as_no_reward() -> None:
+    outcome, detail = gates.judge_exploit(
+        _exploit(test=None, reward=None, proved_for=("pytest",), version="9.9.9"),
+        not_applicable=3,
+    )
+    assert outcome == "proved"
+    assert detail.startswith("proved for runner pytest by selfbench-runner 9.9.9: ")
+    # The policy's own decision and an empty patch stay decided on the task.
+    assert (
+        gates.judge_exploit(_exploit(patch_bytes=0, proved_for=("pytest",)), not_applicable=3)[0]
+        == "no-effect"
+    )
+    assert (
+        gates.judge_exploit(
+            _exploit(policy_only=True, undone="a.py (x)", proved_for=("go",)), not_applicable=3
+        )[0]
+        == "resisted"
+    )
+    judged = gates.judge_hack(
+        [
+            ExploitVerdict(name="a", summary="", outcome="proved"),
+            ExploitVerdict(name="b", summary="", outcome="resisted"),
+            ExploitVerdict(name="c", summary="", outcome="proved"),
+        ]
+    )
+    assert judged.status is Status.PASSED
+    assert judged.detail == (
+        "3 exploit(s) earned no reward (2 proved for this task's runner by this runner version, "
+        "1 decided on this task)"
+    )

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from runner.cli.common import _forwarded
 from runner.cli.options import CHILD_VERIFY_OPTIONS, verify_options
-from runner.model.settings import SharedSettings, StorageLimit
+from runner.model.settings import HackGate, SharedSettings, StorageLimit
 from runner.supervise.job import VerifyJob
 
 
@@ -55,7 +55,7 @@ def test_every_setting_has_its_option_and_reaches_the_command() -> None:
         pids_limit=99,
         max_log_size=1024 * 1024,
         storage_limit=StorageLimit.WATCHDOG,
-        hack_gate=False,
+        hack_gate=HackGate.OFF,
         repeat=3,
         keep_going=True,
         hand_caches=False,
@@ -132,3 +132,26 @@ def test_only_verify_takes_a_settings_document() -> None:
 
     result = CliRunner().invoke(supervisor, ["--settings-json", "{}"])
     assert result.exit_code == 2 and "No such option" in result.output
+
+
+@pytest.mark.parametrize(
+    ("words", "mode"),
+    [
+        ([], HackGate.TASK),
+        (["--hack-gate"], HackGate.TASK),
+        (["--hack-gate", "full"], HackGate.FULL),
+        (["--hack-gate=off"], HackGate.OFF),
+        (["--no-hack-gate"], HackGate.OFF),
+    ],
+)
+def test_the_hack_gate_s_modes(words: list[str], mode: HackGate) -> None:
+    command, seen = _parsing(repeat=1, from_json=True)
+    result = CliRunner().invoke(command, words)
+    assert result.exit_code == 0, result.output
+    assert seen[0].hack_gate is mode
+
+
+def test_no_hack_gate_beside_a_settings_document_is_refused() -> None:
+    command, _ = _parsing(repeat=1, from_json=True)
+    result = CliRunner().invoke(command, ["--settings-json", "{}", "--no-hack-gate"])
+    assert result.exit_code == 2 and "drop --no-hack-gate" in result.output

@@ -1,0 +1,80 @@
+"""The hack gate's patch policy check: every collected exploit patch through the verifier's
+patch policy at once (verifier.pl policy-check), in one verifier container, without tests."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from concurrent.futures import Future
+from pathlib import PurePosixPath
+
+from runner.base.errors import RunnerError
+from runner.model.evidence import MAX_EVIDENCE_BYTES, PolicyCheck, parse_policy_check
+from runner.model.stages import Stage
+from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT
+from runner.plan.runtime import Container
+from runner.run.state import ExploitSide, RunState, StageResult
+
+log = logging.getLogger(__name__)
+
+# Beside each exploit's patch: what the policy check said of it, when that decided it.
+POLICY_CHECK_FILE = "policy-check.json"
+
+
+class PolicyChecker:
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+
+    def open(self, stack: contextlib.ExitStack) -> Container:
+        """The policy check's verifier container, started while the agent side runs (its
+        start is then off the hack gate's longest path); removed when `stack` closes."""
+        plan = self.state.plan.hack
+        assert plan is not None and plan.policy is not None
+        return stack.enter_context(
+            self.state.engine.container(
+                plan.policy, env=self.state.env.proxies, keep=self.state.plan.keep
+            )
+        )
+
+    def check(
+        self,
+        sides: dict[str, ExploitSide],
+        stage: StageResult,
+        opening: Future[Container] | None,
+    ) -> dict[str, PolicyCheck]:
+        """verifier.pl policy-check on every collected patch, in one verifier container. What
+        it cannot say (it failed, or its engine call did) leaves each patch to its verifier."""
+        plan = self.state.plan.hack
+        assert plan is not None
+        patches = {name: side.patch for name, side in sides.items() if side.patch}
+        if opening is None or plan.policy_check is None:
+            return {}
+        where = PurePosixPath(HACK_POLICY_DIR)
+        log_path = self.state.path(Stage.HACK, "policy-check.log")
+        raw: bytes | None = None
+        try:
+            container = opening.result()
+            self.state.keep("hack policy", container)
+            if not patches:
+                return {}
+            stage.logs.append(str(log_path))
+            for name, patch in patches.items():
+                container.put_file(
+                    str(where.parent), f"{where.name}/{name}.patch", patch, mode=0o600
+                )
+            ran = container.exec(plan.policy_check, log_path, limit=self.state.plan.max_log_bytes)
+            if ran.exit_code == 0 and not ran.timed_out:
+                raw = container.get_file(HACK_POLICY_RESULT, limit=MAX_EVIDENCE_BYTES)
+        except RunnerError as exc:
+            log.warning("the hack gate's policy check failed (%s): every exploit is verified", exc)
+            return {}
+        if raw is None:
+            log.warning("the hack gate's policy check said nothing; see %s", log_path)
+            return {}
+        checks = parse_policy_check(raw)
+        for name, check in checks.items():
+            if name in patches:
+                self.state.path(Stage.HACK, name, POLICY_CHECK_FILE).write_text(
+                    check.model_dump_json(by_alias=True, indent=2)
+                )
+        return checks
