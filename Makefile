@@ -6,7 +6,7 @@ TASK   ?=
 ARGS   ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-harbor unit lint verify engine base-image bench bench-batch bench-worker clean
+.PHONY: help setup test test-harbor unit lint verify engine base-image bench bench-batch bench-worker bench-hack clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,6 +50,9 @@ base-image: ## Build the local Debian base image (for machines without a registr
 
 bench: engine ## Measure warm re-verify overhead of the example task
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_warm_verify.py
+
+bench-hack: engine ## Measure the defaults against nop + oracle + determinism alone (the hack gate's cost)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_hack_gate.py
 
 bench-batch: engine ## Measure batch throughput: two test-bound tasks at once vs one after the other
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_batch.py

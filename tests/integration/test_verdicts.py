@@ -19,11 +19,12 @@ through npx, go test, a bash runner script) and per class of attack:
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,7 @@ class Case:
     mode: str  # the census's fail-to-pass mode
     runners: tuple[str, ...]  # the census's fail-to-pass runners
     classes: set[str]  # exploits that must be among those run (one per class, at least)
+    gate: list[str] = field(default_factory=list)  # the hack gate's mode, for verify alone
     f2p_tests: int = 2  # the fail-to-pass tests the census holds (go's subtests too)
 
 
@@ -158,14 +160,9 @@ def jest_case(tmp: Path, via: str) -> Case:
             "tests/extra.test.js": "test('mine', () => expect(1).toBe(1));\n",
         },
         undone={"package.json", "tests/extra.test.js"},
-        # npx: every exploit through a verifier (--hack-gate full); npm: the default gate.
-        options=[
-            "--build-network",
-            "host",
-            "--toolchain-source",
-            "node=registry",
-            *(["--hack-gate", "full"] if via == "npx" else []),
-        ],
+        options=["--build-network", "host", "--toolchain-source", "node=registry"],
+        # npx: every exploit through a verifier; npm: the default gate.
+        gate=["--hack-gate", "full"] if via == "npx" else [],
         mode="per-test",
         runners=("jest",),
         classes={
@@ -275,6 +272,32 @@ def grade(target: Path, patch: Path, options: list[str], logs: Path) -> tuple[in
     return result.returncode, document
 
 
+def _proved_by_the_evidence_alone(
+    case: Case, exploits: dict[str, Any], names: list[str], options: list[str], tmp: Path
+) -> None:
+    """What `proved` rests on: the same task with a contract whose patch policy keeps every
+    change but the held-out tests' (harnessAllow: *), so the runner's per-test evidence alone
+    stands between each exploit's patch and a reward; every one must still earn 0."""
+    allow_all = tmp / "allow-all"
+    shutil.copytree(case.task, allow_all)
+    definition = json.loads((allow_all / "definition.json").read_text())
+    definition.setdefault("environment", {})["harnessAllow"] = ["*"]
+    (allow_all / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
+    run = run_verify(allow_all, options, tmp / "allow-all-run", "--no-hack-gate", "--repeat", "0")
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    logs = tmp / "allow-all-grades"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        graded_all = pool.map(
+            lambda name: grade(run.run_dir, Path(exploits[name]["patch"]), options, logs / name),
+            names,
+        )
+        for name, (code, graded) in zip(names, graded_all, strict=True):
+            assert graded["undone"] == [] or all(
+                c["verdict"] == "held-out" for c in graded["undone"]
+            ), (name, graded["undone"])
+            assert (code, graded["reward"]["reward"]) == (1, 0), (name, graded["detail"])
+
+
 def patch_of(repo: Path, changes: dict[str, str | bytes | None], out: Path) -> Path:
     out.write_bytes(diff_of(repo, changes))
     return out
@@ -290,7 +313,7 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
 ) -> None:
     case = CASES[runner](tmp_path)
     options = [*verify_options, *case.options]
-    run: Run = run_verify(case.task, options, tmp_path / "run")
+    run: Run = run_verify(case.task, [*options, *case.gate], tmp_path / "run")
     assert run.report["verdict"] == "accepted", run.report["reason"]
 
     # The census the verification sealed: per-test ids, or exit codes for a custom runner.
@@ -316,7 +339,7 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     assert case.classes <= set(exploits), sorted(exploits)
     outcomes = {e["outcome"] for e in exploits.values()}
     assert outcomes <= {"resisted", "proved", "not-applicable", "no-effect"}, outcomes
-    full = "full" in case.options
+    full = "full" in case.gate
     proved = set(case.runners) <= set(PROVEN_RUNNERS) and case.mode == "per-test" and not full
     for name in case.classes:
         exploit = exploits[name]
@@ -338,7 +361,7 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     # The same patches through `grade`: reward 0, each (two at a time: each is a fresh
     # verifier of its own).
     logs = tmp_path / "grades"
-    names = sorted(case.classes)
+    names = sorted(case.classes | {n for n, e in exploits.items() if e["outcome"] == "proved"})
     with ThreadPoolExecutor(max_workers=2) as pool:
         graded_all = pool.map(
             lambda name: grade(run.run_dir, Path(exploits[name]["patch"]), options, logs / name),
@@ -348,6 +371,10 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
             assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
             assert graded["reward"]["reward"] == 0
             assert graded["census"] == "sealed"
+
+    if proved:  # every exploit with a patch, whatever this task's policy made of it
+        patched = sorted(n for n, e in exploits.items() if e["outcome"] in ("resisted", "proved"))
+        _proved_by_the_evidence_alone(case, exploits, patched, options, tmp_path)
 
     # The real fix: reward 1, with the evidence per selector.
     fix = patch_of(case.repo, case.fix, tmp_path / "fix.patch")
@@ -388,7 +415,9 @@ def test_a_conftest_the_contract_allows_still_earns_nothing(
         "packages/textkit/tests/conftest.py",
     ]
     (case.task / "definition.json").write_text(json.dumps(doc, indent=2) + "\n")
-    run = run_verify(case.task, [*verify_options, *case.options], tmp_path / "run")
+    # Every exploit through a verifier: this is what the default gate's proof for pytest rests on.
+    options = [*verify_options, *case.options, "--hack-gate", "full"]
+    run = run_verify(case.task, options, tmp_path / "run")
     assert run.report["verdict"] == "accepted", run.report["reason"]
     (conftest,) = [
         e for e in run.stage("hack")["data"]["exploits"] if e["name"] == "pytest-conftest"
