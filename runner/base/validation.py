@@ -35,6 +35,10 @@ MAX_STORAGE_MB = 64 * 1024 * 1024  # 64 TiB
 MAX_SOURCE_PR = 2**31 - 1
 MIN_PIDS_LIMIT = 32
 MAX_PIDS_LIMIT = 4_194_304  # the kernel's pid_max ceiling
+# A log's cap (--max-log-size, a request's maxLogBytes), and the flakiness probe's runs.
+MIN_LOG_BYTES = 64 * 1024
+MAX_LOG_BYTES = 1024**4
+MAX_REPEAT = 10
 
 # Files of an authored task, and the task as a whole.
 MAX_DEFINITION_BYTES = 1024 * 1024

@@ -170,7 +170,7 @@ NO_HACK_GATE = click.option(
 def repeat_option(default: int) -> Callable[[_F], _F]:
     return click.option(
         "--repeat",
-        type=click.IntRange(0, 10),
+        type=click.IntRange(0, v.MAX_REPEAT),
         default=default,
         show_default=True,
         help="Flakiness probe: verify the oracle's patch this many more times under "

@@ -14,7 +14,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runner.base.validation import MAX_PIDS_LIMIT, MIN_PIDS_LIMIT
+from runner.base.validation import (
+    MAX_LOG_BYTES,
+    MAX_PIDS_LIMIT,
+    MAX_REPEAT,
+    MIN_LOG_BYTES,
+    MIN_PIDS_LIMIT,
+)
 from runner.model.toolchains import ToolchainSettings
 
 # ---- environment variables -------------------------------------------------------------------
@@ -153,10 +159,10 @@ class SharedSettings(BaseModel):
     allowed_hosts: tuple[str, ...] = ()
     build_network: str | None = None
     pids_limit: Annotated[int, Field(ge=MIN_PIDS_LIMIT, le=MAX_PIDS_LIMIT)] = DEFAULT_PIDS_LIMIT
-    max_log_size: Annotated[int, Field(ge=64 * 1024, le=1024**4)] = DEFAULT_MAX_LOG_BYTES
+    max_log_size: Annotated[int, Field(ge=MIN_LOG_BYTES, le=MAX_LOG_BYTES)] = DEFAULT_MAX_LOG_BYTES
     storage_limit: StorageLimit = StorageLimit.AUTO
     hack_gate: HackGate = HackGate.TASK
-    repeat: Annotated[int, Field(ge=0, le=10)] = 1
+    repeat: Annotated[int, Field(ge=0, le=MAX_REPEAT)] = 1
     probe_pass_to_pass: bool = False
     keep_going: bool = False
     hand_caches: bool = True

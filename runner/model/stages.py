@@ -48,8 +48,8 @@ class GateId(str):
     __slots__ = ()
 
     def __new__(cls, value: str) -> GateId:
-        head, _, run = str(value).partition("/")
-        if head not in Gate.__members__.values() or "/" in run or (_ and not run):
+        head, slash, run = str(value).partition("/")
+        if head not in Gate.__members__.values() or "/" in run or (slash and not run):
             raise ValueError(f"{value!r} is not a gate (<gate> or <gate>/<run>)")
         return super().__new__(cls, value)
 

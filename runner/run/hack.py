@@ -94,7 +94,8 @@ class HackRunner:
             early = self._early_runs(left_over, pool, stage)
             self._after_census(stage)
             runs: dict[str, TrialRun] = {}
-            proof = self._proof(self.state.census)
+            sealed = self.state.census.fail_to_pass if self.state.census else None
+            proof = self._proof(sealed.mode, sealed.runners) if sealed else ()
             for exploit, patch in left_over:
                 if proof:
                     sides[exploit.name].proved_for = proof
@@ -161,9 +162,7 @@ class HackRunner:
         nop = evidence.runs.get("fail_to_pass") if evidence is not None else None
         if nop is None or nop.mode != "per-test" or not nop.runners:
             return {}  # exit-code evidence: a run is never stopped early, so never decided
-        plan = self.state.plan.hack
-        assert plan is not None
-        if judge.runner_proof(nop.mode, nop.runners, plan.command_runners, full=plan.full):
+        if self._proof(nop.mode, nop.runners):
             return {}  # nop's runners prove them: the census most likely will too
         return {
             exploit.name: pool.submit(
@@ -204,18 +203,13 @@ class HackRunner:
         run.verifier_log = gate_dir / "verifier.log"
         return run
 
-    def _proof(self, census: Census | None) -> tuple[str, ...]:
-        """The runners that prove the exploits the policy left in the tree (the census's
-        fail-to-pass runners), or () when each must run."""
+    def _proof(self, mode: str, runners: list[str]) -> tuple[str, ...]:
+        """The runners that prove the exploits the policy left in the tree, from a fail-to-pass
+        selection's evidence mode and runners (nop's, or the census's), or () when each must
+        run."""
         plan = self.state.plan.hack
         assert plan is not None
-        if census is None:
-            return ()
-        selection = census.fail_to_pass
-        proof = judge.runner_proof(
-            selection.mode, selection.runners, plan.command_runners, full=plan.full
-        )
-        return proof or ()
+        return judge.runner_proof(mode, runners, plan.command_runners, full=plan.full) or ()
 
     def _judge_exploit(
         self,

@@ -74,7 +74,7 @@ class RequestOptions(_Document):
     image, CA, toolchain sources and networks)."""
 
     pids_limit: Annotated[int, Field(ge=v.MIN_PIDS_LIMIT, le=v.MAX_PIDS_LIMIT)] | None = None
-    max_log_bytes: Annotated[int, Field(ge=64 * 1024, le=1024**4)] | None = None
+    max_log_bytes: Annotated[int, Field(ge=v.MIN_LOG_BYTES, le=v.MAX_LOG_BYTES)] | None = None
 
 
 class VerificationRequest(_Document):

@@ -285,17 +285,24 @@ def _proved_by_the_evidence_alone(
     (allow_all / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
     run = run_verify(allow_all, options, tmp / "allow-all-run", "--no-hack-gate", "--repeat", "0")
     assert run.report["verdict"] == "accepted", run.report["reason"]
-    logs = tmp / "allow-all-grades"
+    graded_all = grade_patches(run.run_dir, exploits, names, options, tmp / "allow-all-grades")
+    for name, (code, graded) in graded_all:
+        assert graded["undone"] == [] or all(
+            c["verdict"] == "held-out" for c in graded["undone"]
+        ), (name, graded["undone"])
+        assert (code, graded["reward"]["reward"]) == (1, 0), (name, graded["detail"])
+
+
+def grade_patches(
+    target: Path, exploits: dict[str, Any], names: list[str], options: list[str], logs: Path
+) -> list[tuple[str, tuple[int, dict[str, Any]]]]:
+    """Each named exploit's collected patch through `grade` (two at a time: each is a fresh
+    verifier of its own), by name."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        graded_all = pool.map(
-            lambda name: grade(run.run_dir, Path(exploits[name]["patch"]), options, logs / name),
-            names,
+        graded = pool.map(
+            lambda name: grade(target, Path(exploits[name]["patch"]), options, logs / name), names
         )
-        for name, (code, graded) in zip(names, graded_all, strict=True):
-            assert graded["undone"] == [] or all(
-                c["verdict"] == "held-out" for c in graded["undone"]
-            ), (name, graded["undone"])
-            assert (code, graded["reward"]["reward"]) == (1, 0), (name, graded["detail"])
+        return list(zip(names, graded, strict=True))
 
 
 def patch_of(repo: Path, changes: dict[str, str | bytes | None], out: Path) -> Path:
@@ -358,19 +365,13 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     else:
         assert "proved" not in outcomes
 
-    # The same patches through `grade`: reward 0, each (two at a time: each is a fresh
-    # verifier of its own).
+    # The same patches through `grade`: reward 0, each.
     logs = tmp_path / "grades"
     names = sorted(case.classes | {n for n, e in exploits.items() if e["outcome"] == "proved"})
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        graded_all = pool.map(
-            lambda name: grade(run.run_dir, Path(exploits[name]["patch"]), options, logs / name),
-            names,
-        )
-        for name, (code, graded) in zip(names, graded_all, strict=True):
-            assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
-            assert graded["reward"]["reward"] == 0
-            assert graded["census"] == "sealed"
+    for name, (code, graded) in grade_patches(run.run_dir, exploits, names, options, logs):
+        assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
+        assert graded["reward"]["reward"] == 0
+        assert graded["census"] == "sealed"
 
     if proved:  # every exploit with a patch, whatever this task's policy made of it
         patched = sorted(n for n, e in exploits.items() if e["outcome"] in ("resisted", "proved"))
