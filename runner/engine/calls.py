@@ -10,7 +10,13 @@ from typing import Any, TypeVar, cast
 import docker
 import requests
 from docker.errors import APIError, DockerException
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    retry,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from runner.base.errors import EngineError
 from runner.engine.hosts import Endpoint
@@ -28,6 +34,25 @@ def transient_retry() -> Callable[[F], F]:
         retry=retry_if_exception_type(TRANSIENT),
         stop=stop_after_attempt(3),
         wait=wait_exponential(multiplier=0.5, max=5),
+        reraise=True,
+    )
+    return cast(Callable[[F], F], decorator)
+
+
+def _qgroup_refused(exc: BaseException) -> bool:
+    return isinstance(exc, APIError) and "Failed to limit qgroup" in explain(exc)
+
+
+def qgroup_retry() -> Callable[[F], F]:
+    """Retry a call that mounts a container's root filesystem when the btrfs driver fails to
+    set its quota again: moby's btrfs Get re-applies the container's qgroup limit on every
+    mount (daemon/graphdriver/btrfs/btrfs.go, subvolLimitQgroup), `docker cp` included, and the
+    ioctl was refused once in CI right after a task had filled its quota (1 run of about ten of
+    test_storage_quota_on_a_btrfs_engine, under load); the copy a moment later is served."""
+    decorator = retry(
+        retry=retry_if_exception(_qgroup_refused),
+        stop=stop_after_attempt(4),
+        wait=wait_exponential(multiplier=0.5, max=4),
         reraise=True,
     )
     return cast(Callable[[F], F], decorator)

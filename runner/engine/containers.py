@@ -19,7 +19,7 @@ from docker.errors import APIError, DockerException, NotFound
 
 from runner.base.errors import EngineError
 from runner.base.logs import CappedLog, Truncation, extract_capped
-from runner.engine.calls import TRANSIENT, Connection, engine_errors, explain
+from runner.engine.calls import TRANSIENT, Connection, engine_errors, explain, qgroup_retry
 from runner.model.settings import BUILD_GRACE_SECONDS, STORAGE_SAMPLE_SECONDS, StorageLimit
 from runner.plan.runtime import ExecOutcome, LimitStats
 from runner.plan.types import ContainerPlan, ExecStep
@@ -238,6 +238,7 @@ class DockerContainer:
             if not self.api.put_archive(self.id, directory, data):
                 raise EngineError(f"cannot unpack an archive into {directory} of {self.name}")
 
+    @qgroup_retry()
     def _archive(self, path: str) -> Any:
         try:
             stream, _ = self.api.get_archive(self.id, path)

@@ -42,6 +42,7 @@ from runner.judge.images import (
     judge_smoke,
 )
 from runner.judge.probe import (
+    graded_alike,
     judge_probe,
     probe_outcome,
     selector_rates,
@@ -79,6 +80,7 @@ __all__ = [
     "evaluate_gate",
     "failed",
     "grade_detail",
+    "graded_alike",
     "interrupt_marks",
     "judge_build",
     "judge_determinism",

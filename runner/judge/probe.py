@@ -3,9 +3,11 @@ is flaky."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from runner.judge.base import Judgement, failed, passed
+from runner.model.census import Census
+from runner.model.evidence import PASS_TO_PASS_OUTCOMES, RunEvidence
 from runner.model.reward import Reward
 from runner.plan.runtime import ExecOutcome
 
@@ -80,3 +82,42 @@ def judge_probe(
     else:
         detail += "; no perturbation alone reproduced it (their combination, or chance)"
     return failed(f"{detail}; see {where}")
+
+
+def graded_alike(census: Census, runs: Mapping[str, RunEvidence], names: Sequence[str]) -> str:
+    """Why a passed run graded before the census existed could be graded otherwise by it, or ""
+    when the census would pass it too. The census grades a selection by its mode and runners
+    and requires each of its tests (and, for fail-to-pass, those that failed at nop) to be
+    there, passed (pass-to-pass: passed or skipped as at the oracle) and, where they asserted
+    at the oracle, asserting (verifier.pl judge_run); every other rule it applies, the run
+    without it applied too. `names`: the runs that count (`fail_to_pass`, `pass_to_pass`)."""
+    for name in names:
+        run = runs.get(name)
+        if run is None:
+            return f"{name} left no evidence"
+        if not run.passed:
+            return f"{name} did not pass"
+        f2p = name != "pass_to_pass"
+        selection = census.fail_to_pass if f2p else census.pass_to_pass
+        if run.mode != selection.mode:
+            return f"{name} was judged by {run.mode}, the census by {selection.mode}"
+        if selection.mode != "per-test":
+            continue
+        if sorted(run.runners) != sorted(selection.runners):
+            return (
+                f"{name}'s runners ({', '.join(sorted(run.runners))}) are not the census's "
+                f"({', '.join(sorted(selection.runners))})"
+            )
+        tests = {test.id: test for test in run.tests}
+        required = [*selection.tests, *census.failed_at_nop] if f2p else selection.tests
+        for test_id in required:
+            test = tests.get(test_id)
+            if test is None:
+                return f"{name} did not run {test_id}"
+            if f2p and test.outcome != "passed":
+                return f"{name}: {test_id} {test.outcome}"
+            if not f2p and test.outcome not in PASS_TO_PASS_OUTCOMES:
+                return f"{name}: {test_id} {test.outcome}"
+            if f2p and selection.asserts.get(test_id, 0) > 0 and test.asserts == 0:
+                return f"{name}: {test_id} passed without one assertion"
+    return ""

@@ -33,14 +33,11 @@ from runner.plan.types import ExploitPlan, TrialPlan
 from runner.run import collect as left
 from runner.run.build import Builder
 from runner.run.hackpolicy import PolicyChecker
-from runner.run.sides import Sides, adopt_apart, trial_apart
+from runner.run.sides import Sides
 from runner.run.skips import SkippedError
 from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
-
-# An exploit's verifier run before the census (`hack/<name>/early/`), until it counts.
-EARLY_DIR = "early"
 
 
 class HackRunner:
@@ -165,12 +162,7 @@ class HackRunner:
         if self._proof(nop.mode, nop.runners):
             return {}  # nop's runners prove them: the census most likely will too
         return {
-            exploit.name: pool.submit(
-                self.sides.verify_patch,
-                trial_apart(exploit.trial, EARLY_DIR).model_copy(update={"census": "unsealed"}),
-                patch,
-                before_tests=self.state.check_stopping,
-            )
+            exploit.name: pool.submit(self.sides.verify_early, exploit.trial, patch)
             for exploit, patch in left_over
         }
 
@@ -189,7 +181,6 @@ class HackRunner:
         except Exception as exc:
             log.warning("%s: the early run did not finish (%s); verifying again", exploit.name, exc)
             return None
-        gate_dir = self.state.layout.gate(exploit.trial.gate)
         evidence = run.evidence.runs.get("fail_to_pass")
         if (
             run.reward is None
@@ -199,9 +190,7 @@ class HackRunner:
             or evidence.stopped.runner not in census.fail_to_pass.runners
         ):
             return None
-        adopt_apart(gate_dir, EARLY_DIR)
-        run.verifier_log = gate_dir / "verifier.log"
-        return run
+        return self.sides.adopt_early(exploit.trial, run)
 
     def _proof(self, mode: str, runners: list[str]) -> tuple[str, ...]:
         """The runners that prove the exploits the policy left in the tree, from a fail-to-pass

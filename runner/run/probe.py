@@ -1,8 +1,14 @@
-"""The determinism stage: the oracle's patch again, and the flakiness probe's perturbed runs."""
+"""The determinism stage: the oracle's patch again, and the flakiness probe's perturbed runs.
+
+The probe's runs start early: once nop has passed, on the patch the oracle's agent side
+collected, beside the oracle's verifier (nop's core is idle then), graded without the census,
+which does not exist yet. Such a run counts when the oracle passed on that same patch and the
+census would grade it alike (judge.graded_alike); any other is verified again, by the census."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from runner import judge
 from runner.model.evidence import VerifierEvidence
@@ -11,17 +17,74 @@ from runner.model.report import (
     GateData,
     ProbeResult,
     SelectorRate,
+    Status,
 )
 from runner.model.stages import Gate, Stage
 from runner.plan.types import ProbePlan, ProbeRun
 from runner.run.sides import Sides
-from runner.run.state import RunState, StageResult
+from runner.run.skips import SkippedError
+from runner.run.state import RunState, StageResult, TrialRun
+
+log = logging.getLogger(__name__)
 
 
 class ProbeRunner:
     def __init__(self, state: RunState, sides: Sides) -> None:
         self.state = state
         self.sides = sides
+        self._early: dict[str, Future[TrialRun | None]] = {}
+        self._early_patch: bytes | None = None
+
+    def start_early(self, patch: bytes) -> None:
+        """The probe's runs on `patch` (the oracle's collected one), each in a background
+        verifier once nop has passed; they count later only if the census grades them alike."""
+        probe = self.state.plan.probe
+        if probe is None or not probe.runs or self._early:
+            return
+        self._early_patch = patch
+        pool = ThreadPoolExecutor(
+            max_workers=min(2, len(probe.runs)), thread_name_prefix="probe-early"
+        )
+        for run in probe.runs:
+            self._early[run.name] = pool.submit(self._early_run, run, patch)
+        pool.shutdown(wait=False)
+
+    def _early_run(self, run: ProbeRun, patch: bytes) -> TrialRun | None:
+        # After nop: its verifier has handed its build caches over, and its core is free.
+        self.state.nop_done.wait()
+        if self.state.stages[Stage.NOP].status is not Status.PASSED:
+            return None
+        self.state.check_stopping()
+        return self.sides.verify_early(run.trial, patch)
+
+    def _early_counts(self, run: ProbeRun, patch: bytes, probe: ProbePlan) -> TrialRun | None:
+        """The early run as `run`'s, when it verified this patch and the census grades it alike
+        (its logs then move to the run's directory); else None."""
+        future = self._early.pop(run.name, None)
+        if future is None or patch != self._early_patch:
+            return None
+        try:
+            early = future.result()
+        except SkippedError:
+            raise
+        except Exception as exc:
+            log.warning("%s: the early run did not finish (%s); verifying again", run.name, exc)
+            return None
+        if early is None:
+            return None
+        # No census (a verifier that records no evidence): a run now would get none either.
+        census = self.state.census
+        names = ["fail_to_pass", "pass_to_pass"] if probe.pass_to_pass else ["fail_to_pass"]
+        why = judge.graded_alike(census, early.evidence.runs, names) if census else ""
+        if why:
+            log.info("%s: verified again, by the census (the early run: %s)", run.name, why)
+            return None
+        log.debug("%s: the early run counts (the census grades it alike)", run.name)
+        return self.sides.adopt_early(run.trial, early)
+
+    def _verify(self, run: ProbeRun, patch: bytes, probe: ProbePlan) -> TrialRun:
+        early = self._early_counts(run, patch, probe)
+        return early if early is not None else self.sides.verify_patch(run.trial, patch)
 
     def determinism(self, stage: StageResult) -> None:
         oracle = self.state.stages[Stage.ORACLE].data
@@ -54,7 +117,7 @@ class ProbeRunner:
 
         def run_all(runs: list[ProbeRun]) -> list[ProbeResult]:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
-                futures = [pool.submit(self.sides.verify_patch, r.trial, patch) for r in runs]
+                futures = [pool.submit(self._verify, r, patch, probe) for r in runs]
                 done = [f.result() for f in futures]
             results = []
             for plan, run in zip(runs, done, strict=True):

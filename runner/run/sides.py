@@ -33,7 +33,7 @@ from runner.plan.types import ContainerPlan, GateServices, ServicePlan, TrialPla
 from runner.run import collect as left
 from runner.run.handoff import handed
 from runner.run.images import ensure_image
-from runner.run.state import RunState, StageResult, TrialRun
+from runner.run.state import EARLY_DIR, RunState, StageResult, TrialRun
 
 
 def _patch_file(patch: bytes) -> FileToPut:
@@ -271,7 +271,7 @@ class Sides:
             file = _patch_file(run.patch)
             verifier.put_file(file.directory, file.name, file.data)
         stage.logs.append(str(run.verifier_log))
-        with self.state.verifier_slots:
+        with self.state.verifier_slots.slot(background=trial.verifier.background):
             log.debug("%s: test.sh starts", trial.gate)
             run.test = verifier.exec(trial.test, run.verifier_log, limit=limit)
             log.debug("%s: test.sh ended (exit %s)", trial.gate, run.test.exit_code)
@@ -359,4 +359,19 @@ class Sides:
             if before_tests is not None:
                 before_tests()
             self.verifier_side(trial, scratch, data, run, verifier, patched=True)
+        return run
+
+    def verify_early(self, trial: TrialPlan, patch: bytes) -> TrialRun:
+        """`patch` through a fresh verifier of `trial` before the census exists: under
+        `<gate>/early/`, graded without it, until its caller says it counts (adopt_early)."""
+        early = trial_apart(trial, EARLY_DIR).model_copy(update={"census": "unsealed"})
+        return self.verify_patch(early, patch, before_tests=self.state.check_stopping)
+
+    def adopt_early(self, trial: TrialPlan, run: TrialRun) -> TrialRun:
+        """An early run (verify_early) counts as the trial's own run: its logs and its kept
+        container become the gate's."""
+        gate_dir = self.state.layout.gate(trial.gate)
+        adopt_apart(gate_dir, EARLY_DIR)
+        self.state.adopt_kept(trial.gate, EARLY_DIR)
+        run.verifier_log = gate_dir / "verifier.log"
         return run

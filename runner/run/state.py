@@ -42,12 +42,15 @@ from runner.plan.runtime import (
 from runner.plan.types import VerifyPlan
 from runner.run.context import ExecutionEnv, Progress
 from runner.run.skips import SkippedError
+from runner.run.slots import VerifierSlots
 from runner.run.stopping import StoppingEngine
 
 log = logging.getLogger(__name__)
 
 
 PREDICTED_DIR = "predicted"  # a gate's verifier run on its predicted patch, until confirmed
+# A run before the census (an exploit's, the probe's), graded without it, until it counts.
+EARLY_DIR = "early"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,7 +217,7 @@ class RunState:
         self.census_ready = threading.Event()
         self.census_missing = "nop did not pass (a reward 0 would prove nothing)"
         self.opener = ThreadPoolExecutor(max_workers=2, thread_name_prefix="open")
-        self.verifier_slots = threading.Semaphore(2 if plan.parallel_verifiers else 1)
+        self.verifier_slots = VerifierSlots(2 if plan.parallel_verifiers else 1)
 
     def check_stopping(self) -> None:
         """Raise SkippedError once the run is stopping (an interrupt, a settled verdict): what
@@ -341,3 +344,15 @@ class RunState:
             kept = KeptContainer(label=label, name=container.name, enter=container.enter_hint())
             with self.lock:
                 self.kept.append(kept)
+
+    def adopt_kept(self, gate: str, apart: str) -> None:
+        """A run of `gate` made apart (under `<gate>/<apart>`, runner.run.sides.trial_apart)
+        counts as the gate's own: so does its kept container."""
+        prefix = f"{gate}/{apart} "
+        with self.lock:
+            self.kept = [
+                k.model_copy(update={"label": f"{gate} {k.label[len(prefix) :]}"})
+                if k.label.startswith(prefix)
+                else k
+                for k in self.kept
+            ]

@@ -134,6 +134,10 @@ class TrialRunner:
 
                 try:
                     self.sides.agent_side(trial, trial.agent, stage, data, evidence, agent_started)
+                    if trial.gate.kind is Gate.ORACLE and evidence.patch is not None:
+                        # The probe's runs need the oracle's patch only: they start beside its
+                        # verifier (runner.run.probe).
+                        self.probe.start_early(evidence.patch)
                     self.smoke.after_smoke()
                     if evidence.patch is not None and not self._predicted_run_counts(
                         trial, stage, data, evidence, prediction
@@ -282,14 +286,7 @@ class TrialRunner:
         data.verifier_exit_code = predicted_data.verifier_exit_code
         data.timed_out = predicted_data.timed_out
         data.predicted_patch = "confirmed"
-        prefix = f"{trial.gate}/{PREDICTED_DIR} "
-        with self.state.lock:  # a kept container of the run that counts is the gate's own
-            self.state.kept = [
-                k.model_copy(update={"label": f"{trial.gate} {k.label[len(prefix) :]}"})
-                if k.label.startswith(prefix)
-                else k
-                for k in self.state.kept
-            ]
+        self.state.adopt_kept(trial.gate, PREDICTED_DIR)
         log.debug(
             "%s: the collected patch is the predicted one: its verifier run counts", trial.gate
         )

@@ -73,9 +73,12 @@ def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
         ]
         assert any(e["family"] == "evidence" and e["outcome"] == "resisted" for e in exploits)
 
-    nop_red = verify(tmp_path, project, verify_options, "nop-red", "--no-hack-gate")
+    # The nop-red variant's failing pass-to-pass test fails with the gold patch too: nop and the
+    # oracle both go red, and whichever ends first settles the verdict. --keep-going runs both
+    # to their end so that nop's own judgement is what is checked.
+    nop_red = verify(tmp_path, project, verify_options, "nop-red", "--no-hack-gate", "--keep-going")
     assert nop_red.report["verdict"] == "rejected"
-    assert nop_red.stage("nop")["status"] == "failed"
+    assert nop_red.stage("nop")["status"] == "failed", nop_red.report["reason"]
     assert nop_red.stage("nop")["detail"].startswith(project.nop_red), nop_red.stage("nop")
     # The failing test is named, not a rule of the verifier's.
     assert project.failed_words in nop_red.stage("nop")["detail"]

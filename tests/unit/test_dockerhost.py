@@ -85,3 +85,35 @@ def test_an_unknown_context_is_an_error_never_the_default_engine(config: Path, w
     assert "'nowhere' does not exist" in caught.value.message
     assert str(config / "contexts") in caught.value.message
     assert caught.value.field == where
+
+
+def test_a_refused_qgroup_limit_on_a_mount_is_retried_and_nothing_else_is() -> None:
+    import requests
+    from docker.errors import APIError
+
+    from runner.engine.calls import qgroup_retry
+
+    def refusal(message: str) -> APIError:
+        response = requests.Response()
+        response.status_code = 500
+        return APIError("500 Server Error", response, explanation=message)
+
+    calls: list[int] = []
+
+    @qgroup_retry()
+    def copy(fails: int, message: str) -> str:
+        calls.append(1)
+        if len(calls) <= fails:
+            raise refusal(message)
+        return "copied"
+
+    assert copy(2, "Failed to limit qgroup for &{}: disk quota exceeded") == "copied"
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(APIError, match="No such container"):
+        copy(1, "No such container: x")
+    assert len(calls) == 1
+    calls.clear()
+    with pytest.raises(APIError, match="qgroup"):
+        copy(9, "Failed to limit qgroup for &{}: invalid argument")
+    assert len(calls) == 4

@@ -981,3 +981,87 @@ def test_exploits_left_in_the_tree_are_proved_where_the_runner_is(
         assert {e.outcome for e in exploits} == {"resisted"}
         assert all(e.scope == "task" for e in exploits)
         assert hack_verifiers > len(exploits)
+
+
+def writes_evidence(reward: Mapping[str, int], f2p: Mapping[str, str]) -> Action:
+    """A verifier that also leaves per-test evidence: its fail-to-pass run's tests (pytest's),
+    and one pass-to-pass test that passes."""
+
+    def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        writes_reward(reward)(container, step)
+        sealed = b'"sealed": true' in container.files.get("/tests/expected-tests.json", b"")
+        failing = any(o != "passed" for o in f2p.values())
+        runs = {
+            "fail_to_pass": ("f2p", f2p, failing),
+            "pass_to_pass": ("p2p", {"old.py::c": "passed"}, False),
+        }
+        for name, (kind, tests, failed) in runs.items():
+            document = {
+                "name": name,
+                "kind": kind,
+                "exitCode": int(failed),
+                "mode": "per-test",
+                "runners": ["pytest"],
+                "sealed": sealed,
+                "complete": True,
+                "tests": [{"id": i, "outcome": o} for i, o in tests.items()],
+                "passed": not failed,
+            }
+            container.files[f"/logs/verifier/evidence/{name}.json"] = json.dumps(document).encode()
+        return ExecOutcome(exit_code=0, seconds=0.02)
+
+    return action
+
+
+def probe_script(early_tests: Mapping[str, str]) -> Script:
+    """nop fails t::a and t::b, the oracle passes both (the census: both); the probe's early run
+    (before the census) reports `early_tests`, a run graded by the census both passed."""
+
+    def probe(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        early = container.name.endswith("-early")
+        tests = early_tests if early else {"t::a": "passed", "t::b": "passed"}
+        return writes_evidence(ORACLE_REWARD, tests)(container, step)
+
+    return Script(
+        actions={
+            "nop/verifier": writes_evidence(NOP_REWARD, {"t::a": "failed", "t::b": "failed"}),
+            "oracle/verifier": writes_evidence(ORACLE_REWARD, {"t::a": "passed", "t::b": "passed"}),
+            "determinism/verifier": probe,
+        }
+    )
+
+
+def probe_verifiers(engine: FakeEngine) -> list[str]:
+    return [
+        e.rsplit(" in ", 1)[1]
+        for e in engine.events
+        if e.startswith("exec determinism/verifier as root")
+    ]
+
+
+def test_the_probe_runs_beside_the_oracle_and_counts_when_the_census_grades_it_alike(
+    tmp_path: Path,
+) -> None:
+    engine = FakeEngine(probe_script({"t::a": "passed", "t::b": "passed"}))
+    outcome = run(tmp_path, engine, hack_gate=HackGate.OFF)
+    report = outcome.report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    # One probe verifier: the early one (started once nop passed, before the census).
+    assert [v.endswith("-early") for v in probe_verifiers(engine)] == [True]
+    assert outcome.run_dir is not None
+    probe_dir = outcome.run_dir / "determinism" / "probe-1"
+    assert (probe_dir / "logs" / "verifier" / "evidence" / "fail_to_pass.json").is_file()
+    assert not (probe_dir / "early").exists()
+    assert str(probe_dir / "verifier.log") in report.stages.determinism.logs
+    assert report.stages.determinism.status is Status.PASSED
+
+
+def test_an_early_probe_run_the_census_would_grade_otherwise_is_verified_again(
+    tmp_path: Path,
+) -> None:
+    # The early run passed without t::b, which the census requires: graded by it, it would fail.
+    engine = FakeEngine(probe_script({"t::a": "passed"}))
+    report = run(tmp_path, engine, hack_gate=HackGate.OFF).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert [v.endswith("-early") for v in probe_verifiers(engine)] == [True, False]
+    assert report.stages.determinism.status is Status.PASSED
