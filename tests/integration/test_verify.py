@@ -298,8 +298,11 @@ def test_clean_removes_leftovers_by_label(
     # The oracle's agent and both verifiers (nop needs no agent container, and the default
     # smoke check runs in the nop verifier); the hack gate's agent, its policy check's verifier
     # and one verifier per exploit the policy left something of (runner-exit-zero and
-    # held-out-overwrite it undoes entirely); the flakiness probe's verifier.
-    assert sorted(k.rsplit("-", 1)[0].removeprefix("selfbench-kept-") for k in kept) == [
+    # held-out-overwrite it undoes entirely); the flakiness probe's verifier (its early run,
+    # beside the oracle's verifier: `-early` after the run's suffix).
+    assert sorted(
+        k.removesuffix("-early").rsplit("-", 1)[0].removeprefix("selfbench-kept-") for k in kept
+    ) == [
         "hack-agent",
         "hack2-verifier",
         "hack3-verifier",
