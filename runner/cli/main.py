@@ -22,7 +22,16 @@ from runner.base.errors import (
 )
 
 # Each command module registers its commands on the group when imported.
-from runner.cli import batch, collection, debugging, serve, task, verify, worker  # noqa: F401
+from runner.cli import (  # noqa: F401
+    batch,
+    collection,
+    debugging,
+    review,
+    serve,
+    task,
+    verify,
+    worker,
+)
 from runner.cli.common import PROG, cli, interrupts
 from runner.cli.leave import leave
 from runner.cli.output import print_problems

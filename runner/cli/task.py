@@ -43,12 +43,7 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
 
     Exit 0 when accepted, 1 with blockers, 2 when the task cannot be loaded.
     """
-    from runner.base.errors import RepositoryError
-    from runner.compile.audit import audit
-    from runner.compile.compiler import evidence_paths, selector_checks
-    from runner.compile.coupling import candidates
-    from runner.compile.repocheck import check_repository
-    from runner.compile.repository import resolve_repository
+    from runner.compile.taskaudit import audit_task
     from runner.compile.taskdir import load_authored_task
 
     try:
@@ -60,34 +55,8 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
             _print_invalid(exc)
         return int(ExitCode.INVALID)
     definition = task.definition
-    note = None
-    try:
-        path = resolve_repository(
-            repo, definition.repo, definition.base_commit, task_dir=task.directory
-        )
-        facts = check_repository(
-            path,
-            definition.base_commit,
-            workdir=definition.workdir_path,
-            test_patch=task.test_patch,
-            gold_patch=task.gold_patch,
-            evidence=evidence_paths(definition),
-            coupling_needles=candidates(task.tests, task.gold, task.instruction),
-            selectors=selector_checks(definition),
-        )
-    except RepositoryError as exc:
-        if repo is not None:
-            raise
-        note = f"repository not checked: {exc.one_line()}"
-        facts = None
-    result = audit(
-        definition,
-        gold=task.gold,
-        tests=task.tests,
-        repository=facts.problems if facts is not None else None,
-        instruction=task.instruction,
-        present_at_base=facts.present_at_base if facts is not None else None,
-    )
+    audited = audit_task(task, repo)
+    result, note = audited.result, audited.note
     if as_json:
         click.echo(json.dumps(_audit_json(definition.task_id, result, (), note), indent=2))
     else:

@@ -88,6 +88,16 @@ def store() -> Path:
     return path
 
 
+@contextlib.contextmanager
+def scratch_repository() -> Iterator[Path]:
+    """A throw-away bare repository that reads the store's objects and writes its own (an
+    index, the blobs and trees made from a work tree), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="scratch.", dir=git_root()) as tmp:
+        path = Path(tmp) / "scratch.git"
+        _new_repository(path, alternate=store() / "objects")
+        yield path
+
+
 def has_commit(git_dir: Path, commit: str) -> bool:
     result = run_git(["cat-file", "-e", f"{commit}^{{commit}}"], git_dir=git_dir, check=False)
     return result.returncode == 0

@@ -260,3 +260,13 @@ def load_authored_task(directory: Path) -> AuthoredTask:
         tests=tests,
         gold=gold,
     )
+
+
+def write_authored(task: AuthoredTask, directory: Path) -> None:
+    """The task's four files into `directory` as they were loaded (instruction.md holds the
+    instruction the task was loaded with: its own file's, or the prompt)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / DEFINITION).write_bytes(task.definition_bytes)
+    (directory / TEST_PATCH).write_bytes(task.test_patch)
+    (directory / GOLD_PATCH).write_bytes(task.gold_patch)
+    (directory / INSTRUCTION).write_text(task.instruction, encoding="utf-8")

@@ -17,6 +17,7 @@ SMOKE_LOG = "smoke.log"
 CENSUS_FILE = "expected-tests.json"
 SMOKE_SCRIPT_FILE = "smoke.sh"
 TASK_TOML_FILE = "task.toml"
+AUTHORED_DIR = "task"
 # The compiler's record beside Harbor's files (runner.model.manifest), and the seal.
 MANIFEST_FILE = ".selfbench-manifest.json"
 INSTRUCTION_FILE = "instruction.md"
@@ -46,6 +47,12 @@ class RunLayout:
     @property
     def runner_log(self) -> Path:
         return self.root / RUN_LOG_FILE
+
+    @property
+    def authored(self) -> Path:
+        """The authored task as it was verified (definition.json, the patches, instruction.md):
+        what a verification round's reviewer and fix start from."""
+        return self.root / AUTHORED_DIR
 
     def stage(self, stage: Stage) -> Path:
         return self.root / stage.value

@@ -32,7 +32,7 @@ from runner.compile.audit import AuditResult, audit
 from runner.compile.bundle import is_bundle, load_bundle
 from runner.compile.compiler import compile_task
 from runner.compile.seal import seal
-from runner.compile.taskdir import AuthoredTask, load_authored_task
+from runner.compile.taskdir import AuthoredTask, load_authored_task, write_authored
 from runner.model.layout import RunLayout
 from runner.model.predictions import PatchPredictions
 from runner.model.report import (
@@ -145,6 +145,8 @@ def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
         task, repo=run.settings.repo, out=out, options=run.settings.compile_options
     )
     run.bundle = load_bundle(out)
+    # The task as verified, beside its bundle: what a verification round starts from.
+    write_authored(task, RunLayout(run.run_dir).authored)
     run.compile.set(Status.PASSED, f"compiled to {out}")
     run.compile.data = CompileData(bundle=str(out))
     _timed(run.compile, started)

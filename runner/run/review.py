@@ -1,0 +1,227 @@
+"""`review`: what a verification round's reviewing agent receives, from a run, as one directory
+an orchestrator hands over unchanged (the task contract, "Verification rounds": the green task's
+instruction, held-out test patch, gold patch and environment contract, the rendered Harbor
+files, the verification report and the deterministic coupling evidence).
+
+    <out>/index.json       every item: its contract name, path, bytes and sha256; the run
+    <out>/index.md         the same for a person
+    <out>/instruction.md   <out>/test.patch   <out>/gold.patch   <out>/definition.json
+    <out>/environment.json the environment contract: the definition's fields a fix may change
+    <out>/rendered/        the bundle as verified (its census sealed), without the repository
+                           snapshots (repo.tar.gz: listed in the index with their digests)
+    <out>/report.json      <out>/report.html (when the run wrote one)
+    <out>/coupling.json    the audit's coupling evidence and its notes
+
+Written all at once (a staged directory renamed into place); a run without an authored task
+(a bundle was verified) needs --task."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from runner.base.errors import InvalidTaskError, UsageError, printable
+from runner.base.safeio import read_regular
+from runner.compile.fixrules import FIXABLE_FIELDS
+from runner.compile.taskdir import (
+    DEFINITION,
+    GOLD_PATCH,
+    INSTRUCTION,
+    TEST_PATCH,
+    AuthoredTask,
+    load_authored_task,
+    parse_json_object,
+    write_authored,
+)
+from runner.model.layout import REPORT_HTML_FILE, RunLayout
+from runner.model.report import Report
+
+INDEX_JSON = "index.json"
+INDEX_MD = "index.md"
+RENDERED_DIR = "rendered"
+ENVIRONMENT = "environment.json"
+COUPLING = "coupling.json"
+REPORT_JSON = "report.json"
+# The repository snapshot in each image's build context: the base commit's files, which the
+# reviewer has as its repository; listed, not copied.
+SNAPSHOT = "repo.tar.gz"
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+
+# (contract name, path in the output, what it is)
+ITEMS = (
+    ("instruction", INSTRUCTION, "the instruction the coding agent receives"),
+    ("held-out test patch", TEST_PATCH, "the held-out tests (applied only by the verifier)"),
+    ("gold patch", GOLD_PATCH, "the reference solution"),
+    ("definition", DEFINITION, "definition.json as verified"),
+    (
+        "environment contract",
+        ENVIRONMENT,
+        "the definition's environment and test fields: what a fix may change",
+    ),
+    ("rendered files", RENDERED_DIR, "the Harbor bundle as verified, census sealed"),
+    ("verification report", REPORT_JSON, "the report of the verification (verify --json)"),
+    ("coupling evidence", COUPLING, "the audit's deterministic test-to-gold coupling evidence"),
+)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _report(run_dir: Path) -> tuple[dict[str, Any], Report]:
+    path = RunLayout(run_dir).report
+    raw = read_regular(path, limit=MAX_REPORT_BYTES)
+    document = parse_json_object(raw, path)
+    try:
+        return document, Report.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidTaskError(
+            f"not a report of this runner: {exc.errors()[0]['msg']}", path=str(path)
+        ) from None
+
+
+def _authored(run_dir: Path, task_dir: Path | None) -> AuthoredTask:
+    where = task_dir if task_dir is not None else RunLayout(run_dir).authored
+    if task_dir is None and not where.is_dir():
+        raise UsageError(
+            f"{run_dir} holds no authored task (the run verified a bundle, or an older runner "
+            "made it): pass --task TASK_DIR",
+            path=str(where),
+        )
+    return load_authored_task(where)
+
+
+def _copy_rendered(bundle: Path, target: Path) -> list[dict[str, Any]]:
+    """The bundle's files without its repository snapshots (returned as omitted), links and
+    special files never followed."""
+    omitted: list[dict[str, Any]] = []
+    for root, dirs, files in os.walk(bundle):
+        here = Path(root)
+        relative = here.relative_to(bundle)
+        (target / relative).mkdir(parents=True, exist_ok=True)
+        dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
+        for name in files:
+            source = here / name
+            if source.is_symlink() or not source.is_file():
+                continue
+            if name == SNAPSHOT:
+                omitted.append(
+                    {
+                        "path": f"{RENDERED_DIR}/{(relative / name).as_posix()}",
+                        "bytes": source.stat().st_size,
+                        "sha256": _sha256(source),
+                        "why": "the repository snapshot at the base commit (the reviewer's "
+                        "repository holds it)",
+                    }
+                )
+                continue
+            shutil.copyfile(source, target / relative / name)
+    return omitted
+
+
+def write_review(run_dir: Path, out: Path, *, task_dir: Path | None = None) -> dict[str, Any]:
+    """The reviewer's directory for `run_dir` at `out` (which must not exist, or be empty);
+    returns its index."""
+    document, report = _report(run_dir)
+    task = _authored(run_dir, task_dir)
+    if task.definition.task_id != report.task_id:
+        raise UsageError(
+            f"the task ({task.definition.task_id}) is not the run's ({report.task_id})",
+            path=str(task.directory),
+        )
+    bundle = Path(report.bundle) if report.bundle else run_dir / "bundle"
+    if not bundle.is_dir():
+        bundle = run_dir / "bundle"
+    if not bundle.is_dir():
+        raise UsageError(f"{run_dir}: the run's bundle is gone ({bundle})", path=str(bundle))
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise UsageError(f"-o {out}: exists and is not an empty directory", path=str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        index = _fill(staged, run_dir, document, report, task, bundle)
+        if out.exists():
+            out.rmdir()
+        os.replace(staged, out)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return index
+
+
+def _fill(
+    staged: Path,
+    run_dir: Path,
+    document: dict[str, Any],
+    report: Report,
+    task: AuthoredTask,
+    bundle: Path,
+) -> dict[str, Any]:
+    write_authored(task, staged)
+    definition = parse_json_object(task.definition_bytes, task.directory / DEFINITION)
+    contract = {key: definition[key] for key in sorted(FIXABLE_FIELDS) if key in definition}
+    (staged / ENVIRONMENT).write_text(json.dumps(contract, indent=2) + "\n")
+    omitted = _copy_rendered(bundle, staged / RENDERED_DIR)
+    (staged / REPORT_JSON).write_text(json.dumps(document, indent=2) + "\n")
+    html = run_dir / REPORT_HTML_FILE
+    if html.is_file() and not html.is_symlink():
+        shutil.copyfile(html, staged / REPORT_HTML_FILE)
+    audit = report.stages.audit.data
+    coupling = {
+        "taskId": report.task_id,
+        "repositoryChecked": bool(audit and audit.repository_checked),
+        "evidence": [c.model_dump(mode="json") for c in audit.coupling] if audit else [],
+        "notes": list(audit.hints) if audit else [],
+        "audit": report.stages.audit.status.value,
+    }
+    (staged / COUPLING).write_text(json.dumps(coupling, indent=2) + "\n")
+    items = []
+    for name, path, what in ITEMS:
+        target = staged / path
+        entry: dict[str, Any] = {"name": name, "path": path, "what": what}
+        if target.is_file():
+            entry |= {"bytes": target.stat().st_size, "sha256": _sha256(target)}
+        else:
+            entry["files"] = sorted(
+                p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()
+            )
+        items.append(entry)
+    index = {
+        "schemaVersion": 1,
+        "taskId": report.task_id,
+        "runId": report.run_id,
+        "verdict": report.verdict.value,
+        "reason": report.reason,
+        "runnerVersion": report.runner_version,
+        "items": items,
+        "omitted": omitted,
+    }
+    (staged / INDEX_JSON).write_text(json.dumps(index, indent=2) + "\n")
+    (staged / INDEX_MD).write_text(_index_md(index))
+    return index
+
+
+def _index_md(index: dict[str, Any]) -> str:
+    lines = [
+        f"# Review of {printable(str(index['taskId']))} (run {index['runId']})",
+        "",
+        f"Verdict: {index['verdict']}" + (f" ({index['reason']})" if index["reason"] else ""),
+        "",
+        "| item | path | what |",
+        "| --- | --- | --- |",
+        *(f"| {i['name']} | `{i['path']}` | {i['what']} |" for i in index["items"]),
+    ]
+    if index["omitted"]:
+        lines += ["", "Not copied:", *(f"- `{o['path']}`: {o['why']}" for o in index["omitted"])]
+    return "\n".join(lines) + "\n"
