@@ -107,7 +107,24 @@ class Script:
             return writes_reward(ORACLE_REWARD if gate in ("oracle", "determinism") else NOP_REWARD)
         if step == "collect":
             return collect_patch(b"diff --git a/x b/x\n" if gate in ("oracle", "hack") else b"")
+        if step == "settle":
+            return settle_patch(b"diff --git a/x b/x\n")
         return ok
+
+
+def settle_patch(patch: bytes) -> Action:
+    """The hack gate's settle step: `patch` into the stash when its script ended 0 (its argv
+    ends with the exploit's name and 1), then the tree reset (nothing to do here)."""
+
+    def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        from runner.plan.inimage import HACK_PATCHES
+
+        name, collect = step.argv[-2], step.argv[-1]
+        if collect == "1":
+            container.files[f"{HACK_PATCHES}/{name}.patch"] = patch
+        return ExecOutcome(exit_code=0, seconds=0.01)
+
+    return action
 
 
 def collect_patch(patch: bytes) -> Action:

@@ -12,6 +12,7 @@ import click
 from runner.base.errors import ExitCode, InvalidTaskError, Problem
 from runner.cli.common import _print_invalid, cli
 from runner.cli.options import REPO, TASK_DIR
+from runner.model.stages import Stage
 
 
 @cli.command("review")
@@ -132,7 +133,7 @@ def fix_command(
                     "taskId": fixed.task.definition.task_id,
                     "repo": fixed.repository,
                     "changes": summary.model_dump(mode="json"),
-                    "audit": {
+                    Stage.AUDIT.value: {
                         "accepted": fixed.audit.result.accepted,
                         "repositoryNote": fixed.audit.note,
                         "hints": fixed.audit.result.hints,

@@ -29,7 +29,7 @@ from pydantic.alias_generators import to_camel
 
 from runner.base import validation as v
 from runner.base.errors import Problem
-from runner.compile.patches import FileChange, PatchInfo
+from runner.compile.patches import FileChange, PatchInfo, PatchParseError, parse_patch
 
 # definition.json's fields a fix may change: the environment contract and what describes the
 # held-out tests (their command, selection, paths, toolchains, timeouts and resources).
@@ -59,6 +59,10 @@ FIXED_FIELDS = {
     "sourceUrl": "the source pull request",
     "prompt": "the instruction (prompt)",
 }
+# A task's files, by the names fixed_task_problems takes them under.
+DEFINITION_FILE = "definition.json"
+INSTRUCTION_FILE = "instruction.md"
+GOLD_FILE = "gold.patch"
 # What a fix directory may hold besides the work tree's edits.
 FIX_DEFINITION = "definition.json"
 FIX_TEST_PATCH = "test.patch"
@@ -230,20 +234,52 @@ def payload_problems(
     changed, no unknown field added."""
     problems: list[Problem] = []
     if fixed_gold != green_gold:
-        problems.append(_problem("gold.patch", None, "a fix never changes the gold patch"))
-    if fixed_instruction != green_instruction:
-        problems.append(_problem("instruction.md", None, "a fix never changes the instruction"))
+        problems.append(_problem(GOLD_FILE, None, "a fix never changes the gold patch"))
+    if fixed_instruction.strip() != green_instruction.strip():
+        problems.append(_problem(INSTRUCTION_FILE, None, "a fix never changes the instruction"))
     changed = {
         key: value for key, value in fixed_definition.items() if green_definition.get(key) != value
     }
     removed = [key for key in green_definition if key not in fixed_definition]
-    _, merge = merge_definition(green_definition, changed, file="definition.json")
+    _, merge = merge_definition(green_definition, changed, file=DEFINITION_FILE)
     problems.extend(merge)
     problems.extend(
-        _problem("definition.json", key, f"a fix never changes {FIXED_FIELDS[key]}; keep {key}")
+        _problem(DEFINITION_FILE, key, f"a fix never changes {FIXED_FIELDS[key]}; keep {key}")
         for key in removed
         if key in FIXED_FIELDS
     )
+    return problems
+
+
+def fixed_task_problems(green: Mapping[str, Any], fixed: Mapping[str, Any]) -> list[Problem]:
+    """A whole fixed task against the green one, each a mapping of the task's files by name
+    (definition.json as an object, instruction.md as text, test.patch and gold.patch as bytes):
+    the sidecar's and the worker's view, where a fix arrives as a complete task. Everything
+    payload_problems checks, and the fixed test patch and testPaths within the green task's
+    held-out tests."""
+    green_doc, fixed_doc = green[DEFINITION_FILE], fixed[DEFINITION_FILE]
+    problems = payload_problems(
+        green_doc,
+        fixed_doc,
+        green_instruction=green[INSTRUCTION_FILE],
+        fixed_instruction=fixed[INSTRUCTION_FILE],
+        green_gold=green[GOLD_FILE],
+        fixed_gold=fixed[GOLD_FILE],
+    )
+    try:
+        green_tests, gold = parse_patch(green[FIX_TEST_PATCH]), parse_patch(green[GOLD_FILE])
+    except PatchParseError as exc:
+        return [*problems, _problem("green task", None, f"its patches cannot be read: {exc}")]
+    held = held_out(green_tests, [str(p) for p in green_doc.get("testPaths") or []])
+    try:
+        fixed_tests = parse_patch(fixed[FIX_TEST_PATCH])
+    except PatchParseError as exc:
+        problems.append(_problem(FIX_TEST_PATCH, None, f"cannot be parsed: {exc}"))
+    else:
+        problems.extend(test_patch_problems(fixed_tests, held, gold))
+    paths = fixed_doc.get("testPaths")
+    if isinstance(paths, list):
+        problems.extend(test_paths_problems([str(p) for p in paths], held, file=DEFINITION_FILE))
     return problems
 
 

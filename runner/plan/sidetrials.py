@@ -12,7 +12,7 @@ from runner.plan.images import digest_of
 from runner.plan.inimage import (
     HACK_POLICY_DIR,
     HACK_POLICY_RESULT,
-    HACK_RESET_COMMAND,
+    HACK_SETTLE_SCRIPT,
     VERIFIER_HELPER,
     VERIFIER_TASK_FACTS,
 )
@@ -97,7 +97,7 @@ def plan_hack(p: Planner) -> HackPlan | None:
         workdir="/app",
         timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
     )
-    steps = len(exploits) * 3
+    steps = len(exploits) * 2
     return HackPlan(
         agent=p.container(
             Role.AGENT,
@@ -107,14 +107,13 @@ def plan_hack(p: Planner) -> HackPlan | None:
             "/home/agent",
             background=True,
         ),
-        collect=p.collect_step,
-        reset=ExecStep(
-            name="reset",
-            argv=["bash", "-c", HACK_RESET_COMMAND],
+        settle=ExecStep(
+            name="settle",
+            argv=["bash", "-c", HACK_SETTLE_SCRIPT, "settle", p.collect_step.argv[-1]],
             user="root",
             env={},
             workdir="/app",
-            timeout_seconds=HACK_STEP_TIMEOUT_SECONDS,
+            timeout_seconds=HACK_STEP_TIMEOUT_SECONDS + p.collect_timeout,
         ),
         exploits=exploits,
         policy=p.container(

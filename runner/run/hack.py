@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import PurePosixPath
 
 from runner import __version__, judge
 from runner.base.errors import (
@@ -28,6 +30,7 @@ from runner.model.settings import (
     MAX_AGENT_PATCH_BYTES,
 )
 from runner.model.stages import Gate, Skip, Stage
+from runner.plan.inimage import HACK_PATCHES, SETTLE_RESET_FAILED
 from runner.plan.runtime import Container
 from runner.plan.types import ExploitPlan, TrialPlan
 from runner.run import collect as left
@@ -73,6 +76,7 @@ class HackRunner:
             ) as agent:
                 for exploit in plan.exploits:
                     sides[exploit.name] = self._exploit_side(exploit, agent, stage)
+                self._read_patches(agent, sides, plan.exploits)
                 self.state.keep("hack agent", agent)
             # The policy first, for every patch at once and without tests (beside nop and the
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
@@ -113,7 +117,8 @@ class HackRunner:
     def _exploit_side(
         self, exploit: ExploitPlan, agent: Container, stage: StageResult
     ) -> ExploitSide:
-        """One exploit's script as the agent, its patch collected, the tree reset after it."""
+        """One exploit's script as the agent; then, as root in one exec, its patch collected
+        into the stash (read with the others' afterwards: _read_patches) and the tree reset."""
         plan = self.state.plan.hack
         assert plan is not None
         limit = self.state.plan.max_log_bytes
@@ -122,22 +127,44 @@ class HackRunner:
         stage.logs.append(str(script_log))
         ran = agent.exec(exploit.run, script_log, limit=limit)
         side = ExploitSide(script=ran, said=left.last_meaningful(script_log))
-        if ran.exit_code == 0 and not ran.timed_out:
-            collect = agent.exec(plan.collect, directory / "collect.log", limit=limit)
-            if collect.exit_code != 0 or collect.timed_out:
-                side.collect_failed = True
-            else:
-                side.patch = (
-                    agent.get_file(exploit.trial.agent_patch, limit=MAX_AGENT_PATCH_BYTES) or b""
-                )
-                (directory / AGENT_PATCH_FILE).write_bytes(side.patch)
-        reset = agent.exec(plan.reset, directory / "reset.log", limit=limit)
-        if reset.exit_code != 0 or reset.timed_out:
+        collect = ran.exit_code == 0 and not ran.timed_out
+        settle = plan.settle.model_copy(
+            update={"argv": [*plan.settle.argv, exploit.name, "1" if collect else "0"]}
+        )
+        settled = agent.exec(settle, directory / "settle.log", limit=limit)
+        if settled.timed_out or settled.exit_code == SETTLE_RESET_FAILED:
             raise InfrastructureError(
                 f"resetting the hack gate's agent container after {exploit.name} "
-                f"failed; see {directory / 'reset.log'}"
+                f"failed; see {directory / 'settle.log'}"
             )
+        if collect:
+            side.collect_failed = settled.exit_code != 0
         return side
+
+    def _read_patches(
+        self, agent: Container, sides: dict[str, ExploitSide], exploits: list[ExploitPlan]
+    ) -> None:
+        """Every collected patch out of the stash at once, each into its exploit's directory."""
+        wanted = [
+            e for e in exploits if not sides[e.name].collect_failed and _collected(sides[e.name])
+        ]
+        if not wanted:
+            return
+        stash = self.state.layout.stage(Stage.HACK) / ".patches"
+        truncated = agent.copy_out(HACK_PATCHES, stash, limit=MAX_AGENT_PATCH_BYTES)
+        if truncated:
+            raise InfrastructureError(
+                f"an exploit's patch is larger than {MAX_AGENT_PATCH_BYTES} bytes: "
+                f"{truncated[0].path}"
+            )
+        found = stash / PurePosixPath(HACK_PATCHES).name
+        for exploit in wanted:
+            source = found / f"{exploit.name}.patch"
+            patch = source.read_bytes() if source.is_file() else b""
+            sides[exploit.name].patch = patch
+            target = self.state.path(Stage.HACK, exploit.name, AGENT_PATCH_FILE)
+            target.write_bytes(patch)
+        shutil.rmtree(stash, ignore_errors=True)
 
     def _early_runs(
         self,
@@ -335,3 +362,8 @@ class HackRunner:
             undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
         )
         stage.set(verdict.status, verdict.detail)
+
+
+def _collected(side: ExploitSide) -> bool:
+    """Its script ended 0, so the settle step collected its patch."""
+    return side.script.exit_code == 0 and not side.script.timed_out

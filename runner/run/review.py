@@ -40,15 +40,15 @@ from runner.compile.taskdir import (
     parse_json_object,
     write_authored,
 )
-from runner.model.layout import REPORT_HTML_FILE, RunLayout
+from runner.model.layout import REPORT_FILE, REPORT_HTML_FILE, RunLayout
 from runner.model.report import Report
+from runner.model.stages import Stage
 
 INDEX_JSON = "index.json"
 INDEX_MD = "index.md"
 RENDERED_DIR = "rendered"
 ENVIRONMENT = "environment.json"
 COUPLING = "coupling.json"
-REPORT_JSON = "report.json"
 # The repository snapshot in each image's build context: the base commit's files, which the
 # reviewer has as its repository; listed, not copied.
 SNAPSHOT = "repo.tar.gz"
@@ -66,7 +66,7 @@ ITEMS = (
         "the definition's environment and test fields: what a fix may change",
     ),
     ("rendered files", RENDERED_DIR, "the Harbor bundle as verified, census sealed"),
-    ("verification report", REPORT_JSON, "the report of the verification (verify --json)"),
+    ("verification report", REPORT_FILE, "the report of the verification (verify --json)"),
     ("coupling evidence", COUPLING, "the audit's deterministic test-to-gold coupling evidence"),
 )
 
@@ -173,7 +173,7 @@ def _fill(
     contract = {key: definition[key] for key in sorted(FIXABLE_FIELDS) if key in definition}
     (staged / ENVIRONMENT).write_text(json.dumps(contract, indent=2) + "\n")
     omitted = _copy_rendered(bundle, staged / RENDERED_DIR)
-    (staged / REPORT_JSON).write_text(json.dumps(document, indent=2) + "\n")
+    (staged / REPORT_FILE).write_text(json.dumps(document, indent=2) + "\n")
     html = run_dir / REPORT_HTML_FILE
     if html.is_file() and not html.is_symlink():
         shutil.copyfile(html, staged / REPORT_HTML_FILE)
@@ -183,7 +183,7 @@ def _fill(
         "repositoryChecked": bool(audit and audit.repository_checked),
         "evidence": [c.model_dump(mode="json") for c in audit.coupling] if audit else [],
         "notes": list(audit.hints) if audit else [],
-        "audit": report.stages.audit.status.value,
+        Stage.AUDIT.value: report.stages.audit.status.value,
     }
     (staged / COUPLING).write_text(json.dumps(coupling, indent=2) + "\n")
     items = []

@@ -149,7 +149,12 @@ def _submit_route(app: FastAPI, service: Service, errors: Responses) -> None:
             200: {"model": Accepted, "description": "This id was already submitted"},
             400: {"model": ErrorEnvelope, "description": "The body is not JSON"},
             403: {"model": ErrorEnvelope, "description": "A repository outside the allowed roots"},
-            409: {"model": ErrorEnvelope, "description": "The id or archive path is taken"},
+            409: {
+                "model": ErrorEnvelope,
+                "description": "The id or archive path is taken; or a fix (fixOf) of an unknown "
+                "or red verification, or one that crosses the verification round's boundary "
+                "(code fix-refused: each field at fault named)",
+            },
             413: {"model": ErrorEnvelope, "description": "The body is too large"},
             503: {"model": ErrorEnvelope, "description": "The sidecar is stopping"},
             **errors,
@@ -164,9 +169,14 @@ def _submit_route(app: FastAPI, service: Service, errors: Responses) -> None:
             before = service.store.summary(body.id)
             job = service.submit(body, source=SOURCE_HTTP)
         except RequestRefusedError as exc:
-            status = {"stopping": 503, "conflict": 409, "repository-refused": 403}.get(
-                exc.code, 400
-            )
+            status = {
+                "stopping": 503,
+                "conflict": 409,
+                "repository-refused": 403,
+                # The fix conflicts with the verification it names (unknown, not green, or
+                # crossing the round's boundary): the request is well formed.
+                "fix-refused": 409,
+            }.get(exc.code, 400)
             return JSONResponse(
                 {"error": exc.body().model_dump(mode="json", by_alias=True, exclude_none=True)},
                 status_code=status,

@@ -16,18 +16,26 @@ class RequestRefusedError(Exception):
     """The request is well formed but not allowed here (a repository outside the allowed
     roots, a taken id or archive, a stopping sidecar)."""
 
-    def __init__(self, code: str, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        problems: list[ErrorDetail] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.field = field
+        self.problems = problems
 
     def body(self) -> ErrorBody:
-        return ErrorBody(
-            code=self.code,
-            message=self.message,
-            problems=[ErrorDetail(field=self.field, message=self.message)] if self.field else [],
-        )
+        if self.problems is not None:
+            problems = self.problems
+        else:
+            problems = [ErrorDetail(field=self.field, message=self.message)] if self.field else []
+        return ErrorBody(code=self.code, message=self.message, problems=problems)
 
 
 class RepositoryPolicy:

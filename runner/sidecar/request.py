@@ -98,6 +98,19 @@ class VerificationRequest(_Document):
         "--allow-repo-root directory",
     )
     options: RequestOptions = Field(default_factory=RequestOptions)
+    fix_of: Name | None = Field(
+        default=None,
+        description="A verification round: the id of the green verification this task fixes. "
+        "The fix is checked against that request's task before anything is built (it may "
+        "change only the held-out tests and the environment contract)",
+    )
+
+    fix_of_task: TaskPayload | None = Field(
+        default=None,
+        description="The green task fixOf names, as the orchestrator recorded it: the fix is "
+        "checked against it where this service did not verify fixOf itself (another worker of "
+        "a fleet); where it did, the two must be the same task",
+    )
 
     def archive_path(self) -> PurePosixPath:
         """Where this verification is archived, relative to the archive root."""

@@ -28,6 +28,7 @@ from runner.model.settings import SharedSettings
 from runner.sidecar.answers import Answers, Listener
 from runner.sidecar.digests import PayloadDigests
 from runner.sidecar.engineops import EngineOps
+from runner.sidecar.fixes import check_fix
 from runner.sidecar.jobs import ConflictError, Job
 from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
 from runner.sidecar.request import (
@@ -215,6 +216,17 @@ class Service:
         if self.stopping:
             raise RequestRefusedError("stopping", "the sidecar is stopping; retry elsewhere")
         self.repository(request)
+        if request.fix_of is None and request.fix_of_task is not None:
+            raise RequestRefusedError(
+                "fix-refused", "fixOfTask is the task of fixOf: give fixOf too", field="fixOfTask"
+            )
+        if request.fix_of is not None:
+            green = self.store.get(request.fix_of)
+            check_fix(
+                request,
+                green.request.task if green is not None else None,
+                green.verdict if green is not None else None,
+            )
         archive = self.config.state_dir / request.archive_path()
         try:
             job, new = self.store.add(request, source=source, archive=archive)

@@ -165,9 +165,14 @@ class VerifyActivities:
                     "this worker is stopping; another worker takes it",
                     type="WorkerStopping",
                 ) from None
+            body = exc.body()
             raise ApplicationError(
                 exc.message,
-                {"field": exc.field},
+                {
+                    "field": exc.field,
+                    "code": exc.code,
+                    "problems": [p.model_dump(mode="json") for p in body.problems],
+                },
                 type="InvalidRequest",
                 non_retryable=True,
             ) from None

@@ -114,7 +114,9 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
     # An exploit's verifier runs only once nop has shown that the tests fail on the base.
     assert at("exec hack/verifier as root") > at("exec nop/verifier as root")
     assert sum(e.startswith("exec hack/exploit as agent") for e in events) == 6
-    assert sum(e.startswith("exec hack/reset as root") for e in events) == 6
+    # After each script, one root step collects its patch and resets the tree.
+    assert sum(e.startswith("exec hack/settle as root") for e in events) == 6
+    assert not any(e.startswith(("exec hack/collect", "exec hack/reset")) for e in events)
     # The oracle's agent side (the longest path) gets its container before its verifier.
     assert at("create oracle/agent") < at("create oracle/verifier")
     smoke = at("exec smoke/smoke as verifier")

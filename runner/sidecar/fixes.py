@@ -1,0 +1,86 @@
+"""A verification round's request (`fixOf`): the fix checked against the green verification it
+names, before anything is built. The rules are the `fix` command's (runner.compile.fixrules);
+here a fix arrives as a whole task, and each problem names the request field at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.compile.fixrules import (
+    DEFINITION_FILE,
+    FIX_TEST_PATCH,
+    GOLD_FILE,
+    INSTRUCTION_FILE,
+    fixed_task_problems,
+)
+from runner.sidecar.policy import RequestRefusedError
+from runner.sidecar.request import ErrorDetail, TaskPayload, VerificationRequest
+
+# Where each of a task's files is in a request.
+REQUEST_FIELDS = {
+    DEFINITION_FILE: "task.definition",
+    INSTRUCTION_FILE: "task.instruction",
+    FIX_TEST_PATCH: "task.testPatch",
+    GOLD_FILE: "task.goldPatch",
+}
+
+
+def task_files(task: TaskPayload) -> dict[str, Any]:
+    """A request's task as fixed_task_problems takes it (the bytes verify would be given:
+    runner.sidecar.verification writes them the same way)."""
+    return {
+        DEFINITION_FILE: task.definition,
+        INSTRUCTION_FILE: task.instruction,
+        FIX_TEST_PATCH: task.test_patch.encode("utf-8", "surrogatepass"),
+        GOLD_FILE: task.gold_patch.encode("utf-8", "surrogatepass"),
+    }
+
+
+def check_fix(request: VerificationRequest, known: TaskPayload | None, verdict: str | None) -> None:
+    """Refuse (RequestRefusedError, code `fix-refused`) a fix of no green verification, or one
+    that crosses the boundary, naming every field at fault. `known`: the task of the request
+    fixOf names, when this service verified it (`verdict` its verdict); otherwise the request's
+    fixOfTask is the green task, on the orchestrator's word."""
+    fix_of = request.fix_of
+    assert fix_of is not None
+    green = known if known is not None else request.fix_of_task
+    if green is None:
+        raise RequestRefusedError(
+            "fix-refused",
+            f"fixOf: no verification {fix_of!r} is known here (give fixOfTask, the green task)",
+            field="fixOf",
+        )
+    if known is not None:
+        if request.fix_of_task is not None and request.fix_of_task != known:
+            raise RequestRefusedError(
+                "fix-refused",
+                f"fixOfTask is not the task of verification {fix_of!r}",
+                field="fixOfTask",
+            )
+        if verdict != "accepted":
+            raise RequestRefusedError(
+                "fix-refused",
+                f"fixOf: verification {fix_of!r} is not green (its verdict: "
+                f"{verdict or 'none yet'})",
+                field="fixOf",
+            )
+    fix = request.task
+    problems = fixed_task_problems(task_files(green), task_files(fix))
+    if not problems:
+        return
+    details = [
+        ErrorDetail(
+            field=".".join(
+                part for part in (REQUEST_FIELDS.get(p.file or "", p.file), p.field) if part
+            ),
+            message=p.message,
+        )
+        for p in problems
+    ]
+    raise RequestRefusedError(
+        "fix-refused",
+        f"the fix of {fix_of!r} crosses the verification round's boundary: "
+        + "; ".join(f"{d.field}: {d.message}" for d in details[:3])
+        + (f" (and {len(details) - 3} more)" if len(details) > 3 else ""),
+        problems=details,
+    )
