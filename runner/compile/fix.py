@@ -27,10 +27,10 @@ from runner.compile.fixrules import (
     FIX_TEST_PATCH,
     FixSummary,
     held_out,
+    held_out_patch_problems,
+    held_out_paths_problems,
     merge_definition,
     summarize,
-    test_patch_problems,
-    test_paths_problems,
 )
 from runner.compile.fixtree import test_patch_from_tree
 from runner.compile.repository import is_remote, resolve_repository
@@ -149,10 +149,10 @@ def fix_task(
     info, messages = check_patch(patch, patch_file, label="test")
     problems.extend(Problem(file=patch_file, field=None, message=m) for m in messages)
     if info is not None:
-        problems.extend(test_patch_problems(info, held, green.gold, file=patch_file))
+        problems.extend(held_out_patch_problems(info, held, green.gold, file=patch_file))
     fixed_paths = merged.get("testPaths")
     if isinstance(fixed_paths, list):
-        problems.extend(test_paths_problems([str(p) for p in fixed_paths], held, file=where))
+        problems.extend(held_out_paths_problems([str(p) for p in fixed_paths], held, file=where))
     if problems:
         raise InvalidInputError(problems)
     with _staged(out) as staged:

@@ -173,7 +173,7 @@ def is_beside(path: str, held: Sequence[str]) -> bool:
     return False
 
 
-def test_patch_problems(
+def held_out_patch_problems(
     fixed: PatchInfo,
     held: Sequence[str],
     gold: PatchInfo,
@@ -204,7 +204,7 @@ def test_patch_problems(
     return problems
 
 
-def test_paths_problems(
+def held_out_paths_problems(
     fixed_paths: Sequence[str], held: Sequence[str], *, file: str = FIX_DEFINITION
 ) -> list[Problem]:
     """A fixed testPaths names held-out paths only (or new ones beside them): a fix cannot make
@@ -276,10 +276,12 @@ def fixed_task_problems(green: Mapping[str, Any], fixed: Mapping[str, Any]) -> l
     except PatchParseError as exc:
         problems.append(_problem(FIX_TEST_PATCH, None, f"cannot be parsed: {exc}"))
     else:
-        problems.extend(test_patch_problems(fixed_tests, held, gold))
+        problems.extend(held_out_patch_problems(fixed_tests, held, gold))
     paths = fixed_doc.get("testPaths")
     if isinstance(paths, list):
-        problems.extend(test_paths_problems([str(p) for p in paths], held, file=DEFINITION_FILE))
+        problems.extend(
+            held_out_paths_problems([str(p) for p in paths], held, file=DEFINITION_FILE)
+        )
     return problems
 
 
