@@ -163,7 +163,7 @@ def test_a_whole_fixed_task_against_the_green_one() -> None:
 PYPROJECT = '[project]\nname = "calc"\nversion = "0.1.0"\n'
 CALC = "def add(a, b):\n    return a + b\n"
 CALC_GOLD = CALC + "".join(
-    f"\n\ndef {name}(a, b):\n    \"\"\"{name}.\"\"\"\n    return a {op} b\n"
+    f'\n\ndef {name}(a, b):\n    """{name}."""\n    return a {op} b\n'
     for name, op in (("sub", "-"), ("mul", "*"), ("div", "/"), ("mod", "%"), ("pow_", "**"))
 )
 OLD_TEST = "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
@@ -393,7 +393,9 @@ def test_the_sidecar_checks_a_fix_against_the_green_verification_it_names(
     with pytest.raises(RequestRefusedError, match="give fixOfTask"):
         service.submit(unknown, source="http")
     # A fleet's other worker: the green task travels with the request.
-    carried = request_of(task, id="fix-4", round=2, verify=4, fixOf="elsewhere", fixOfTask=green.task)
+    carried = request_of(
+        task, id="fix-4", round=2, verify=4, fixOf="elsewhere", fixOfTask=green.task
+    )
     assert service.submit(carried, source="temporal").id == "fix-4"
     lying = request_of(task, id="fix-5", round=2, verify=5, fixOf="green", fixOfTask=crossing.task)
     with pytest.raises(RequestRefusedError, match="fixOfTask is not the task"):
