@@ -52,12 +52,12 @@ HACK_RESET_COMMAND = (
 # patch collected into the stash (when the script ended 0: `$2` is 1), then the tree back to
 # the post-setup snapshot. One exec where there were two (collect, reset): an exec costs the
 # engine about 47 ms of CPU (measured on 20.10: 66 execs of `true`, 3.1 s of CPU), and the gate
-# runs one per exploit. Arguments: the exploit's name, 1 or 0, the collect command. Exits 0,
+# runs one per exploit. Arguments: the collect command, the exploit's name, 1 or 0. Exits 0,
 # the collect command's status, or SETTLE_RESET_FAILED when the tree could not be reset.
 HACK_PATCHES = "/opt/selfbench/hack-patches"
 SETTLE_RESET_FAILED = 97
 HACK_SETTLE_SCRIPT = f"""set -u
-name=$1 collect=$2 command=$3
+command=$1 name=$2 collect=$3
 status=0
 if [ "$collect" = 1 ]; then
   bash -c "$command"
