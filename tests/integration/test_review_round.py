@@ -80,7 +80,7 @@ def test_review_then_a_fix_verified_and_fixes_that_cross_the_boundary_refused(
 
     # What the reviewer receives.
     review = tmp_path / "review"
-    made = run_cli(*["review", str(tmp_path / "green"), "-o", str(review), "--json"])
+    made = run_cli("review", str(tmp_path / "green"), "-o", str(review), "--json")
     assert made.returncode == 0, made.stderr
     index = json.loads((review / "index.json").read_text())
     names = {item["name"]: item for item in index["items"]}
@@ -119,7 +119,7 @@ def test_review_then_a_fix_verified_and_fixes_that_cross_the_boundary_refused(
     )
     fixed = tmp_path / "fixed"
     done = run_cli(
-        *["fix", str(task), "--tree", str(tree), "--fix", str(fix_dir), "-o", str(fixed), "--json"]
+        "fix", str(task), "--tree", str(tree), "--fix", str(fix_dir), "-o", str(fixed), "--json"
     )
     assert done.returncode == 0, done.stderr
     changes = json.loads(done.stdout)["changes"]
@@ -133,7 +133,7 @@ def test_review_then_a_fix_verified_and_fixes_that_cross_the_boundary_refused(
     plain_tree = reviewer_tree(tmp_path / "plain", repo, task)
     plain = tmp_path / "plain-fixed"
     done = run_cli(
-        *["fix", str(task), "--tree", str(plain_tree), "--fix", str(fix_dir), "-o", str(plain)]
+        "fix", str(task), "--tree", str(plain_tree), "--fix", str(fix_dir), "-o", str(plain)
     )
     assert done.returncode == 0, done.stderr
     red = run_verify(plain, verify_options, tmp_path / "plain-run", "--no-hack-gate")
@@ -148,16 +148,7 @@ def test_review_then_a_fix_verified_and_fixes_that_cross_the_boundary_refused(
     bad_fix.mkdir()
     (bad_fix / "instruction.md").write_text("Do something else.\n")
     refused = run_cli(
-        *[
-            "fix",
-            str(task),
-            "--tree",
-            str(crossing),
-            "--fix",
-            str(bad_fix),
-            "-o",
-            str(tmp_path / "no"),
-        ]
+        "fix", str(task), "--tree", str(crossing), "--fix", str(bad_fix), "-o", str(tmp_path / "no")
     )
     assert refused.returncode == 2
     for words in (
