@@ -8,7 +8,7 @@ fail-to-pass test run plus 5 s on a test-bound one (its figure: the hack stage's
 nop's fail-to-pass run).
 
 Usage: python scripts/bench_hack_gate.py [--task DIR | --runner pytest|go] [--seconds S]
-       [--runs N] [verify options...]
+       [--runs N] [--modes like-for-like,defaults,full] [verify options...]
 Without --task it makes a CPU-bound task (scripts/make_bench_task.py: every test command
 burns about S/2 seconds of CPU) and verifies it with `--build-network host`.
 """
@@ -63,7 +63,14 @@ def main() -> int:
     parser.add_argument("--runner", choices=["pytest", "go"], default="pytest")
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="which of the modes to time, comma-separated (like-for-like and defaults always)",
+    )
     args, extra = parser.parse_known_args()
+    chosen = {"like-for-like", "defaults", *args.modes.split(",")}
+    modes = {mode: words for mode, words in MODES.items() if mode in chosen}
     options = [*default_options(), *extra]
     with tempfile.TemporaryDirectory(prefix="bench-hack.") as tmp:
         task = args.task
@@ -77,13 +84,13 @@ def main() -> int:
             options += ["--build-network", "host"]
             if args.runner == "go":
                 options += ["--toolchain-source", "go=registry"]
-        verify_once(task, [*options, *MODES["full"]], Path(tmp) / "warmup")
-        walls: dict[str, list[float]] = {mode: [] for mode in MODES}
-        hack: dict[str, list[float]] = {mode: [] for mode in MODES if mode != "like-for-like"}
+        verify_once(task, [*options, *modes.get("full", [])], Path(tmp) / "warmup")
+        walls: dict[str, list[float]] = {mode: [] for mode in modes}
+        hack: dict[str, list[float]] = {mode: [] for mode in modes if mode != "like-for-like"}
         f2p: list[float] = []
         said: dict[str, str] = {}
         for index in range(args.runs):
-            for mode, words in MODES.items():
+            for mode, words in modes.items():
                 wall, report = verify_once(task, [*options, *words], Path(tmp) / f"{mode}{index}")
                 walls[mode].append(wall)
                 f2p.append(fail_to_pass_seconds(report))
@@ -93,7 +100,7 @@ def main() -> int:
     median = statistics.median
     base = median(walls["like-for-like"])
     print(f"task: {task}  runs: {args.runs} of each, alternated")
-    for mode in MODES:
+    for mode in modes:
         line = f"{mode:>14}: wall median {median(walls[mode]):6.2f} s"
         line += f"  ({median(walls[mode]) / base:.2f}x like for like)"
         if mode in hack:
