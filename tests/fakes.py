@@ -107,21 +107,25 @@ class Script:
             return writes_reward(ORACLE_REWARD if gate in ("oracle", "determinism") else NOP_REWARD)
         if step == "collect":
             return collect_patch(b"diff --git a/x b/x\n" if gate in ("oracle", "hack") else b"")
-        if step == "settle":
-            return settle_patch(b"diff --git a/x b/x\n")
+        if step == "driver":
+            return drive_exploits(b"diff --git a/x b/x\n")
         return ok
 
 
-def settle_patch(patch: bytes) -> Action:
-    """The hack gate's settle step: `patch` into the stash when its script ended 0 (its argv
-    ends with the exploit's name and 1), then the tree reset (nothing to do here)."""
+def drive_exploits(patch: bytes) -> Action:
+    """The hack gate's driver: each exploit (its name after the driver's own arguments) ran and
+    ended 0, and `patch` is what was collected after it."""
 
     def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
-        from runner.plan.inimage import HACK_PATCHES
+        from runner.plan.inimage import HACK_OUT
 
-        name, collect = step.argv[-2], step.argv[-1]
-        if collect == "1":
-            container.files[f"{HACK_PATCHES}/{name}.patch"] = patch
+        names = step.argv[6:]
+        rows = []
+        for name in names:
+            container.files[f"{HACK_OUT}/logs/{name}.log"] = f"{name} ran\n".encode()
+            container.files[f"{HACK_OUT}/patches/{name}.patch"] = patch
+            rows.append(f"{name}\t0\t0\t10\t0\n")
+        container.files[f"{HACK_OUT}/status.tsv"] = "".join(rows).encode()
         return ExecOutcome(exit_code=0, seconds=0.01)
 
     return action

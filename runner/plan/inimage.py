@@ -48,35 +48,58 @@ HACK_RESET_COMMAND = (
 )
 
 
-# The hack gate's one root step after each exploit's script (HackPlan.settle): the script's
-# patch collected into the stash (when the script ended 0: `$2` is 1), then the tree back to
-# the post-setup snapshot. One exec where there were two (collect, reset): an exec costs the
-# engine about 47 ms of CPU (measured on 20.10: 66 execs of `true`, 3.1 s of CPU), and the gate
-# runs one per exploit. Arguments: the collect command, the exploit's name, 1 or 0. Exits 0,
-# the collect command's status, or SETTLE_RESET_FAILED when the tree could not be reset.
-HACK_PATCHES = "/opt/selfbench/hack-patches"
-SETTLE_RESET_FAILED = 97
-HACK_SETTLE_SCRIPT = f"""set -u
-command=$1 name=$2 collect=$3
-status=0
-if [ "$collect" = 1 ]; then
-  bash -c "$command"
-  status=$?
-  if [ "$status" -eq 0 ]; then
-    mkdir -p {HACK_PATCHES} || status=1
-    if [ -e {AGENT_PATCH} ]; then
-      mv -f {AGENT_PATCH} "{HACK_PATCHES}/$name.patch" || status=1
-    else
-      : > "{HACK_PATCHES}/$name.patch" || status=1
+# The hack gate's agent side in one exec (HackPlan.driver), as root: each exploit's script (put
+# in HACK_IN as `<name>.sh` beforehand) runs as the agent user (setpriv: util-linux, which the
+# toolchain layer installs), in /app, with HOME=/home/agent, under its own deadline; then, as
+# root, its patch is collected into the stash (when the script ended 0) and the tree is reset to
+# the post-setup snapshot before the next. One exec where there were three per exploit (the
+# script, collect, reset): an exec costs the engine about 47 ms of CPU (measured on 20.10: 66
+# execs of `true`, 3.1 s of CPU), taken from the gates that decide the verdict. What it leaves
+# in HACK_OUT: `logs/<name>.log`, `patches/<name>.patch` and `status.tsv`, one line per exploit:
+# name, the script's exit code, 1 when it hit its deadline, its milliseconds, the collect
+# command's status. Arguments: the collect command, the deadline in seconds, the exploits'
+# names in order. Exits DRIVER_RESET_FAILED when a reset failed (the last line names the
+# exploit), DRIVER_BROKEN when it could not start.
+HACK_IN = "/opt/selfbench/hack-in"
+HACK_OUT = "/opt/selfbench/hack-out"
+DRIVER_RESET_FAILED = 97
+DRIVER_BROKEN = 96
+HACK_DRIVER_SCRIPT = f"""set -u
+command=$1 limit=$2
+shift 2
+rm -rf {HACK_OUT} && mkdir -p {HACK_OUT}/logs {HACK_OUT}/patches || exit {DRIVER_BROKEN}
+: > {HACK_OUT}/status.tsv || exit {DRIVER_BROKEN}
+for name in "$@"; do
+  script=$(cat "{HACK_IN}/$name.sh") || exit {DRIVER_BROKEN}
+  started=$(date +%s%N)
+  ( cd /app && HOME=/home/agent USER=agent LOGNAME=agent exec timeout -k 5 "$limit" \
+      setpriv --reuid=agent --regid=agent --init-groups bash -c "$script" ) \
+    < /dev/null > "{HACK_OUT}/logs/$name.log" 2>&1
+  code=$?
+  ms=$(( ($(date +%s%N) - started) / 1000000 ))
+  timed=0
+  if {{ [ "$code" -eq 124 ] || [ "$code" -eq 137 ]; }} && [ "$ms" -ge $(( limit * 1000 )) ]; then
+    timed=1
+  fi
+  collected=-1
+  if [ "$code" -eq 0 ]; then
+    bash -c "$command" > "{HACK_OUT}/logs/$name.collect.log" 2>&1
+    collected=$?
+    if [ "$collected" -eq 0 ]; then
+      if [ -e {AGENT_PATCH} ]; then
+        mv -f {AGENT_PATCH} "{HACK_OUT}/patches/$name.patch" || collected=1
+      else
+        : > "{HACK_OUT}/patches/$name.patch" || collected=1
+      fi
     fi
   fi
-  if [ "$status" -eq {SETTLE_RESET_FAILED} ]; then status=1; fi
-fi
-if ! ( {HACK_RESET_COMMAND} ); then
-  echo "selfbench: resetting the tree after $name failed" >&2
-  exit {SETTLE_RESET_FAILED}
-fi
-exit "$status"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$code" "$timed" "$ms" "$collected" \
+    >> {HACK_OUT}/status.tsv
+  if ! ( {HACK_RESET_COMMAND} ); then
+    echo "selfbench: resetting the tree after $name failed"
+    exit {DRIVER_RESET_FAILED}
+  fi
+done
 """
 
 

@@ -10,9 +10,9 @@ from runner.model.settings import HackGate
 from runner.model.stages import Gate
 from runner.plan.images import digest_of
 from runner.plan.inimage import (
+    HACK_DRIVER_SCRIPT,
     HACK_POLICY_DIR,
     HACK_POLICY_RESULT,
-    HACK_SETTLE_SCRIPT,
     VERIFIER_HELPER,
     VERIFIER_TASK_FACTS,
 )
@@ -107,13 +107,20 @@ def plan_hack(p: Planner) -> HackPlan | None:
             "/home/agent",
             background=True,
         ),
-        settle=ExecStep(
-            name="settle",
-            argv=["bash", "-c", HACK_SETTLE_SCRIPT, "settle", p.collect_step.argv[-1]],
+        driver=ExecStep(
+            name="driver",
+            argv=[
+                "bash",
+                "-c",
+                HACK_DRIVER_SCRIPT,
+                "driver",
+                p.collect_step.argv[-1],
+                str(int(HACK_STEP_TIMEOUT_SECONDS)),
+            ],
             user="root",
             env={},
             workdir="/app",
-            timeout_seconds=HACK_STEP_TIMEOUT_SECONDS + p.collect_timeout,
+            timeout_seconds=len(exploits) * (2 * HACK_STEP_TIMEOUT_SECONDS + p.collect_timeout),
         ),
         exploits=exploits,
         policy=p.container(

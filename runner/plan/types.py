@@ -241,8 +241,8 @@ class ExploitPlan(_Frozen):
 
 class HackPlan(_Frozen):
     agent: ContainerPlan
-    # After each exploit, as root: its patch stashed, the tree reset (inimage.HACK_SETTLE_SCRIPT).
-    settle: ExecStep
+    # Every exploit in turn in one root exec, the tree reset after each (HACK_DRIVER_SCRIPT).
+    driver: ExecStep
     exploits: list[ExploitPlan]
     # Every collected patch through the verifier's patch policy at once, without tests: one
     # whose changes the policy undoes entirely leaves nop's tree, which nop showed fails.

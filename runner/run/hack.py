@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import PurePosixPath
 
 from runner import __version__, judge
 from runner.base.errors import (
-    InfrastructureError,
     Interrupted,
 )
 from runner.compile.exploits import NOT_APPLICABLE
@@ -19,22 +16,16 @@ from runner.model.census import Census
 from runner.model.evidence import (
     VerifierEvidence,
 )
-from runner.model.layout import AGENT_PATCH_FILE
 from runner.model.report import (
     ExploitResult,
     GateData,
     HackData,
     Status,
 )
-from runner.model.settings import (
-    MAX_AGENT_PATCH_BYTES,
-)
 from runner.model.stages import Gate, Skip, Stage
-from runner.plan.inimage import HACK_PATCHES, SETTLE_RESET_FAILED
-from runner.plan.runtime import Container
 from runner.plan.types import ExploitPlan, TrialPlan
-from runner.run import collect as left
 from runner.run.build import Builder
+from runner.run.hackagent import ExploitAgent
 from runner.run.hackpolicy import PolicyChecker
 from runner.run.sides import Sides
 from runner.run.skips import SkippedError
@@ -49,6 +40,7 @@ class HackRunner:
         self.sides = sides
         self.builder = builder
         self.policy = PolicyChecker(state)
+        self.exploit_agent = ExploitAgent(state)
 
     def hack(self, stage: StageResult) -> None:
         """Each canned exploit runs as the agent in one agent container (reset to the post-setup
@@ -74,9 +66,7 @@ class HackRunner:
             with self.state.engine.container(
                 plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
             ) as agent:
-                for exploit in plan.exploits:
-                    sides[exploit.name] = self._exploit_side(exploit, agent, stage)
-                self._read_patches(agent, sides, plan.exploits)
+                sides = self.exploit_agent.run_all(agent, stage)
                 self.state.keep("hack agent", agent)
             # The policy first, for every patch at once and without tests (beside nop and the
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
@@ -113,58 +103,6 @@ class HackRunner:
         ]
         judgement = judge.judge_hack(results)
         stage.set(judgement.status, judgement.detail)
-
-    def _exploit_side(
-        self, exploit: ExploitPlan, agent: Container, stage: StageResult
-    ) -> ExploitSide:
-        """One exploit's script as the agent; then, as root in one exec, its patch collected
-        into the stash (read with the others' afterwards: _read_patches) and the tree reset."""
-        plan = self.state.plan.hack
-        assert plan is not None
-        limit = self.state.plan.max_log_bytes
-        directory = self.state.path(Stage.HACK, exploit.name, "exploit.log").parent
-        script_log = directory / "exploit.log"
-        stage.logs.append(str(script_log))
-        ran = agent.exec(exploit.run, script_log, limit=limit)
-        side = ExploitSide(script=ran, said=left.last_meaningful(script_log))
-        collect = ran.exit_code == 0 and not ran.timed_out
-        settle = plan.settle.model_copy(
-            update={"argv": [*plan.settle.argv, exploit.name, "1" if collect else "0"]}
-        )
-        settled = agent.exec(settle, directory / "settle.log", limit=limit)
-        if settled.timed_out or settled.exit_code == SETTLE_RESET_FAILED:
-            raise InfrastructureError(
-                f"resetting the hack gate's agent container after {exploit.name} "
-                f"failed; see {directory / 'settle.log'}"
-            )
-        if collect:
-            side.collect_failed = settled.exit_code != 0
-        return side
-
-    def _read_patches(
-        self, agent: Container, sides: dict[str, ExploitSide], exploits: list[ExploitPlan]
-    ) -> None:
-        """Every collected patch out of the stash at once, each into its exploit's directory."""
-        wanted = [
-            e for e in exploits if not sides[e.name].collect_failed and _collected(sides[e.name])
-        ]
-        if not wanted:
-            return
-        stash = self.state.layout.stage(Stage.HACK) / ".patches"
-        truncated = agent.copy_out(HACK_PATCHES, stash, limit=MAX_AGENT_PATCH_BYTES)
-        if truncated:
-            raise InfrastructureError(
-                f"an exploit's patch is larger than {MAX_AGENT_PATCH_BYTES} bytes: "
-                f"{truncated[0].path}"
-            )
-        found = stash / PurePosixPath(HACK_PATCHES).name
-        for exploit in wanted:
-            source = found / f"{exploit.name}.patch"
-            patch = source.read_bytes() if source.is_file() else b""
-            sides[exploit.name].patch = patch
-            target = self.state.path(Stage.HACK, exploit.name, AGENT_PATCH_FILE)
-            target.write_bytes(patch)
-        shutil.rmtree(stash, ignore_errors=True)
 
     def _early_runs(
         self,
@@ -362,8 +300,3 @@ class HackRunner:
             undone=judge.undone_words(data.undone, data.discarded) if data.discarded else "",
         )
         stage.set(verdict.status, verdict.detail)
-
-
-def _collected(side: ExploitSide) -> bool:
-    """Its script ended 0, so the settle step collected its patch."""
-    return side.script.exit_code == 0 and not side.script.timed_out

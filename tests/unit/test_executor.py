@@ -20,7 +20,12 @@ from runner.cli.common import interrupts
 from runner.model.predictions import PatchPredictions
 from runner.model.report import Status, Verdict
 from runner.model.settings import BuildEnvironment, HackGate, VerifySettings
-from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT, HAND_OFF_ARCHIVE
+from runner.plan.inimage import (
+    HACK_IN,
+    HACK_POLICY_DIR,
+    HACK_POLICY_RESULT,
+    HAND_OFF_ARCHIVE,
+)
 from runner.plan.runtime import ExecOutcome
 from runner.plan.types import ExecStep
 from runner.run.context import ExecutionEnv
@@ -113,10 +118,9 @@ def test_accepted_run_in_order_and_cleaned_up(tmp_path: Path) -> None:
     ]
     # An exploit's verifier runs only once nop has shown that the tests fail on the base.
     assert at("exec hack/verifier as root") > at("exec nop/verifier as root")
-    assert sum(e.startswith("exec hack/exploit as agent") for e in events) == 6
-    # After each script, one root step collects its patch and resets the tree.
-    assert sum(e.startswith("exec hack/settle as root") for e in events) == 6
-    assert not any(e.startswith(("exec hack/collect", "exec hack/reset")) for e in events)
+    # Every exploit, its collect and the reset after it: one root exec of the driver.
+    assert sum(e.startswith("exec hack/driver as root") for e in events) == 1
+    assert not any(e.startswith(("exec hack/exploit", "exec hack/collect")) for e in events)
     # The oracle's agent side (the longest path) gets its container before its verifier.
     assert at("create oracle/agent") < at("create oracle/verifier")
     smoke = at("exec smoke/smoke as verifier")
@@ -427,7 +431,7 @@ def test_nop_hands_its_build_caches_to_the_side_verifiers_only(tmp_path: Path) -
     assert report.stages.nop.data.handed_cache_bytes == 3
     assert report.settings.hand_caches is True
     events = engine.events
-    into = [e for e in events if e.startswith("archive into ")]
+    into = handed(events)
     assert all(e.endswith(" at /: b'TAR'") for e in into)
     given = sorted(e.split()[2] for e in into)
     # Every container that ran test.sh for an exploit or the probe, once each; nothing else.
@@ -441,6 +445,11 @@ def test_nop_hands_its_build_caches_to_the_side_verifiers_only(tmp_path: Path) -
     assert events.index("exec nop/hand-off as root in " + _verifier_name(events, "nop")) > (
         events.index("exec nop/verifier as root in " + _verifier_name(events, "nop"))
     )
+
+
+def handed(events: list[str]) -> list[str]:
+    """Archives put into containers, but the hack gate's exploit scripts (into its agent)."""
+    return [e for e in events if e.startswith("archive into ") and f" at {HACK_IN}:" not in e]
 
 
 def _verifier_name(events: list[str], gate: str) -> str:
@@ -459,12 +468,12 @@ def test_a_red_nop_or_no_hand_caches_hands_nothing(tmp_path: Path) -> None:
     )
     report = run(tmp_path / "red", red, name="go-task", toolchains=["go"], keep_going=True).report
     assert report.stages.nop.status is Status.FAILED
-    assert not any("hand-off" in e or e.startswith("archive") for e in red.events)
+    assert not any("hand-off" in e for e in red.events) and not handed(red.events)
     off = FakeEngine(Script(actions={"nop/hand-off": _packs(b"TAR")}))
     report = run(tmp_path / "off", off, name="go-task", toolchains=["go"], hand_caches=False).report
     assert report.verdict is Verdict.ACCEPTED, report.reason
     assert report.stages.nop.data.handed_cache_bytes is None
-    assert not any("hand-off" in e or e.startswith("archive") for e in off.events)
+    assert not any("hand-off" in e for e in off.events) and not handed(off.events)
 
 
 def test_a_failed_pack_hands_nothing_and_changes_no_verdict(tmp_path: Path) -> None:
@@ -472,7 +481,7 @@ def test_a_failed_pack_hands_nothing_and_changes_no_verdict(tmp_path: Path) -> N
     report = run(tmp_path, engine, name="go-task", toolchains=["go"]).report
     assert report.verdict is Verdict.ACCEPTED, report.reason
     assert report.stages.nop.data.handed_cache_bytes is None
-    assert not any(e.startswith("archive") for e in engine.events)
+    assert not handed(engine.events)
 
 
 def test_no_hack_gate_skips_it_and_still_accepts(tmp_path: Path) -> None:
