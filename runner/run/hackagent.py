@@ -25,12 +25,17 @@ COLLECT_LOG = "collect.log"
 
 
 def _scripts(exploits: list[ExploitPlan]) -> bytes:
-    """A tar of each exploit's script as `<name>.sh` (root's alone: the driver reads them)."""
+    """A tar of HACK_IN (unpacked into its parent, which exists) with each exploit's script as
+    `<name>.sh`, root's alone: the driver reads them and hands each to the agent's shell."""
+    folder = PurePosixPath(HACK_IN).name
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
+        directory = tarfile.TarInfo(folder)
+        directory.type, directory.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(directory)
         for exploit in exploits:
             data = exploit.run.argv[-1].encode()
-            info = tarfile.TarInfo(f"{exploit.name}.sh")
+            info = tarfile.TarInfo(f"{folder}/{exploit.name}.sh")
             info.size, info.mode = len(data), 0o600
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
@@ -63,7 +68,7 @@ class ExploitAgent:
         assert plan is not None
         hack_dir = self.state.layout.stage(Stage.HACK)
         hack_dir.mkdir(parents=True, exist_ok=True)
-        agent.put_archive(HACK_IN, _scripts(plan.exploits))
+        agent.put_archive(str(PurePosixPath(HACK_IN).parent), _scripts(plan.exploits))
         driver = plan.driver.model_copy(
             update={"argv": [*plan.driver.argv, *(e.name for e in plan.exploits)]}
         )
