@@ -54,6 +54,13 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
 TASK_DIR = click.argument("task_dir", type=click.Path(path_type=Path))
 
 
+def out_directory(help_text: str) -> Callable[[_F], _F]:
+    """`-o/--out DIR`: the directory a command writes."""
+    return click.option(
+        "-o", "--out", "out", required=True, type=click.Path(path_type=Path), help=help_text
+    )
+
+
 REPO = click.option(
     "--repo",
     metavar="PATH|URL",

@@ -11,20 +11,13 @@ import click
 
 from runner.base.errors import ExitCode, InvalidTaskError, Problem
 from runner.cli.common import _print_invalid, cli
-from runner.cli.options import REPO, TASK_DIR
+from runner.cli.options import REPO, TASK_DIR, out_directory
 from runner.model.stages import Stage
 
 
 @cli.command("review")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--out",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The directory to write (new, or empty).",
-)
+@out_directory("The directory to write (new, or empty).")
 @click.option(
     "--task",
     "task_dir",
@@ -69,14 +62,7 @@ def review_command(run_dir: Path, out: Path, task_dir: Path | None, as_json: boo
     help="A directory with definition.json (the changed fields only) and/or test.patch (used "
     "instead of the one the tree gives).",
 )
-@click.option(
-    "-o",
-    "--out",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The fixed task's directory (new, or empty).",
-)
+@out_directory("The fixed task's directory (new, or empty).")
 @REPO
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def fix_command(

@@ -25,6 +25,7 @@ from runner.cli.options import (
     TASK_DIR,
     TOOLCHAIN_MIRROR,
     TOOLCHAIN_SOURCE,
+    out_directory,
 )
 from runner.cli.output import Output
 from runner.model.settings import (
@@ -122,14 +123,9 @@ def _audit_json(
 @cli.command("compile")
 @TASK_DIR
 @REPO
-@click.option(
-    "-o",
-    "--out",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Bundle directory to write (replaced atomically; never a directory holding anything "
-    "but this task's bundle).",
+@out_directory(
+    "Bundle directory to write (replaced atomically; never a directory holding anything "
+    "but this task's bundle)."
 )
 @AGENT_ALLOWED_HOST
 def compile_command(

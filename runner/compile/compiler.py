@@ -282,16 +282,11 @@ def render_checked(task: AuthoredTask, options: CompileOptions) -> dict[str, byt
     return files
 
 
-def compile_task(
-    task: AuthoredTask, *, repo: str | None, out: Path, options: CompileOptions
-) -> CompileResult:
+def task_facts(task: AuthoredTask, repository: Path) -> RepositoryFacts:
+    """What the base commit says about the task: its workdir, both patches applying, the
+    evidence and selector paths, and the names the coupling evidence looks for."""
     definition = task.definition
-    check_output_dir(out, definition.task_id)
-    files = render_checked(task, options)
-    repository = resolve_repository(
-        repo, definition.repo, definition.base_commit, task_dir=task.directory
-    )
-    facts = check_repository(
+    return check_repository(
         repository,
         definition.base_commit,
         workdir=definition.workdir_path,
@@ -301,6 +296,18 @@ def compile_task(
         coupling_needles=candidates(task.tests, task.gold, task.instruction),
         selectors=selector_checks(definition),
     )
+
+
+def compile_task(
+    task: AuthoredTask, *, repo: str | None, out: Path, options: CompileOptions
+) -> CompileResult:
+    definition = task.definition
+    check_output_dir(out, definition.task_id)
+    files = render_checked(task, options)
+    repository = resolve_repository(
+        repo, definition.repo, definition.base_commit, task_dir=task.directory
+    )
+    facts = task_facts(task, repository)
     archive = cached_archive(repository, definition.base_commit)
     with _staged(out) as staging:
         _write_files(staging, files)

@@ -8,9 +8,7 @@ from dataclasses import dataclass
 
 from runner.base.errors import RepositoryError
 from runner.compile.audit import AuditResult, audit
-from runner.compile.compiler import evidence_paths, selector_checks
-from runner.compile.coupling import candidates
-from runner.compile.repocheck import check_repository
+from runner.compile.compiler import task_facts
 from runner.compile.repository import resolve_repository
 from runner.compile.taskdir import AuthoredTask
 
@@ -31,16 +29,7 @@ def audit_task(task: AuthoredTask, repo: str | None) -> TaskAudit:
         path = resolve_repository(
             repo, definition.repo, definition.base_commit, task_dir=task.directory
         )
-        facts = check_repository(
-            path,
-            definition.base_commit,
-            workdir=definition.workdir_path,
-            test_patch=task.test_patch,
-            gold_patch=task.gold_patch,
-            evidence=evidence_paths(definition),
-            coupling_needles=candidates(task.tests, task.gold, task.instruction),
-            selectors=selector_checks(definition),
-        )
+        facts = task_facts(task, path)
     except RepositoryError as exc:
         if repo is not None:
             raise

@@ -28,15 +28,19 @@ ENGINE_FAILURES = (DockerException, *TRANSIENT, requests.exceptions.RequestExcep
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def transient_retry() -> Callable[[F], F]:
-    """Retry only what the engine connection drops, never what a command did."""
+def _retrying(condition: Any, *, attempts: int, longest: float) -> Callable[[F], F]:
     decorator = retry(
-        retry=retry_if_exception_type(TRANSIENT),
-        stop=stop_after_attempt(3),
-        wait=wait_exponential(multiplier=0.5, max=5),
+        retry=condition,
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=0.5, max=longest),
         reraise=True,
     )
     return cast(Callable[[F], F], decorator)
+
+
+def transient_retry() -> Callable[[F], F]:
+    """Retry only what the engine connection drops, never what a command did."""
+    return _retrying(retry_if_exception_type(TRANSIENT), attempts=3, longest=5)
 
 
 def _qgroup_refused(exc: BaseException) -> bool:
@@ -49,13 +53,7 @@ def qgroup_retry() -> Callable[[F], F]:
     mount (daemon/graphdriver/btrfs/btrfs.go, subvolLimitQgroup), `docker cp` included, and the
     ioctl was refused once in CI right after a task had filled its quota (1 run of about ten of
     test_storage_quota_on_a_btrfs_engine, under load); the copy a moment later is served."""
-    decorator = retry(
-        retry=retry_if_exception(_qgroup_refused),
-        stop=stop_after_attempt(4),
-        wait=wait_exponential(multiplier=0.5, max=4),
-        reraise=True,
-    )
-    return cast(Callable[[F], F], decorator)
+    return _retrying(retry_if_exception(_qgroup_refused), attempts=4, longest=4)
 
 
 def explain(exc: BaseException) -> str:

@@ -28,7 +28,7 @@ from runner.run.build import Builder
 from runner.run.hackagent import ExploitAgent
 from runner.run.hackpolicy import PolicyChecker
 from runner.run.sides import Sides
-from runner.run.skips import SkippedError
+from runner.run.skips import SkippedError, side_run_result
 from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
@@ -139,12 +139,8 @@ class HackRunner:
         census = self.state.census
         if future is None or census is None or census.fail_to_pass.mode != "per-test":
             return None
-        try:
-            run = future.result()
-        except SkippedError:
-            raise
-        except Exception as exc:
-            log.warning("%s: the early run did not finish (%s); verifying again", exploit.name, exc)
+        run = side_run_result(future, f"{exploit.name}: the early run")
+        if run is None:
             return None
         evidence = run.evidence.runs.get("fail_to_pass")
         if (

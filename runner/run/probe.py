@@ -22,7 +22,7 @@ from runner.model.report import (
 from runner.model.stages import Gate, Stage
 from runner.plan.types import ProbePlan, ProbeRun
 from runner.run.sides import Sides
-from runner.run.skips import SkippedError
+from runner.run.skips import side_run_result
 from runner.run.state import RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
@@ -63,13 +63,7 @@ class ProbeRunner:
         future = self._early.pop(run.name, None)
         if future is None or patch != self._early_patch:
             return None
-        try:
-            early = future.result()
-        except SkippedError:
-            raise
-        except Exception as exc:
-            log.warning("%s: the early run did not finish (%s); verifying again", run.name, exc)
-            return None
+        early = side_run_result(future, f"{run.name}: the early run")
         if early is None:
             return None
         # No census (a verifier that records no evidence): a run now would get none either.

@@ -17,7 +17,6 @@ Written all at once (a staged directory renamed into place); a run without an au
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ from runner.compile.taskdir import (
 from runner.model.layout import REPORT_FILE, REPORT_HTML_FILE, RunLayout
 from runner.model.report import Report
 from runner.model.stages import Stage
+from runner.run.artifacts import file_sha256
 
 INDEX_JSON = "index.json"
 INDEX_MD = "index.md"
@@ -69,14 +69,6 @@ ITEMS = (
     ("verification report", REPORT_FILE, "the report of the verification (verify --json)"),
     ("coupling evidence", COUPLING, "the audit's deterministic test-to-gold coupling evidence"),
 )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _report(run_dir: Path) -> tuple[dict[str, Any], Report]:
@@ -120,7 +112,7 @@ def _copy_rendered(bundle: Path, target: Path) -> list[dict[str, Any]]:
                     {
                         "path": f"{RENDERED_DIR}/{(relative / name).as_posix()}",
                         "bytes": source.stat().st_size,
-                        "sha256": _sha256(source),
+                        "sha256": file_sha256(source),
                         "why": "the repository snapshot at the base commit (the reviewer's "
                         "repository holds it)",
                     }
@@ -191,7 +183,7 @@ def _fill(
         target = staged / path
         entry: dict[str, Any] = {"name": name, "path": path, "what": what}
         if target.is_file():
-            entry |= {"bytes": target.stat().st_size, "sha256": _sha256(target)}
+            entry |= {"bytes": target.stat().st_size, "sha256": file_sha256(target)}
         else:
             entry["files"] = sorted(
                 p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()

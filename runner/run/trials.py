@@ -28,7 +28,7 @@ from runner.plan.types import TrialPlan
 from runner.run.handoff import hand_off
 from runner.run.probe import ProbeRunner
 from runner.run.sides import Sides, adopt_apart, trial_apart
-from runner.run.skips import SkippedError
+from runner.run.skips import SkippedError, side_run_result
 from runner.run.smoke import SmokeRunner
 from runner.run.state import PREDICTED_DIR, Prediction, RunState, StageResult, TrialRun
 
@@ -259,15 +259,10 @@ class TrialRunner:
                 self.state.run_dir / trial.gate / PREDICTED_DIR,
             )
             return False
-        try:
-            run, scratch, predicted_data = prediction.future.result()
-        except SkippedError:
-            raise
-        except Exception as exc:
-            log.warning(
-                "%s: the predicted run did not finish (%s); verifying again", trial.gate, exc
-            )
+        predicted = side_run_result(prediction.future, f"{trial.gate}: the predicted run")
+        if predicted is None:
             return False
+        run, scratch, predicted_data = predicted
         gate_dir = self.state.run_dir / trial.gate
         moved = gate_dir / PREDICTED_DIR
         adopt_apart(gate_dir, PREDICTED_DIR)
