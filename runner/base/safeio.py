@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from runner.base.errors import InvalidTaskError, UsageError
@@ -191,6 +193,25 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def staged_directory(out: Path) -> Iterator[Path]:
+    """A new directory beside `out` to fill: it becomes `out` when the block ends, and is
+    removed when the block raises, so `out` is whole or absent. `out` must not exist, or be an
+    empty directory (UsageError otherwise)."""
+    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
+        raise UsageError(f"-o {out}: exists and is not an empty directory", path=str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        yield staged
+        if out.exists():
+            out.rmdir()  # empty, as checked
+        os.replace(staged, out)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
         raise
 
 

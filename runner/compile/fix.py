@@ -8,19 +8,16 @@ the audit accepts it, all at once (a staged directory renamed into place)."""
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.base import validation as v
 from runner.base.errors import InvalidInputError, Problem, TaskFailedError, UsageError
-from runner.base.safeio import optional_regular, require_directory
+from runner.base.safeio import optional_regular, require_directory, staged_directory
 from runner.compile.fixrules import (
     FIX_DEFINITION,
     FIX_REFUSED_FILES,
@@ -33,7 +30,7 @@ from runner.compile.fixrules import (
     summarize,
 )
 from runner.compile.fixtree import test_patch_from_tree
-from runner.compile.repository import is_remote, resolve_repository
+from runner.compile.repository import repository_spec, resolve_repository
 from runner.compile.taskaudit import TaskAudit, audit_task
 from runner.compile.taskdir import (
     DEFINITION,
@@ -90,20 +87,6 @@ def _fix_files(fix_dir: Path) -> tuple[dict[str, Any], bytes | None, list[Proble
     return changes, patch, problems
 
 
-@contextlib.contextmanager
-def _staged(out: Path) -> Iterator[Path]:
-    """A directory beside `out` that becomes it on success, and is removed otherwise."""
-    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
-        raise UsageError(f"-o {out}: exists and is not an empty directory", path=str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        yield staged
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-
-
 def fix_task(
     task_dir: Path,
     *,
@@ -155,7 +138,7 @@ def fix_task(
         problems.extend(held_out_paths_problems([str(p) for p in fixed_paths], held, file=where))
     if problems:
         raise InvalidInputError(problems)
-    with _staged(out) as staged:
+    with staged_directory(out) as staged:
         (staged / DEFINITION).write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
         (staged / TEST_PATCH).write_bytes(patch)
         (staged / GOLD_PATCH).write_bytes(green.gold_patch)
@@ -167,22 +150,19 @@ def fix_task(
         audited = audit_task(fixed, repository)
         if not audited.result.accepted:
             raise FixRejectedError(audited, summary)
-        if out.exists():
-            out.rmdir()  # empty (_staged checked)
-        os.replace(staged, out)
     return FixedTask(
-        task=load_authored_task(out), summary=summary, audit=audited, repository=repository
+        task=dataclasses.replace(fixed, directory=out),
+        summary=summary,
+        audit=audited,
+        repository=repository,
     )
 
 
 def repository_of(task: AuthoredTask, repo: str | None) -> str | None:
     """Where the green task's repository is, for the fixed one: `repo` when given; a relative
-    definition.repo found beside the green task as that path (the fixed task lies elsewhere);
-    else None (definition.repo, as it is)."""
-    if repo is not None:
-        return repo
-    spec = task.definition.repo
-    if is_remote(spec) or spec.startswith("file://") or Path(spec).is_absolute():
+    definition.repo found beside the green task as that path made absolute (the fixed task lies
+    elsewhere); else None (definition.repo, as it is)."""
+    spec = repository_spec(repo, task.definition.repo, task.directory)
+    if repo is None and spec == task.definition.repo:
         return None
-    beside = task.directory / spec
-    return str(beside.resolve()) if os.path.lexists(beside) else None
+    return spec if repo is not None else str(Path(spec).resolve())

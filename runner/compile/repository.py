@@ -199,6 +199,22 @@ def _take_bundle(path: Path, commit: str, *, label: str) -> None:
     _take(str(path), commit, label=label, key=digest.hexdigest()[:24], bundle=True)
 
 
+def repository_spec(repo_option: str | None, definition_repo: str, task_dir: Path | None) -> str:
+    """Where the task's repository is named: --repo when given; else definition.repo, a relative
+    one looked up beside the task first (examples ship their repository as a git bundle there),
+    then from the current directory."""
+    if repo_option:
+        return repo_option
+    if task_dir is not None and not is_remote(definition_repo):
+        beside = task_dir / definition_repo
+        try:
+            if os.path.lexists(beside):
+                return str(beside)
+        except (OSError, ValueError):  # a name too long for the filesystem is no repository
+            pass
+    return definition_repo
+
+
 def resolve_repository(
     repo_option: str | None, definition_repo: str, commit: str, *, task_dir: Path | None = None
 ) -> Path:
@@ -207,18 +223,11 @@ def resolve_repository(
     A relative definition.repo is looked up beside the task first (examples ship their
     repository as a git bundle there), then from the current directory.
     """
-    spec = repo_option or definition_repo
     source = "--repo" if repo_option else "definition.repo"
     commit = commit.lower()
     if not _SHA.fullmatch(commit):
         raise RepositoryError(f"base commit {commit!r} is not a full 40-character commit id")
-    if not repo_option and task_dir is not None and not is_remote(spec):
-        beside = task_dir / spec
-        try:
-            if os.path.lexists(beside):
-                spec = str(beside)
-        except (OSError, ValueError):  # a name too long for the filesystem is no repository
-            pass
+    spec = repository_spec(repo_option, definition_repo, task_dir)
     if spec.startswith("file://"):
         spec = spec[len("file://") :]
     if is_remote(spec):

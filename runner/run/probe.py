@@ -54,7 +54,6 @@ class ProbeRunner:
         self.state.nop_done.wait()
         if self.state.stages[Stage.NOP].status is not Status.PASSED:
             return None
-        self.state.check_stopping()
         return self.sides.verify_early(run.trial, patch)
 
     def _early_counts(self, run: ProbeRun, patch: bytes, probe: ProbePlan) -> TrialRun | None:

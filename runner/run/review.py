@@ -20,14 +20,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from runner.base.errors import InvalidTaskError, UsageError, printable
-from runner.base.safeio import read_regular
+from runner.base.safeio import read_regular, staged_directory
 from runner.compile.fixrules import FIXABLE_FIELDS
 from runner.compile.taskdir import (
     DEFINITION,
@@ -137,19 +136,8 @@ def write_review(run_dir: Path, out: Path, *, task_dir: Path | None = None) -> d
         bundle = run_dir / "bundle"
     if not bundle.is_dir():
         raise UsageError(f"{run_dir}: the run's bundle is gone ({bundle})", path=str(bundle))
-    if out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir()))):
-        raise UsageError(f"-o {out}: exists and is not an empty directory", path=str(out))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        index = _fill(staged, run_dir, document, report, task, bundle)
-        if out.exists():
-            out.rmdir()
-        os.replace(staged, out)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    return index
+    with staged_directory(out) as staged:
+        return _fill(staged, run_dir, document, report, task, bundle)
 
 
 def _fill(
