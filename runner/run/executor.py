@@ -89,7 +89,7 @@ class Executor:
         the oracle passed, the hack gate's verifiers once nop did."""
         state, plan, stages = self.state, self.state.plan, self.state.stages
         interrupted: str | None = None
-        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="gate")
+        pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="gate")
         try:
             state.run_stage(Stage.BUILD, self.builder.build)
             if stages[Stage.BUILD].status is Status.PASSED:
@@ -99,7 +99,8 @@ class Executor:
                     pool.submit(self.trials.nop),
                 ]
                 if plan.hack is not None:
-                    futures.append(pool.submit(state.run_stage, Stage.HACK, self.hack.hack))
+                    hack = pool.submit(state.run_stage, Stage.HACK, self.hack.hack)
+                    futures += [hack, pool.submit(self._confirm_hack, hack)]
                 else:
                     stages[Stage.HACK].skipped(
                         Skip.HACK_NONE if plan.hack_gate else Skip.HACK_DISABLED
@@ -133,6 +134,19 @@ class Executor:
             storage_mechanism=state.storage_mechanism,
             census=state.census,
         )
+
+    def _confirm_hack(self, hack: Future[None]) -> None:
+        """Once the hack stage decided on the test command's runners and the census is sealed:
+        the census confirms the decision, or the stage reopens and runs what it left (beside
+        determinism). A settled or interrupted run leaves the stage as it ended."""
+        hack.result()
+        self.state.census_ready.wait()
+        state = self.state
+        if not self.hack.pending or state.settled.is_set() or state.interrupted.is_set():
+            return
+        if not self.hack.confirmed():
+            log.info("the census does not confirm the hack stage's runners: it runs its exploits")
+            state.run_stage(Stage.HACK, self.hack.confirm, resume=True)
 
     def _stop(self, futures: list[Future[None]]) -> None:
         """A red gate settled the verdict: the run's containers go now (their stages' engine

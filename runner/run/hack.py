@@ -6,6 +6,7 @@ import contextlib
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from runner import __version__, judge
 from runner.base.errors import (
@@ -34,6 +35,15 @@ from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Pending:
+    """What the hack stage decided on the test command's runners, for the census to confirm."""
+
+    left_over: list[tuple[ExploitPlan, bytes]]
+    sides: dict[str, ExploitSide]
+    predicted: tuple[str, ...]
+
+
 class HackRunner:
     def __init__(self, state: RunState, sides: Sides, builder: Builder) -> None:
         self.state = state
@@ -41,19 +51,20 @@ class HackRunner:
         self.builder = builder
         self.policy = PolicyChecker(state)
         self.exploit_agent = ExploitAgent(state)
+        self._pending: _Pending | None = None
 
     def hack(self, stage: StageResult) -> None:
         """Each canned exploit runs as the agent in one agent container (reset to the post-setup
         tree between them); every collected patch goes through the patch policy at once, and
         each one it leaves something of goes to a fresh verifier once nop has shown that the
         tests fail on the base (else a reward 0 would prove nothing), unless the task's runners
-        prove it (judge.runner_proof; --hack-gate full runs it all the same)."""
+        prove it (judge.runner_proof; --hack-gate full runs it all the same). When the test
+        command's own runners prove them, the stage decides at once and the census confirms it
+        later (confirm)."""
         plan = self.state.plan.hack
         assert plan is not None
-        data = HackData()
-        stage.data = data
+        stage.data = HackData()
         sides: dict[str, ExploitSide] = {}
-        verifying: dict[str, Future[TrialRun]] = {}
         # Three workers: the policy check's container opens at once beside the agent side, and
         # a third exploit verifier is created while two run their tests (test.sh itself waits
         # for one of the run's verifier slots). The pool ends first, so a container still
@@ -82,21 +93,94 @@ class HackRunner:
                     side.decided_by_policy = check
                 else:
                     left_over.append((exploit, side.patch))
-            early = self._early_runs(left_over, pool, stage)
-            self._after_census(stage)
-            runs: dict[str, TrialRun] = {}
-            sealed = self.state.census.fail_to_pass if self.state.census else None
-            proof = self._proof(sealed.mode, sealed.runners) if sealed else ()
-            for exploit, patch in left_over:
-                if proof:
-                    sides[exploit.name].proved_for = proof
-                elif (run := self._early_counts(exploit, early.get(exploit.name))) is not None:
-                    runs[exploit.name] = run
-                else:
-                    verifying[exploit.name] = pool.submit(
-                        self._verify_exploit, exploit.trial, patch
-                    )
-            runs.update({name: future.result() for name, future in verifying.items()})
+            predicted = self._proof("per-test", plan.command_runners) if left_over else ()
+            if predicted:
+                # The test command starts only runners that prove these exploits: decided now,
+                # on the plan; the census confirms it or reopens the stage (confirm).
+                for exploit, _ in left_over:
+                    sides[exploit.name].proved_for = predicted
+                self._pending = _Pending(left_over=left_over, sides=sides, predicted=predicted)
+                runs: dict[str, TrialRun] = {}
+            else:
+                runs = self._verify_left_over(left_over, sides, pool, stage, early=True)
+        self._judge_all(sides, runs, stage)
+
+    @property
+    def pending(self) -> bool:
+        """Whether the stage decided on the test command's runners, which the census is still
+        to confirm."""
+        return self._pending is not None
+
+    def confirmed(self) -> bool:
+        """Whether the census bears out the runners the stage decided on: its fail-to-pass
+        selection's evidence proves every exploit left in the tree (the proofs then name the
+        census's runners). Call once the census is ready."""
+        pending = self._pending
+        census = self.state.census
+        if pending is None:
+            return True
+        if census is None:
+            return False
+        proof = self._proof(census.fail_to_pass.mode, census.fail_to_pass.runners)
+        if not proof:
+            return False
+        if proof != pending.predicted:
+            stage = self.state.stages[Stage.HACK]
+            for exploit, _ in pending.left_over:
+                pending.sides[exploit.name].proved_for = proof
+            self._judge_all(pending.sides, {}, stage)
+        self._pending = None
+        return True
+
+    def confirm(self, stage: StageResult) -> None:
+        """The hack stage reopened: the census did not bear out the runners it decided on (the
+        oracle's tests ran under another runner, or without per-test evidence), so every
+        exploit the policy left in the tree runs after all, graded by the census."""
+        pending = self._pending
+        assert pending is not None
+        self._pending = None
+        for exploit, _ in pending.left_over:
+            pending.sides[exploit.name].proved_for = ()
+        with ThreadPoolExecutor(max_workers=3, thread_name_prefix=Stage.HACK) as pool:
+            runs = self._verify_left_over(
+                pending.left_over, pending.sides, pool, stage, early=False
+            )
+        self._judge_all(pending.sides, runs, stage)
+
+    def _verify_left_over(
+        self,
+        left_over: list[tuple[ExploitPlan, bytes]],
+        sides: dict[str, ExploitSide],
+        pool: ThreadPoolExecutor,
+        stage: StageResult,
+        *,
+        early: bool,
+    ) -> dict[str, TrialRun]:
+        """The exploits the policy left in the tree, once the census is ready: proved by its
+        runners, or each run in a verifier (an early run stopped at a failed test counts)."""
+        started = self._early_runs(left_over, pool, stage) if early else {}
+        self._after_census(stage)
+        runs: dict[str, TrialRun] = {}
+        verifying: dict[str, Future[TrialRun]] = {}
+        sealed = self.state.census.fail_to_pass if self.state.census else None
+        proof = self._proof(sealed.mode, sealed.runners) if sealed else ()
+        for exploit, patch in left_over:
+            if proof:
+                sides[exploit.name].proved_for = proof
+            elif (run := self._early_counts(exploit, started.get(exploit.name))) is not None:
+                runs[exploit.name] = run
+            else:
+                verifying[exploit.name] = pool.submit(self._verify_exploit, exploit.trial, patch)
+        runs.update({name: future.result() for name, future in verifying.items()})
+        return runs
+
+    def _judge_all(
+        self, sides: dict[str, ExploitSide], runs: dict[str, TrialRun], stage: StageResult
+    ) -> None:
+        plan = self.state.plan.hack
+        assert plan is not None
+        data = HackData()
+        stage.data = data
         results = [
             self._judge_exploit(exploit, sides[exploit.name], runs.get(exploit.name), stage, data)
             for exploit in plan.exploits

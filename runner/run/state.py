@@ -247,8 +247,14 @@ class RunState:
         else:
             stage.skipped(Skip.SETTLED, self.settled_by)
 
-    def run_stage(self, name: Stage, body: Callable[[StageResult], None]) -> None:
+    def run_stage(
+        self, name: Stage, body: Callable[[StageResult], None], *, resume: bool = False
+    ) -> None:
+        """Run `body` as stage `name`, its outcome judged and announced. `resume`: the stage
+        ended once and is reopened (the hack stage's census did not confirm it); its seconds
+        add up."""
         stage = self.stages[name]
+        before = stage.seconds if resume else 0.0
         if self.settled.is_set():
             self._skip_settled(stage)
             self._announce(name, stage)
@@ -288,7 +294,7 @@ class RunState:
             elapsed = time.monotonic() - started
             # A skipped stage's seconds are its own work, not its waits on others.
             own = elapsed - stage.waited if stage.status is Status.SKIPPED else elapsed
-            stage.seconds = round(max(own, 0.0), 3)
+            stage.seconds = round(before + max(own, 0.0), 3)
         # Not reached on an interrupt: the stage stays `running` for the handler to mark.
         with self.lock:
             self.running.discard(name)

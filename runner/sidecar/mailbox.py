@@ -185,7 +185,11 @@ class Mailbox:
 
     def _reject(self, box: _Directories, directory: DirectoryHandle, entry: str) -> None:
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", entry)[:100] or "_"
-        target = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{safe}"
+        # One clock reading for both parts: two readings straddling a second's end named a later
+        # entry before an earlier one.
+        seconds, nanos = divmod(time.time_ns(), 10**9)
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(seconds))
+        target = f"{stamp}-{nanos:09d}-{safe}"
         with contextlib.suppress(OSError):
             directory.move(entry, box.rejected, target)
             log.warning("mailbox entry %r is not a request; moved to rejected/%s", entry, target)

@@ -30,6 +30,7 @@ from runner.plan.runtime import ExecOutcome
 from runner.plan.types import ExecStep
 from runner.run.context import ExecutionEnv
 from runner.run.pipeline import VerifyOutcome, verify
+from runner.run.state import StageEvent, StageListener
 from tests.fakes import (
     NOP_REWARD,
     ORACLE_REWARD,
@@ -64,16 +65,19 @@ def run(
     name: str = "demo-task",
     cpus: float = 1,
     toolchains: list[str] | None = None,
+    definition: dict[str, Any] | None = None,
+    on_stage: StageListener | None = None,
     **changes: object,
 ) -> VerifyOutcome:
     extra: dict[str, Any] = {"toolchains": toolchains} if toolchains else {}
-    task = bash_task(tmp_path, name=name, resources={"cpus": cpus}, **extra)
+    task = bash_task(tmp_path, name=name, resources={"cpus": cpus}, **extra, **(definition or {}))
     return verify(
         task.directory,
         settings(tmp_path, **changes),
         progress=lambda stage, message: None,
         engine_factory=lambda: engine,
         env=ENV,
+        on_stage=on_stage,
     )
 
 
@@ -993,6 +997,82 @@ def test_exploits_left_in_the_tree_are_proved_where_the_runner_is(
         assert {e.outcome for e in exploits} == {"resisted"}
         assert all(e.scope == "task" for e in exploits)
         assert hack_verifiers > len(exploits)
+
+
+PYTEST_COMMAND = {"testCommand": "python -m pytest {tests}"}
+
+
+def test_exploits_the_test_commands_runners_prove_are_decided_before_the_census(
+    tmp_path: Path,
+) -> None:
+    """The test command starts only pytest, which proves every exploit the policy leaves: the
+    hack stage ends before the oracle's verifier has run (its census then confirms it), with no
+    verifier of its own beyond the policy check."""
+    from tests.fakes import NOP_REWARD, ORACLE_REWARD
+
+    hack_ended = threading.Event()
+    waited: list[bool] = []
+
+    def listen(event: StageEvent) -> None:
+        if event.stage == "hack" and event.status != "running":
+            hack_ended.set()
+
+    oracle = _per_test(ORACLE_REWARD, "passed")
+
+    def oracle_after_hack(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        waited.append(hack_ended.wait(timeout=20))
+        return oracle(container, step)
+
+    engine = FakeEngine(
+        Script(
+            actions={
+                "nop/verifier": _per_test(NOP_REWARD, "failed"),
+                "oracle/verifier": oracle_after_hack,
+                "determinism/verifier": _per_test(ORACLE_REWARD, "passed"),
+            }
+        )
+    )
+    report = run(tmp_path, engine, repeat=0, definition=PYTEST_COMMAND, on_stage=listen).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    assert waited == [True]
+    exploits = report.stages.hack.data.exploits
+    proved = [e for e in exploits if e.outcome == "proved"]
+    assert proved and all(e.proved_for == ["pytest"] for e in proved)
+    assert engine.events.count("create hack/verifier") == 1
+
+
+def test_a_census_that_does_not_confirm_the_runners_reopens_the_hack_stage(
+    tmp_path: Path,
+) -> None:
+    """The test command names pytest, but the oracle's tests leave exit-code evidence only: the
+    decision made on the command's runners does not stand, and the stage reopens and runs each
+    exploit the policy left in a verifier of its own, graded by the census."""
+    from tests.fakes import NOP_REWARD, ORACLE_REWARD
+
+    events: list[tuple[str, str]] = []
+    engine = FakeEngine(
+        Script(
+            actions={
+                "nop/verifier": writes_reward(NOP_REWARD),
+                "oracle/verifier": writes_reward(ORACLE_REWARD),
+            }
+        )
+    )
+    report = run(
+        tmp_path,
+        engine,
+        repeat=0,
+        definition=PYTEST_COMMAND,
+        on_stage=lambda e: events.append((e.stage, e.status)),
+    ).report
+    assert report.verdict is Verdict.ACCEPTED, report.reason
+    hack = [status for stage, status in events if stage == "hack"]
+    assert hack == ["running", "passed", "running", "passed"], hack
+    exploits = report.stages.hack.data.exploits
+    assert not any(e.outcome == "proved" for e in exploits)
+    assert {e.outcome for e in exploits} >= {"resisted"}
+    ran = [e for e in exploits if e.outcome == "resisted" and "no test run" not in e.detail]
+    assert ran and engine.events.count("create hack/verifier") == 1 + len(ran)
 
 
 def writes_evidence(reward: Mapping[str, int], f2p: Mapping[str, str]) -> Action:
