@@ -1017,7 +1017,7 @@ def test_exploits_the_test_commands_runners_prove_are_decided_before_the_census(
         if event.stage == "hack" and event.status != "running":
             hack_ended.set()
 
-    oracle = _per_test(ORACLE_REWARD, "passed")
+    oracle: Action = _per_test(ORACLE_REWARD, "passed")
 
     def oracle_after_hack(container: FakeContainer, step: ExecStep) -> ExecOutcome:
         waited.append(hack_ended.wait(timeout=20))
