@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,16 +43,67 @@ def print_problems(
         print(f"{prefix}{problem.one_line()}", file=sys.stderr)
 
 
+@dataclass
+class _Row:
+    message: str
+    started: float
+    ended: float | None = None
+    status: str = "running"
+
+
+class _Board:
+    """The live view of a run on a terminal: one row per stage (its status, its elapsed time,
+    what it is doing now), redrawn twice a second, so a stage whose tests take minutes still
+    shows its clock and its counts."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, _Row] = {}
+
+    def said(self, stage: str, message: str) -> None:
+        row = self.rows.get(stage)
+        if row is None:
+            self.rows[stage] = _Row(message=message, started=time.monotonic())
+        elif row.ended is None:
+            row.message = message
+
+    def event(self, stage: str, status: str, detail: str) -> None:
+        row = self.rows.setdefault(stage, _Row(message="", started=time.monotonic()))
+        if status == "running":
+            row.ended, row.status = None, "running"
+        else:
+            row.ended, row.status, row.message = time.monotonic(), status, detail
+
+    def __rich__(self) -> Any:
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 1))
+        now = time.monotonic()
+        for name, row in self.rows.items():
+            style = STATUS_STYLE.get(row.status, "cyan")
+            elapsed = (row.ended or now) - row.started
+            table.add_row(
+                f"[bold]{name:<11}[/]",
+                f"[{style}]{row.status:<8}[/]",
+                f"{elapsed:6.0f} s",
+                escape(row.message[:200]),
+            )
+        return table
+
+
 class Output:
     """Progress and summaries on stderr. Called from several threads while gates run
-    concurrently, so each line is written whole."""
+    concurrently, so each line is written whole. `live`: on a terminal, a board redrawn in
+    place (_Board) instead of a line per change."""
 
-    def __init__(self, *, quiet: bool = False) -> None:
+    def __init__(self, *, quiet: bool = False, live: bool = False) -> None:
         self.quiet = quiet
         self.github = in_github_actions()
         self.terminal = sys.stderr.isatty()
         self._group: str | None = None
         self._lock = threading.Lock()
+        self._board = _Board() if live and self.terminal and not quiet else None
+        self._live: Any = None
 
     @cached_property
     def console(self) -> Any:
@@ -67,6 +119,10 @@ class Output:
         if self.quiet:
             return
         with self._lock:
+            if self._board is not None:
+                self._board.said(stage, message)
+                self._start_live()
+                return
             if self.github and stage != self._group:
                 self._end_group()
                 print(f"::group::selfbench {stage}", file=self.file, flush=True)
@@ -79,12 +135,38 @@ class Output:
             else:
                 print(f"[{stamp}] {stage}: {message}", file=self.file, flush=True)
 
+    def stage_event(self, stage: str, status: str, detail: str) -> None:
+        """A stage started (`running`) or ended: the board's row follows it."""
+        if self._board is None:
+            return
+        with self._lock:
+            self._board.event(stage, status, detail)
+            self._start_live()
+
+    def _start_live(self) -> None:
+        if self._live is None and self._board is not None:
+            from rich.live import Live
+
+            # Transient: the summary that follows says how each stage ended.
+            self._live = Live(
+                self._board, console=self.console, refresh_per_second=2, transient=True
+            )
+            self._live.start()
+
+    def close(self) -> None:
+        """Stop the live board (the terminal is as it was); idempotent."""
+        with self._lock:
+            live, self._live, self._board = self._live, None, None
+        if live is not None:
+            live.stop()
+
     def _end_group(self) -> None:
         if self._group is not None:
             print("::endgroup::", file=self.file, flush=True)
             self._group = None
 
     def summary(self, report: Report) -> None:
+        self.close()
         with self._lock:
             self._end_group()
         if self.terminal:

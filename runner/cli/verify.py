@@ -113,12 +113,14 @@ def verify_command(
     and determinism gates. TARGET is an authored task directory or a compiled bundle."""
     from runner.run.events import EventLog
     from runner.run.pipeline import verify
+    from runner.run.state import StageEvent
 
     if not plan_only:
         import runner.engine.docker  # noqa: F401  (docker-py: imported before the collector resumes)
     startup_finished()
     _stderr_logging(verbose)
-    output = Output(quiet=quiet)
+    # -v's log lines go to the terminal as they come: no board redrawn over them.
+    output = Output(quiet=quiet, live=not verbose)
     try:
         if report_path is not None:
             check_writable_file(report_path, option="--report")
@@ -134,18 +136,26 @@ def verify_command(
             remove_images=rm_images,
         )
         with interrupts(), EventLog.open(events_path) as events:
+
+            def on_stage(event: StageEvent) -> None:
+                output.stage_event(event.stage, event.status, event.detail)
+                if events is not None:
+                    events.write(event)
+
             outcome = verify(
                 target,
                 settings,
                 progress=output.progress,
                 plan_only=plan_only,
-                on_stage=events.write if events else None,
+                on_stage=on_stage,
                 run_id=run_id,
             )
     except RunnerError as exc:
         if as_json:
             click.echo(_usage_report(exc).to_json(), nl=False)
         raise
+    finally:
+        output.close()
     if plan_only and outcome.plan is not None:
         click.echo(outcome.plan.to_json(), nl=False)
         return 0

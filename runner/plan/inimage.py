@@ -69,7 +69,10 @@ command=$1 limit=$2
 shift 2
 rm -rf {HACK_OUT} && mkdir -p {HACK_OUT}/logs {HACK_OUT}/patches || exit {DRIVER_BROKEN}
 : > {HACK_OUT}/status.tsv || exit {DRIVER_BROKEN}
+index=0
 for name in "$@"; do
+  index=$((index + 1))
+  echo "selfbench: exploit $index of $#: $name"
   script=$(cat "{HACK_IN}/$name.sh") || exit {DRIVER_BROKEN}
   started=$(date +%s%N)
   ( cd /app && HOME=/home/agent USER=agent LOGNAME=agent exec timeout -k 5 "$limit" \

@@ -40,6 +40,7 @@ from runner.run.sides import Sides
 from runner.run.smoke import SmokeRunner
 from runner.run.state import Execution, RunState, StageListener, StageResult
 from runner.run.trials import TrialRunner
+from runner.run.watch import ProgressWatcher
 
 # How often the main thread wakes while the stages run: a signal the kernel delivered to another
 # thread is only handled when the main thread runs again (CPython runs handlers there), and a
@@ -90,9 +91,11 @@ class Executor:
         state, plan, stages = self.state, self.state.plan, self.state.stages
         interrupted: str | None = None
         pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="gate")
+        watcher = ProgressWatcher(state)
         try:
             state.run_stage(Stage.BUILD, self.builder.build)
             if stages[Stage.BUILD].status is Status.PASSED:
+                watcher.start()
                 # The oracle's agent side is the longest path: it starts first.
                 futures = [
                     pool.submit(self.trials.oracle_and_determinism),
@@ -119,6 +122,7 @@ class Executor:
             interrupted = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
             state.interrupted.set()
         finally:
+            watcher.stop()
             state.smoke_done.set()
             state.nop_done.set()
             state.census_ready.set()
