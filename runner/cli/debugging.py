@@ -237,10 +237,12 @@ def _enter(session: DebugSession) -> None:
     type=click.IntRange(0, None),
     default=200,
     show_default=True,
-    help="Last lines of each log (0: all).",
+    help="Last lines of each log (0: all); with --follow, of each log already there.",
 )
 @click.option(
-    "--follow", is_flag=True, help="Tail a running verification until its report is written."
+    "--follow",
+    is_flag=True,
+    help="Tail a running verification's stage logs until its report is written.",
 )
 def logs_command(run_dir: Path, stage: str | None, lines: int, follow: bool) -> int:
     """A run's stage logs (build output, each test command's output, the reward), red stages
@@ -256,7 +258,7 @@ def logs_command(run_dir: Path, stage: str | None, lines: int, follow: bool) -> 
             click.echo(f"{name}: {line}")
 
         with interrupts():
-            follow_run(run_dir, emit)
+            follow_run(run_dir, emit, lines=lines, stage=stage)
         click.echo(f"{PROG} logs: the run ended ({RunLayout(run_dir).report})", err=True)
         return 0
     shown = stage_logs(run_dir, stage=stage)

@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.model.layout import RUN_LOG_FILE, BundleLayout, RunLayout
+from runner.model.layout import BundleLayout, RunLayout
 from runner.model.report import Report
 from runner.model.stages import STAGE_NAMES, Stage
 from runner.present.html import BuildSource, Excerpt, ReportView, dockerfile_line, step_source
 
 STAGE_DIRS = (Stage.BUILD, Stage.SMOKE, Stage.NOP, Stage.ORACLE)
+FOLLOWED_STAGES = (*STAGE_DIRS, Stage.DETERMINISM, Stage.HACK)
 ORDER = STAGE_NAMES
 RED = ("failed", "error")
 SHOWN = (".log", ".json")
@@ -104,17 +105,32 @@ def follow(
     run_dir: Path,
     emit: Callable[[str, str], None],
     *,
+    lines: int = 0,
+    stage: str | None = None,
     poll_seconds: float = 0.2,
     timeout: float | None = None,
 ) -> bool:
-    """Tail every log of a run in progress (new files too) until its report.json appears;
-    `emit(relative_path, line)` per new line. Returns True when the run ended."""
+    """Tail the stages' logs of a run in progress (new files too; `stage`: one stage's only)
+    until its report.json appears; `emit(relative_path, line)` per new line. A log already
+    there starts with its last `lines` lines (0: all of it), as `tail -n N -f` does. The
+    runner's own log (runner.log, its debug lines) is not followed: `logs` shows what the
+    stages ran. Returns True when the run ended."""
     offsets: dict[Path, int] = {}
     partial: dict[Path, bytes] = {}
     deadline = None if timeout is None else time.monotonic() + timeout
+    if lines > 0:
+        for path in _followed(run_dir, stage):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            *complete, rest = data.split(b"\n")
+            offsets[path], partial[path] = len(data), rest  # an unfinished line comes whole
+            for line in complete[-lines:]:
+                emit(path.relative_to(run_dir).as_posix(), line.decode(errors="replace"))
     while True:
         done = RunLayout(run_dir).report.is_file()
-        for path in _followed(run_dir):
+        for path in _followed(run_dir, stage):
             for line in _new_lines(path, offsets, partial):
                 emit(path.relative_to(run_dir).as_posix(), line)
         if done:
@@ -127,12 +143,13 @@ def follow(
         time.sleep(poll_seconds)
 
 
-def _followed(run_dir: Path) -> Iterator[Path]:
+def _followed(run_dir: Path, stage: str | None) -> Iterator[Path]:
     count = 0
-    for name in (*STAGE_DIRS, RUN_LOG_FILE):
+    for name in FOLLOWED_STAGES:
+        if stage is not None and name != stage:
+            continue
         target = run_dir / name
-        paths = [target] if target.is_file() else _files_under(target) if target.is_dir() else []
-        for path in paths:
+        for path in _files_under(target) if target.is_dir() else []:
             if path.suffix == ".log":
                 count += 1
                 if count > MAX_FOLLOW_FILES:

@@ -199,20 +199,19 @@ class VerifyActivities:
         started = time.monotonic()
         job = await asyncio.to_thread(self._submit, parsed, info.attempt)
         after, last = 0, job
+        # Every stage's latest state, whole in each heartbeat: Temporal keeps only the last
+        # heartbeat's details, so `describe` and batch's live view read where the task is from
+        # it alone (a few hundred bytes: one entry per stage).
+        stages: dict[str, dict[str, str]] = {}
         try:
             while True:
                 events = await asyncio.to_thread(self.service.store.events, job.id, after=after)
                 if events:
                     after = events[-1].seq
-                activity.heartbeat(
-                    {
-                        "seq": after,
-                        "events": [
-                            {"stage": e.stage, "status": e.status, "detail": e.detail[:200]}
-                            for e in events[-20:]
-                        ],
-                    }
-                )
+                for event in events:  # the latest last: the view names it
+                    stages.pop(event.stage, None)
+                    stages[event.stage] = {"status": event.status, "detail": event.detail[:200]}
+                activity.heartbeat({"seq": after, "stages": stages})
                 current = await asyncio.to_thread(self.service.store.get, job.id)
                 if current is None:
                     raise ApplicationError(f"job {job.id} is gone", type="InfrastructureFailure")

@@ -204,17 +204,37 @@ async def _show(
 
 
 async def _last_stage(client: Any, pending: Any) -> str:
+    """Where a running task is, from its activity's last heartbeat: its running stages, else
+    the last one that ended ("" before the first heartbeat)."""
     if not pending.heartbeat_details.payloads:
         return ""
     try:
         (details,) = await client.data_converter.decode(pending.heartbeat_details.payloads)
     except Exception:
         return ""
-    events = details.get("events") if isinstance(details, dict) else None
-    if not events:
+    return stage_summary(details)
+
+
+def stage_summary(details: Any) -> str:
+    """A heartbeat's details in a few words: "nop running, oracle running", "oracle passed"."""
+    if not isinstance(details, dict):
         return ""
-    last = events[-1]
-    return f"{last.get('stage')} {last.get('status')}"
+    stages = details.get("stages")
+    if isinstance(stages, dict) and stages:
+        states = [
+            (str(name), str(state.get("status", "")))
+            for name, state in stages.items()
+            if isinstance(state, dict)
+        ]
+        running = [f"{name} running" for name, status in states if status == "running"]
+        if running:
+            return ", ".join(running)
+        return " ".join(states[-1]) if states else ""
+    # A worker of an earlier version: the events since its previous heartbeat.
+    events = details.get("events")
+    if not isinstance(events, list) or not events or not isinstance(events[-1], dict):
+        return ""
+    return f"{events[-1].get('stage')} {events[-1].get('status')}"
 
 
 def _outcome(

@@ -11,6 +11,7 @@ commands reach a frontend that asks for mutual TLS."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -164,6 +165,24 @@ def test_a_plain_json_batch_from_the_temporal_cli_gets_every_verdict(
     assert result["tasks"][0]["response"]["report"]["runId"] == run_ids[0]
 
 
+def running_stages(server: str, workflow_id: str) -> list[str]:
+    """The stages a workflow's pending activities say are running, from their last heartbeat
+    as `temporal workflow describe` shows it."""
+    described = temporal(server, "workflow", "describe", "--workflow-id", workflow_id, "-o", "json")
+    document = json.loads(described.stdout)
+    running: list[str] = []
+    for pending in document.get("pendingActivities") or []:
+        for payload in (pending.get("heartbeatDetails") or {}).get("payloads") or []:
+            details = payload
+            if isinstance(payload, dict) and "data" in payload:
+                details = json.loads(base64.b64decode(payload["data"]))
+            stages = details.get("stages") if isinstance(details, dict) else None
+            for name, state in (stages or {}).items():
+                if state.get("status") == "running":
+                    running.append(name)
+    return running
+
+
 def test_a_cancelled_workflow_stops_its_verification_and_leaves_no_container(
     server: str, worker: Worker, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
@@ -174,6 +193,13 @@ def test_a_cancelled_workflow_stops_its_verification_and_leaves_no_container(
     assert started.returncode == 0, started.stderr
     # Wait until the verification has containers of its own (its gates are running).
     run_id = wait_running(worker.state, "w-long", docker_client, timeout=300, what=worker.text)
+    # The live view's source: the activity's last heartbeat names every stage's state, so
+    # `describe` shows the gates running (Temporal keeps the last heartbeat only).
+    deadline = time.monotonic() + 60
+    while not (running := running_stages(server, "batch-cancel")):
+        assert time.monotonic() < deadline, worker.text()
+        time.sleep(1)
+    assert set(running) & {"nop", "oracle", "hack", "smoke"}, running
     cancelled = temporal(server, "workflow", "cancel", "--workflow-id", "batch-cancel")
     assert cancelled.returncode == 0, cancelled.stderr
     deadline = time.monotonic() + 120

@@ -142,6 +142,32 @@ def test_follow_sees_new_files_and_lines_until_the_report(tmp_path: Path) -> Non
     ]
 
 
+def test_follow_starts_with_the_last_lines_of_each_stage_log_not_the_runners_own(
+    tmp_path: Path,
+) -> None:
+    """`logs --follow --lines N` starts as `tail -n N -f` does, for the stages' logs only (the
+    runner's debug log is not a stage's output), and `--stage` keeps one stage's."""
+    (tmp_path / "nop").mkdir()
+    (tmp_path / "oracle").mkdir()
+    (tmp_path / "nop" / "verifier.log").write_text("one\ntwo\nthree\nfour\nfiv")
+    (tmp_path / "oracle" / "verifier.log").write_text("oracle line\n")
+    (tmp_path / "runner.log").write_text("DEBUG urllib3 polling\n" * 50)
+    (tmp_path / "report.json").write_text("{}")
+    seen: list[tuple[str, str]] = []
+    assert follow(tmp_path, lambda n, line: seen.append((n, line)), lines=2, timeout=5)
+    assert seen == [
+        ("nop/verifier.log", "three"),
+        ("nop/verifier.log", "four"),
+        ("oracle/verifier.log", "oracle line"),
+        ("nop/verifier.log", "fiv"),
+    ]
+    seen.clear()
+    assert follow(
+        tmp_path, lambda n, line: seen.append((n, line)), lines=1, stage="oracle", timeout=5
+    )
+    assert seen == [("oracle/verifier.log", "oracle line")]
+
+
 def test_a_red_hack_gate_opens_the_verifier_of_the_exploit_that_won(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

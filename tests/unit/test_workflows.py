@@ -32,3 +32,33 @@ def test_good_settings_pass_and_each_request_is_checked_alone() -> None:
     assert request_problem({"id": "a"}) is None
     assert request_problem(3) == "is not an object"
     assert request_problem({"id": ""}) == "has no id"
+
+
+def test_the_live_view_reads_where_a_task_is_from_its_last_heartbeat_alone() -> None:
+    """Temporal keeps only an activity's last heartbeat: each carries every stage's state."""
+    from runner.worker.client import stage_summary
+
+    beat = {
+        "seq": 9,
+        "stages": {
+            "build": {"status": "passed", "detail": "images ready"},
+            "nop": {"status": "running", "detail": ""},
+            "oracle": {"status": "running", "detail": ""},
+            "smoke": {"status": "passed", "detail": ""},
+        },
+    }
+    assert stage_summary(beat) == "nop running, oracle running"
+    # The worker moves a stage's latest event to the end.
+    beat["stages"] = {
+        "build": {"status": "passed", "detail": "images ready"},
+        "smoke": {"status": "passed", "detail": ""},
+        "nop": {"status": "passed", "detail": ""},
+        "oracle": {"status": "passed", "detail": ""},
+    }
+    assert stage_summary(beat) == "oracle passed"
+    # An earlier worker's heartbeat: the events since its previous one.
+    assert stage_summary({"seq": 3, "events": [{"stage": "nop", "status": "running"}]}) == (
+        "nop running"
+    )
+    assert stage_summary({"seq": 3, "events": []}) == ""
+    assert stage_summary(None) == ""
