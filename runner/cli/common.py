@@ -129,14 +129,46 @@ def _build_environment(
     )
 
 
-def _stderr_logging(verbose: bool) -> None:
-    """Warnings (or, with -v, everything) on stderr; the run's own log file gets everything
-    regardless, so this handler carries its own level."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.DEBUG if verbose else logging.WARNING)
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when it writes: verify's live board (rich) swaps in a
+    proxy that prints each line above the board instead of through it."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        del value
+
+
+class _Informative(logging.Filter):
+    """Below WARNING, only the loggers named (their INFO lines are what the command is for)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.names = names
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.startswith(self.names)
+
+
+def _stderr_logging(verbose: bool, *, informative: tuple[str, ...] = ()) -> None:
+    """Warnings (or, with -v, everything) on stderr, and the INFO lines of the `informative`
+    loggers; the run's own log file gets everything regardless, so this handler carries its
+    own level."""
+    handler = _CurrentStderr()
     handler.setFormatter(logging.Formatter("%(message)s"))
+    if verbose:
+        handler.setLevel(logging.DEBUG)
+    else:
+        handler.setLevel(logging.INFO if informative else logging.WARNING)
+        handler.addFilter(_Informative(informative))
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.DEBUG if verbose else logging.WARNING)
+    for name in informative:
+        if not verbose:
+            logging.getLogger(name).setLevel(logging.INFO)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -261,9 +260,8 @@ def serve_command(
         digest_settings=digest_settings,
         base_image=child.base_image,
     )
-    _stderr_logging(verbose)
-    if not verbose:
-        logging.getLogger("runner.sidecar").setLevel(logging.INFO)
+    # The service's own lines (a job queued, started, ended) and one per request.
+    _stderr_logging(verbose, informative=("runner.sidecar",))
     sock = _bind(*address) if address is not None else None
     if generated is not None:
         click.echo(f"token: {generated} (send Authorization: Bearer <its content>)", err=True)

@@ -113,7 +113,7 @@ def verify_command(
     and determinism gates. TARGET is an authored task directory or a compiled bundle."""
     from runner.run.events import EventLog
     from runner.run.pipeline import verify
-    from runner.run.state import StageEvent
+    from runner.run.state import PROGRESS, StageEvent
 
     if not plan_only:
         import runner.engine.docker  # noqa: F401  (docker-py: imported before the collector resumes)
@@ -142,10 +142,16 @@ def verify_command(
                 if events is not None:
                     events.write(event)
 
+            def progress(stage: str, message: str) -> None:
+                # The supervisor (the sidecar, the worker) shows what each stage does too.
+                output.progress(stage, message)
+                if events is not None:
+                    events.write(StageEvent(stage=stage, status=PROGRESS, detail=message))
+
             outcome = verify(
                 target,
                 settings,
-                progress=output.progress,
+                progress=progress,
                 plan_only=plan_only,
                 on_stage=on_stage,
                 run_id=run_id,

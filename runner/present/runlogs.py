@@ -126,17 +126,17 @@ def follow(
                 continue
             *complete, rest = data.split(b"\n")
             offsets[path], partial[path] = len(data), rest  # an unfinished line comes whole
-            for line in complete[-lines:]:
-                emit(path.relative_to(run_dir).as_posix(), line.decode(errors="replace"))
+            for raw in complete[-lines:]:
+                emit(path.relative_to(run_dir).as_posix(), raw.decode(errors="replace"))
     while True:
         done = RunLayout(run_dir).report.is_file()
         for path in _followed(run_dir, stage):
             for line in _new_lines(path, offsets, partial):
                 emit(path.relative_to(run_dir).as_posix(), line)
         if done:
-            for path, rest in partial.items():
-                if rest:
-                    emit(path.relative_to(run_dir).as_posix(), rest.decode(errors="replace"))
+            for path, unfinished in partial.items():
+                if unfinished:
+                    emit(path.relative_to(run_dir).as_posix(), unfinished.decode(errors="replace"))
             return True
         if deadline is not None and time.monotonic() > deadline:
             return False

@@ -55,7 +55,8 @@ EARLY_DIR = "early"
 
 @dataclass(frozen=True, kw_only=True)
 class StageEvent:
-    """A stage changed state: `running` when it starts, its status when it ends."""
+    """A stage changed state: `running` when it starts, its status when it ends; or, with the
+    status PROGRESS, said what it does now (`detail`: a progress line, runner.run.watch)."""
 
     stage: str
     status: str
@@ -64,6 +65,7 @@ class StageEvent:
 
 
 StageListener = Callable[[StageEvent], None]
+PROGRESS = "progress"
 
 
 GATES = DOCKER_STAGES

@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from runner import __version__
+from runner.run.state import PROGRESS
 from runner.sidecar.jobs import JobSummary
 from runner.sidecar.metrics import Metrics
 from runner.sidecar.policy import RequestRefusedError
@@ -35,7 +36,7 @@ from runner.sidecar.request import (
     VerificationStatus,
 )
 from runner.sidecar.service import SOURCE_HTTP, Service
-from runner.sidecar.transport import BODY_IDLE_SECONDS, Guard, error_json
+from runner.sidecar.transport import BODY_IDLE_SECONDS, AccessLog, Guard, error_json
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 _ID = re.compile(NAME_PATTERN)
@@ -55,8 +56,8 @@ def create_app(
     app = FastAPI(
         title="selfbench-runner sidecar",
         version=__version__,
-        description="Verify SelfBench tasks: compile, audit, build, and the smoke, nop, oracle "
-        "and determinism gates. The same requests as the mailbox protocol.",
+        description="Verify SelfBench tasks: compile, audit, build, and the smoke, nop, oracle, "
+        "determinism and hack gates. The same requests as the mailbox protocol.",
     )
     errors: Responses = {
         422: {
@@ -90,7 +91,9 @@ def create_app(
     _read_routes(app, service, job_or_404, errors)
     _cancel_route(app, service, job_or_404, errors)
     _service_routes(app, service, metrics)
-    return Guard(app, token=token, max_body=max_body, body_idle_seconds=body_idle_seconds)
+    return AccessLog(
+        Guard(app, token=token, max_body=max_body, body_idle_seconds=body_idle_seconds)
+    )
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -99,13 +102,23 @@ def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
+        content_type = request.headers.get("content-type", "")
         for error in exc.errors():
             loc = [str(p) for p in error.get("loc", ())]
+            message = str(error.get("msg", ""))
+            if loc == ["body"]:
+                # The body as a whole: most often not sent as JSON at all (FastAPI then reads
+                # it as no object), which the bare message does not say.
+                if "json" not in content_type.lower():
+                    message = (
+                        "send the request as a JSON object with the header Content-Type: "
+                        f"application/json (this one had {content_type or 'no Content-Type'})"
+                    )
+                problems.append(ErrorDetail(field="body", message=message))
+                continue
             if loc and loc[0] in ("body", "path", "query", "header"):
                 loc = loc[1:]
-            problems.append(
-                ErrorDetail(field=".".join(loc) or None, message=str(error.get("msg", "")))
-            )
+            problems.append(ErrorDetail(field=".".join(loc) or None, message=message))
         return error_json(422, "invalid-request", "the request is not valid", problems)
 
     @app.exception_handler(StarletteHTTPException)
@@ -203,8 +216,9 @@ def _read_routes(app: FastAPI, service: Service, job_or_404: Any, errors: Respon
         responses={404: {"model": ErrorEnvelope, "description": "Unknown id"}, **errors},
     )
     def status(job: Annotated[JobSummary, Depends(job_or_404)]) -> Any:
-        """The job's state, each stage's progress, and the response (report) once done."""
-        return service.store.status(job)
+        """The job's state, each stage's progress, and the response (report) once done; every
+        key of the status present (null until known)."""
+        return JSONResponse(service.store.status(job).document())
 
     @app.get(
         "/v1/verifications/{verification_id}/events",
@@ -218,8 +232,10 @@ def _read_routes(app: FastAPI, service: Service, job_or_404: Any, errors: Respon
         request: Request, job: Annotated[JobSummary, Depends(job_or_404)]
     ) -> AsyncIterator[ServerSentEvent]:
         """Server-sent events, one per stage change (`event: stage`, data: {stage, status,
-        detail, seconds}) and of the job itself (`event: job`); the stream ends with the
-        job. Reconnect with Last-Event-ID to resume."""
+        detail, seconds}), one per progress line of a running stage (`event: progress`, its
+        detail: the selection under test and its tests so far, the exploit the hack gate is on)
+        and of the job itself (`event: job`); the stream ends with the job. Reconnect with
+        Last-Event-ID to resume."""
         after = 0
         last = request.headers.get("last-event-id", "")
         if last.isdigit() and len(last) < 19:
@@ -229,7 +245,11 @@ def _read_routes(app: FastAPI, service: Service, job_or_404: Any, errors: Respon
             for event in batch:
                 after = event.seq
                 yield ServerSentEvent(
-                    event="job" if event.stage == "job" else "stage",
+                    event="job"
+                    if event.stage == "job"
+                    else PROGRESS
+                    if event.status == PROGRESS
+                    else "stage",
                     id=str(event.seq),
                     data={
                         "stage": event.stage,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.run.events import LoggedEvent
+from runner.run.state import PROGRESS
 from runner.sidecar.request import (
     JobState,
     StageProgress,
@@ -71,6 +72,11 @@ def status_of(job: JobSummary, events: Iterable[LoggedEvent]) -> VerificationSta
         if event.stage == "job":
             if event.status == "running":
                 stages.clear()  # a new attempt: only its stages count
+            continue
+        if event.status == PROGRESS:
+            # What a running stage does now: its status stays.
+            current = stages.get(event.stage) or StageProgress(status="running")
+            stages[event.stage] = current.model_copy(update={"progress": event.detail})
             continue
         stages[event.stage] = StageProgress(
             status=event.status, detail=event.detail, seconds=event.seconds

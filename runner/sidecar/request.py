@@ -214,6 +214,9 @@ class StageProgress(_Document):
     status: str
     detail: str = ""
     seconds: float | None = None
+    # While it runs: what it does now (the selection under test and its tests so far, the
+    # exploit the hack gate is on), its last progress line.
+    progress: str = ""
 
 
 class VerificationStatus(_Document):
@@ -228,6 +231,14 @@ class VerificationStatus(_Document):
     response: VerificationResponse | None = Field(
         default=None, description="Set once the job has finished"
     )
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document: every key of the status itself present (null until known), the
+        nested documents without their unset keys (as report.json is)."""
+        body = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for name, field in type(self).model_fields.items():
+            body.setdefault(field.alias or name, None)
+        return body
 
 
 class Accepted(_Document):

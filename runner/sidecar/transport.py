@@ -7,6 +7,8 @@ Every refusal is a JSON error body (`{"error": {code, message, problems}}`).
 
 import asyncio
 import hmac
+import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -28,6 +30,7 @@ LINGER_BYTES = 16 * 1024 * 1024
 LINGER_SECONDS = 5.0
 LINGER_IDLE_SECONDS = 1.0  # a client still sending sends on; one that stopped is not waited for
 
+access = logging.getLogger("runner.sidecar.access")
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -48,6 +51,36 @@ def error_json(
         status_code=status,
         headers=headers,
     )
+
+
+class AccessLog:
+    """Pure ASGI middleware outermost: one INFO line per request once its answer starts
+    (method, path, status, milliseconds, client), refused ones too. The query string is left
+    out (it is never a credential here, but a log line need not carry one either)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+
+        async def answered(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                client = scope.get("client")
+                access.info(
+                    "%s %s %d %.0f ms%s",
+                    scope.get("method", "?"),
+                    scope.get("path", "?"),
+                    message.get("status", 0),
+                    (time.monotonic() - started) * 1000,
+                    f" from {client[0]}" if client else "",
+                )
+            await send(message)
+
+        await self.app(scope, receive, answered)
 
 
 class Guard:

@@ -14,6 +14,7 @@ from runner.model.layout import REPORT_FILE
 from runner.model.settings import SharedSettings, child_environment
 from runner.model.stages import STAGE_NAMES
 from runner.run.events import LoggedEvent, read_events
+from runner.run.state import PROGRESS
 from runner.sidecar.answers import Answers
 from runner.sidecar.engineops import EngineOps
 from runner.sidecar.jobs import Job
@@ -27,7 +28,7 @@ POLL_SECONDS = 0.25
 # Runs of one job a lost fork server may cost before its answer is an error (retryable by a
 # Temporal worker's caller, final for serve's).
 LOST_SERVER_RUNS = 3
-_STAGE_STATUSES = frozenset({"running", "passed", "failed", "error", "skipped"})
+_STAGE_STATUSES = frozenset({"running", "passed", "failed", "error", "skipped", PROGRESS})
 
 
 class Verification:

@@ -28,6 +28,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from runner.model.stages import Stage
+from runner.run.state import PROGRESS
 from runner.sidecar.jobs import Job
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import JobState, VerificationRequest
@@ -209,6 +210,10 @@ class VerifyActivities:
                 if events:
                     after = events[-1].seq
                 for event in events:  # the latest last: the view names it
+                    if event.status == PROGRESS:
+                        state = stages.setdefault(event.stage, {"status": "running"})
+                        state["progress"] = event.detail[:200]
+                        continue
                     stages.pop(event.stage, None)
                     stages[event.stage] = {"status": event.status, "detail": event.detail[:200]}
                 activity.heartbeat({"seq": after, "stages": stages})

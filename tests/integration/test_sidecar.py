@@ -228,6 +228,8 @@ def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
     for stage in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism"):
         assert f"{stage}:running" in stages and f"{stage}:passed" in stages, (stage, seen)
     assert seen[-1] == ("job", "job:done")
+    # verify's progress lines come as events of their own (the first: compile's).
+    assert ("progress", "compile:progress") in seen, seen
     status = sidecar.wait("h1")
     assert status["stages"]["determinism"]["status"] == "passed"
     http_report = status["response"]["report"]

@@ -135,6 +135,40 @@ def test_status_reads_never_touch_the_request(tmp_path: Path) -> None:
         store.get("big")
 
 
+def test_a_running_stages_progress_lines_show_in_its_status_without_changing_it(
+    tmp_path: Path,
+) -> None:
+    """verify's progress lines (events with the status `progress`) reach the status document
+    as each stage's `progress`; the stage's own status is what its last stage event said."""
+    from runner.run.events import LoggedEvent
+
+    store = Store(tmp_path / "jobs.sqlite3")
+    store.add(make_request(id="p"), source="http", archive=tmp_path / "a")
+
+    def event(seq: int, stage: str, status: str, detail: str = "") -> LoggedEvent:
+        return LoggedEvent(seq=seq, at="", stage=stage, status=status, detail=detail, seconds=None)
+
+    store.add_events(
+        "p",
+        [
+            event(1, "nop", "running"),
+            event(2, "nop", "progress", "fail_to_pass: 3 passed, 1 failed"),
+            event(3, "hack", "running"),
+            event(4, "hack", "progress", "exploit 2 of 9: go-testmain"),
+            event(5, "hack", "passed", "9 exploit(s) earned no reward"),
+        ],
+    )
+    summary = store.summary("p")
+    assert summary is not None
+    stages = store.status(summary).document()["stages"]
+    assert stages["nop"] == {
+        "status": "running",
+        "detail": "",
+        "progress": "fail_to_pass: 3 passed, 1 failed",
+    }
+    assert stages["hack"]["status"] == "passed" and stages["hack"]["progress"] == ""
+
+
 def test_a_repeated_id_is_the_same_job_and_another_body_a_conflict(tmp_path: Path) -> None:
     store = Store(tmp_path / "jobs.sqlite3")
     first, new = store.add(make_request(), source="http", archive=tmp_path / "a1")
@@ -690,6 +724,12 @@ def test_http_bad_requests_are_json_4xx(served: Served) -> None:
         post, content=b"{nope", headers={**AUTH, "Content-Type": "application/json"}
     )
     assert not_json.status_code in (400, 422)
+    # A body sent without a JSON Content-Type: the answer names the body and what to send.
+    plain = httpx.post(post, content=json.dumps(request_doc()).encode(), headers=AUTH)
+    assert plain.status_code == 422
+    (problem,) = plain.json()["error"]["problems"]
+    assert problem["field"] == "body"
+    assert "Content-Type: application/json" in problem["message"]
     local = httpx.post(post, json=request_doc(repo="/etc"), headers=AUTH)
     assert local.status_code == 403 and local.json()["error"]["code"] == "repository-refused"
     unknown = httpx.get(f"{served.url}/v1/verifications/nope", headers=AUTH)
@@ -746,6 +786,11 @@ def test_http_records_once_conflicts_and_cancels(served: Served, silent_git: str
         post, json=request_doc(id="c1", repo=silent_git, task=task, verify=9), headers=AUTH
     )
     assert other.status_code == 409
+    # A status document has every key of its own, null until known.
+    queued = httpx.get(f"{served.url}/v1/verifications/c1", headers=AUTH).json()
+    assert queued["status"] == "queued"
+    assert {"verdict", "startedAt", "finishedAt", "response"} <= queued.keys()
+    assert queued["verdict"] is None and queued["finishedAt"] is None
     cancelled = httpx.delete(f"{served.url}/v1/verifications/c1", headers=AUTH)
     assert cancelled.status_code == 200
     deadline = time.monotonic() + 30
