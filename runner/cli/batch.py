@@ -227,8 +227,15 @@ def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
     "polling --task-queue verify it (with their own verify options); --jobs is the workflow's "
     "concurrency and --retries its retries of an infrastructure failure.",
 )
-@click.option("--namespace", default="default", show_default=True, help="With --temporal.")
-@click.option("--task-queue", default="selfbench", show_default=True, help="With --temporal.")
+@click.option(
+    "--namespace", default="default", show_default=True, help="With --temporal: its namespace."
+)
+@click.option(
+    "--task-queue",
+    default="selfbench",
+    show_default=True,
+    help="With --temporal: the queue the workers poll.",
+)
 @temporal_tls
 @CHILD_VERIFY_OPTIONS
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
@@ -251,7 +258,13 @@ def batch_command(
 ) -> int:
     """Verify many tasks: bounded concurrency, several engines, one summary. Writes batch.json,
     batch.md and batch.html in the batch directory (and --junit). Exit code: 0 all accepted, 1
-    any rejected or invalid, 3 infrastructure failures and none rejected, 2 usage."""
+    any rejected or invalid, 3 infrastructure failures and none rejected, 2 usage.
+
+    \b
+    Examples:
+      selfbench-runner batch tasks/ --jobs 2 --out batch-out
+      selfbench-runner batch tasks/ --temporal 127.0.0.1:7233 --out batch-out
+    """
     from runner.base.safeio import check_writable_file
     from runner.batch.model import EngineSpec
     from runner.batch.run import Batch, BatchOptions, Progress

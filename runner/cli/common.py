@@ -176,7 +176,13 @@ def _stderr_logging(verbose: bool, *, informative: tuple[str, ...] = ()) -> None
 @click.pass_context
 def cli(ctx: click.Context) -> None:
     """Compile SelfBench tasks into native Harbor bundles, build them with Docker and run the
-    smoke, nop, oracle and determinism gates.
+    smoke, nop, oracle, determinism and hack gates.
+
+    \b
+    Examples:
+      selfbench-runner verify examples/bash-calc
+      selfbench-runner logs runs/bash-calc-ops/<runId> --stage nop
+      selfbench-runner grade runs/bash-calc-ops/<runId> --patch agent.patch
 
     Exit codes: 0 accepted, 1 rejected, 2 invalid input or usage, 3 infrastructure failure,
     130 interrupted.

@@ -147,7 +147,13 @@ def debug_command(
 ) -> int:
     """Open a shell in the exact state a red stage failed in: the last good build layer, or a
     gate's verifier with its agent.patch applied and the held-out tests in place. TARGET is a
-    run directory, or a task directory (its last run, or a new verify)."""
+    run directory, or a task directory (its last run, or a new verify).
+
+    \b
+    Examples:
+      selfbench-runner debug runs/my-task/20261203T010203Z-1a2b3c
+      selfbench-runner debug tasks/my-task --stage oracle --print
+    """
     import secrets
 
     from runner.engine.owners import owner_id
@@ -247,7 +253,13 @@ def _enter(session: DebugSession) -> None:
 def logs_command(run_dir: Path, stage: str | None, lines: int, follow: bool) -> int:
     """A run's stage logs (build output, each test command's output, the reward), red stages
     first. RUN_DIR is any run directory: a verify's, the sidecar's (runs/.../verify-<k>/run)
-    or a batch's."""
+    or a batch's.
+
+    \b
+    Examples:
+      selfbench-runner logs runs/my-task/20261203T010203Z-1a2b3c --stage nop --lines 50
+      selfbench-runner logs runs/my-task/20261203T010203Z-1a2b3c --follow
+    """
     from runner.present.runlogs import follow as follow_run
     from runner.present.runlogs import stage_logs, tail_lines
 

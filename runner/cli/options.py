@@ -138,8 +138,8 @@ MAX_LOG_SIZE = click.option(
     "--max-log-size",
     type=ByteSize(),
     default=DEFAULT_MAX_LOG_BYTES,
-    show_default="20MiB",
-    help="Cap per log file; the head and the tail are kept, the report says what was cut.",
+    help="Cap per log file; the head and the tail are kept, the report says what was cut. "
+    "[default: 20MiB]",
 )
 
 

@@ -161,8 +161,8 @@ SERVE_OPTIONS = (
         "--max-body",
         type=ByteSize(),
         default=64 * 1024 * 1024,
-        show_default="64MiB",
-        help="Largest request (HTTP body or mailbox file); larger is refused (413).",
+        help="Largest request (HTTP body or mailbox file); larger is refused (413). "
+        "[default: 64MiB]",
     ),
     click.option(
         "--header-timeout",
@@ -219,7 +219,13 @@ def serve_command(
 ) -> int:
     """Run as the orchestrator's sidecar: take verification requests from a mailbox
     directory and/or over HTTP, run them (at most --jobs at once), answer each exactly once,
-    and answer an identical payload from its last accepted report."""
+    and answer an identical payload from its last accepted report.
+
+    \b
+    Examples:
+      selfbench-runner serve --mailbox /srv/selfbench/mailbox --jobs 2
+      selfbench-runner serve --http 127.0.0.1:8080 --token-file /run/secrets/selfbench-token
+    """
     if mailbox is None and listen is None:
         raise UsageError("name --mailbox DIR, --http HOST:PORT or both", field="--mailbox")
     address = _listen_address(listen) if listen is not None else None

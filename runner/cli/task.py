@@ -43,6 +43,10 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
     repository is at hand) the workdir and `git apply --check` of both patches at baseCommit.
 
     Exit 0 when accepted, 1 with blockers, 2 when the task cannot be loaded.
+
+    \b
+    Example:
+      selfbench-runner audit tasks/my-task --repo ~/src/project
     """
     from runner.compile.taskaudit import audit_task
     from runner.compile.taskdir import load_authored_task

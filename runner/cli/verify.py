@@ -109,8 +109,15 @@ def verify_command(
     verbose: bool,
     quiet: bool,
 ) -> int:
-    """Compile (when TARGET is an authored task), audit, build, and run the smoke, nop, oracle
-    and determinism gates. TARGET is an authored task directory or a compiled bundle."""
+    """Compile (when TARGET is an authored task), audit, build, and run the smoke, nop, oracle,
+    determinism and hack gates. TARGET is an authored task directory or a compiled bundle.
+
+    \b
+    Examples:
+      selfbench-runner verify examples/bash-calc
+      selfbench-runner verify tasks/my-task --repo ~/src/project --keep-going --json
+      selfbench-runner verify tasks/my-task --plan          # every build and container, no Docker
+    """
     from runner.run.events import EventLog
     from runner.run.pipeline import verify
     from runner.run.state import PROGRESS, StageEvent
@@ -254,7 +261,12 @@ def grade_command(
 ) -> int:
     """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
     patch policy undid and the per-test evidence, through a fresh verifier exactly as the gates
-    run it. Exit 0 when the patch earns reward 1, 1 when it does not."""
+    run it. Exit 0 when the patch earns reward 1, 1 when it does not.
+
+    \b
+    Example:
+      selfbench-runner grade runs/my-task/20261203T010203Z-1a2b3c --patch agent.patch --json
+    """
     from runner.run.grading import grade
 
     output = Output(quiet=quiet)

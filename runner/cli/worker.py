@@ -109,8 +109,15 @@ def temporal_tls(function: _F) -> _F:
     metavar="HOST:PORT",
     help="The Temporal frontend to poll (e.g. 127.0.0.1:7233).",
 )
-@click.option("--namespace", default="default", show_default=True)
-@click.option("--task-queue", default="selfbench", show_default=True)
+@click.option(
+    "--namespace", default="default", show_default=True, help="The Temporal namespace to poll."
+)
+@click.option(
+    "--task-queue",
+    default="selfbench",
+    show_default=True,
+    help="The task queue `batch --temporal` and the orchestrator's workflows send to.",
+)
 @click.option(
     "--jobs",
     type=click.IntRange(1, 64),
@@ -160,7 +167,12 @@ def worker_command(
     """Poll a Temporal task queue: each `selfbench.verify` activity (the sidecar's request
     document in, its response document out) runs on this host's engine (DOCKER_HOST), and
     `selfbench.batch` workflows fan them out. Rejected and invalid are results; an
-    infrastructure failure is a retryable error."""
+    infrastructure failure is a retryable error.
+
+    \b
+    Example:
+      selfbench-runner worker --temporal temporal.internal:7233 --task-queue selfbench --jobs 2
+    """
     _listen_address(address)  # HOST:PORT, said in the same words as serve's --http
     metrics_address = _listen_address(metrics_listen) if metrics_listen else None
     _check_repository_policy(repo_roots, repo_urls)
