@@ -11,9 +11,9 @@ ARGS   ?=
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-setup: ## Make .venv and install the project with its dev tools
+setup: ## Make .venv and install the project with every extra (sidecar, fleet) and its dev tools
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,sidecar,fleet]'
 	@# Bytecode for the editable package too (pip compiles only what it copies): start-up
 	@# reads it even where PYTHONDONTWRITEBYTECODE keeps Python from writing its own.
 	$(BIN)/python -m compileall -q runner

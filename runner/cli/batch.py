@@ -10,20 +10,17 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from runner.base.errors import UsageError
 from runner.base.safeio import private_dir
-from runner.cli.common import _forwarded, cli, interrupts
+from runner.cli.common import _forwarded, cli, interrupts, require_extra
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, logs_root_option
 from runner.cli.output import in_github_actions
 from runner.cli.worker import temporal_tls
 from runner.model.settings import SharedSettings, environment_value
-
-if TYPE_CHECKING:
-    from runner.worker.client import TemporalBatch
 
 MAX_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
 
@@ -280,22 +277,9 @@ def batch_command(
     out = _batch_directory(out, logs_root)
     view = _BatchView(len(targets), quiet=quiet)
     if temporal_address is not None:
-        from runner.worker.client import TemporalBatch
-
+        temporal = {"address": temporal_address, "namespace": namespace, "task_queue": task_queue}
         return _temporal_batch(
-            TemporalBatch(
-                address=temporal_address,
-                namespace=namespace,
-                task_queue=task_queue,
-                concurrency=jobs,
-                max_attempts=retries + 1,
-                tls=tls,
-                workflow_id=f"{out.resolve().name}-{uuid.uuid4().hex[:8]}",
-            ),
-            targets,
-            out,
-            junit_path,
-            view,
+            temporal, jobs, retries, tls, targets=targets, out=out, junit=junit_path, view=view
         )
     batch = Batch(
         BatchOptions(
@@ -350,13 +334,29 @@ def _batch_directory(out: Path | None, logs_root: Path) -> Path:
 
 
 def _temporal_batch(
-    options: TemporalBatch,
+    temporal: dict[str, str],
+    jobs: int,
+    retries: int,
+    tls: Any,
+    *,
     targets: list[Path],
     out: Path,
-    junit_path: Path | None,
+    junit: Path | None,
     view: _BatchView,
 ) -> int:
-    from runner.worker.client import ViewCalls, run_batch
+    """`batch --temporal`: a selfbench.batch workflow (`temporal`: where), a batch's files."""
+    require_extra("fleet", "batch --temporal")
+    from runner.worker.client import TemporalBatch, ViewCalls, run_batch
+
+    options = TemporalBatch(
+        address=temporal["address"],
+        namespace=temporal["namespace"],
+        task_queue=temporal["task_queue"],
+        concurrency=jobs,
+        max_attempts=retries + 1,
+        tls=tls,
+        workflow_id=f"{out.resolve().name}-{uuid.uuid4().hex[:8]}",
+    )
 
     try:
         with interrupts():
@@ -369,7 +369,7 @@ def _temporal_batch(
             )
     finally:
         view.close()
-    batch_json = _write_results(result, out, junit_path)
+    batch_json = _write_results(result, out, junit)
     click.echo(f"batch: {_totals_line(result)}; {batch_json}", err=True)
     return int(result.exit_code)
 

@@ -72,6 +72,25 @@ def interrupts() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+EXTRAS = {
+    "sidecar": ("fastapi", "starlette", "uvicorn", "h11", "prometheus_client"),
+    "fleet": ("temporalio", "fastapi", "starlette", "uvicorn", "h11", "prometheus_client"),
+}
+
+
+def require_extra(extra: str, command: str) -> None:
+    """Exit 2 with the install line when `command` needs an extra that is not installed (a
+    task author installs what `verify` needs; `serve` and `worker` need more)."""
+    import importlib.util
+
+    missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(
+            f"{command} needs the optional dependencies of selfbench-runner[{extra}] (missing: "
+            f"{', '.join(missing)}): pip install 'selfbench-runner[{extra}]'"
+        )
+
+
 def _check_text_option(value: str | None, option: str, pattern: re.Pattern[str], what: str) -> None:
     if value is not None and not pattern.fullmatch(value):
         raise UsageError(f"{value[:80]!r} is not {what}", field=option)

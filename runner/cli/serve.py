@@ -13,7 +13,7 @@ from runner.base.errors import (
     UsageError,
 )
 from runner.base.safeio import read_regular
-from runner.cli.common import _forwarded, _stderr_logging, cli
+from runner.cli.common import _forwarded, _stderr_logging, cli, require_extra
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, with_options
 from runner.model.settings import (
     ENV_SIDECAR_STATE,
@@ -226,6 +226,7 @@ def serve_command(
       selfbench-runner serve --mailbox /srv/selfbench/mailbox --jobs 2
       selfbench-runner serve --http 127.0.0.1:8080 --token-file /run/secrets/selfbench-token
     """
+    require_extra("sidecar", "serve")
     if mailbox is None and listen is None:
         raise UsageError("name --mailbox DIR, --http HOST:PORT or both", field="--mailbox")
     address = _listen_address(listen) if listen is not None else None

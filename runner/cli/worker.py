@@ -14,7 +14,7 @@ import click
 
 from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import read_regular
-from runner.cli.common import _forwarded, _stderr_logging, cli
+from runner.cli.common import _forwarded, _stderr_logging, cli, require_extra
 from runner.cli.options import CHILD_VERIFY_OPTIONS
 from runner.cli.serve import (
     ALLOW_REPO_ROOT,
@@ -49,6 +49,7 @@ def _tls(cert: Path | None, key: Path | None, ca: Path | None, server_name: str 
         raise UsageError(f"{server_name[:100]!r} is not a DNS name", field="--tls-server-name")
     if cert is None and ca is None and server_name is None:
         return None
+    require_extra("fleet", "TLS to Temporal")
     from temporalio.service import TLSConfig
 
     return TLSConfig(
@@ -173,6 +174,7 @@ def worker_command(
     Example:
       selfbench-runner worker --temporal temporal.internal:7233 --task-queue selfbench --jobs 2
     """
+    require_extra("fleet", "worker")
     _listen_address(address)  # HOST:PORT, said in the same words as serve's --http
     metrics_address = _listen_address(metrics_listen) if metrics_listen else None
     _check_repository_policy(repo_roots, repo_urls)

@@ -172,9 +172,11 @@ def running_stages(server: str, workflow_id: str) -> list[str]:
     document = json.loads(described.stdout)
     running: list[str] = []
     for pending in document.get("pendingActivities") or []:
-        for payload in (pending.get("heartbeatDetails") or {}).get("payloads") or []:
+        beats = pending.get("heartbeatDetails") or []
+        # The CLI prints the decoded payloads (a list), or the raw ones ({payloads: [{data}]}).
+        for payload in beats.get("payloads") or [] if isinstance(beats, dict) else beats:
             details = payload
-            if isinstance(payload, dict) and "data" in payload:
+            if isinstance(payload, dict) and "data" in payload and "metadata" in payload:
                 details = json.loads(base64.b64decode(payload["data"]))
             stages = details.get("stages") if isinstance(details, dict) else None
             for name, state in (stages or {}).items():

@@ -85,6 +85,17 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def top_level_imports(path: Path) -> set[str]:
+    """The modules a file imports when it is imported (not inside a function)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
 def modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
@@ -255,3 +266,54 @@ def test_modules_and_functions_stay_small() -> None:
                 if length > MAX_FUNCTION_LINES:
                     large.append(f"{relative}:{node.lineno} {node.name}: {length} lines")
     assert large == []
+
+
+def _declared() -> dict[str, set[str]]:
+    """The distributions pyproject declares: core (`dependencies`) and each extra's, by
+    normalised name."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {
+            re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-")
+            for r in requirements
+        }
+
+    declared = {"core": names(project["dependencies"])}
+    for extra, requirements in project["optional-dependencies"].items():
+        declared[extra] = names(requirements)
+    return declared
+
+
+# The packages that may use an extra's distributions: the sidecar (`serve`) and the fleet
+# (`worker`, `batch --temporal`); every other module runs with the core install.
+EXTRA_PACKAGES = {"sidecar": ("sidecar", "worker"), "fleet": ("worker",)}
+
+
+def test_every_imported_package_is_declared_and_the_core_needs_no_extra() -> None:
+    import importlib.metadata
+    import sys
+
+    distributions = importlib.metadata.packages_distributions()
+    declared = _declared()
+    undeclared: list[str] = []
+    for path in modules():
+        top = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        allowed = set(declared["core"])
+        for extra, packages in EXTRA_PACKAGES.items():
+            if top in packages:
+                allowed |= declared[extra]
+        # The CLI imports an extra's modules inside the command that needs it, after
+        # require_extra: only its module-level imports must come with the core install.
+        imports = top_level_imports(path) if top == "cli" else imported_modules(path)
+        for module in imports:
+            root = module.split(".")[0]
+            if root == "runner" or root in sys.stdlib_module_names or root == "__future__":
+                continue
+            owners = {d.lower().replace("_", "-") for d in distributions.get(root, [])}
+            if not owners & allowed:
+                undeclared.append(f"{path.relative_to(PACKAGE)}: {module} ({sorted(owners)})")
+    assert undeclared == []

@@ -559,3 +559,80 @@ def test_a_command_that_loaded_temporal_s_client_ends_without_finalizing() -> No
         timeout=60,
     )
     assert (plain.returncode, plain.stdout) == (1, "error written\nfinalized\n"), plain.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra", "missing"),
+    [
+        (["serve", "--mailbox", "mb"], "sidecar", "fastapi"),
+        (["worker", "--temporal", "127.0.0.1:7233"], "fleet", "temporalio"),
+        (["batch", "tasks", "--temporal", "127.0.0.1:7233"], "fleet", "temporalio"),
+    ],
+)
+def test_a_command_whose_extra_is_not_installed_says_how_to_install_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    extra: str,
+    missing: str,
+) -> None:
+    """A task author installs what verify needs; serve, worker and batch --temporal name the
+    extra they need (exit 2), before any work."""
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == missing else found(name, *a)
+    )
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tasks").mkdir()
+    bash_task(tmp_path / "tasks")
+    code, _, err = run(*argv)
+    assert code == 2, err
+    assert f"pip install 'selfbench-runner[{extra}]'" in err
+    assert f"missing: {missing}" in err
+
+
+BLOCK_EXTRAS = """
+import sys
+from importlib.abc import MetaPathFinder
+
+EXTRAS = {"fastapi", "starlette", "uvicorn", "h11", "prometheus_client", "temporalio"}
+
+
+class Blocked(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in EXTRAS:
+            raise ImportError(f"{name} is an extra's (not installed here)")
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+from runner.cli.main import run_cli
+
+sys.exit(run_cli(sys.argv[1:]))
+"""
+
+
+def test_the_authors_commands_run_without_the_extras(tmp_path: Path) -> None:
+    """What a task author runs (audit, compile, verify --plan, schema) imports no package of
+    the sidecar or fleet extras."""
+    import subprocess
+
+    task = bash_task(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    for argv in (
+        ["audit", str(task.directory)],
+        ["compile", str(task.directory), "-o", str(tmp_path / "bundle")],
+        ["verify", str(task.directory), "--plan", "--logs", str(tmp_path / "runs")],
+        ["schema", "--request"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", BLOCK_EXTRAS, *argv],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "DOCKER_HOST": "unix:///none"},
+            check=False,
+        )
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
