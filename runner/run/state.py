@@ -83,13 +83,20 @@ class StageResult:
     # Seconds spent waiting on other stages (nop's result, the census): not this stage's own
     # work, so a stage skipped after waiting does not report them.
     waited: float = 0.0
+    # Marked by an interrupt's handler (mark): a thread still ending its body afterwards (its
+    # containers removed under it) does not overwrite that with what it never judged.
+    marked: bool = False
 
     def set(self, status: Status, detail: str) -> None:
+        if self.marked:
+            return
         self.status, self.detail, self.skip = status, detail, None
 
     def skipped(self, reason: Skip, why: str | None = None) -> None:
         """Not run, for `reason` (Skip.OTHER: in the words `why`; Skip.SETTLED: `why` is the
         gate that settled the verdict)."""
+        if self.marked:
+            return
         self.status, self.skip = Status.SKIPPED, reason
         if reason is Skip.OTHER and why:
             self.detail = f"skipped: {why}"
@@ -99,11 +106,14 @@ class StageResult:
             self.detail = reason.value
 
     def mark(self, mark: Mark) -> None:
-        """Take a judge's mark: its judgement, or the reason it did not run."""
+        """Take an interrupt's mark (a judge's): its judgement, or the reason it did not run;
+        final."""
+        self.marked = False
         if isinstance(mark, Judgement):
             self.set(mark.status, mark.detail)
         else:
             self.skipped(mark)
+        self.marked = True
 
     def wait(self, event: threading.Event) -> None:
         """Wait for another stage's `event`, the time counted as waited."""
@@ -297,9 +307,12 @@ class RunState:
             # A skipped stage's seconds are its own work, not its waits on others.
             own = elapsed - stage.waited if stage.status is Status.SKIPPED else elapsed
             stage.seconds = round(before + max(own, 0.0), 3)
-        # Not reached on an interrupt: the stage stays `running` for the handler to mark.
+        # Not reached on an interrupt raised in this thread: the stage stays `running` for the
+        # handler to mark. Nor is a stage whose body ended after an interrupt elsewhere (its
+        # containers were removed under it: what it ended with was never judged) taken off.
         with self.lock:
-            self.running.discard(name)
+            if not self.interrupted.is_set():
+                self.running.discard(name)
             cut = name in self.cut
         if cut and not (stage.skip is not None and stage.skip.on_another):
             # What it ended with once its containers were removed under it says nothing.

@@ -317,6 +317,47 @@ def test_signal_while_gates_run(tmp_path: Path) -> None:
     assert engine.cleanups
 
 
+def test_a_stage_whose_containers_an_interrupt_removed_is_not_judged_afterwards(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while the hack gate's agent side runs: its exec ends once the interrupt removed
+    the container, and whatever the stage's thread makes of that afterwards, the report says
+    it was interrupted (it once said `passed`, from the exploits the policy had decided)."""
+    started = threading.Event()
+    driver = runs_until_removed(60)
+
+    def hack_driver(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        started.set()
+        return driver(container, step)
+
+    def kill_soon() -> None:
+        started.wait(10)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    class SlowCleanup(FakeEngine):
+        def cleanup(self, labels: Mapping[str, str], *, images: bool = False) -> int:
+            # The stages' threads end (their execs killed) before the handler marks them.
+            count = super().cleanup(labels, images=images)
+            time.sleep(1.0)
+            return count
+
+    engine = SlowCleanup(
+        Script(
+            actions={
+                "hack/driver": hack_driver,
+                "nop/verifier": runs_until_removed(60),
+                "oracle/verifier": runs_until_removed(60),
+            }
+        )
+    )
+    threading.Thread(target=kill_soon, daemon=True).start()
+    with interrupts():
+        outcome = run(tmp_path, engine)
+    report = outcome.report
+    assert report.interrupted
+    assert report.stages.hack.detail.startswith("interrupted (SIGTERM)"), report.stages.hack
+
+
 def test_keep_keeps_every_container_and_says_how_to_enter(tmp_path: Path) -> None:
     engine = FakeEngine()
     report = run(tmp_path, engine, keep=True).report
