@@ -147,10 +147,22 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+# What each gate wants of each reward key, where not 1: a value is green when it is what the
+# gate wants (nop's reward 0 and failing fail-to-pass are its pass), red when not; None: no
+# expectation (nop does not repeat its tests).
+EXPECTED_REWARD: dict[str, dict[str, int | None]] = {
+    "nop": {"reward": 0, "fail_to_pass": 0, "deterministic": None},
+    "oracle": {},
+}
+
+
 def render_html(view: ReportView) -> str:
     report = view.report
     stages = report.stages.items()
-    longest = max((stage.seconds for _, stage in stages), default=0.0) or 1.0
+    # A skipped stage draws no bar: its seconds are work that did not count.
+    longest = (
+        max((s.seconds for _, s in stages if s.status is not Status.SKIPPED), default=0.0) or 1.0
+    )
     red = [name for name, stage in stages if stage.status in (Status.FAILED, Status.ERROR)]
     return (
         _environment()
@@ -170,5 +182,6 @@ def render_html(view: ReportView) -> str:
                 "deterministic",
                 "setup_completed",
             ],
+            expected=EXPECTED_REWARD,
         )
     )

@@ -299,3 +299,68 @@ def test_report_html_shows_the_evidence_per_selector_and_what_the_policy_undid()
     exit_only.stages.oracle.data.details = None
     page = render_html(ReportView(report=exit_only))
     assert "exit-code evidence only" in page
+
+
+def test_report_html_colours_what_each_gate_wants_and_draws_no_bar_for_a_skipped_stage() -> None:
+    """A passed nop is green: its reward 0 and its failing fail-to-pass tests are what nop
+    wants. A stage skipped after some seconds draws no bar."""
+    import re
+
+    from runner.model.evidence import Counts, EvidenceSummary, RunSummary, SelectorSummary
+    from runner.model.report import GateData
+    from runner.model.reward import Reward
+
+    made = report(
+        nop=(Status.PASSED, "fail-to-pass fails"), determinism=(Status.SKIPPED, "skipped: x")
+    )
+    made.stages.determinism.seconds = 95.0
+    made.stages.nop.seconds = 3.0
+    made.stages.nop.data = GateData(
+        reward=Reward(
+            reward=0,
+            patch_applied=1,
+            fail_to_pass=0,
+            pass_to_pass=1,
+            deterministic=0,
+            setup_completed=1,
+        ),
+        evidence=EvidenceSummary(
+            mode="per-test",
+            runners=["pytest"],
+            runs=[
+                RunSummary(
+                    name="fail_to_pass",
+                    passed=False,
+                    exit_code=1,
+                    complete=True,
+                    counts=Counts(failed=1),
+                    problems=["1 test(s) failed"],
+                )
+            ],
+            selectors=[
+                SelectorSummary(
+                    kind="failToPass",
+                    selector="tests/test_mul.py",
+                    attributed=True,
+                    ran=1,
+                    passed=0,
+                    failed=1,
+                    skipped=0,
+                    error=0,
+                )
+            ],
+        ),
+    )
+    page = render_html(ReportView(report=made))
+    nop = page[page.index('id="gate-nop"') :]
+    nop = nop[: nop.index("</table>", nop.index("evidence"))]
+    assert 'class="flag0"' not in nop, nop
+    assert re.search(r'<td class="flag1">0</td>', nop)  # reward 0: nop's pass
+    assert "red-box" not in page[page.index('id="gate-nop"') :][:2000]
+    assert "nop wants it to fail" in page
+    timeline = page[: page.index('id="gate-nop"')]
+    determinism_row = timeline[timeline.index(">determinism<") :]
+    determinism_row = determinism_row[: determinism_row.index("</tr>")]
+    assert '<div class="bar' not in determinism_row
+    nop_row = timeline[timeline.index('>nop<') :]
+    assert '<div class="bar passed"' in nop_row[: nop_row.index('</tr>')]
