@@ -362,5 +362,5 @@ def test_report_html_colours_what_each_gate_wants_and_draws_no_bar_for_a_skipped
     determinism_row = timeline[timeline.index(">determinism<") :]
     determinism_row = determinism_row[: determinism_row.index("</tr>")]
     assert '<div class="bar' not in determinism_row
-    nop_row = timeline[timeline.index('>nop<') :]
-    assert '<div class="bar passed"' in nop_row[: nop_row.index('</tr>')]
+    nop_row = timeline[timeline.index(">nop<") :]
+    assert '<div class="bar passed"' in nop_row[: nop_row.index("</tr>")]
