@@ -384,3 +384,41 @@ def patch_problems(info: PatchInfo) -> list[str]:
 def repository_path(workdir: str, path: str) -> str:
     """`path` (relative to workdir) as a normalized repository-relative path."""
     return v.normalize_repo_path(path, base=workdir)
+
+
+_FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
+_HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE)
+
+
+def apply_failure(stderr: str, raw: bytes) -> str:
+    """What `git apply` refused, for a person: the file and the hunk (its number and header)
+    that did not match, and the lines git looked for, from git's own error and the patch. Falls
+    back to git's first two lines when it names no hunk (a missing file, a mode)."""
+    lines = [
+        line.strip()
+        for line in stderr.splitlines()
+        if line.strip() and not line.startswith(("Checking patch ", "Applied patch ", "Hunk #"))
+    ]
+    failed = next((m for line in lines if (m := _FAILED_AT.match(line))), None)
+    if failed is None:
+        return "; ".join(lines[:2]) or "git apply failed"
+    path, start = failed.group(1), int(failed.group(2))
+    searched: list[str] = []
+    if "error: while searching for:" in stderr:
+        after = stderr.split("error: while searching for:", 1)[1].split("\nerror:", 1)[0]
+        searched = [line for line in after.strip("\n").splitlines() if line.strip()][:3]
+    where = f"{path}:{start}"
+    try:
+        section = next(c.raw for c in parse_patch(raw).changes if path in (c.old_path, c.new_path))
+    except (PatchParseError, StopIteration):
+        section = b""
+    headers = [
+        (int(m.group(1)), m.group(0).decode(errors="replace"))
+        for m in _HUNK_HEADER.finditer(section)
+    ]
+    for number, (old_start, header) in enumerate(headers, 1):
+        if old_start == start:
+            where = f"hunk {number} of {len(headers)} in {path} ({header.strip()})"
+            break
+    looked = f"; git looked for: {' / '.join(printable(s.strip())[:80] for s in searched)}"
+    return printable(f"{where} does not match the file{looked if searched else ''}")

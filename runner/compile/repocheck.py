@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.compile.git import run_git
+from runner.compile.patches import apply_failure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,10 +54,19 @@ def object_type(repo: Path, commit: str, path: str) -> str | None:
     return result.stdout.decode().strip() or None if result.returncode == 0 else None
 
 
-def _first_error(result: subprocess.CompletedProcess[bytes]) -> str:
-    lines = [ln.strip() for ln in (result.stderr or b"").decode(errors="replace").splitlines()]
-    lines = [ln for ln in lines if ln]
-    return "; ".join(lines[:2]) or f"exit {result.returncode}"
+def _not_applied(
+    what: str,
+    result: subprocess.CompletedProcess[bytes],
+    patch: bytes,
+    commit: str,
+    command: str,
+) -> str:
+    """A refused patch: which hunk did not match, and the command that shows every one."""
+    stderr = (result.stderr or b"").decode(errors="replace")
+    return (
+        f"{what}: {apply_failure(stderr, patch)}; to see each hunk, in a checkout of "
+        f"baseCommit ({commit[:12]}): {command}"
+    )
 
 
 def check_repository(
@@ -91,7 +101,8 @@ def check_repository(
             run_git(["read-tree", commit], git_dir=repo, env=env)
 
         def apply(patch: bytes, *, check: bool) -> subprocess.CompletedProcess[bytes]:
-            args = ["apply", "--cached", "--binary", "--whitespace=nowarn"]
+            # -v: git then says what a refused hunk looked for (runner.compile.patches).
+            args = ["apply", "--cached", "--binary", "--whitespace=nowarn", "-v"]
             return run_git(
                 [*args, *(["--check"] if check else []), "-"],
                 git_dir=repo,
@@ -103,18 +114,40 @@ def check_repository(
         reset()
         gold = apply(gold_patch, check=False)
         if gold.returncode != 0:
-            problems.append(f"gold.patch does not apply to baseCommit: {_first_error(gold)}")
+            problems.append(
+                _not_applied(
+                    "gold.patch does not apply to baseCommit",
+                    gold,
+                    gold_patch,
+                    commit,
+                    "git apply --check -v gold.patch",
+                )
+            )
         reset()
         tests = apply(test_patch, check=True)
         if tests.returncode != 0:
-            problems.append(f"test.patch does not apply to baseCommit: {_first_error(tests)}")
+            problems.append(
+                _not_applied(
+                    "test.patch does not apply to baseCommit",
+                    tests,
+                    test_patch,
+                    commit,
+                    "git apply --check -v test.patch",
+                )
+            )
         if gold.returncode == 0 and tests.returncode == 0:
             reset()
             apply(gold_patch, check=False)
             both = apply(test_patch, check=True)
             if both.returncode != 0:
                 problems.append(
-                    "test.patch does not apply on top of gold.patch: " + _first_error(both)
+                    _not_applied(
+                        "test.patch does not apply on top of gold.patch",
+                        both,
+                        test_patch,
+                        commit,
+                        "git apply gold.patch && git apply --check -v test.patch",
+                    )
                 )
         selector_problems: list[str] = []
         if selectors:

@@ -59,7 +59,12 @@ def evaluate_gate(
         return True, f"fail-to-pass fails{code} and pass-to-pass passes on the base"
     if gate is Gate.ORACLE:
         if reward.patch_applied != 1:
-            return False, "the gold patch or test.patch does not apply"
+            return False, (
+                "the gold patch or test.patch does not apply to the post-setup tree (the audit "
+                "applied both at baseCommit: setupCommand changed a file they touch); the "
+                "verifier log's selfbench: lines say which, and `selfbench-runner debug RUN_DIR "
+                "--stage oracle` opens that tree"
+            )
         if reward.fail_to_pass != 1:
             return False, red(
                 "fail_to_pass",
@@ -161,7 +166,9 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
         if e.solve.exit_code != 0:
             detail = (
                 f"solution/solve.sh exited {e.solve.exit_code}: the gold patch does not apply "
-                f"to the post-setup tree; see {e.agent_log}"
+                f"to the post-setup tree (the audit applied it at baseCommit: setupCommand "
+                f"changed a file it touches); see {e.agent_log}, and `selfbench-runner debug "
+                f"RUN_DIR --stage oracle` opens that tree"
             )
             return failed(with_limit_notes(detail, e.limits, **notes))
     if e.collect is not None and (e.collect.timed_out or e.collect.exit_code != 0):

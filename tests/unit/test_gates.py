@@ -92,7 +92,10 @@ def details(**changes: int) -> VerifierDetails:
             reward(ORACLE_OK, patch_applied=0),
             {},
             False,
-            "the gold patch or test.patch does not apply",
+            "the gold patch or test.patch does not apply to the post-setup tree (the audit "
+            "applied both at baseCommit: setupCommand changed a file they touch); the "
+            "verifier log's selfbench: lines say which, and `selfbench-runner debug RUN_DIR "
+            "--stage oracle` opens that tree",
         ),
         (
             "oracle",

@@ -288,3 +288,39 @@ def test_hunks_that_agree_have_no_problem() -> None:
     (change,) = parse_patch(raw).changes
     assert change.hunk_problems == ()
     assert (change.hunks, change.added_lines, change.removed_lines) == (2, 3, 2)
+
+
+def test_a_patch_that_does_not_apply_names_its_hunk_and_how_to_see_it(tmp_path: Path) -> None:
+    """The audit's message for a refused patch: the file, the hunk that did not match (its
+    number and header), what git looked for, and the command that shows every hunk."""
+    from runner.compile.patches import apply_failure
+    from runner.compile.repocheck import check_repository
+
+    base = "".join(f"line {n}\n" for n in range(1, 41))
+    repo, commit = make_repo(tmp_path / "repo", {"lib.py": base, "t.py": "x = 1\n"})
+    changed = base.replace("line 3\n", "line three\n").replace("line 30\n", "line thirty\n")
+    gold = diff_of(repo, {"lib.py": changed})
+    # The base moves on under the patch: its second hunk no longer matches.
+    git(repo, "checkout", "-q", commit)
+    (repo / "lib.py").write_text(base.replace("line 30\n", "line 30 (edited)\n"))
+    git(repo, "commit", "-qam", "moved on")
+    moved = git(repo, "rev-parse", "HEAD").strip()
+    facts = check_repository(
+        repo / ".git",
+        moved,
+        workdir=".",
+        test_patch=diff_of(repo, {"t.py": "x = 2\n"}),
+        gold_patch=gold,
+    )
+    (problem,) = facts.apply_problems
+    assert problem.startswith(
+        "gold.patch does not apply to baseCommit: hunk 2 of 2 in lib.py (@@ -27,7 +27,7 @@"
+    )
+    assert "git looked for: line 27 / line 28 / line 29" in problem
+    assert problem.endswith(
+        f"in a checkout of baseCommit ({moved[:12]}): git apply --check -v gold.patch"
+    )
+    # git's own words when it names no hunk (the file is not there at all).
+    assert apply_failure("error: nope.py: No such file or directory\n", gold) == (
+        "error: nope.py: No such file or directory"
+    )
