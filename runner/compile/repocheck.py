@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.base.errors import printable
 from runner.compile.git import run_git
-from runner.compile.patches import apply_failure
+from runner.compile.patches import PatchParseError, parse_patch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +70,117 @@ def _not_applied(
     )
 
 
+_FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
+_HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE)
+
+
+def apply_failure(stderr: str, raw: bytes) -> str:
+    """What `git apply` refused, for a person: the file and the hunk (its number and header)
+    that did not match, and the lines git looked for, from git's own error and the patch. Falls
+    back to git's first two lines when it names no hunk (a missing file, a mode)."""
+    lines = [
+        line.strip()
+        for line in stderr.splitlines()
+        if line.strip() and not line.startswith(("Checking patch ", "Applied patch ", "Hunk #"))
+    ]
+    failed = next((m for line in lines if (m := _FAILED_AT.match(line))), None)
+    if failed is None:
+        return "; ".join(lines[:2]) or "git apply failed"
+    path, start = failed.group(1), int(failed.group(2))
+    searched: list[str] = []
+    if "error: while searching for:" in stderr:
+        after = stderr.split("error: while searching for:", 1)[1].split("\nerror:", 1)[0]
+        searched = [line for line in after.strip("\n").splitlines() if line.strip()][:3]
+    where = f"{path}:{start}"
+    try:
+        section = next(c.raw for c in parse_patch(raw).changes if path in (c.old_path, c.new_path))
+    except (PatchParseError, StopIteration):
+        section = b""
+    headers = [
+        (int(m.group(1)), m.group(0).decode(errors="replace"))
+        for m in _HUNK_HEADER.finditer(section)
+    ]
+    for number, (old_start, header) in enumerate(headers, 1):
+        if old_start == start:
+            where = f"hunk {number} of {len(headers)} in {path} ({header.strip()})"
+            break
+    looked = f"; git looked for: {' / '.join(printable(s.strip())[:80] for s in searched)}"
+    return printable(f"{where} does not match the file{looked if searched else ''}")
+
+
+@dataclass(frozen=True)
+class _Index:
+    """A temporary index of `commit`: patches are applied to it (`git apply --cached`), never
+    to a work tree."""
+
+    repo: Path
+    commit: str
+    path: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"GIT_INDEX_FILE": str(self.path)}
+
+    def reset(self) -> None:
+        run_git(["read-tree", self.commit], git_dir=self.repo, env=self.env)
+
+    def apply(self, patch: bytes, *, check: bool) -> subprocess.CompletedProcess[bytes]:
+        # -v: git then says what a refused hunk looked for (apply_failure).
+        args = ["apply", "--cached", "--binary", "--whitespace=nowarn", "-v"]
+        return run_git(
+            [*args, *(["--check"] if check else []), "-"],
+            git_dir=self.repo,
+            env=self.env,
+            check=False,
+            stdin=patch,
+        )
+
+
+def _apply_problems(index: _Index, gold_patch: bytes, test_patch: bytes) -> tuple[list[str], bool]:
+    """Each patch alone at the base commit, then the tests on top of the gold patch: the
+    problems, and whether test.patch applies alone."""
+    problems: list[str] = []
+    index.reset()
+    gold = index.apply(gold_patch, check=False)
+    if gold.returncode != 0:
+        problems.append(
+            _not_applied(
+                "gold.patch does not apply to baseCommit",
+                gold,
+                gold_patch,
+                index.commit,
+                "git apply --check -v gold.patch",
+            )
+        )
+    index.reset()
+    tests = index.apply(test_patch, check=True)
+    if tests.returncode != 0:
+        problems.append(
+            _not_applied(
+                "test.patch does not apply to baseCommit",
+                tests,
+                test_patch,
+                index.commit,
+                "git apply --check -v test.patch",
+            )
+        )
+    if gold.returncode == 0 and tests.returncode == 0:
+        index.reset()
+        index.apply(gold_patch, check=False)
+        both = index.apply(test_patch, check=True)
+        if both.returncode != 0:
+            problems.append(
+                _not_applied(
+                    "test.patch does not apply on top of gold.patch",
+                    both,
+                    test_patch,
+                    index.commit,
+                    "git apply gold.patch && git apply --check -v test.patch",
+                )
+            )
+    return problems, tests.returncode == 0
+
+
 def check_repository(
     repo: Path,
     commit: str,
@@ -92,69 +204,15 @@ def check_repository(
     elif kind != "tree":
         what = "a submodule" if kind == "commit" else "a file"
         workdir_problem = f"workdir {workdir!r} is {what} at baseCommit, not a directory"
-    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="selfbench-apply.") as tmp:
-        index = Path(tmp) / "index"
-        env = {"GIT_INDEX_FILE": str(index)}
-
-        def reset() -> None:
-            run_git(["read-tree", commit], git_dir=repo, env=env)
-
-        def apply(patch: bytes, *, check: bool) -> subprocess.CompletedProcess[bytes]:
-            # -v: git then says what a refused hunk looked for (runner.compile.patches).
-            args = ["apply", "--cached", "--binary", "--whitespace=nowarn", "-v"]
-            return run_git(
-                [*args, *(["--check"] if check else []), "-"],
-                git_dir=repo,
-                env=env,
-                check=False,
-                stdin=patch,
-            )
-
-        reset()
-        gold = apply(gold_patch, check=False)
-        if gold.returncode != 0:
-            problems.append(
-                _not_applied(
-                    "gold.patch does not apply to baseCommit",
-                    gold,
-                    gold_patch,
-                    commit,
-                    "git apply --check -v gold.patch",
-                )
-            )
-        reset()
-        tests = apply(test_patch, check=True)
-        if tests.returncode != 0:
-            problems.append(
-                _not_applied(
-                    "test.patch does not apply to baseCommit",
-                    tests,
-                    test_patch,
-                    commit,
-                    "git apply --check -v test.patch",
-                )
-            )
-        if gold.returncode == 0 and tests.returncode == 0:
-            reset()
-            apply(gold_patch, check=False)
-            both = apply(test_patch, check=True)
-            if both.returncode != 0:
-                problems.append(
-                    _not_applied(
-                        "test.patch does not apply on top of gold.patch",
-                        both,
-                        test_patch,
-                        commit,
-                        "git apply gold.patch && git apply --check -v test.patch",
-                    )
-                )
+        index = _Index(repo, commit, Path(tmp) / "index")
+        problems, tests_apply = _apply_problems(index, gold_patch, test_patch)
         selector_problems: list[str] = []
         if selectors:
-            reset()
-            if tests.returncode == 0:
-                apply(test_patch, check=False)
-            selector_problems = _selector_problems(repo, env, selectors)
+            index.reset()
+            if tests_apply:
+                index.apply(test_patch, check=False)
+            selector_problems = _selector_problems(repo, index.env, selectors)
     evidence_problems = [
         f"evidence path {path!r} does not exist at baseCommit"
         for path in dict.fromkeys(evidence)

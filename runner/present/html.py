@@ -14,6 +14,7 @@ from markupsafe import Markup
 
 from runner.compile.templatecache import bytecode_cache
 from runner.model.report import Report, Status
+from runner.model.stages import Stage
 
 # Where a failing build step comes from, by what its text runs.
 STEP_SOURCES = (
@@ -151,8 +152,8 @@ def _environment() -> jinja2.Environment:
 # gate wants (nop's reward 0 and failing fail-to-pass are its pass), red when not; None: no
 # expectation (nop does not repeat its tests).
 EXPECTED_REWARD: dict[str, dict[str, int | None]] = {
-    "nop": {"reward": 0, "fail_to_pass": 0, "deterministic": None},
-    "oracle": {},
+    Stage.NOP.value: {"reward": 0, "fail_to_pass": 0, "deterministic": None},
+    Stage.ORACLE.value: {},
 }
 
 

@@ -293,8 +293,7 @@ def test_hunks_that_agree_have_no_problem() -> None:
 def test_a_patch_that_does_not_apply_names_its_hunk_and_how_to_see_it(tmp_path: Path) -> None:
     """The audit's message for a refused patch: the file, the hunk that did not match (its
     number and header), what git looked for, and the command that shows every hunk."""
-    from runner.compile.patches import apply_failure
-    from runner.compile.repocheck import check_repository
+    from runner.compile.repocheck import apply_failure, check_repository
 
     base = "".join(f"line {n}\n" for n in range(1, 41))
     repo, commit = make_repo(tmp_path / "repo", {"lib.py": base, "t.py": "x = 1\n"})
