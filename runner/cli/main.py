@@ -23,6 +23,7 @@ from runner.base.errors import (
 
 # Each command module registers its commands on the group when imported.
 from runner.cli import (  # noqa: F401
+    authoring,
     batch,
     collection,
     debugging,

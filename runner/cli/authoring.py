@@ -1,0 +1,110 @@
+"""`init`: a task directory from a repository's change, for an author to finish."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runner.base.errors import ExitCode
+from runner.cli.common import cli
+from runner.cli.options import out_directory
+
+
+@cli.command("init")
+@click.argument("repo", metavar="REPO")
+@click.option("--base", required=True, help="The change's base: a commit id, branch or tag.")
+@click.option("--head", required=True, help="The change's head: a commit id, branch or tag.")
+@out_directory("The new task directory (must not exist, or be empty).")
+@click.option(
+    "--test-glob",
+    "test_globs",
+    multiple=True,
+    metavar="GLOB",
+    help="A changed file matching it is a test and goes to test.patch (repeatable; replaces "
+    "the default rules: test_*.py, *_test.go, *.test.*, tests/**, ...).",
+)
+@click.option("--task-id", help="The task's id (default: the repository's name and the head).")
+@click.option("--source-url", help="The pull request's URL.")
+@click.option("--source-pr", type=click.IntRange(1, None), help="The pull request's number.")
+@click.option("--prompt", help="What the agent is asked to do (default: marked TODO).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def init_command(
+    repo: str,
+    base: str,
+    head: str,
+    out: Path,
+    test_globs: tuple[str, ...],
+    task_id: str | None,
+    source_url: str | None,
+    source_pr: int | None,
+    prompt: str | None,
+    as_json: bool,
+) -> int:
+    """Write a task directory from a change of REPO (a path, a git bundle or a git URL):
+    test.patch (the changed test files), gold.patch (the rest) and a definition.json with every
+    field filled from the repository or marked TODO, then audit it and say what is missing.
+    Exit 0 when the audit accepts it and nothing is marked TODO, 1 when something is left to
+    do (the task is written either way), 2 on bad input.
+
+    \b
+    Example:
+      selfbench-runner init ~/src/project --base 1a2b3c4 --head my-feature -o tasks/my-task
+    """
+    from runner.compile.init import init_task
+
+    made = init_task(
+        repo,
+        base,
+        head,
+        out,
+        test_globs=test_globs,
+        task_id=task_id,
+        source_url=source_url,
+        source_pr=source_pr,
+        prompt=prompt,
+    )
+    audited = made.audit
+    accepted = audited is not None and audited.result.accepted
+    ready = accepted and not made.todo
+    if as_json:
+        click.echo(json.dumps(_init_json(made, accepted, ready), indent=2))
+    else:
+        click.echo(f"wrote {made.directory}")
+        click.echo(f"  test.patch: {len(made.test_files)} file(s): {', '.join(made.test_files)}")
+        click.echo(f"  gold.patch: {len(made.gold_files)} file(s): {', '.join(made.gold_files)}")
+        for note in made.notes:
+            click.echo(f"review: {note}")
+        if audited is not None:
+            if audited.note:
+                click.echo(audited.note)
+            for blocker in audited.result.blockers:
+                click.echo(f"blocker: {blocker}")
+            verdict = "accepted" if accepted else f"rejected: {audited.result.reason()}"
+            click.echo(f"audit: {verdict}")
+        if made.todo:
+            click.echo(f"not ready: still marked TODO: {', '.join(made.todo)}")
+        click.echo(f"next: edit {made.directory}/definition.json, then selfbench-runner verify "
+                   f"{made.directory}")  # fmt: skip
+    return int(ExitCode.ACCEPTED if ready else ExitCode.REJECTED)
+
+
+def _init_json(made: Any, accepted: bool, ready: bool) -> dict[str, Any]:
+    audited = made.audit
+    return {
+        "directory": str(made.directory),
+        "ready": ready,
+        "todo": made.todo,
+        "definition": made.definition,
+        "testFiles": made.test_files,
+        "goldFiles": made.gold_files,
+        "proposedFrom": made.proposal.found if made.proposal else [],
+        "review": made.notes,
+        "staticAudit": {
+            "accepted": accepted,
+            "blockers": audited.result.blockers if audited else [],
+            "note": audited.note if audited else None,
+        },
+    }

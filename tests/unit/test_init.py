@@ -1,0 +1,242 @@
+"""`init`: a task from a repository's change (real git repositories shaped like real projects),
+its rules (runner.compile.initrules) and its refusals."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from runner.cli.main import run_cli
+from runner.compile.initrules import difficulty, is_test_path, propose, selectors
+from runner.model.task import Difficulty
+from tests.helpers import git, make_repo, write_files
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    with CliRunner().isolation() as (out, err, _):
+        code = run_cli(list(args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return code, out.getvalue().decode(), err.getvalue().decode()
+
+
+def commit(repo: Path, files: dict[str, str | bytes | None], message: str) -> str:
+    write_files(repo, files)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def body(name: str, lines: int) -> str:
+    return "".join(f"def {name}_{n}(x):\n    return x + {n}\n\n" for n in range(lines // 3))
+
+
+@pytest.fixture
+def uv_project(tmp_path: Path) -> tuple[Path, str, str]:
+    """A uv project whose .venv lives in the repository, ignored; a change that adds a module,
+    edits another, updates the lockfile and adds a test beside an existing one."""
+    repo, base = make_repo(
+        tmp_path / "calc",
+        {
+            ".gitignore": ".venv/\n__pycache__/\n",
+            "pyproject.toml": '[project]\nname = "calc"\nversion = "0.1.0"\n'
+            '[dependency-groups]\ndev = ["pytest>=8"]\n',
+            "uv.lock": "version = 1\n",
+            "src/calc/__init__.py": "",
+            "src/calc/ops.py": body("add", 30),
+            "tests/test_ops.py": "from calc.ops import add_1\n\ndef test_add():\n"
+            "    assert add_1(1) == 2\n",
+        },
+    )
+    (repo / ".venv" / "lib").mkdir(parents=True)
+    (repo / ".venv" / "lib" / "conftest.py").write_text("raise SystemExit\n")
+    git(repo, "checkout", "-qb", "feature")
+    head = commit(
+        repo,
+        {
+            "src/calc/ops.py": body("add", 30) + body("mul", 40),
+            "src/calc/power.py": body("power", 30),
+            "uv.lock": "version = 1\n# numpy added\n",
+            "tests/test_power.py": "from calc.power import power_1\n\ndef test_power():\n"
+            "    assert power_1(1) == 2\n",
+        },
+        "Add mul and power (#42)",
+    )
+    git(repo, "checkout", "-q", "main")
+    return repo, base, head
+
+
+def test_init_splits_a_uv_projects_change_and_proposes_what_its_files_say(
+    uv_project: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    repo, base, _ = uv_project
+    out = tmp_path / "task"
+    code, stdout, err = run(
+        "init", str(repo), "--base", base, "--head", "feature", "-o", str(out), "--json",
+        "--prompt", "Add mul_* to calc.ops and a power module.",
+        "--source-url", "https://git.example.org/calc/pull/42",
+    )  # fmt: skip
+    made = json.loads(stdout)
+    assert code == 0, (stdout, err)
+    assert made["ready"] is True and made["staticAudit"]["accepted"] is True
+    assert made["testFiles"] == ["tests/test_power.py"]
+    # The lockfile the change updates is the fix's, with the code.
+    assert made["goldFiles"] == ["src/calc/ops.py", "src/calc/power.py", "uv.lock"]
+    definition = json.loads((out / "definition.json").read_text())
+    assert definition["baseCommit"] == base
+    assert definition["setupCommand"] == "uv sync --frozen"
+    assert definition["testCommand"] == ".venv/bin/python -m pytest {tests}"
+    assert definition["toolchains"] == ["uv"]
+    assert definition["failToPass"] == ["tests/test_power.py"]
+    assert definition["passToPass"] == ["tests/test_ops.py"]
+    assert definition["testPaths"] == ["tests/test_power.py"]
+    assert definition["sourcePr"] == 42  # from the squash commit's "(#42)"
+    # 3 files, 70 changed lines, 1 pass-to-pass test: medium's minimums, not hard's 100 lines.
+    assert definition["difficulty"] == "medium"
+    assert b"tests/test_power.py" in (out / "test.patch").read_bytes()
+    assert b"tests/" not in (out / "gold.patch").read_bytes()
+    # The ignored .venv is no part of the change.
+    assert b".venv" not in (out / "gold.patch").read_bytes() + (out / "test.patch").read_bytes()
+    # The task written is one `audit` accepts as it is.
+    assert run("audit", str(out), "--repo", str(repo))[0] == 0
+
+
+def test_init_marks_what_it_cannot_know_and_says_so(
+    uv_project: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    repo, base, _ = uv_project
+    out = tmp_path / "task"
+    code, stdout, _ = run("init", str(repo), "--base", base, "--head", "feature", "-o", str(out))
+    assert code == 1  # written, but the prompt is the author's to write
+    assert "not ready: still marked TODO: sourceUrl, prompt" in stdout
+    assert "review: prompt: marked TODO" in stdout
+    assert "audit: accepted" in stdout
+    assert json.loads((out / "definition.json").read_text())["prompt"].startswith("TODO: ")
+
+
+def test_init_takes_a_go_modules_packages_as_selectors(tmp_path: Path) -> None:
+    """A Go module with a vendored package: the held-out test's package is the selector, the
+    vendored code is not a test."""
+    repo, base = make_repo(
+        tmp_path / "gomod",
+        {
+            "go.mod": "module example.com/m\n\ngo 1.22\n",
+            "vendor/example.com/dep/dep.go": "package dep\n",
+            "add/add.go": "package add\n\nfunc Add(a, b int) int { return a + b }\n",
+            "add/add_test.go": "package add\n",
+        },
+    )
+    git(repo, "tag", "v1")
+    head = commit(
+        repo,
+        {
+            "mul/mul.go": "package mul\n" + "// line\n" * 25,
+            "mul/mul_test.go": "package mul\n",
+            "mul/testdata/cases.txt": "2 3 6\n",
+            "vendor/example.com/dep/dep.go": "package dep\n// updated\n",
+        },
+        "mul",
+    )
+    out = tmp_path / "task"
+    code, stdout, _ = run(
+        "init", str(repo), "--base", "v1", "--head", head, "-o", str(out), "--json"
+    )
+    made = json.loads(stdout)
+    assert made["testFiles"] == ["mul/mul_test.go", "mul/testdata/cases.txt"]
+    assert made["goldFiles"] == ["mul/mul.go", "vendor/example.com/dep/dep.go"]
+    definition = made["definition"]
+    assert (definition["testCommand"], definition["failToPass"]) == ("go test {tests}", ["./mul"])
+    assert definition["toolchains"] == ["go"] and definition["baseCommit"] == base
+    assert code == 1 and made["todo"] == ["sourceUrl", "prompt"]
+
+
+def test_init_refuses_what_it_cannot_split_and_writes_nothing(
+    uv_project: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    repo, base, _ = uv_project
+    out = tmp_path / "task"
+    # No file matches the author's rule: they are told which option decides.
+    code, _, err = run(
+        "init", str(repo), "--base", base, "--head", "feature", "-o", str(out),
+        "--test-glob", "spec/**",
+    )  # fmt: skip
+    assert code == 2 and "--test-glob" in err and not out.exists()
+    # A ref the repository does not have.
+    code, _, err = run("init", str(repo), "--base", "nope", "--head", "feature", "-o", str(out))
+    assert code == 2 and "'nope' is neither a full commit id nor a branch or tag" in err
+    assert not out.exists()
+    # An id the contract refuses: refused before anything is in place.
+    code, _, err = run(
+        "init", str(repo), "--base", base, "--head", "feature", "-o", str(out),
+        "--task-id", "Bad Id!",
+    )  # fmt: skip
+    assert code == 2 and "taskId" in err and not out.exists()
+    # The same change twice: the directory is there now.
+    (out / "x").mkdir(parents=True)
+    code, _, err = run("init", str(repo), "--base", base, "--head", "feature", "-o", str(out))
+    assert code == 2 and "exists and is not an empty directory" in err
+
+
+def test_the_author_s_globs_replace_the_default_rules(
+    uv_project: tuple[Path, str, str], tmp_path: Path
+) -> None:
+    repo, base, _ = uv_project
+    code, stdout, _ = run(
+        "init", str(repo), "--base", base, "--head", "feature", "-o", str(tmp_path / "t"),
+        "--json", "--test-glob", "tests/**", "--test-glob", "uv.lock",
+    )  # fmt: skip
+    made: dict[str, Any] = json.loads(stdout)
+    assert made["testFiles"] == ["tests/test_power.py", "uv.lock"]
+    assert code == 1  # the prompt is still marked
+
+
+@pytest.mark.parametrize(
+    ("path", "test"),
+    [
+        ("tests/test_x.py", True),
+        ("pkg/x_test.py", True),
+        ("conftest.py", True),
+        ("src/app.test.ts", True),
+        ("src/__tests__/app.js", True),
+        ("web/app.spec.jsx", True),
+        ("mul/mul_test.go", True),
+        ("mul/testdata/in.txt", True),
+        ("spec/models/user_spec.rb", True),
+        ("src/testing.py", False),
+        ("src/contest.py", False),
+        ("uv.lock", False),
+        ("vendor/example.com/dep/dep.go", False),
+        ("node_modules/jest/index.js", False),
+    ],
+)
+def test_which_changed_files_are_tests(path: str, test: bool) -> None:
+    assert is_test_path(path) is test
+
+
+def test_proposals_from_the_repositorys_files() -> None:
+    node = propose(
+        {"package.json": b'{"devDependencies": {"vitest": "^1"}}', "package-lock.json": b"{}"}
+    )
+    assert node is not None
+    assert (node.setup_command, node.test_command) == ("npm ci", "npx vitest run {tests}")
+    jest = propose({"package.json": b'{"devDependencies": {"jest": "^29"}}'})
+    assert jest is not None and jest.test_command == "npx jest {tests}"
+    assert jest.setup_command == "npm install --no-audit --no-fund"
+    plain = propose({"requirements.txt": b"requests\n"})
+    assert plain is not None and plain.test_command == ".venv/bin/python -m unittest {tests}"
+    assert propose({"README.md": b"x"}) is None
+    assert selectors(["a/b_test.go", "a/c_test.go", "b/d.go"], "go") == ["./a"]
+    assert selectors(["x_test.go"], "go") == ["."]
+    assert selectors(["tests/parse.rs", "src/lib.rs"], "cargo") == ["parse"]
+
+
+def test_the_difficulty_is_the_highest_whose_minimums_the_change_meets() -> None:
+    assert difficulty(1, 20, 0) is Difficulty.EASY
+    assert difficulty(2, 50, 1) is Difficulty.MEDIUM
+    assert difficulty(2, 50, 0) is Difficulty.EASY
+    assert difficulty(3, 100, 2) is Difficulty.HARD
