@@ -131,8 +131,10 @@ def _python(files: Mapping[str, bytes]) -> Proposal:
     ) + files.get("requirements.txt", b"")
     if not uses_pytest and "uv.lock" not in files:
         test = ".venv/bin/python -m unittest {tests}"
+    # The python toolchain (CPython 3.11 to 3.13 installed by uv, which it implies): a base image
+    # need not have any Python, and uv then finds these before downloading one of its own.
     return Proposal(
-        toolchains=["uv"],
+        toolchains=["python"],
         setup_command=setup,
         test_command=test,
         runner="pytest" if "pytest" in test else "unittest",

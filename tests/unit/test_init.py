@@ -91,7 +91,7 @@ def test_init_splits_a_uv_projects_change_and_proposes_what_its_files_say(
     assert definition["baseCommit"] == base
     assert definition["setupCommand"] == "uv sync --frozen"
     assert definition["testCommand"] == ".venv/bin/python -m pytest {tests}"
-    assert definition["toolchains"] == ["uv"]
+    assert definition["toolchains"] == ["python"]
     assert definition["failToPass"] == ["tests/test_power.py"]
     assert definition["passToPass"] == ["tests/test_ops.py"]
     assert definition["testPaths"] == ["tests/test_power.py"]
