@@ -257,3 +257,19 @@ def compiled(
 ) -> Path:
     """compile_task, returning the bundle directory."""
     return compile_task(task, repo=repo, out=out, options=options or CompileOptions()).bundle
+
+
+def run_cli_captured(*args: str) -> tuple[int, str, str]:
+    """The real entry point (every outcome mapped to an exit code), its streams captured:
+    (exit code, stdout, stderr)."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from runner.cli.main import run_cli
+
+    with CliRunner().isolation() as (out, err, _):
+        code = run_cli(list(args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        return code, out.getvalue().decode(), err.getvalue().decode()

@@ -19,7 +19,7 @@ from runner.base.safeio import private_dir
 from runner.cli.common import _forwarded, cli, interrupts, require_extra
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, logs_root_option
 from runner.cli.output import in_github_actions
-from runner.cli.worker import temporal_tls
+from runner.cli.worker import temporal_queue, temporal_tls
 from runner.model.settings import SharedSettings, environment_value
 
 MAX_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
@@ -224,15 +224,7 @@ def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
     "polling --task-queue verify it (with their own verify options); --jobs is the workflow's "
     "concurrency and --retries its retries of an infrastructure failure.",
 )
-@click.option(
-    "--namespace", default="default", show_default=True, help="With --temporal: its namespace."
-)
-@click.option(
-    "--task-queue",
-    default="selfbench",
-    show_default=True,
-    help="With --temporal: the queue the workers poll.",
-)
+@temporal_queue
 @temporal_tls
 @CHILD_VERIFY_OPTIONS
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")

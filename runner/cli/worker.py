@@ -87,6 +87,20 @@ _TLS_OPTIONS = (
 )
 
 
+def temporal_queue(function: _F) -> _F:
+    """--namespace and --task-queue: where `worker` polls and `batch --temporal` sends."""
+    namespace = click.option(
+        "--namespace", default="default", show_default=True, help="The Temporal namespace."
+    )
+    queue = click.option(
+        "--task-queue",
+        default="selfbench",
+        show_default=True,
+        help="The task queue the workers poll (and `batch --temporal` sends to).",
+    )
+    return namespace(queue(function))
+
+
 def temporal_tls(function: _F) -> _F:
     """--tls-cert, --tls-key, --tls-ca and --tls-server-name, handed to the command as one
     `tls` (temporalio's TLSConfig, or None for plain TCP): `worker`'s and `batch
@@ -110,15 +124,7 @@ def temporal_tls(function: _F) -> _F:
     metavar="HOST:PORT",
     help="The Temporal frontend to poll (e.g. 127.0.0.1:7233).",
 )
-@click.option(
-    "--namespace", default="default", show_default=True, help="The Temporal namespace to poll."
-)
-@click.option(
-    "--task-queue",
-    default="selfbench",
-    show_default=True,
-    help="The task queue `batch --temporal` and the orchestrator's workflows send to.",
-)
+@temporal_queue
 @click.option(
     "--jobs",
     type=click.IntRange(1, 64),

@@ -55,21 +55,6 @@ def object_type(repo: Path, commit: str, path: str) -> str | None:
     return result.stdout.decode().strip() or None if result.returncode == 0 else None
 
 
-def _not_applied(
-    what: str,
-    result: subprocess.CompletedProcess[bytes],
-    patch: bytes,
-    commit: str,
-    command: str,
-) -> str:
-    """A refused patch: which hunk did not match, and the command that shows every one."""
-    stderr = (result.stderr or b"").decode(errors="replace")
-    return (
-        f"{what}: {apply_failure(stderr, patch)}; to see each hunk, in a checkout of "
-        f"baseCommit ({commit[:12]}): {command}"
-    )
-
-
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
 _HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE)
 
@@ -137,48 +122,37 @@ class _Index:
 
 
 def _apply_problems(index: _Index, gold_patch: bytes, test_patch: bytes) -> tuple[list[str], bool]:
-    """Each patch alone at the base commit, then the tests on top of the gold patch: the
-    problems, and whether test.patch applies alone."""
+    """Each patch alone at the base commit, then the tests on top of the gold patch (as the
+    oracle applies them): the problems, each naming the hunk that did not match and the
+    command that shows every one, and whether test.patch applies alone."""
     problems: list[str] = []
-    index.reset()
-    gold = index.apply(gold_patch, check=False)
-    if gold.returncode != 0:
-        problems.append(
-            _not_applied(
-                "gold.patch does not apply to baseCommit",
-                gold,
-                gold_patch,
-                index.commit,
-                "git apply --check -v gold.patch",
-            )
-        )
-    index.reset()
-    tests = index.apply(test_patch, check=True)
-    if tests.returncode != 0:
-        problems.append(
-            _not_applied(
-                "test.patch does not apply to baseCommit",
-                tests,
-                test_patch,
-                index.commit,
-                "git apply --check -v test.patch",
-            )
-        )
-    if gold.returncode == 0 and tests.returncode == 0:
+    steps = (
+        ("gold.patch does not apply to baseCommit", (), gold_patch, "gold.patch"),
+        ("test.patch does not apply to baseCommit", (), test_patch, "test.patch"),
+        (
+            "test.patch does not apply on top of gold.patch",
+            (gold_patch,),
+            test_patch,
+            "gold.patch && git apply --check -v test.patch",
+        ),
+    )
+    applied: list[bool] = []
+    for what, first, patch, shown in steps:
+        if first and not all(applied):
+            break  # the tests on the gold patch: only once each applies alone
         index.reset()
-        index.apply(gold_patch, check=False)
-        both = index.apply(test_patch, check=True)
-        if both.returncode != 0:
+        for earlier in first:
+            index.apply(earlier, check=False)
+        result = index.apply(patch, check=True)
+        applied.append(result.returncode == 0)
+        if result.returncode != 0:
+            stderr = (result.stderr or b"").decode(errors="replace")
+            command = f"git apply {shown}" if first else f"git apply --check -v {shown}"
             problems.append(
-                _not_applied(
-                    "test.patch does not apply on top of gold.patch",
-                    both,
-                    test_patch,
-                    index.commit,
-                    "git apply gold.patch && git apply --check -v test.patch",
-                )
+                f"{what}: {apply_failure(stderr, patch)}; to see each hunk, in a checkout of "
+                f"baseCommit ({index.commit[:12]}): {command}"
             )
-    return problems, tests.returncode == 0
+    return problems, applied[1]
 
 
 def check_repository(

@@ -8,22 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from runner.cli.main import run_cli
 from runner.compile.taskdir import load_authored_task
 from runner.model.task import Toolchain
 from runner.model.toolchains import Source
-from tests.helpers import bash_task, compiled
+from tests.helpers import bash_task, compiled, run_cli_captured
 
-
-def run(*args: str) -> tuple[int, str, str]:
-    """The real entry point (every outcome mapped to an exit code), streams captured."""
-    with CliRunner().isolation() as (out, err, _):
-        code = run_cli(list(args))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+run = run_cli_captured
 
 
 def test_audit_accepted(tmp_path: Path) -> None:

@@ -4,25 +4,16 @@ its rules (runner.compile.initrules) and its refusals."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from runner.cli.main import run_cli
 from runner.compile.initrules import difficulty, is_test_path, propose, selectors
 from runner.model.task import Difficulty
-from tests.helpers import git, make_repo, write_files
+from tests.helpers import git, make_repo, run_cli_captured, write_files
 
-
-def run(*args: str) -> tuple[int, str, str]:
-    with CliRunner().isolation() as (out, err, _):
-        code = run_cli(list(args))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, out.getvalue().decode(), err.getvalue().decode()
+run = run_cli_captured
 
 
 def commit(repo: Path, files: dict[str, str | bytes | None], message: str) -> str:

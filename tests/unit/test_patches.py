@@ -319,6 +319,17 @@ def test_a_patch_that_does_not_apply_names_its_hunk_and_how_to_see_it(tmp_path: 
     assert problem.endswith(
         f"in a checkout of baseCommit ({moved[:12]}): git apply --check -v gold.patch"
     )
+    # The held-out tests on top of the gold patch, as the oracle applies them.
+    clash = diff_of(repo, {"lib.py": base.replace("line 3\n", "line III\n")})
+    on_gold = diff_of(repo, {"lib.py": changed.replace("line 30\n", "line 30 (edited)\n")})
+    facts = check_repository(
+        repo / ".git", moved, workdir=".", test_patch=clash, gold_patch=on_gold
+    )
+    (problem,) = facts.apply_problems
+    assert problem.startswith(
+        "test.patch does not apply on top of gold.patch: hunk 1 of 2 in lib.py"
+    )
+    assert problem.endswith("git apply gold.patch && git apply --check -v test.patch")
     # git's own words when it names no hunk (the file is not there at all).
     assert apply_failure("error: nope.py: No such file or directory\n", gold) == (
         "error: nope.py: No such file or directory"
