@@ -32,6 +32,7 @@ from runner.engine.hosts import resolve as resolve_endpoint
 from runner.model.settings import SharedSettings, child_environment
 from runner.plan.labels import runner_labels
 from runner.run.events import read_events
+from runner.run.state import PROGRESS
 from runner.supervise.job import VerifyJob
 from runner.supervise.launcher import Child, Launcher
 
@@ -272,7 +273,10 @@ class Batch:
                 entry.events_offset,
             )
             for event in events:
-                if event.status == "running" and event.stage != entry.stage:
+                if event.status == PROGRESS:
+                    # What a stage of it does now (the tests so far): the live view's line.
+                    self.progress.stage(entry.outcome, f"{event.stage}: {event.detail[:160]}")
+                elif event.status == "running" and event.stage != entry.stage:
                     entry.stage = event.stage
                     self.progress.stage(entry.outcome, event.stage)
             if entry.child.poll() is None:

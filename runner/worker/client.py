@@ -226,7 +226,11 @@ def stage_summary(details: Any) -> str:
             for name, state in stages.items()
             if isinstance(state, dict)
         ]
-        running = [f"{name} running" for name, status in states if status == "running"]
+        running = [
+            f"{name}: {state['progress']}" if state.get("progress") else f"{name} running"
+            for name, state in stages.items()
+            if isinstance(state, dict) and state.get("status") == "running"
+        ]
         if running:
             return ", ".join(running)
         return " ".join(states[-1]) if states else ""

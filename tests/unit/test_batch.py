@@ -442,3 +442,54 @@ def test_check_hashes_what_follows_an_inner_archive_s_end(tmp_path: Path) -> Non
         ],
     )
     assert check(archive)["tasks"][0]["taskId"] == "t"
+
+
+def test_the_live_view_follows_each_running_tasks_stages_and_progress_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A running task's line in the batch's live view: the stage it started last, then what
+    its stages say they do (verify's progress events, as the events file carries them)."""
+    from runner.batch.run import Batch, BatchOptions, Engine, Progress, Running, _State
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    said: list[str] = []
+    batch = Batch(
+        BatchOptions(
+            targets=[tmp_path],
+            out=tmp_path / "out",
+            engines=[EngineSpec.from_environment(1)],
+            jobs=1,
+            retries=0,
+        ),
+        Progress(stage=lambda outcome, line: said.append(line)),
+    )
+
+    class StillRunning:
+        def poll(self) -> None:
+            return None
+
+    run_dir = tmp_path / "attempt" / "run"
+    run_dir.mkdir(parents=True)
+    events = run_dir.parent / "attempt-1.events.jsonl"
+    lines = [
+        {"stage": "nop", "status": "running"},
+        {"stage": "nop", "status": "progress", "detail": "fail_to_pass: 2 failed"},
+        {"stage": "oracle", "status": "running"},
+    ]
+    events.write_text(
+        "".join(
+            json.dumps({"seq": n, "at": "", "detail": "", "seconds": None, **line}) + "\n"
+            for n, line in enumerate(lines, 1)
+        )
+    )
+    outcome = TaskOutcome(target=str(tmp_path), task_id="t", attempts=1)
+    entry = Running(
+        index=0,
+        outcome=outcome,
+        engine=Engine(spec=EngineSpec.from_environment(1), env={}),
+        child=StillRunning(),  # type: ignore[arg-type]
+        run_dir=run_dir,
+        started=0.0,
+    )
+    batch._reap(_State(running=[entry]))
+    assert said == ["nop", "nop: fail_to_pass: 2 failed", "oracle"]

@@ -42,12 +42,12 @@ def test_the_live_view_reads_where_a_task_is_from_its_last_heartbeat_alone() -> 
         "seq": 9,
         "stages": {
             "build": {"status": "passed", "detail": "images ready"},
-            "nop": {"status": "running", "detail": ""},
+            "nop": {"status": "running", "detail": "", "progress": "fail_to_pass: 3 passed"},
             "oracle": {"status": "running", "detail": ""},
             "smoke": {"status": "passed", "detail": ""},
         },
     }
-    assert stage_summary(beat) == "nop running, oracle running"
+    assert stage_summary(beat) == "nop: fail_to_pass: 3 passed, oracle running"
     # The worker moves a stage's latest event to the end.
     beat["stages"] = {
         "build": {"status": "passed", "detail": "images ready"},
