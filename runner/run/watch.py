@@ -33,7 +33,8 @@ PHASES = {
     "verifier": "the verifier: applying the patches",
     "policy-check": "the patch policy check of the exploits' patches",
     Stage.SMOKE.value: "smoke checks",
-    "exploit": "an exploit's verifier",
+    # The exploits' own logs arrive once the agent side ends: the policy check comes next.
+    "exploit": "the patch policy check of the exploits' patches",
 }
 WATCHED = (Stage.SMOKE, Stage.NOP, Stage.ORACLE, Stage.DETERMINISM, Stage.HACK)
 
