@@ -107,11 +107,16 @@ class _BatchView:
 
     def stage(self, outcome: Any, stage: str) -> None:
         with self._lock:
-            if self._rich is not None and id(outcome) in self._lines:
-                self._rich.update(
-                    self._lines[id(outcome)],
-                    description=f"  {Path(outcome.target).name} on {outcome.engine}: {stage}",
-                )
+            if self._rich is not None:
+                if id(outcome) in self._lines:
+                    self._rich.update(
+                        self._lines[id(outcome)],
+                        description=f"  {Path(outcome.target).name} on {outcome.engine}: {stage}",
+                    )
+            elif not self.quiet:
+                # Piped or in CI: one line per change (verify's watcher spaces them already).
+                line = f"[{time.strftime('%H:%M:%S')}] {Path(outcome.target).name}: {stage}"
+                print(line, file=sys.stderr, flush=True)
 
     def finished(self, outcome: Any, done: int, total: int) -> None:
         line = (
