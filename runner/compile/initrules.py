@@ -5,6 +5,7 @@ difficulty the audit would give. runner.compile.init reads the repository and wr
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import posixpath
@@ -164,15 +165,7 @@ def propose(files: Mapping[str, bytes]) -> Proposal | None:
         proposal = _node(files)
     elif any(n in files for n in ("pyproject.toml", "uv.lock", "requirements.txt", "setup.py")):
         proposal = _python(files)
-    if proposal is None:
-        return None
-    return Proposal(
-        toolchains=proposal.toolchains,
-        setup_command=proposal.setup_command,
-        test_command=proposal.test_command,
-        runner=proposal.runner,
-        found=found,
-    )
+    return None if proposal is None else dataclasses.replace(proposal, found=found)
 
 
 def selectors(paths: Iterable[str], runner: str) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runner.base.errors import printable
 from runner.compile.git import run_git
-from runner.compile.patches import PatchParseError, parse_patch
+from runner.compile.patches import HUNK_HEADER, PatchParseError, parse_patch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +56,6 @@ def object_type(repo: Path, commit: str, path: str) -> str | None:
 
 
 _FAILED_AT = re.compile(r"^error: patch failed: (.+):(\d+)$")
-_HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE)
 
 
 def apply_failure(stderr: str, raw: bytes) -> str:
@@ -82,8 +81,9 @@ def apply_failure(stderr: str, raw: bytes) -> str:
     except (PatchParseError, StopIteration):
         section = b""
     headers = [
-        (int(m.group(1)), m.group(0).decode(errors="replace"))
-        for m in _HUNK_HEADER.finditer(section)
+        (int(m.group(1)), line)
+        for line in section.decode(errors="replace").splitlines()
+        if (m := HUNK_HEADER.match(line))
     ]
     for number, (old_start, header) in enumerate(headers, 1):
         if old_start == start:
@@ -121,38 +121,49 @@ class _Index:
         )
 
 
+def _refused(
+    index: _Index, patch: bytes, *, what: str, command: str, on: bytes | None = None
+) -> str | None:
+    """Whether `patch` applies at the base commit (on top of `on` when given): None, or the
+    problem naming the hunk that did not match and the command that shows every one."""
+    index.reset()
+    if on is not None:
+        index.apply(on, check=False)
+    result = index.apply(patch, check=True)
+    if result.returncode == 0:
+        return None
+    stderr = (result.stderr or b"").decode(errors="replace")
+    return (
+        f"{what}: {apply_failure(stderr, patch)}; to see each hunk, in a checkout of "
+        f"baseCommit ({index.commit[:12]}): {command}"
+    )
+
+
 def _apply_problems(index: _Index, gold_patch: bytes, test_patch: bytes) -> tuple[list[str], bool]:
     """Each patch alone at the base commit, then the tests on top of the gold patch (as the
-    oracle applies them): the problems, each naming the hunk that did not match and the
-    command that shows every one, and whether test.patch applies alone."""
-    problems: list[str] = []
-    steps = (
-        ("gold.patch does not apply to baseCommit", (), gold_patch, "gold.patch"),
-        ("test.patch does not apply to baseCommit", (), test_patch, "test.patch"),
-        (
-            "test.patch does not apply on top of gold.patch",
-            (gold_patch,),
-            test_patch,
-            "gold.patch && git apply --check -v test.patch",
-        ),
+    oracle applies them): the problems, and whether test.patch applies alone."""
+    gold = _refused(
+        index,
+        gold_patch,
+        what="gold.patch does not apply to baseCommit",
+        command="git apply --check -v gold.patch",
     )
-    applied: list[bool] = []
-    for what, first, patch, shown in steps:
-        if first and not all(applied):
-            break  # the tests on the gold patch: only once each applies alone
-        index.reset()
-        for earlier in first:
-            index.apply(earlier, check=False)
-        result = index.apply(patch, check=True)
-        applied.append(result.returncode == 0)
-        if result.returncode != 0:
-            stderr = (result.stderr or b"").decode(errors="replace")
-            command = f"git apply {shown}" if first else f"git apply --check -v {shown}"
-            problems.append(
-                f"{what}: {apply_failure(stderr, patch)}; to see each hunk, in a checkout of "
-                f"baseCommit ({index.commit[:12]}): {command}"
-            )
-    return problems, applied[1]
+    tests = _refused(
+        index,
+        test_patch,
+        what="test.patch does not apply to baseCommit",
+        command="git apply --check -v test.patch",
+    )
+    both = None
+    if gold is None and tests is None:
+        both = _refused(
+            index,
+            test_patch,
+            on=gold_patch,
+            what="test.patch does not apply on top of gold.patch",
+            command="git apply gold.patch && git apply --check -v test.patch",
+        )
+    return [p for p in (gold, tests, both) if p is not None], tests is None
 
 
 def check_repository(
