@@ -65,9 +65,11 @@ def _iso(stamp: float | None) -> str | None:
     return dt.datetime.fromtimestamp(stamp, dt.UTC).isoformat(timespec="milliseconds")
 
 
-def status_of(job: JobSummary, events: Iterable[LoggedEvent]) -> VerificationStatus:
-    """A job's status document: its state, and each stage's progress in its last attempt."""
-    stages: dict[str, StageProgress] = {}
+def fold_stages(stages: dict[str, StageProgress], events: Iterable[LoggedEvent]) -> None:
+    """Each stage's state in the job's last attempt, from its events in order (a fold: the
+    worker's heartbeat takes each poll's new events into the same dict). A stage moves to the
+    end when its status changes, so the last entry is the latest; a progress line updates a
+    stage in place; the job's own events only mark a new attempt."""
     for event in events:
         if event.stage == "job":
             if event.status == "running":
@@ -78,9 +80,16 @@ def status_of(job: JobSummary, events: Iterable[LoggedEvent]) -> VerificationSta
             current = stages.get(event.stage) or StageProgress(status="running")
             stages[event.stage] = current.model_copy(update={"progress": event.detail})
             continue
+        stages.pop(event.stage, None)
         stages[event.stage] = StageProgress(
             status=event.status, detail=event.detail, seconds=event.seconds
         )
+
+
+def status_of(job: JobSummary, events: Iterable[LoggedEvent]) -> VerificationStatus:
+    """A job's status document: its state, and each stage's progress in its last attempt."""
+    stages: dict[str, StageProgress] = {}
+    fold_stages(stages, events)
     return VerificationStatus(
         id=job.id,
         status=job.state,

@@ -28,10 +28,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from runner.model.stages import Stage
-from runner.run.state import PROGRESS
-from runner.sidecar.jobs import Job
+from runner.sidecar.jobs import Job, fold_stages
 from runner.sidecar.policy import RequestRefusedError
-from runner.sidecar.request import JobState, VerificationRequest
+from runner.sidecar.request import JobState, StageProgress, VerificationRequest
 from runner.sidecar.service import Service
 from runner.worker.workflows import VERIFY_ACTIVITY
 
@@ -203,20 +202,14 @@ class VerifyActivities:
         # Every stage's latest state, whole in each heartbeat: Temporal keeps only the last
         # heartbeat's details, so `describe` and batch's live view read where the task is from
         # it alone (a few hundred bytes: one entry per stage).
-        stages: dict[str, dict[str, str]] = {}
+        stages: dict[str, StageProgress] = {}
         try:
             while True:
                 events = await asyncio.to_thread(self.service.store.events, job.id, after=after)
                 if events:
                     after = events[-1].seq
-                for event in events:  # the latest last: the view names it
-                    if event.status == PROGRESS:
-                        state = stages.setdefault(event.stage, {"status": "running"})
-                        state["progress"] = event.detail[:200]
-                        continue
-                    stages.pop(event.stage, None)
-                    stages[event.stage] = {"status": event.status, "detail": event.detail[:200]}
-                activity.heartbeat({"seq": after, "stages": stages})
+                fold_stages(stages, events)
+                activity.heartbeat({"seq": after, "stages": _beat(stages)})
                 current = await asyncio.to_thread(self.service.store.get, job.id)
                 if current is None:
                     raise ApplicationError(f"job {job.id} is gone", type="InfrastructureFailure")
@@ -252,6 +245,19 @@ class VerifyActivities:
             info.workflow_id,
         )
         return outcome(last)
+
+
+def _beat(stages: dict[str, StageProgress]) -> dict[str, dict[str, str]]:
+    """The stages as a heartbeat carries them: status, and detail and progress cut to 200
+    characters each (a heartbeat stays a few hundred bytes a stage)."""
+    return {
+        name: {
+            "status": state.status,
+            "detail": state.detail[:200],
+            **({"progress": state.progress[:200]} if state.progress else {}),
+        }
+        for name, state in stages.items()
+    }
 
 
 def _final(job: Job) -> bool:

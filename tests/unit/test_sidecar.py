@@ -25,6 +25,7 @@ from runner.sidecar.mailbox import Mailbox, sidecar_name
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import (
     JobState,
+    StageProgress,
     VerificationRequest,
     VerificationResponse,
     payload_digest,
@@ -167,6 +168,33 @@ def test_a_running_stages_progress_lines_show_in_its_status_without_changing_it(
         "progress": "fail_to_pass: 3 passed, 1 failed",
     }
     assert stages["hack"]["status"] == "passed" and stages["hack"]["progress"] == ""
+
+
+def test_the_worker_folds_each_polls_events_into_the_same_stages_as_the_status() -> None:
+    """The heartbeat's stages come from the status document's own fold, taken a poll at a time:
+    the job's events are no stage, a new attempt starts afresh, the latest stage is last."""
+    from runner.run.events import LoggedEvent
+    from runner.sidecar.jobs import fold_stages
+
+    def event(seq: int, stage: str, status: str, detail: str = "") -> LoggedEvent:
+        return LoggedEvent(seq=seq, at="", stage=stage, status=status, detail=detail, seconds=None)
+
+    stages: dict[str, StageProgress] = {}
+    fold_stages(stages, [event(1, "job", "running"), event(2, "build", "running")])
+    fold_stages(stages, [event(3, "build", "failed", "setup")])
+    assert list(stages) == ["build"] and stages["build"].status == "failed"
+    fold_stages(
+        stages,
+        [
+            event(4, "job", "running"),  # attempt 2
+            event(5, "nop", "running"),
+            event(6, "oracle", "running"),
+            event(7, "nop", "passed"),
+            event(8, "oracle", "progress", "fail_to_pass: 1 passed"),
+        ],
+    )
+    assert list(stages) == ["oracle", "nop"]
+    assert stages["oracle"].progress == "fail_to_pass: 1 passed"
 
 
 def test_a_repeated_id_is_the_same_job_and_another_body_a_conflict(tmp_path: Path) -> None:
