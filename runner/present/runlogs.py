@@ -120,14 +120,13 @@ def follow(
     deadline = None if timeout is None else time.monotonic() + timeout
     if lines > 0:
         for path in _followed(run_dir, stage):
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            *complete, rest = data.split(b"\n")
-            offsets[path], partial[path] = len(data), rest  # an unfinished line comes whole
-            for raw in complete[-lines:]:
-                emit(path.relative_to(run_dir).as_posix(), raw.decode(errors="replace"))
+            backlog: list[str] = []
+            read = -1
+            while offsets.get(path, 0) != read:  # to its end; an unfinished line comes whole
+                read = offsets.get(path, 0)
+                backlog = [*backlog, *_new_lines(path, offsets, partial)][-lines:]
+            for line in backlog:
+                emit(path.relative_to(run_dir).as_posix(), line)
     while True:
         done = RunLayout(run_dir).report.is_file()
         for path in _followed(run_dir, stage):
