@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,10 +15,11 @@ import click
 
 from runner.base.errors import UsageError
 from runner.base.safeio import private_dir
+from runner.cli.batchview import BatchView
 from runner.cli.common import _forwarded, cli, interrupts, require_extra
 from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize, logs_root_option
 from runner.cli.output import in_github_actions
-from runner.cli.worker import temporal_queue, temporal_tls
+from runner.cli.worker import STORE, temporal_queue, temporal_tls
 from runner.model.settings import SharedSettings, environment_value
 
 MAX_ANNOTATIONS = 10  # GitHub shows at most 10 error annotations per step
@@ -60,86 +60,6 @@ def _targets(args: tuple[Path, ...], from_file: Path | None) -> list[Path]:
                 "is not a task directory or bundle", path=str(target), field="TASK_DIR"
             )
     return targets
-
-
-class _BatchView:
-    """A live view on a terminal (one line per running task, a bar for the batch); plain lines
-    otherwise."""
-
-    def __init__(self, total: int, *, quiet: bool) -> None:
-        self.total = total
-        self.quiet = quiet
-        self.terminal = sys.stderr.isatty() and not quiet
-        self._lock = threading.Lock()
-        self._rich: Any = None
-        self._bar: Any = None
-        self._lines: dict[int, Any] = {}
-        if self.terminal:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._rich = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=False,
-            )
-            self._bar = self._rich.add_task("batch", total=total)
-            self._rich.start()
-
-    def close(self) -> None:
-        if self._rich is not None:
-            self._rich.stop()
-
-    def started(self, outcome: Any, engine: str) -> None:
-        with self._lock:
-            if self._rich is not None:
-                key = id(outcome)
-                if key in self._lines:
-                    self._rich.remove_task(self._lines.pop(key))
-                self._lines[key] = self._rich.add_task(
-                    f"  {Path(outcome.target).name} on {engine}: starting", total=None
-                )
-            elif not self.quiet:
-                print(f"start {outcome.target} on {engine}", file=sys.stderr, flush=True)
-
-    def stage(self, outcome: Any, stage: str) -> None:
-        with self._lock:
-            if self._rich is not None:
-                if id(outcome) in self._lines:
-                    self._rich.update(
-                        self._lines[id(outcome)],
-                        description=f"  {Path(outcome.target).name} on {outcome.engine}: {stage}",
-                    )
-            elif not self.quiet:
-                # Piped or in CI: one line per change (verify's watcher spaces them already).
-                line = f"[{time.strftime('%H:%M:%S')}] {Path(outcome.target).name}: {stage}"
-                print(line, file=sys.stderr, flush=True)
-
-    def finished(self, outcome: Any, done: int, total: int) -> None:
-        line = (
-            f"[{done}/{total}] {outcome.task_id or outcome.target}: {outcome.verdict} "
-            f"({outcome.seconds:.1f} s{', ' + outcome.engine if outcome.engine else ''})"
-        )
-        if outcome.verdict != "accepted" and outcome.reason:
-            line += f": {outcome.reason[:300]}"
-        with self._lock:
-            if self._rich is not None:
-                if id(outcome) in self._lines:
-                    self._rich.remove_task(self._lines.pop(id(outcome)))
-                self._rich.advance(self._bar)
-                self._rich.console.print(line, markup=False, highlight=False)
-            elif not self.quiet:
-                print(line, file=sys.stderr, flush=True)
-
-    def note(self, text: str) -> None:
-        with self._lock:
-            if self._rich is not None:
-                self._rich.console.print(f"  {text}", markup=False, highlight=False)
-            else:
-                print(text, file=sys.stderr, flush=True)
 
 
 def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
@@ -231,6 +151,7 @@ def _github_outputs(result: Any, batch_json: Path, summary: str) -> None:
 )
 @temporal_queue
 @temporal_tls
+@STORE
 @CHILD_VERIFY_OPTIONS
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def batch_command(
@@ -247,6 +168,7 @@ def batch_command(
     namespace: str,
     task_queue: str,
     tls: Any,
+    store: str | None,
     child: SharedSettings,
     quiet: bool,
 ) -> int:
@@ -258,13 +180,17 @@ def batch_command(
     Examples:
       selfbench-runner batch tasks/ --jobs 2 --out batch-out
       selfbench-runner batch tasks/ --temporal 127.0.0.1:7233 --out batch-out
+      selfbench-runner batch --from pool.json --temporal 127.0.0.1:7233 --jobs 16 \\
+        --store s3://selfbench-artifacts/fleet --out pool-out
     """
     from runner.base.safeio import check_writable_file
     from runner.batch.model import EngineSpec
     from runner.batch.run import Batch, BatchOptions, Progress
 
     targets = _targets(task_dirs, from_file)
-    _check_temporal_options(temporal_address, tls, engines=bool(engines), budget=cache_budget)
+    _check_temporal_options(
+        temporal_address, tls, store, engines=bool(engines), budget=cache_budget
+    )
     specs = [EngineSpec.parse(e, default_capacity=jobs) for e in engines] or [
         EngineSpec.from_environment(jobs)
     ]
@@ -272,11 +198,19 @@ def batch_command(
         check_writable_file(junit_path, option="--junit")
     forwarded, _ = _forwarded(child)
     out = _batch_directory(out, logs_root)
-    view = _BatchView(len(targets), quiet=quiet)
+    view = BatchView(len(targets), quiet=quiet)
     if temporal_address is not None:
         temporal = {"address": temporal_address, "namespace": namespace, "task_queue": task_queue}
         return _temporal_batch(
-            temporal, jobs, retries, tls, targets=targets, out=out, junit=junit_path, view=view
+            temporal,
+            jobs,
+            retries,
+            tls,
+            store,
+            targets=targets,
+            out=out,
+            junit=junit_path,
+            view=view,
         )
     batch = Batch(
         BatchOptions(
@@ -303,7 +237,7 @@ def batch_command(
 
 
 def _check_temporal_options(
-    address: str | None, tls: Any, *, engines: bool, budget: int | None
+    address: str | None, tls: Any, store: str | None, *, engines: bool, budget: int | None
 ) -> None:
     if address is not None and (engines or budget is not None):
         raise UsageError(
@@ -312,6 +246,12 @@ def _check_temporal_options(
         )
     if address is None and tls is not None:
         raise UsageError("the --tls-* options go with --temporal", field="--temporal")
+    if store is not None:
+        from runner.artifacts.address import parse_store
+
+        if address is None:
+            raise UsageError("--store goes with --temporal (a fleet's store)", field="--store")
+        parse_store(store)
     if address is not None:
         from runner.cli.serve import _listen_address
 
@@ -335,14 +275,17 @@ def _temporal_batch(
     jobs: int,
     retries: int,
     tls: Any,
+    store: str | None,
     *,
     targets: list[Path],
     out: Path,
     junit: Path | None,
-    view: _BatchView,
+    view: BatchView,
 ) -> int:
-    """`batch --temporal`: a selfbench.batch workflow (`temporal`: where), a batch's files."""
+    """`batch --temporal`: a selfbench.batch workflow (`temporal`: where), a batch's files;
+    with `store`, a selfbench.pool workflow over references in that store."""
     require_extra("fleet", "batch --temporal")
+    from runner.model.settings import cache_root
     from runner.worker.client import TemporalBatch, ViewCalls, run_batch
 
     options = TemporalBatch(
@@ -355,15 +298,19 @@ def _temporal_batch(
         workflow_id=f"{out.resolve().name}-{uuid.uuid4().hex[:8]}",
     )
 
+    calls = ViewCalls(
+        started=view.started, stage=view.stage, finished=view.finished, note=view.note
+    )
     try:
         with interrupts():
-            result = run_batch(
-                options,
-                targets,
-                ViewCalls(
-                    started=view.started, stage=view.stage, finished=view.finished, note=view.note
-                ),
-            )
+            if store is None:
+                result = run_batch(options, targets, calls)
+            else:
+                from runner.artifacts.store import open_store
+                from runner.worker.fleet import run_pool
+
+                artifacts = open_store(store, cache=cache_root() / "store")
+                result = run_pool(options, artifacts, targets, calls)
     finally:
         view.close()
     batch_json = _write_results(result, out, junit)

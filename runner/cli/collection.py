@@ -3,6 +3,7 @@ image cache budget) and `export` (accepted tasks as one archive)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,7 @@ def gc_command(cache_budget: int, dry_run: bool) -> int:
 
 
 @cli.command("export")
-@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("input_args", metavar="[INPUTS]...", nargs=-1)
 @click.option(
     "-o",
     "--output",
@@ -134,25 +135,26 @@ def gc_command(cache_budget: int, dry_run: bool) -> int:
 )
 @logs_root_option("Where a TASK_DIR's runs are.")
 def export_command(
-    inputs: tuple[Path, ...], output: Path | None, check_path: Path | None, logs_root: Path
+    input_args: tuple[str, ...], output: Path | None, check_path: Path | None, logs_root: Path
 ) -> int:
     """Export accepted tasks as one deterministic archive: manifest.json and
     tasks/<taskId>.tar.gz (the Harbor bundle). INPUTS are run directories, their report.json,
     a batch's batch.json (every accepted task in it), or task directories (their newest run of
-    those exact files under --logs, a batch's runs included)."""
-    from runner.cli.common import _find_run
+    those exact files under --logs, a batch's runs included). A run may be named by its store
+    address (`<store>/runs/<key>`), and a fleet's batch.json names its runs so."""
+    from runner.cli.common import _find_run, local_run
     from runner.present.export import accepted_run, batch_runs, check, export
 
     if check_path is not None:
         manifest = check(check_path)
         click.echo(f"{check_path}: {len(manifest['tasks'])} task(s), every digest matches")
         return 0
-    if output is None or not inputs:
+    if output is None or not input_args:
         raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
     runs = []
-    for item in inputs:
+    for item in (local_run(a, field="INPUTS") for a in input_args):
         if item.suffix == ".json" and item.name != REPORT_FILE:
-            batch = batch_runs(item)
+            batch = batch_runs(item, functools.partial(local_run, field=f"{item}: runDir"))
             runs.extend(batch.accepted)
             for words in batch.left:
                 click.echo(f"{item}: not exported, {words}", err=True)

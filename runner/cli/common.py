@@ -33,6 +33,7 @@ from runner.model.settings import (
     SharedSettings,
     StorageLimit,
     VerifySettings,
+    cache_root,
     environment_list,
     proxy_environment,
 )
@@ -74,7 +75,15 @@ def interrupts() -> Iterator[None]:
 
 EXTRAS = {
     "sidecar": ("fastapi", "starlette", "uvicorn", "h11", "prometheus_client"),
-    "fleet": ("temporalio", "fastapi", "starlette", "uvicorn", "h11", "prometheus_client"),
+    "fleet": (
+        "temporalio",
+        "boto3",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "h11",
+        "prometheus_client",
+    ),
 }
 
 
@@ -277,3 +286,18 @@ def _forwarded(child: SharedSettings) -> tuple[SharedSettings, dict[str, Any]]:
     ca = child.extra_ca_certs
     shared = child.model_copy(update={"extra_ca_certs": ca.resolve() if ca else None})
     return shared, settings.outcome_fields()
+
+
+def local_run(value: str, *, field: str) -> Path:
+    """A run named on the command line as a directory on this host: a path as it is, a run's
+    store address (`<store>/runs/<key>`, as a fleet's batch.json names it) fetched once into
+    the cache (file:// with the core install; s3:// needs the fleet extra)."""
+    from runner.artifacts.address import is_address
+
+    if not is_address(value):
+        return Path(value)
+    if value.startswith("s3://"):
+        require_extra("fleet", f"{field} {value[:60]}")
+    from runner.artifacts.runs import local_run_dir
+
+    return local_run_dir(value, cache=cache_root(), field=field)

@@ -12,7 +12,7 @@ from runner.base.errors import (
     UsageError,
 )
 from runner.base.safeio import require_directory
-from runner.cli.common import PROG, _build_environment, _find_run, cli, interrupts
+from runner.cli.common import PROG, _build_environment, _find_run, cli, interrupts, local_run
 from runner.cli.options import (
     BASE_IMAGE,
     BUILD_NETWORK,
@@ -113,7 +113,7 @@ def _docker_output(argv: list[str]) -> str:
 
 
 @cli.command("debug")
-@click.argument("target", type=click.Path(path_type=Path))
+@click.argument("target_arg", metavar="TARGET")
 @click.option(
     "--stage",
     type=click.Choice(list(DEBUGGABLE_STAGES)),
@@ -134,7 +134,7 @@ def _docker_output(argv: list[str]) -> str:
 @TOOLCHAIN_MIRROR
 @BUILD_NETWORK
 def debug_command(
-    target: Path,
+    target_arg: str,
     stage: str | None,
     print_only: bool,
     logs_root: Path,
@@ -147,7 +147,8 @@ def debug_command(
 ) -> int:
     """Open a shell in the exact state a red stage failed in: the last good build layer, or a
     gate's verifier with its agent.patch applied and the held-out tests in place. TARGET is a
-    run directory, or a task directory (its last run, or a new verify).
+    run directory, a run in a fleet's store (`<store>/runs/<key>`), or a task directory (its
+    last run, or a new verify).
 
     \b
     Examples:
@@ -158,6 +159,7 @@ def debug_command(
 
     from runner.engine.owners import owner_id
 
+    target = local_run(target_arg, field="TARGET")
     run_dir = target
     if (target / "definition.json").is_file() and not RunLayout(target).report.is_file():
         found = _find_run(target, logs_root)
@@ -232,7 +234,7 @@ def _enter(session: DebugSession) -> None:
 
 
 @cli.command("logs")
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("run_dir_arg", metavar="RUN_DIR")
 @click.option(
     "--stage",
     type=click.Choice(list(STAGE_NAMES)),
@@ -250,19 +252,22 @@ def _enter(session: DebugSession) -> None:
     is_flag=True,
     help="Tail a running verification's stage logs until its report is written.",
 )
-def logs_command(run_dir: Path, stage: str | None, lines: int, follow: bool) -> int:
+def logs_command(run_dir_arg: str, stage: str | None, lines: int, follow: bool) -> int:
     """A run's stage logs (build output, each test command's output, the reward), red stages
     first. RUN_DIR is any run directory: a verify's, the sidecar's (runs/.../verify-<k>/run)
-    or a batch's.
+    or a batch's; or a run in a fleet's store (`<store>/runs/<key>`, as its batch.json names
+    it), fetched once into the cache.
 
     \b
     Examples:
       selfbench-runner logs runs/my-task/20261203T010203Z-1a2b3c --stage nop --lines 50
       selfbench-runner logs runs/my-task/20261203T010203Z-1a2b3c --follow
+      selfbench-runner logs s3://selfbench-artifacts/fleet/runs/pool-1-0007 --stage oracle
     """
     from runner.present.runlogs import follow as follow_run
     from runner.present.runlogs import stage_logs, tail_lines
 
+    run_dir = local_run(run_dir_arg, field="RUN_DIR")
     require_directory(run_dir, what="run directory")
     if follow:
 

@@ -22,6 +22,7 @@ from runner.cli.common import (
     _stderr_logging,
     cli,
     interrupts,
+    local_run,
     settings_of,
 )
 from runner.cli.options import (
@@ -212,7 +213,7 @@ def _usage_report(error: RunnerError) -> Any:
 
 
 @cli.command("grade")
-@click.argument("target", type=click.Path(path_type=Path))
+@click.argument("target_arg", metavar="TARGET")
 @click.option(
     "--patch",
     "patch_path",
@@ -242,7 +243,7 @@ def _usage_report(error: RunnerError) -> Any:
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def grade_command(
-    target: Path,
+    target_arg: str,
     patch_path: Path,
     base_image: str,
     extra_ca_certs: Path | None,
@@ -264,10 +265,16 @@ def grade_command(
     run it. Exit 0 when the patch earns reward 1, 1 when it does not.
 
     \b
-    Example:
+    TARGET is a bundle, a run directory or a run in a fleet's store (`<store>/runs/<key>`).
+
+    \b
+    Examples:
       selfbench-runner grade runs/my-task/20261203T010203Z-1a2b3c --patch agent.patch --json
+      selfbench-runner grade file:///srv/selfbench-store/runs/pool-1-0007 --patch agent.patch
     """
     from runner.run.grading import grade
+
+    target = local_run(target_arg, field="TARGET")
 
     output = Output(quiet=quiet)
     settings = VerifySettings(

@@ -116,6 +116,16 @@ def temporal_tls(function: _F) -> _F:
     return cast(_F, command)
 
 
+# The store a fleet shares (worker, batch --temporal): tasks, repositories and runs by digest.
+STORE = click.option(
+    "--store",
+    metavar="URL",
+    help="The artifact store the fleet shares: file:///DIR (a mount every host has) or "
+    "s3://BUCKET[/PREFIX] (S3-compatible; endpoint and credentials from the AWS environment, "
+    "e.g. AWS_ENDPOINT_URL). Task files, repositories and runs travel through it by digest.",
+)
+
+
 @cli.command("worker")
 @click.option(
     "--temporal",
@@ -153,6 +163,7 @@ def temporal_tls(function: _F) -> _F:
     help="Serve the Prometheus metrics (the same as serve's) at http://HOST:PORT/metrics.",
 )
 @temporal_tls
+@STORE
 @ALLOW_REPO_ROOT
 @ALLOW_REPO_URL
 @CHILD_VERIFY_OPTIONS
@@ -166,6 +177,7 @@ def worker_command(
     grace_period: float,
     metrics_listen: str | None,
     tls: Any,
+    store: str | None,
     repo_roots: tuple[Path, ...],
     repo_urls: tuple[str, ...],
     child: SharedSettings,
@@ -173,14 +185,21 @@ def worker_command(
 ) -> int:
     """Poll a Temporal task queue: each `selfbench.verify` activity (the sidecar's request
     document in, its response document out) runs on this host's engine (DOCKER_HOST), and
-    `selfbench.batch` workflows fan them out. Rejected and invalid are results; an
-    infrastructure failure is a retryable error.
+    `selfbench.batch` workflows fan them out. With --store, tasks by reference too: the
+    `selfbench.pool` and `selfbench.task` workflows, their task files, repositories and runs
+    in the shared artifact store. Rejected and invalid are results; an infrastructure failure
+    is a retryable error.
 
     \b
     Example:
-      selfbench-runner worker --temporal temporal.internal:7233 --task-queue selfbench --jobs 2
+      selfbench-runner worker --temporal temporal.internal:7233 --task-queue selfbench --jobs 2 \\
+        --store s3://selfbench-artifacts/fleet
     """
     require_extra("fleet", "worker")
+    if store is not None:
+        from runner.artifacts.address import parse_store
+
+        parse_store(store)
     _listen_address(address)  # HOST:PORT, said in the same words as serve's --http
     metrics_address = _listen_address(metrics_listen) if metrics_listen else None
     _check_repository_policy(repo_roots, repo_urls)
@@ -201,6 +220,7 @@ def worker_command(
         allow_repo_urls=repo_urls,
         digest_settings=digest_settings,
         base_image=child.base_image,
+        store=store,
     )
     _stderr_logging(verbose)
     if not verbose:

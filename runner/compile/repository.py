@@ -199,6 +199,29 @@ def _take_bundle(path: Path, commit: str, *, label: str) -> None:
     _take(str(path), commit, label=label, key=digest.hexdigest()[:24], bundle=True)
 
 
+def bundle_local(path: Path, commit: str, destination: Path, *, label: str) -> None:
+    """A git bundle at `destination` of `commit` and its history in the local repository at
+    `path` (what a fleet's store carries instead of a path on this host), made without running
+    git in that repository: its objects are lent to a repository of the runner's own."""
+    commit = commit.lower()
+    if not _SHA.fullmatch(commit):
+        raise RepositoryError(f"base commit {commit!r} is not a full 40-character commit id")
+    objects = _objects_of(path, label=label)
+    with tempfile.TemporaryDirectory(prefix="lend.", dir=git_root()) as tmp:
+        lend = Path(tmp) / "lend.git"
+        _new_repository(lend, alternate=objects)
+        if not has_commit(lend, commit):
+            raise RepositoryError(f"base commit {commit} not found in repository {label}")
+        run_git(["update-ref", "refs/heads/selfbench-base", commit], git_dir=lend)
+        made = run_git(
+            ["bundle", "create", "-q", str(destination), "refs/heads/selfbench-base"],
+            git_dir=lend,
+            check=False,
+        )
+        if made.returncode != 0:
+            raise RepositoryError(f"cannot bundle repository {label}: {last_error(made)}")
+
+
 def repository_spec(repo_option: str | None, definition_repo: str, task_dir: Path | None) -> str:
     """Where the task's repository is named: --repo when given; else definition.repo, a relative
     one looked up beside the task first (examples ship their repository as a git bundle there),

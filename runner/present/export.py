@@ -20,6 +20,7 @@ import os
 import stat
 import tarfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -87,10 +88,11 @@ class BatchRuns:
     left: list[str]  # "<task>: <verdict>" for each task of the batch not accepted
 
 
-def batch_runs(path: Path) -> BatchRuns:
+def batch_runs(path: Path, locate: Callable[[str], Path] = Path) -> BatchRuns:
     """The accepted runs a batch's `batch.json` lists (its `tasks[i].runDir`), and what it
     leaves out. A batch directory that moved (a CI artifact unpacked elsewhere) is followed: a
-    runDir that is gone is looked for at the same place under the file's own `runs/`."""
+    runDir that is gone is looked for at the same place under the file's own `runs/`.
+    `locate` makes a runDir a local directory (a fleet's batch names runs in its store)."""
     try:
         document = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -111,7 +113,7 @@ def batch_runs(path: Path) -> BatchRuns:
         run_dir = task.get("runDir")
         if not isinstance(run_dir, str) or not run_dir:
             raise UsageError("an accepted task with no runDir", path=str(path), field=field)
-        accepted.append(accepted_run(_located(Path(run_dir), path.parent)))
+        accepted.append(accepted_run(_located(locate(run_dir), path.parent)))
     if not accepted:
         raise UsageError(
             "no accepted task in this batch"

@@ -83,7 +83,7 @@ def outcome(job: Job) -> dict[str, Any]:
     reason, tail = _infrastructure_words(job)
     code = response.error.code if response is not None and response.error is not None else None
     raise ApplicationError(
-        _clip(reason, MAX_REASON_BYTES),
+        clip(reason, MAX_REASON_BYTES),
         failure_details(document, tail),
         type="InvalidRequest" if code in FINAL_CODES else "InfrastructureFailure",
         non_retryable=code in FINAL_CODES,
@@ -105,14 +105,14 @@ def failure_details(document: dict[str, Any], tail: list[str]) -> dict[str, Any]
     details: dict[str, Any] = {
         "runId": report.get("runId"),
         "archive": document.get("archive"),
-        "buildLogTail": [_clip(line, MAX_TAIL_LINE_BYTES) for line in tail[-MAX_TAIL_LINES:]],
+        "buildLogTail": [clip(line, MAX_TAIL_LINE_BYTES) for line in tail[-MAX_TAIL_LINES:]],
     }
     while details["buildLogTail"] and len(json.dumps(details)) > FAILURE_DETAILS_BYTES:
         details["buildLogTail"].pop(0)
     return details
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     """`text` in at most `limit` bytes of UTF-8, an ellipsis where it was cut."""
     data = text.encode()
     if len(data) <= limit:
@@ -195,6 +195,11 @@ class VerifyActivities:
             name = request.get("id") if isinstance(request, dict) else None
             log.info("%s: invalid (%s)", str(name)[:80], error.message)
             raise error from None
+        return outcome(await self.follow(parsed))
+
+    async def follow(self, parsed: VerificationRequest) -> Job:
+        """Run a request through the service until its job ends, heartbeating its stages; the
+        ended job. A cancellation stops the verification; a worker's shutdown hands it back."""
         info = activity.info()
         started = time.monotonic()
         job = await asyncio.to_thread(self._submit, parsed, info.attempt)
@@ -244,7 +249,7 @@ class VerifyActivities:
             info.attempt,
             info.workflow_id,
         )
-        return outcome(last)
+        return last
 
 
 def _beat(stages: dict[str, StageProgress]) -> dict[str, dict[str, str]]:

@@ -53,7 +53,7 @@ def task_request(target: Path, *, run: str, index: int) -> dict[str, Any]:
     repo = task.definition.repo
     if repo and not is_remote(repo):
         repo = str((target / repo).resolve())
-    name = _name(target.resolve().name, 64)
+    name = request_name(target.resolve().name, 64)
     return {
         "id": f"{run}-{index:04d}",
         "run": run,
@@ -71,7 +71,7 @@ def task_request(target: Path, *, run: str, index: int) -> dict[str, Any]:
     }
 
 
-def _name(text: str, limit: int) -> str:
+def request_name(text: str, limit: int) -> str:
     """`text` as a request name (runner.sidecar.request.NAME_PATTERN): letters, digits, `.`,
     `_` and `-`, never dots alone."""
     name = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in text)
@@ -79,7 +79,7 @@ def _name(text: str, limit: int) -> str:
 
 
 def run_batch(options: TemporalBatch, targets: list[Path], view: ViewCalls) -> BatchResult:
-    run = _name(options.workflow_id, 100) or f"batch-{uuid.uuid4().hex[:12]}"
+    run = request_name(options.workflow_id, 100) or f"batch-{uuid.uuid4().hex[:12]}"
     requests = [task_request(t, run=run, index=i) for i, t in enumerate(targets)]
     outcomes = [
         TaskOutcome(target=str(t), task_id=r["task"]["definition"].get("taskId"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 from collections.abc import Callable
@@ -16,10 +17,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from runner.artifacts.store import open_store
 from runner.model.settings import SharedSettings
 from runner.sidecar.run import open_service
 from runner.worker.activities import VerifyActivities
 from runner.worker.client import connect
+from runner.worker.pool import PoolWorkflow, TaskWorkflow
+from runner.worker.stored import StoredActivities
 from runner.worker.workflows import BatchWorkflow
 
 log = logging.getLogger(__name__)
@@ -44,11 +48,22 @@ class WorkerOptions:
     allow_repo_urls: tuple[str, ...] = ()
     digest_settings: dict[str, Any] = field(default_factory=dict)
     base_image: str | None = None
+    store: str | None = None  # the artifact store's URL: tasks by reference when given
 
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
+    artifacts = None
+    if options.store is not None:
+        # Bundles fetched from the store are this worker's own files: its cache is a root
+        # local repositories may come from (a reference's repository is a digest, never a path).
+        cache = options.state_dir.resolve() / "cache"
+        artifacts = open_store(options.store, cache=cache)
+        options = dataclasses.replace(
+            options, allow_repo_roots=(*options.allow_repo_roots, cache / "blobs")
+        )
     store, service, metrics = open_service(options)
     activities = VerifyActivities(service)
+    stored = StoredActivities(activities, artifacts) if artifacts is not None else None
     metrics_server: Any = None
     started = False
 
@@ -75,7 +90,7 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
             announce(f"metrics: http://{host}:{metrics_server.server_port}/metrics")
 
     try:
-        asyncio.run(_poll(options, activities, announce, start))
+        asyncio.run(_poll(options, activities, stored, announce, start))
     finally:
         if started:
             # The Temporal worker already gave running activities the grace period: what is
@@ -94,6 +109,7 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
 async def _poll(
     options: WorkerOptions,
     activities: VerifyActivities,
+    stored: StoredActivities | None,
     announce: Callable[[str], None],
     start: Callable[[], None],
 ) -> None:
@@ -104,8 +120,11 @@ async def _poll(
     worker = Worker(
         client,
         task_queue=options.task_queue,
-        workflows=[BatchWorkflow],
-        activities=[activities.verify],
+        workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow],
+        activities=[
+            activities.verify,
+            *([stored.verify_stored, stored.page, stored.record] if stored else []),
+        ],
         max_concurrent_activities=options.jobs,
         graceful_shutdown_timeout=timedelta(seconds=options.grace_seconds),
         # A cancellation reaches a running activity only in the answer to a heartbeat the SDK
@@ -120,6 +139,7 @@ async def _poll(
     announce(
         f"polling {options.task_queue!r} in namespace {options.namespace!r} at "
         f"{options.address}; {options.jobs} verification(s) at once"
+        + (f"; store {options.store}" if options.store else "; no store (inline requests only)")
     )
     async with worker:
         await stop.wait()

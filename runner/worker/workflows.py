@@ -58,7 +58,7 @@ def _verdict(response: dict[str, Any]) -> str:
     return verdict if verdict in VERDICTS else "infrastructure_failed"
 
 
-_LIMITS = {
+_LIMITS: dict[str, tuple[int, int] | tuple[float, float]] = {
     "concurrency": (1, 1000),
     "verify_timeout_seconds": (1.0, 7 * 24 * 3600.0),
     "heartbeat_timeout_seconds": (1.0, 24 * 3600.0),
@@ -69,7 +69,15 @@ _LIMITS = {
 def settings_problem(raw: dict[str, Any]) -> str | None:
     """Why the batch's own settings cannot run (None: they can): each a number in range. A bad
     one used to fail the workflow task on every replay, and the batch stayed RUNNING forever."""
-    for name, (low, high) in _LIMITS.items():
+    return limits_problem(raw, _LIMITS)
+
+
+def limits_problem(
+    raw: dict[str, Any], limits: dict[str, tuple[int, int] | tuple[float, float]]
+) -> str | None:
+    """Why one of `raw`'s settings named in `limits` is out of its (low, high) range (an int
+    where low is one); None when each given one is in range."""
+    for name, (low, high) in limits.items():
         if name not in raw:
             continue
         value = raw[name]

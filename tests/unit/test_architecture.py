@@ -65,7 +65,7 @@ LAYERS = (
     ("model",),
     ("compile",),
     ("plan", "present"),
-    ("engine", "judge"),
+    ("engine", "judge", "artifacts"),
     ("run",),
     ("supervise",),
     ("batch", "sidecar", "worker"),
@@ -290,7 +290,7 @@ def _declared() -> dict[str, set[str]]:
 
 # The packages that may use an extra's distributions: the sidecar (`serve`) and the fleet
 # (`worker`, `batch --temporal`); every other module runs with the core install.
-EXTRA_PACKAGES = {"sidecar": ("sidecar", "worker"), "fleet": ("worker",)}
+EXTRA_PACKAGES = {"sidecar": ("sidecar", "worker"), "fleet": ("worker", "artifacts")}
 
 
 def test_every_imported_package_is_declared_and_the_core_needs_no_extra() -> None:

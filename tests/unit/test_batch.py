@@ -498,12 +498,12 @@ def test_the_live_view_follows_each_running_tasks_stages_and_progress_lines(
 def test_piped_the_batch_says_each_change_of_a_task_on_a_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from runner.cli.batch import _BatchView
+    from runner.cli.batchview import BatchView
 
-    view = _BatchView(1, quiet=False)
+    view = BatchView(1, quiet=False)
     outcome = TaskOutcome(target=str(tmp_path / "calc-task"), task_id="calc")
     view.stage(outcome, "nop: fail_to_pass: 2 failed")
-    quiet = _BatchView(1, quiet=True)
+    quiet = BatchView(1, quiet=True)
     quiet.stage(outcome, "oracle")
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].endswith("] calc-task: nop: fail_to_pass: 2 failed")

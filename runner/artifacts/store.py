@@ -1,0 +1,264 @@
+"""The artifact store's two backends and the calls they share.
+
+Blobs are content-addressed: `blobs/sha256/<hex>`, written once (a second put of the same
+bytes writes nothing) and checked against their digest whenever they are read, so a store
+that was written to by someone else cannot hand a worker other bytes than the digest it was
+given. Records are small keyed JSON documents (`runs/<key>.json`, a run's pointer), the last
+write winning. Reads go through a local cache of blobs (by digest, so never stale).
+
+The shared directory writes each object atomically (a temporary file renamed into place, which
+NFS keeps atomic within a directory). The S3 backend speaks the plain object API (put, get,
+head), which every S3-compatible server implements; boto3 comes with the `fleet` extra and reads
+its endpoint and credentials from the standard AWS environment (AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from runner.artifacts.address import StoreUrl, check_digest, parse_store
+from runner.base.errors import InfrastructureError
+from runner.base.safeio import private_dir, write_atomic
+
+BLOBS = "blobs/sha256"
+# A record is a pointer, never a payload: what a reader takes whole into memory.
+MAX_RECORD_BYTES = 1 << 20
+CHUNK = 1 << 20
+
+
+class StoreError(InfrastructureError):
+    """The store could not be reached, or an object is missing or not what its digest says."""
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def _blob_key(digest: str) -> str:
+    return f"{BLOBS}/{check_digest(digest, field='digest').removeprefix('sha256:')}"
+
+
+class ArtifactStore(ABC):
+    """One store: `put_*` and `get_*` of blobs and records, over a backend's three calls."""
+
+    def __init__(self, url: StoreUrl, cache: Path | None) -> None:
+        self.url = url
+        self.cache = cache
+
+    @abstractmethod
+    def _upload(self, key: str, source: Path) -> None: ...
+
+    @abstractmethod
+    def _download(self, key: str, destination: Path) -> bool:
+        """Whether `key` was there (and is now at `destination`)."""
+
+    @abstractmethod
+    def _exists(self, key: str) -> bool: ...
+
+    # ---- blobs --------------------------------------------------------------------------
+
+    def put_file(self, path: Path) -> str:
+        """Put a file's bytes as a blob (once); its digest."""
+        digest = file_digest(path)
+        key = _blob_key(digest)
+        if not self._exists(key):
+            self._upload(key, path)
+        return digest
+
+    def put_bytes(self, data: bytes) -> str:
+        with tempfile.NamedTemporaryFile(prefix="blob.") as handle:
+            handle.write(data)
+            handle.flush()
+            return self.put_file(Path(handle.name))
+
+    def put_json(self, document: Any) -> str:
+        """A JSON document as a blob (sorted keys: the same document, the same digest)."""
+        return self.put_bytes(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
+
+    def fetch(self, digest: str) -> Path:
+        """A blob as a local file (from the cache, else downloaded and checked): its path. The
+        file is the cache's: read it, never change it."""
+        key = _blob_key(digest)
+        if self.cache is None:
+            raise StoreError("this store has no local cache to fetch into")
+        target = self.cache / "blobs" / digest.removeprefix("sha256:")
+        if target.is_file():
+            return target
+        private_dir(target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=".fetch.", dir=target.parent)
+        os.close(fd)
+        partial = Path(tmp)
+        try:
+            if not self._download(key, partial):
+                raise StoreError(f"{digest} is not in the store {self.url}")
+            got = file_digest(partial)
+            if got != digest:
+                raise StoreError(
+                    f"the store {self.url} holds other bytes under {digest} ({got}); "
+                    "the object was changed after it was written"
+                )
+            os.replace(partial, target)
+        finally:
+            partial.unlink(missing_ok=True)
+        return target
+
+    def get_bytes(self, digest: str, *, limit: int) -> bytes:
+        path = self.fetch(digest)
+        if path.stat().st_size > limit:
+            raise StoreError(f"{digest} is over {limit} bytes")
+        return path.read_bytes()
+
+    def get_json(self, digest: str, *, limit: int) -> Any:
+        try:
+            return json.loads(self.get_bytes(digest, limit=limit))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StoreError(f"{digest} in {self.url} is not JSON: {exc}") from None
+
+    # ---- records ------------------------------------------------------------------------
+
+    def put_record(self, key: str, document: dict[str, Any]) -> None:
+        with tempfile.NamedTemporaryFile(prefix="record.", mode="w") as handle:
+            json.dump(document, handle, sort_keys=True, indent=1)
+            handle.write("\n")
+            handle.flush()
+            self._upload(f"{key}.json", Path(handle.name))
+
+    def get_record(self, key: str) -> dict[str, Any] | None:
+        with tempfile.TemporaryDirectory(prefix="record.") as tmp:
+            path = Path(tmp) / "record.json"
+            if not self._download(f"{key}.json", path):
+                return None
+            if path.stat().st_size > MAX_RECORD_BYTES:
+                raise StoreError(f"{self.url}/{key}.json is over {MAX_RECORD_BYTES} bytes")
+            try:
+                document = json.loads(path.read_bytes())
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise StoreError(f"{self.url}/{key}.json is not JSON: {exc}") from None
+        if not isinstance(document, dict):
+            raise StoreError(f"{self.url}/{key}.json is not a JSON object")
+        return document
+
+
+class DirectoryStore(ArtifactStore):
+    """A shared directory: each object a file under the root, written atomically."""
+
+    def __init__(self, url: StoreUrl, cache: Path | None) -> None:
+        super().__init__(url, cache)
+        self.root = Path(url.location)
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/"))
+
+    def _upload(self, key: str, source: Path) -> None:
+        target = self._path(key)
+        try:
+            private_dir(self.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            os.close(fd)
+            try:
+                shutil.copyfile(source, tmp)
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, target)
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot write {key} to {self.url}: {exc}") from None
+
+    def _download(self, key: str, destination: Path) -> bool:
+        try:
+            shutil.copyfile(self._path(key), destination)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise StoreError(f"cannot read {key} from {self.url}: {exc}") from None
+        return True
+
+    def _exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+
+class S3Store(ArtifactStore):
+    """S3-compatible object storage: one bucket, every key under the URL's prefix."""
+
+    def __init__(self, url: StoreUrl, cache: Path | None) -> None:
+        super().__init__(url, cache)
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError:
+            raise StoreError(
+                "an s3:// store needs the fleet extra: pip install 'selfbench-runner[fleet]'"
+            ) from None
+        # Retries with backoff on throttling and 5xx answers (botocore's standard mode).
+        config = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10)
+        self.client: Any = boto3.client("s3", config=config)
+        self.bucket = url.location
+
+    def _key(self, key: str) -> str:
+        return f"{self.url.prefix}/{key}" if self.url.prefix else key
+
+    def _call(self, what: str, call: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return call()
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise StoreError(f"{what} {self.url}: {code or exc}") from None
+        except BotoCoreError as exc:
+            raise StoreError(f"{what} {self.url}: {exc}") from None
+
+    def _upload(self, key: str, source: Path) -> None:
+        self._call(
+            f"cannot write {key} to",
+            lambda: self.client.upload_file(str(source), self.bucket, self._key(key)),
+        )
+
+    def _download(self, key: str, destination: Path) -> bool:
+        # A missing key comes back as a 404 ClientError from download_file's HEAD.
+        answer = self._call(
+            f"cannot read {key} from",
+            lambda: (
+                self.client.download_file(self.bucket, self._key(key), str(destination)) or True
+            ),
+        )
+        return answer is True
+
+    def _exists(self, key: str) -> bool:
+        answer = self._call(
+            f"cannot look up {key} in",
+            lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(key)),
+        )
+        return answer is not None
+
+
+def open_store(url: str | StoreUrl, *, cache: Path | None, field: str = "--store") -> ArtifactStore:
+    """The store at `url` (checked), reading through `cache` (a directory of this host's)."""
+    parsed = url if isinstance(url, StoreUrl) else parse_store(url, field=field)
+    if parsed.scheme == "file":
+        return DirectoryStore(parsed, cache)
+    return S3Store(parsed, cache)
+
+
+def write_record_locally(path: Path, document: dict[str, Any]) -> None:
+    """A record's copy on this host (what a fetched run keeps beside its files)."""
+    write_atomic(path, json.dumps(document, sort_keys=True, indent=1) + "\n", mode=0o600)
