@@ -36,6 +36,18 @@ class RunLayout:
     def report(self) -> Path:
         return self.root / REPORT_FILE
 
+    def here(self, recorded: str, recorded_root: object) -> Path:
+        """A path the report recorded, in this run directory: a run moved since (a CI artifact
+        unpacked elsewhere, a fleet's run fetched from its store) names its files under the
+        directory it ran in (`recorded_root`, the report's runDir); they are here now. A path
+        outside that directory is left as it is."""
+        path = Path(recorded)
+        if isinstance(recorded_root, str) and recorded_root and path.is_absolute():
+            old = Path(recorded_root)
+            if path.is_relative_to(old) and old != self.root:
+                return self.root / path.relative_to(old)
+        return path
+
     @property
     def report_html(self) -> Path:
         return self.root / REPORT_HTML_FILE

@@ -69,7 +69,7 @@ def accepted_run(run_dir: Path) -> Accepted:
     # The bundle is the run's own (run_dir/bundle): a report.json is a file anyone may edit, and
     # one pointing at a host directory would export that directory.
     bundle = run_dir / "bundle"
-    named = Path(str(report.get("bundle") or bundle))
+    named = RunLayout(run_dir).here(str(report.get("bundle") or bundle), report.get("runDir"))
     if named.exists() and named.resolve() != bundle.resolve():
         # (A named bundle that is gone is a run directory moved since: its own bundle is used.)
         raise UsageError(

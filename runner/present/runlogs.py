@@ -59,10 +59,13 @@ def stage_logs(run_dir: Path, *, stage: str | None = None) -> list[StageLogs]:
     stages: list[StageLogs] = []
     recorded = report.get("stages") if report is not None else None
     if isinstance(recorded, dict):
+        layout, root = RunLayout(run_dir), (report or {}).get("runDir")
         for name, data in recorded.items():
             if not isinstance(data, dict):
                 continue
-            files = [Path(p) for p in data.get("logs") or [] if str(p).endswith(SHOWN)]
+            files = [
+                layout.here(str(p), root) for p in data.get("logs") or [] if str(p).endswith(SHOWN)
+            ]
             stages.append(
                 StageLogs(
                     stage=str(name),
