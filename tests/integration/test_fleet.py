@@ -1,0 +1,267 @@
+"""The fleet at scale, on a real Temporal server, real worker processes and a real store: a
+`batch --temporal --store` on two workers with an S3 store (moto's server) whose runs another
+host reads (`logs`, `export`, `grade` with an empty cache and no worker state); and a pool
+started from plain JSON with a manifest in a shared-directory store that pages, continues as
+new, survives a worker killed with SIGKILL and records every verdict, its histories small and
+replayed against the current workflow code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.artifacts.store import open_store
+from tests.integration.conftest import ROOT, run_cli
+from tests.integration.test_batch import example_copy
+from tests.s3 import s3_server
+from tests.temporal import (
+    await_workflow,
+    start_worker,
+    stop_worker,
+    temporal,
+    temporal_server,
+)
+
+EXAMPLE = ROOT / "examples" / "bash-calc"
+HISTORIES = ROOT / "tests" / "data" / "histories"
+
+
+def _env(extra: dict[str, str], cache: Path) -> dict[str, str]:
+    return {**os.environ, **extra, "SELFBENCH_CACHE_DIR": str(cache)}
+
+
+def test_a_pool_on_two_workers_with_an_s3_store_is_read_from_another_host(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    example = json.loads((EXAMPLE / "definition.json").read_text())
+    good = example_copy(tmp_path, "good")
+    # Red at nop: a test command whose exit code says "passed" before any change.
+    red = example_copy(
+        tmp_path, "red", taskId="bash-calc-red", testCommand="bash tests/run.sh {tests} || true"
+    )
+    del example
+    store = "s3://selfbench-fleet/pools/test"
+    with (
+        temporal_server(tmp_path / "temporal") as server,
+        s3_server(tmp_path / "s3", "selfbench-fleet") as s3,
+    ):
+        queue = f"fleet-{uuid.uuid4().hex[:8]}"
+        workers = [
+            start_worker(
+                server,
+                tmp_path / f"w{n}",
+                queue,
+                [*verify_options, "--store", store],
+                jobs=1,
+                env=_env(s3, tmp_path / f"w{n}" / "cache"),
+            )
+            for n in (1, 2)
+        ]
+        try:
+            out = tmp_path / "out"
+            ran = run_cli(
+                "batch",
+                str(good),
+                str(red),
+                "--temporal",
+                server,
+                "--task-queue",
+                queue,
+                "--jobs",
+                "2",
+                "--store",
+                store,
+                "--out",
+                str(out),
+                env=_env(s3, tmp_path / "client-cache"),
+                timeout=900,
+            )
+        finally:
+            for worker in workers:
+                stop_worker(worker)
+        logs = "".join(w.text() for w in workers)
+        assert ran.returncode == 1, ran.stderr + logs
+        document = json.loads((out / "batch.json").read_text())
+        runs = {Path(t["target"]).name: t for t in document["tasks"]}
+        assert {n: t["verdict"] for n, t in runs.items()} == {
+            "good": "accepted",
+            "red": "rejected",
+        }
+        # The runs are named in the store, not on a worker.
+        for task in runs.values():
+            assert task["runDir"].startswith(f"{store}/runs/"), task
+            assert task["report"]["verdict"] == task["verdict"]
+
+        # Another host: its own empty cache, no worker state; the store's address only.
+        other = _env(s3, tmp_path / "other-host")
+        shown = run_cli("logs", runs["red"]["runDir"], "--stage", "nop", env=other)
+        assert "fail_to_pass" in shown.stdout or "fail-to-pass" in shown.stdout, shown.stdout
+        assert shown.returncode == 0, shown.stderr
+        assert str(tmp_path / "other-host") in shown.stdout
+        assert str(tmp_path / "w1") not in shown.stdout and str(tmp_path / "w2") not in shown.stdout
+        exported = run_cli(
+            "export", str(out / "batch.json"), "-o", str(tmp_path / "tasks.tar.gz"), env=other
+        )
+        assert exported.returncode == 0, exported.stderr
+        assert "1 task(s)" in exported.stdout
+        graded = run_cli(
+            "grade",
+            runs["good"]["runDir"],
+            "--patch",
+            str(EXAMPLE / "gold.patch"),
+            "--json",
+            "-q",
+            "--logs",
+            str(tmp_path / "grades"),
+            *verify_options,
+            env=other,
+        )
+        assert graded.returncode == 0, graded.stderr
+        assert json.loads(graded.stdout)["reward"]["reward"] == 1
+
+
+def _references(store_url: str, cache: Path, count: int) -> tuple[str, int]:
+    """A manifest of `count` references to the example (as an orchestrator writes one with
+    its own store client): its digest, and the size of the largest reference."""
+    store = open_store(store_url, cache=cache)
+    task = {
+        "definition": json.loads((EXAMPLE / "definition.json").read_text()),
+        "instruction": (EXAMPLE / "instruction.md").read_text(),
+        "testPatch": (EXAMPLE / "test.patch").read_text(),
+        "goldPatch": (EXAMPLE / "gold.patch").read_text(),
+    }
+    task_digest = store.put_json(task)
+    bundle = store.put_file(EXAMPLE / "repo.bundle")
+    references = [
+        {
+            "id": f"p-{index:04d}",
+            "run": "pool",
+            "stage": "candidates",
+            "candidate": f"c{index}",
+            "round": 0,
+            "verify": index,
+            "task": task_digest,
+            "repoBlob": bundle,
+        }
+        for index in range(count)
+    ]
+    largest = max(len(json.dumps(r)) for r in references)
+    return store.put_json(references), largest
+
+
+async def _histories(server: str, workflow_id: str) -> list[tuple[str, str]]:
+    """Every run of a workflow id and of its children: (workflow type, history JSON)."""
+    from temporalio.client import Client
+
+    client = await Client.connect(server)
+    found: list[tuple[str, str]] = []
+    async for execution in client.list_workflows():
+        if execution.id != workflow_id and not execution.id.startswith(f"{workflow_id}/"):
+            continue
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        history = await handle.fetch_history()
+        found.append((str(execution.workflow_type), history.to_json()))
+    return found
+
+
+async def _replay(histories: list[tuple[str, str]]) -> None:
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    from runner.worker.pool import PoolWorkflow, TaskWorkflow
+    from runner.worker.workflows import BatchWorkflow
+
+    replayer = Replayer(workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow])
+    for kind, text in histories:
+        await replayer.replay_workflow(WorkflowHistory.from_json(kind, text))
+
+
+def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    count, segment = 90, 30
+    store_url = f"file://{tmp_path}/store"
+    manifest, largest = _references(store_url, tmp_path / "client-cache", count)
+    assert largest < 1024
+    with temporal_server(tmp_path / "temporal") as server:
+        queue = f"pool-{uuid.uuid4().hex[:8]}"
+        workers = [
+            start_worker(
+                server, tmp_path / f"w{n}", queue, [*verify_options, "--store", store_url], jobs=2
+            )
+            for n in (1, 2)
+        ]
+        try:
+            pool = {
+                "manifest": manifest,
+                "total": count,
+                "concurrency": 4,
+                "segment": segment,
+                "page": 7,
+                "heartbeat_timeout_seconds": 10,
+            }
+            started = temporal(
+                server,
+                "workflow",
+                "start",
+                "--task-queue",
+                queue,
+                "--type",
+                "selfbench.pool",
+                "--workflow-id",
+                "pool-1",
+                "--input",
+                json.dumps(pool),
+            )
+            assert started.returncode == 0, started.stderr
+            # SIGKILL one worker once some tasks are answered: its activities time out and
+            # run again on the other.
+            for _ in range(600):
+                if workers[0].text().count(" in ") >= 3:
+                    break
+                asyncio.run(asyncio.sleep(0.5))
+            workers[0].process.send_signal(signal.SIGKILL)
+            workers[0].process.wait(30)
+            result = await_workflow(
+                server, "pool-1", timeout=1200, what=lambda: workers[1].text()[-3000:]
+            )
+        finally:
+            for worker in workers:
+                stop_worker(worker)
+        assert result["total"] == count and len(result["pages"]) == count // segment, result
+        assert result["counts"]["accepted"] == count, result
+        store = open_store(store_url, cache=tmp_path / "reader-cache")
+        summaries: list[dict[str, Any]] = []
+        for page in result["pages"]:
+            summaries.extend(store.get_json(page, limit=1 << 24))
+        assert sorted(s["id"] for s in summaries) == [f"p-{i:04d}" for i in range(count)]
+        assert all(s["run"].startswith(f"{store_url}/runs/p-") for s in summaries)
+        assert max(len(json.dumps(s)) for s in summaries) < 1024
+        histories = asyncio.run(_histories(server, "pool-1"))
+    kinds = [kind for kind, _ in histories]
+    assert kinds.count("selfbench.pool") == count // segment  # continued as new twice
+    assert kinds.count("selfbench.task") == count
+    # Each pool run's history holds references and summaries only.
+    largest_history = max(len(text) for kind, text in histories if kind == "selfbench.pool")
+    assert largest_history < 2 * 1024 * 1024
+    asyncio.run(_replay(histories))
+    if os.environ.get("UPDATE_HISTORIES"):
+        HISTORIES.mkdir(parents=True, exist_ok=True)
+        pool_runs = [text for kind, text in histories if kind == "selfbench.pool"]
+        task_run = next(text for kind, text in histories if kind == "selfbench.task")
+        (HISTORIES / "selfbench.pool.json").write_text(pool_runs[-1])
+        (HISTORIES / "selfbench.task.json").write_text(task_run)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The S3 variables are given to each process by the test; none leak into this one.
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)

@@ -1,0 +1,215 @@
+"""The artifact store on a shared directory: content addressing, what a changed object gets,
+a run's archive published and read back from another host's cache, hostile archives, task
+references, and the pool's input as plain JSON (pure, and real files; the S3 backend runs
+against a real S3-compatible server in tests/integration/test_fleet.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.artifacts.address import parse_run_address, parse_store
+from runner.artifacts.runs import fetch_run, local_run_dir, publish_run
+from runner.artifacts.store import DirectoryStore, StoreError, digest_of, open_store
+from runner.base.errors import ExitCode, UsageError
+from runner.model.layout import RunLayout
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> DirectoryStore:
+    opened = open_store(f"file://{tmp_path}/store", cache=tmp_path / "cache")
+    assert isinstance(opened, DirectoryStore)
+    return opened
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("/srv/store", "is not a store"),
+        ("file://relative/dir", "absolute path"),
+        ("file:///srv/../etc", "without . or .."),
+        ("s3://Bad_Bucket/x", "is not an S3 bucket name"),
+        ("s3://bucket/a b", "each part of the prefix"),
+        ("s3://bucket/../x", "each part of the prefix"),
+    ],
+)
+def test_a_bad_store_url_is_a_usage_error_naming_the_option(text: str, words: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_store(text)
+    assert words in caught.value.message and caught.value.field == "--store"
+    assert caught.value.exit_code == ExitCode.INVALID
+
+
+def test_store_urls_and_run_addresses_read_back() -> None:
+    assert str(parse_store("s3://my-bucket/fleet/a/")) == "s3://my-bucket/fleet/a"
+    url, key = parse_run_address("s3://my-bucket/fleet/runs/pool-1-0007")
+    assert (url.location, url.prefix, key) == ("my-bucket", "fleet", "pool-1-0007")
+    url, key = parse_run_address("file:///srv/store/runs/x.1")
+    assert (url.location, key) == ("/srv/store", "x.1")
+    for bad in ("file:///srv/store", "file:///srv/store/runs/..", "s3://b/runs/a/b"):
+        with pytest.raises(UsageError):
+            parse_run_address(bad)
+
+
+def test_a_blob_is_written_once_under_its_digest_and_read_back_checked(
+    store: DirectoryStore, tmp_path: Path
+) -> None:
+    digest = store.put_bytes(b"held-out tests")
+    assert digest == digest_of(b"held-out tests")
+    blob = tmp_path / "store" / "blobs" / "sha256" / digest.removeprefix("sha256:")
+    assert blob.read_bytes() == b"held-out tests" and blob.stat().st_mode & 0o077 == 0
+    before = blob.stat().st_mtime_ns
+    assert store.put_bytes(b"held-out tests") == digest
+    assert blob.stat().st_mtime_ns == before  # not written again
+    assert store.get_bytes(digest, limit=100) == b"held-out tests"
+    assert store.put_json({"b": 1, "a": [2]}) == store.put_json({"a": [2], "b": 1})
+
+
+def test_a_blob_changed_in_the_store_is_refused_not_read(
+    store: DirectoryStore, tmp_path: Path
+) -> None:
+    """A reader on another host (an empty cache) gets an error, never the changed bytes."""
+    digest = store.put_bytes(b"the gold patch")
+    blob = tmp_path / "store" / "blobs" / "sha256" / digest.removeprefix("sha256:")
+    blob.write_bytes(b"something else")
+    other = open_store(store.url, cache=tmp_path / "other-cache")
+    with pytest.raises(StoreError, match="other bytes under"):
+        other.fetch(digest)
+    assert not any((tmp_path / "other-cache" / "blobs").iterdir())  # nothing half-written
+    with pytest.raises(StoreError, match="is not in the store"):
+        other.fetch(digest_of(b"never put"))
+
+
+def _archive(root: Path, run_dir_recorded: str) -> Path:
+    """A sidecar archive as a worker leaves it: the task, the run with its report and logs."""
+    archive = root / "archive"
+    run = archive / "run"
+    (run / "oracle").mkdir(parents=True)
+    (run / "bundle").mkdir()
+    (run / "bundle" / "task.toml").write_text("version = '1.0'\n")
+    (run / "oracle" / "verifier.log").write_text("PASS tests/test_mul.py::test_mul\n")
+    report = {
+        "taskId": "calc-mul",
+        "verdict": "accepted",
+        "runId": "20261203T010203Z-1a2b3c",
+        "runDir": run_dir_recorded,
+        "bundle": f"{run_dir_recorded}/bundle",
+        "stages": {
+            "oracle": {"status": "passed", "logs": [f"{run_dir_recorded}/oracle/verifier.log"]}
+        },
+    }
+    (run / "report.json").write_text(json.dumps(report))
+    (archive / "report.json").write_text(json.dumps(report))
+    (archive / "task").mkdir()
+    (archive / "task" / "test.patch").write_text("diff --git a/t b/t\n")
+    return archive
+
+
+def test_a_published_run_is_read_from_another_host_s_cache(
+    store: DirectoryStore, tmp_path: Path
+) -> None:
+    worker = tmp_path / "worker-host"
+    archive = _archive(worker, "/var/lib/worker-7/runs/p/verify-0/run")
+    record = publish_run(store, "pool-1-0003", archive, {"verdict": "accepted"})
+    assert record["run"] == f"file://{tmp_path}/store/runs/pool-1-0003"
+    assert record["report"] == digest_of((archive / "report.json").read_bytes())
+    other = tmp_path / "other-host"
+    run = local_run_dir(record["run"], cache=other)
+    assert run.is_relative_to(other) and (run / "oracle" / "verifier.log").is_file()
+    report = json.loads((run / "report.json").read_text())
+    # The report's paths name the worker's directories; read here, they are this copy's.
+    layout = RunLayout(run)
+    assert layout.here(report["bundle"], report["runDir"]) == run / "bundle"
+    logs = [layout.here(p, report["runDir"]) for p in report["stages"]["oracle"]["logs"]]
+    assert logs == [run / "oracle" / "verifier.log"]
+    assert layout.here("/etc/passwd", report["runDir"]) == Path("/etc/passwd")
+    # A second read is the cache's; a newer attempt under the same key is a new directory.
+    assert local_run_dir(record["run"], cache=other) == run
+    (archive / "run" / "oracle" / "verifier.log").write_text("attempt 2\n")
+    publish_run(store, "pool-1-0003", archive, {"verdict": "accepted"})
+    again = local_run_dir(record["run"], cache=other)
+    assert again != run and (again / "oracle" / "verifier.log").read_text() == "attempt 2\n"
+
+
+def test_a_hostile_archive_is_refused_and_leaves_nothing(
+    store: DirectoryStore, tmp_path: Path
+) -> None:
+    """A store someone else writes to may hold an archive with names outside its directory:
+    tarfile's data filter refuses it, and nothing is left in the cache."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        data = b"owned\n"
+        info = tarfile.TarInfo("../../escaped")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    digest = store.put_bytes(buffer.getvalue())
+    store.put_record("runs/evil", {"archive": digest, "report": None})
+    cache = tmp_path / "reader"
+    with pytest.raises(StoreError, match="cannot unpack"):
+        fetch_run(store, "evil", cache)
+    assert not (tmp_path / "escaped").exists()
+    assert [p.name for p in (cache / "runs").iterdir()] == []
+    with pytest.raises(StoreError, match="no run missing"):
+        fetch_run(store, "missing", cache)
+
+
+def test_a_reference_resolves_to_its_task_and_a_bundle_in_the_cache(
+    store: DirectoryStore, tmp_path: Path
+) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from runner.worker.stored import resolve
+
+    task = {"definition": {"taskId": "t"}, "instruction": "i", "testPatch": "", "goldPatch": ""}
+    bundle = store.put_bytes(b"# v2 git bundle\n")
+    reference: dict[str, Any] = {"id": "r1", "task": store.put_json(task), "repoBlob": bundle}
+    request = resolve(store, reference)
+    assert request["task"] == task and "repoBlob" not in request
+    assert Path(request["repo"]).read_bytes() == b"# v2 git bundle\n"
+    assert Path(request["repo"]).is_relative_to(tmp_path / "cache")
+    for bad, words in (
+        ({"id": "r", "task": {"inline": 1}}, "field `task`"),
+        ({"id": "r", "task": reference["task"], "repoBlob": "md5:1"}, "field `repoBlob`"),
+        ({**reference, "repo": "https://example.invalid/x.git"}, "not both"),
+    ):
+        with pytest.raises(ApplicationError, match=words) as caught:
+            resolve(store, bad)
+        assert caught.value.type == "InvalidRequest" and caught.value.non_retryable
+    with pytest.raises(StoreError):
+        resolve(store, {"id": "r", "task": digest_of(b"not there")})
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ([], "the input is not an object"),
+        ({"manifest": "abc", "total": 1}, "manifest is not a digest"),
+        ({"manifest": "sha256:" + "0" * 64}, "total"),
+        ({"manifest": "sha256:" + "0" * 64, "total": 3, "segment": 0}, "segment must be"),
+        ({"manifest": "sha256:" + "0" * 64, "total": 3, "pages": {}}, "malformed"),
+    ],
+)
+def test_a_pool_input_that_cannot_run_says_why(raw: Any, words: str) -> None:
+    from runner.worker.pool import pool_input
+
+    pool, problem = pool_input(raw)
+    assert pool is None and problem is not None and words in problem
+
+
+def test_a_pool_input_carries_its_cursor_counts_and_pages() -> None:
+    from runner.worker.pool import pool_input
+
+    raw = {"manifest": "sha256:" + "1" * 64, "total": 1000, "cursor": 250, "pages": ["p"]}
+    pool, problem = pool_input({**raw, "counts": {"accepted": 250}, "concurrency": 8})
+    assert problem is None and pool is not None
+    assert (pool.cursor, pool.pages, pool.counts["accepted"], pool.concurrency) == (
+        250,
+        ["p"],
+        250,
+        8,
+    )
