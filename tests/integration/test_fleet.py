@@ -156,22 +156,22 @@ def _references(store_url: str, cache: Path, count: int) -> tuple[str, int]:
     return store.put_json(references), largest
 
 
-async def _histories(server: str, workflow_id: str) -> list[tuple[str, str]]:
-    """Every run of a workflow id and of its children: (workflow type, history JSON)."""
+async def _histories(server: str, workflow_id: str) -> list[tuple[str, str, str]]:
+    """Every run of a workflow id and of its children: (type, id, history JSON)."""
     from temporalio.client import Client
 
     client = await Client.connect(server)
-    found: list[tuple[str, str]] = []
+    found: list[tuple[str, str, str]] = []
     async for execution in client.list_workflows():
         if execution.id != workflow_id and not execution.id.startswith(f"{workflow_id}/"):
             continue
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
         history = await handle.fetch_history()
-        found.append((str(execution.workflow_type), history.to_json()))
+        found.append((str(execution.workflow_type), execution.id, history.to_json()))
     return found
 
 
-async def _replay(histories: list[tuple[str, str]]) -> None:
+async def _replay(histories: list[tuple[str, str, str]]) -> None:
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
@@ -179,8 +179,8 @@ async def _replay(histories: list[tuple[str, str]]) -> None:
     from runner.worker.workflows import BatchWorkflow
 
     replayer = Replayer(workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow])
-    for kind, text in histories:
-        await replayer.replay_workflow(WorkflowHistory.from_json(kind, text))
+    for _, workflow_id, text in histories:
+        await replayer.replay_workflow(WorkflowHistory.from_json(workflow_id, text))
 
 
 def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker(
@@ -245,19 +245,20 @@ def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker
         assert all(s["run"].startswith(f"{store_url}/runs/p-") for s in summaries)
         assert max(len(json.dumps(s)) for s in summaries) < 1024
         histories = asyncio.run(_histories(server, "pool-1"))
-    kinds = [kind for kind, _ in histories]
+    kinds = [kind for kind, _, _ in histories]
     assert kinds.count("selfbench.pool") == count // segment  # continued as new twice
     assert kinds.count("selfbench.task") == count
     # Each pool run's history holds references and summaries only.
-    largest_history = max(len(text) for kind, text in histories if kind == "selfbench.pool")
+    largest_history = max(len(text) for kind, _, text in histories if kind == "selfbench.pool")
     assert largest_history < 2 * 1024 * 1024
     asyncio.run(_replay(histories))
     if os.environ.get("UPDATE_HISTORIES"):
         HISTORIES.mkdir(parents=True, exist_ok=True)
-        pool_runs = [text for kind, text in histories if kind == "selfbench.pool"]
-        task_run = next(text for kind, text in histories if kind == "selfbench.task")
-        (HISTORIES / "selfbench.pool.json").write_text(pool_runs[-1])
-        (HISTORIES / "selfbench.task.json").write_text(task_run)
+        # One run of each type (the ids are in the file names: replay needs them).
+        for kind in ("selfbench.pool", "selfbench.task"):
+            _, workflow_id, text = next(h for h in histories if h[0] == kind)
+            name = f"{kind}--{workflow_id.replace('/', '--')}.json"
+            (HISTORIES / name).write_text(text)
 
 
 @pytest.fixture(autouse=True)
