@@ -43,7 +43,7 @@ def test_a_changed_pool_fails_its_replay(monkeypatch: pytest.MonkeyPatch) -> Non
     path = next(p for p in RECORDED if p.name.startswith("selfbench.pool--"))
     events = json.loads(path.read_text())["events"]
     assert any("startChildWorkflowExecutionInitiatedEventAttributes" in e for e in events)
-    import runner.worker.pool as pool
+    from runner.worker import pool
 
     monkeypatch.setattr(pool, "TASK_WORKFLOW", "selfbench.task.v2")
     history = WorkflowHistory.from_json("pool-1", path.read_text())
