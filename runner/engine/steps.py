@@ -10,9 +10,7 @@ task.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import posixpath
 import tarfile
 import tempfile
@@ -30,10 +28,10 @@ from runner.base.logs import CappedLog
 from runner.engine.build import Context, ImageBuild
 from runner.engine.calls import Connection, engine_errors
 from runner.engine.containers import DockerContainer
+from runner.engine.stepcache import remember_step, remembered_step, step_key
 from runner.model.settings import CONTAINER_MARGIN_SECONDS
 from runner.plan.dockerfile import (
     PREDEFINED_ARGS,
-    STEP_RECIPE,
     Chunk,
     LimitedRun,
     SteppedDockerfile,
@@ -228,7 +226,7 @@ class SteppedBuild:
         env = self._step_env(step, image_env)
         user = str(config.get("User") or "root")
         workdir = str(config.get("WorkingDir") or "/")
-        key = _step_key(parent, step.argv, env, user, workdir)
+        key = step_key(parent, step.argv, env, user, workdir)
         cached = self._cached(key, parent)
         if cached is not None:
             sink.say(" ---> Using cache")
@@ -252,6 +250,7 @@ class SteppedBuild:
             if not failed:
                 labels = {**self.request.labels, LABEL_STEP: key} if final else {LABEL_STEP: key}
                 image_id = self._commit(container, config, labels)
+                remember_step(key, image_id)
                 sink.say(f" ---> {_short(image_id)}")
                 return BuildOutcome(ok=True, image_id=image_id, last_layer=image_id)
         return self._failed_step(step, result, sink, container.storage_mechanism)
@@ -320,14 +319,29 @@ class SteppedBuild:
         return env
 
     def _cached(self, key: str, parent: str) -> str | None:
-        """The step's committed image: the one with the key whose parent is `parent` (images
-        built on it inherit the label)."""
+        """The step's committed image (the key's, on `parent`; images built on it inherit the
+        label): by the id the cache remembers (one inspect), else by the label, a filter the
+        engine answers by reading every image (3.2 s at 8,125 images on Docker 20.10 here)."""
+        remembered = remembered_step(key)
+        if remembered is not None and self._is_step(remembered, key, parent):
+            return remembered
         with engine_errors("looking for a cached build step"):
             found = self.api.images(all=True, filters={"label": f"{LABEL_STEP}={key}"})
         for item in found:
             if item.get("ParentId") == parent:
+                remember_step(key, str(item["Id"]))
                 return str(item["Id"])
         return None
+
+    def _is_step(self, image_id: str, key: str, parent: str) -> bool:
+        """Whether `image_id` is on this engine, committed for `key` on `parent`."""
+        with engine_errors(f"reading image {image_id[:19]}"):
+            try:
+                info: dict[str, Any] = self.api.inspect_image(image_id)  # type: ignore[no-untyped-call]
+            except docker.errors.NotFound:
+                return False  # removed since, or remembered from another engine
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        return info.get("Parent") == parent and labels.get(LABEL_STEP) == key
 
     def _commit(
         self, container: DockerContainer, config: dict[str, Any], labels: dict[str, str]
@@ -351,15 +365,6 @@ class SteppedBuild:
 
 def _short(image_id: str) -> str:
     return image_id.removeprefix("sha256:")[:12]
-
-
-def _step_key(
-    parent: str, argv: tuple[str, ...], env: dict[str, str], user: str, workdir: str
-) -> str:
-    text = json.dumps(
-        [STEP_RECIPE, parent, list(argv), sorted(env.items()), user, workdir], sort_keys=True
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _context_tar(context: Path, chunk: Chunk, dockerfile: str, out: Any) -> None:
