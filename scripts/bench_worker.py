@@ -13,7 +13,7 @@ largest history, in bytes and events, of the pool's runs and the tasks' children
 the pool must still record every task once.
 
 Usage: python scripts/bench_worker.py [--tasks N] [--workers 1,2] [--jobs J] [--store file|s3]
-       [--kill-after K] [--segment S]
+       [--kill-after K] [--concurrency C] [--worker-option=--no-hack-gate ...]
 """
 
 from __future__ import annotations
@@ -190,6 +190,12 @@ def main() -> int:
     parser.add_argument("--store", choices=["file", "s3"], default="file")
     parser.add_argument("--kill-after", type=int, default=0, help="SIGKILL a worker after K")
     parser.add_argument("--concurrency", type=int, default=0, help="default: workers x jobs")
+    parser.add_argument(
+        "--worker-option",
+        action="append",
+        default=[],
+        help="a verify option for every worker, e.g. --worker-option=--no-hack-gate",
+    )
     args = parser.parse_args()
     options = [*default_options(), "--build-network", "host"]
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as scratch:
@@ -218,7 +224,7 @@ def measure(
 ) -> None:
     tasks = make_pool(root / "pool", args.tasks, args.seconds)
     queue = f"bench-{uuid.uuid4().hex[:6]}"
-    worker_options = [*options, "--store", store_url]
+    worker_options = [*options, *args.worker_option, "--store", store_url]
     workers: list[Worker] = []
     try:
         for n in range(count):

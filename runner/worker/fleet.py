@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.artifacts.store import ArtifactStore, StoreError
-from runner.base.errors import InfrastructureError, Interrupted
+from runner.base.errors import InfrastructureError, Interrupted, RepositoryError
 from runner.batch.model import BatchResult, TaskOutcome
 from runner.compile.repository import bundle_local, is_remote
 from runner.worker.client import (
@@ -49,7 +49,11 @@ def reference_of(
     elif isinstance(repo, str):
         if repo not in bundles:
             path = Path(repo.removeprefix("file://"))
-            if stat.S_ISREG(os.stat(path).st_mode):
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as exc:
+                raise RepositoryError(f"repository {repo}: {exc.strerror or exc}") from None
+            if stat.S_ISREG(mode):
                 bundles[repo] = store.put_file(path)
             else:
                 commit = str(request["task"]["definition"].get("baseCommit", ""))

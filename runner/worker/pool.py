@@ -137,6 +137,8 @@ class TaskWorkflow:
         reference = raw.get("reference") if isinstance(raw, dict) else None
         problem = request_problem(reference)
         name = str(reference.get("id")) if isinstance(reference, dict) else "?"
+        if problem is not None and isinstance(raw, dict) and isinstance(raw.get("name"), str):
+            name = raw["name"]  # the pool's name for a reference without an id
         if problem is None and isinstance(raw, dict):
             problem = limits_problem(raw, POOL_LIMITS)
         if problem is not None:
@@ -192,13 +194,15 @@ class PoolWorkflow:
         me = workflow.info().workflow_id
         task_settings = {k: getattr(pool, k) for k in asdict(TaskSettings())}
 
-        async def child(reference: Any) -> None:
-            name = str(reference.get("id")) if isinstance(reference, dict) else "?"
+        async def child(index: int, reference: Any) -> None:
+            # A reference without an id (the child answers it invalid) is named by its place.
+            given = reference.get("id") if isinstance(reference, dict) else None
+            name = given if isinstance(given, str) and given else f"manifest-{index}"
             async with bound:
                 try:
                     summary = await workflow.execute_child_workflow(
                         TASK_WORKFLOW,
-                        {"reference": reference, **task_settings},
+                        {"reference": reference, "name": name, **task_settings},
                         id=f"{me}/{name}",
                         parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
                         result_type=dict,
@@ -231,7 +235,7 @@ class PoolWorkflow:
             )
             if not page:
                 break
-            running.extend(asyncio.create_task(child(r)) for r in page)
+            running.extend(asyncio.create_task(child(offset + i, r)) for i, r in enumerate(page))
             offset += len(page)
         await asyncio.gather(*running)
         done = sorted(self._done, key=lambda s: str(s.get("id")))

@@ -153,7 +153,9 @@ def _references(store_url: str, cache: Path, count: int) -> tuple[str, int]:
         for index in range(count)
     ]
     largest = max(len(json.dumps(r)) for r in references)
-    return store.put_json(references), largest
+    # Two an orchestrator got wrong: each answered invalid, the pool goes on.
+    hostile: list[Any] = ["not an object", {**references[0], "id": "p-bad", "task": "md5:0"}]
+    return store.put_json([*references, *hostile]), largest
 
 
 async def _histories(server: str, workflow_id: str) -> list[tuple[str, str, str]]:
@@ -187,6 +189,7 @@ def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker
     tmp_path: Path, verify_options: list[str]
 ) -> None:
     count, segment = 90, 30
+    total = count + 2  # and the two hostile references
     store_url = f"file://{tmp_path}/store"
     manifest, largest = _references(store_url, tmp_path / "client-cache", count)
     assert largest < 1024
@@ -201,7 +204,7 @@ def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker
         try:
             pool = {
                 "manifest": manifest,
-                "total": count,
+                "total": total,
                 "concurrency": 4,
                 "segment": segment,
                 "page": 7,
@@ -235,19 +238,26 @@ def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker
         finally:
             for worker in workers:
                 stop_worker(worker)
-        assert result["total"] == count and len(result["pages"]) == count // segment, result
-        assert result["counts"]["accepted"] == count, result
+        pages = -(-total // segment)
+        assert result["total"] == total and len(result["pages"]) == pages, result
+        assert result["counts"]["accepted"] == count and result["counts"]["invalid"] == 2, result
         store = open_store(store_url, cache=tmp_path / "reader-cache")
         summaries: list[dict[str, Any]] = []
         for page in result["pages"]:
             summaries.extend(store.get_json(page, limit=1 << 24))
-        assert sorted(s["id"] for s in summaries) == [f"p-{i:04d}" for i in range(count)]
-        assert all(s["run"].startswith(f"{store_url}/runs/p-") for s in summaries)
+        by_id = {s["id"]: s for s in summaries}
+        assert sorted(by_id) == sorted(
+            [f"p-{i:04d}" for i in range(count)] + ["manifest-90", "p-bad"]
+        )
+        assert "field `task`" in by_id["p-bad"]["reason"], by_id["p-bad"]
+        assert by_id["manifest-90"]["verdict"] == "invalid"
+        accepted = [s for s in summaries if s["verdict"] == "accepted"]
+        assert all(s["run"].startswith(f"{store_url}/runs/p-") for s in accepted)
         assert max(len(json.dumps(s)) for s in summaries) < 1024
         histories = asyncio.run(_histories(server, "pool-1"))
     kinds = [kind for kind, _, _ in histories]
-    assert kinds.count("selfbench.pool") == count // segment  # continued as new twice
-    assert kinds.count("selfbench.task") == count
+    assert kinds.count("selfbench.pool") == pages  # continued as new after each segment
+    assert kinds.count("selfbench.task") == total
     # Each pool run's history holds references and summaries only.
     largest_history = max(len(text) for kind, _, text in histories if kind == "selfbench.pool")
     assert largest_history < 2 * 1024 * 1024
