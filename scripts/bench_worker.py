@@ -1,7 +1,8 @@
 """Benchmark: the worker fleet at the orchestrator's scale. A synthetic pool of small tasks (one
-pytest project at one base commit, as a discovered pool's candidates share one; each task its
-own held-out test, so no payload is answered from another's report; each task's tests take
-about a second) through `batch --temporal --store` on a real Temporal dev server, with 1, 2 or 3
+pytest project at one base commit, as a discovered pool's candidates share one, or with
+`--kind bash` a project whose test runner is a shell script; each task its own held-out test,
+so no payload is answered from another's report; each task's tests take about a second)
+through `batch --temporal --store` on a real Temporal dev server, with 1, 2 or 3
 `selfbench-runner worker` processes on this machine's engine and a shared-directory (or S3:
 moto's server) artifact store.
 
@@ -42,7 +43,15 @@ from bench_warm_verify import default_options  # noqa: E402
 from make_bench_task import BASE_CALC, GOLD_CALC, rounds_per_second, test_module  # noqa: E402
 
 from runner.artifacts.store import ArtifactStore, open_store  # noqa: E402
-from tests.helpers import definition, diff_of, make_repo, write_task  # noqa: E402
+from tests.helpers import (  # noqa: E402
+    LIB_BASE,
+    LIB_GOLD,
+    RUNNER_SH,
+    definition,
+    diff_of,
+    make_repo,
+    write_task,
+)
 from tests.s3 import s3_server  # noqa: E402
 from tests.temporal import Worker, start_worker, stop_worker, temporal_server  # noqa: E402
 
@@ -91,6 +100,39 @@ def make_pool(root: Path, count: int, seconds: float) -> list[Path]:
                 test_patch=test_patch,
                 gold_patch=gold,
                 instruction=f"Add mul(a, b) to calc.py, built on add (task {index}).\n",
+            )
+        )
+    return tasks
+
+
+def make_bash_pool(root: Path, count: int, seconds: float) -> list[Path]:
+    """`count` tasks on one bash repository (tests/run.sh runs test scripts; the gold patch adds
+    `shout`): task i holds out its own test; each selector's test waits seconds / 2."""
+    wait = f"sleep {seconds / 2:g}\n"
+    repo, commit = make_repo(
+        root / "repo",
+        {
+            "lib.sh": LIB_BASE,
+            "tests/run.sh": RUNNER_SH,
+            "tests/test_old.sh": f'. ./lib.sh\n{wait}[ "$(greet x)" = "hello x" ]\n',
+        },
+    )
+    gold = diff_of(repo, {"lib.sh": LIB_GOLD})
+    tasks = []
+    for index in range(count):
+        test = f'. ./lib.sh\n{wait}[ "$(shout x{index})" = "HELLO X{index}" ]\n'
+        tasks.append(
+            write_task(
+                root / "tasks" / f"t{index:05d}",
+                definition(
+                    taskId=f"fleet-sh-{index:05d}",
+                    repo=str(repo),
+                    baseCommit=commit,
+                    prompt=f"Add shout to lib.sh (task {index}).",
+                ),
+                test_patch=diff_of(repo, {"tests/test_new.sh": test}),
+                gold_patch=gold,
+                instruction=f"Add `shout NAME` to lib.sh: NAME in capitals (task {index}).\n",
             )
         )
     return tasks
@@ -188,6 +230,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="verifications at once per worker")
     parser.add_argument("--seconds", type=float, default=1.0, help="each task's tests' time")
     parser.add_argument("--store", choices=["file", "s3"], default="file")
+    parser.add_argument(
+        "--kind", choices=["pytest", "bash"], default="pytest", help="the tasks' test runner"
+    )
     parser.add_argument("--kill-after", type=int, default=0, help="SIGKILL a worker after K")
     parser.add_argument("--concurrency", type=int, default=0, help="default: workers x jobs")
     parser.add_argument(
@@ -222,7 +267,8 @@ def measure(
     env: dict[str, str],
     count: int,
 ) -> None:
-    tasks = make_pool(root / "pool", args.tasks, args.seconds)
+    make = make_bash_pool if args.kind == "bash" else make_pool
+    tasks = make(root / "pool", args.tasks, args.seconds)
     queue = f"bench-{uuid.uuid4().hex[:6]}"
     worker_options = [*options, *args.worker_option, "--store", store_url]
     workers: list[Worker] = []
