@@ -109,15 +109,16 @@ def make_bash_pool(root: Path, count: int, seconds: float) -> list[Path]:
     """`count` tasks on one bash repository (tests/run.sh runs test scripts; the gold patch adds
     `shout`): task i holds out its own test; each selector's test waits seconds / 2."""
     wait = f"sleep {seconds / 2:g}\n"
+    salt = uuid.uuid4().hex[:8]  # a new repository each run: nothing built by an earlier one
     repo, commit = make_repo(
         root / "repo",
         {
-            "lib.sh": LIB_BASE,
+            "lib.sh": LIB_BASE + f"# bench {salt}\n",
             "tests/run.sh": RUNNER_SH,
             "tests/test_old.sh": f'. ./lib.sh\n{wait}[ "$(greet x)" = "hello x" ]\n',
         },
     )
-    gold = diff_of(repo, {"lib.sh": LIB_GOLD})
+    gold = diff_of(repo, {"lib.sh": LIB_GOLD + f"# bench {salt}\n"})
     tasks = []
     for index in range(count):
         test = f'. ./lib.sh\n{wait}[ "$(shout x{index})" = "HELLO X{index}" ]\n'
@@ -125,7 +126,7 @@ def make_bash_pool(root: Path, count: int, seconds: float) -> list[Path]:
             write_task(
                 root / "tasks" / f"t{index:05d}",
                 definition(
-                    taskId=f"fleet-sh-{index:05d}",
+                    taskId=f"fleet-sh-{salt}-{index:05d}",
                     repo=str(repo),
                     baseCommit=commit,
                     prompt=f"Add shout to lib.sh (task {index}).",
