@@ -62,15 +62,16 @@ def make_pool(root: Path, count: int, seconds: float) -> list[Path]:
     """`count` tasks on one repository: task i holds out its own test of mul (a different
     product each), the gold patch is the same; each selector's tests take seconds / 2."""
     rounds = int(rounds_per_second() * seconds / 2)
+    salt = uuid.uuid4().hex[:8]  # a new repository each run: nothing built by an earlier one
     repo, commit = make_repo(
         root / "repo",
         {
-            "calc.py": BASE_CALC,
+            "calc.py": BASE_CALC + f"# bench {salt}\n",
             "tests/__init__.py": "",
             "tests/test_add.py": test_module("add", 1, rounds, "    assert add(2, 3) == 5\n"),
         },
     )
-    gold = diff_of(repo, {"calc.py": GOLD_CALC})
+    gold = diff_of(repo, {"calc.py": GOLD_CALC + f"# bench {salt}\n"})
     tasks = []
     for index in range(count):
         check = f"    assert mul({index}, -3) == {-3 * index}\n"
@@ -79,7 +80,7 @@ def make_pool(root: Path, count: int, seconds: float) -> list[Path]:
             write_task(
                 root / "tasks" / f"t{index:05d}",
                 definition(
-                    taskId=f"fleet-{index:05d}",
+                    taskId=f"fleet-{salt}-{index:05d}",
                     repo=str(repo),
                     baseCommit=commit,
                     setupCommand="uv venv -q --python /usr/bin/python3 /opt/venv "

@@ -13,7 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.temporal import free_port
+from tests.temporal import free_port, stop_process
 
 MOTO = Path(sys.executable).with_name("moto_server")
 
@@ -67,9 +67,4 @@ def s3_server(directory: Path, bucket: str) -> Iterator[dict[str, str]]:
                     os.environ[key] = value
         yield environment
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process)

@@ -66,12 +66,17 @@ def temporal_server(directory: Path) -> Iterator[str]:
             time.sleep(0.5)
         yield address
     finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 20 s: a server the tests started, stopped by its pid."""
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
 
 
 @dataclass(frozen=True)

@@ -182,13 +182,21 @@ def _take_local(path: Path, commit: str, *, label: str) -> None:
     repository of the runner's own, and the store fetches from that."""
     if has_commit(store(), commit):
         return
+    with _lent(path, commit, label=label) as lend:
+        _take(str(lend), commit, label=label, key="local")
+
+
+@contextlib.contextmanager
+def _lent(path: Path, commit: str, *, label: str) -> Iterator[Path]:
+    """A throw-away repository of the runner's own that reads the objects of the local
+    repository at `path` and holds `commit` (a repository error when it does not)."""
     objects = _objects_of(path, label=label)
     with tempfile.TemporaryDirectory(prefix="lend.", dir=git_root()) as tmp:
         lend = Path(tmp) / "lend.git"
         _new_repository(lend, alternate=objects)
         if not has_commit(lend, commit):
             raise RepositoryError(f"base commit {commit} not found in repository {label}")
-        _take(str(lend), commit, label=label, key="local")
+        yield lend
 
 
 def _take_bundle(path: Path, commit: str, *, label: str) -> None:
@@ -206,12 +214,7 @@ def bundle_local(path: Path, commit: str, destination: Path, *, label: str) -> N
     commit = commit.lower()
     if not _SHA.fullmatch(commit):
         raise RepositoryError(f"base commit {commit!r} is not a full 40-character commit id")
-    objects = _objects_of(path, label=label)
-    with tempfile.TemporaryDirectory(prefix="lend.", dir=git_root()) as tmp:
-        lend = Path(tmp) / "lend.git"
-        _new_repository(lend, alternate=objects)
-        if not has_commit(lend, commit):
-            raise RepositoryError(f"base commit {commit} not found in repository {label}")
+    with _lent(path, commit, label=label) as lend:
         run_git(["update-ref", "refs/heads/selfbench-base", commit], git_dir=lend)
         made = run_git(
             ["bundle", "create", "-q", str(destination), "refs/heads/selfbench-base"],
