@@ -17,9 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from runner.artifacts.address import DIGEST, RUN_KEY, RUNS, StoreUrl, parse_run_address
+from runner.artifacts.address import DIGEST, RUN_KEY, RUNS, parse_run_address
 from runner.artifacts.store import ArtifactStore, StoreError, open_store
-from runner.base.errors import UsageError
 from runner.base.safeio import private_dir
 from runner.model.layout import REPORT_FILE
 
@@ -108,13 +107,3 @@ def local_run_dir(text: str, *, cache: Path, field: str = "RUN_DIR") -> Path:
     archive = fetch_run(store, key, cache)
     run = archive / RUN_DIR
     return run if run.is_dir() else archive
-
-
-def store_of(url: StoreUrl, cache: Path) -> ArtifactStore:
-    return open_store(url, cache=cache / "store")
-
-
-def check_key(key: str) -> str:
-    if not RUN_KEY.fullmatch(key):
-        raise UsageError(f"{key!r} is not a run key", field="key")
-    return key

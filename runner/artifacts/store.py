@@ -26,7 +26,7 @@ from typing import Any
 
 from runner.artifacts.address import StoreUrl, check_digest, parse_store
 from runner.base.errors import InfrastructureError
-from runner.base.safeio import private_dir, write_atomic
+from runner.base.safeio import private_dir
 
 BLOBS = "blobs/sha256"
 # A record is a pointer, never a payload: what a reader takes whole into memory.
@@ -257,8 +257,3 @@ def open_store(url: str | StoreUrl, *, cache: Path | None, field: str = "--store
     if parsed.scheme == "file":
         return DirectoryStore(parsed, cache)
     return S3Store(parsed, cache)
-
-
-def write_record_locally(path: Path, document: dict[str, Any]) -> None:
-    """A record's copy on this host (what a fetched run keeps beside its files)."""
-    write_atomic(path, json.dumps(document, sort_keys=True, indent=1) + "\n", mode=0o600)

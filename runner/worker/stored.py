@@ -12,7 +12,6 @@ under the request's id, and answers with a summary of a few hundred bytes.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 from pathlib import Path
@@ -167,7 +166,3 @@ class StoredActivities:
             return await asyncio.to_thread(self.store.put_json, summaries)
         except StoreError as exc:
             raise _store_failure(exc) from None
-
-
-def reference_size(reference: dict[str, Any]) -> int:
-    return len(json.dumps(reference, separators=(",", ":")))
