@@ -57,7 +57,7 @@ bench-hack: engine ## Measure the defaults against nop + oracle + determinism al
 bench-batch: engine ## Measure batch throughput: two test-bound tasks at once vs one after the other
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_batch.py
 
-bench-worker: engine ## Measure the Temporal fleet: one worker vs two, and the failover time after SIGKILL
+bench-worker: engine ## Measure the fleet: a synthetic pool by reference on one worker and two (tasks/hour, overhead per task, history sizes)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/bench_worker.py
 
 clean: ## Remove what the runner left behind in Docker (containers, networks, volumes)
