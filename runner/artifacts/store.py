@@ -82,10 +82,15 @@ class ArtifactStore(ABC):
         return digest
 
     def put_bytes(self, data: bytes) -> str:
-        with tempfile.NamedTemporaryFile(prefix="blob.") as handle:
-            handle.write(data)
-            handle.flush()
-            return self.put_file(Path(handle.name))
+        """Put bytes as a blob (once; a temporary file only when they are not there yet)."""
+        digest = digest_of(data)
+        key = _blob_key(digest)
+        if not self._exists(key):
+            with tempfile.NamedTemporaryFile(prefix="blob.") as handle:
+                handle.write(data)
+                handle.flush()
+                self._upload(key, Path(handle.name))
+        return digest
 
     def put_json(self, document: Any) -> str:
         """A JSON document as a blob (sorted keys: the same document, the same digest)."""

@@ -187,6 +187,7 @@ class DockerEngine:
             labels=dict(labels),
             repo_digests=tuple(data.get("RepoDigests") or ()),
             repo_tags=tuple(data.get("RepoTags") or ()),
+            parent=str(data.get("Parent") or ""),
         )
 
     def pull(self, ref: str) -> ImageInfo:

@@ -334,14 +334,10 @@ class SteppedBuild:
         return None
 
     def _is_step(self, image_id: str, key: str, parent: str) -> bool:
-        """Whether `image_id` is on this engine, committed for `key` on `parent`."""
-        with engine_errors(f"reading image {image_id[:19]}"):
-            try:
-                info: dict[str, Any] = self.api.inspect_image(image_id)  # type: ignore[no-untyped-call]
-            except docker.errors.NotFound:
-                return False  # removed since, or remembered from another engine
-        labels = (info.get("Config") or {}).get("Labels") or {}
-        return info.get("Parent") == parent and labels.get(LABEL_STEP) == key
+        """Whether `image_id` is on this engine (not removed since, nor remembered from another
+        engine), committed for `key` on `parent`."""
+        info = self.image(image_id)
+        return info is not None and info.parent == parent and info.labels.get(LABEL_STEP) == key
 
     def _commit(
         self, container: DockerContainer, config: dict[str, Any], labels: dict[str, str]

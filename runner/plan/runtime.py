@@ -21,6 +21,7 @@ class ImageInfo:
     labels: Mapping[str, str]
     repo_digests: tuple[str, ...] = ()
     repo_tags: tuple[str, ...] = ()
+    parent: str = ""  # the image it was committed on ("" for a built or pulled one)
 
 
 @dataclass(frozen=True, kw_only=True)

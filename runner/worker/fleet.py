@@ -87,9 +87,8 @@ def run_pool(
         heartbeat_timeout_seconds=options.heartbeat_timeout_seconds,
     )
     done: set[int] = set()
-    ids = [str(r["id"]) for r in requests]
-    summary = asyncio.run(_drive(options, run, pool, ids, outcomes, done, view))
-    by_id = {name: i for i, name in enumerate(ids)}
+    by_id = {str(r["id"]): i for i, r in enumerate(requests)}
+    summary = asyncio.run(_drive(options, run, pool, by_id, outcomes, done, view))
     for digest in summary.pages:
         page = store.get_json(digest, limit=MAX_PAGE_BYTES)
         for item in page if isinstance(page, list) else []:
@@ -105,11 +104,16 @@ def run_pool(
     return result
 
 
-def _fill(outcome: TaskOutcome, summary: dict[str, Any], store: ArtifactStore) -> TaskOutcome:
-    """A task's outcome from its summary: the report read back from the store by digest."""
+def _take(outcome: TaskOutcome, summary: dict[str, Any]) -> None:
+    """What the live view shows of a task's summary: its verdict, reason and time."""
     outcome.verdict = str(summary.get("verdict") or "infrastructure_failed")
     outcome.reason = str(summary.get("reason") or "")
     outcome.seconds = float(summary.get("seconds") or 0.0)
+
+
+def _fill(outcome: TaskOutcome, summary: dict[str, Any], store: ArtifactStore) -> TaskOutcome:
+    """A task's outcome from its summary: the report read back from the store by digest."""
+    _take(outcome, summary)
     outcome.engine = str(summary.get("worker") or "") or outcome.engine
     if isinstance(summary.get("run"), str):
         outcome.run_dir = summary["run"]
@@ -128,7 +132,7 @@ async def _drive(
     options: TemporalBatch,
     run: str,
     pool: PoolInput,
-    ids: list[str],
+    index_of: dict[str, int],
     outcomes: list[TaskOutcome],
     done: set[int],
     view: ViewCalls,
@@ -142,7 +146,6 @@ async def _drive(
     # Queries and describe go to the newest run of the chain (the pool continues as new).
     latest = client.get_workflow_handle(run)
     view.note(f"workflow {run} ({POOL_WORKFLOW}) on task queue {options.task_queue!r}")
-    index_of = {name: i for i, name in enumerate(ids)}
     shown: set[int] = set()
     waiting = asyncio.ensure_future(started.result())
     try:
@@ -193,11 +196,8 @@ async def _look(
         if index is None or index in done:
             continue
         done.add(index)
-        outcome = outcomes[index]
-        outcome.verdict = str(item.get("verdict") or "infrastructure_failed")
-        outcome.reason = str(item.get("reason") or "")
-        outcome.seconds = float(item.get("seconds") or 0.0)
-        view.finished(outcome, len(done), len(outcomes))
+        _take(outcomes[index], item)
+        view.finished(outcomes[index], len(done), len(outcomes))
 
 
 async def _child_stage(client: Any, workflow_id: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -96,7 +95,7 @@ class StoredActivities:
         self.store = store
 
     def _publish(self, job: Job) -> dict[str, Any]:
-        archive = Path(job.archive)
+        archive = job.archive
         summary = {"id": job.id, "verdict": job.verdict, "runId": job.run_id}
         if not archive.is_dir():
             archive.mkdir(parents=True, exist_ok=True)
