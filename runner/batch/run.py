@@ -78,6 +78,8 @@ class Running:
     started: float
     run_id: str = ""
     events_offset: int = 0
+    # Wall clock, as the cache budget's use records are: what it used since then stays.
+    since: float = field(default_factory=time.time)
     stage: str = "starting"
 
 
@@ -150,10 +152,10 @@ def _endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
     return context_endpoint(spec.name, base, field="--engine")
 
 
-def apply_budget(engine: Engine, budget: int) -> int:
+def apply_budget(engine: Engine, budget: int, *, protect_since: float) -> int:
     try:
         with connected(environment=engine.env, timeout=60) as docker_engine:
-            return collect(docker_engine, budget).freed_bytes
+            return collect(docker_engine, budget, protect_since=protect_since).freed_bytes
     except RunnerError as exc:
         log.warning("cache budget on %s: %s", engine.spec.name, exc)
         return 0
@@ -319,7 +321,14 @@ class Batch:
             state.done += 1
             self.progress.finished(outcome, state.done, len(self.outcomes))
             if self.options.cache_budget is not None and entry.engine.alive:
-                self.freed += apply_budget(entry.engine, self.options.cache_budget)
+                # The tasks still running on this engine keep what they use.
+                since = min(
+                    (r.since for r in state.running if r.engine is entry.engine),
+                    default=time.time(),
+                )
+                self.freed += apply_budget(
+                    entry.engine, self.options.cache_budget, protect_since=since
+                )
 
     def _connect(self, engine: Engine) -> str | None:
         """Open an ssh engine's one login (again, after a loss), then ping. None: it answers."""

@@ -123,6 +123,17 @@ ALLOW_REPO_URL = click.option(
     "the runner fetches from its host, so an open list would let a request reach any address.",
 )
 
+# `serve` and `worker` run for weeks and build every task they verify: their task images are a
+# build cache that needs a bound (runner.engine.cachebudget).
+SERVICE_CACHE_BUDGET = click.option(
+    "--cache-budget",
+    type=ByteSize(),
+    default=None,
+    help="After each verification, remove the runner's least recently used task images until "
+    "they fit this size (e.g. 50GB). Images a running verification uses stay. Default: no bound "
+    "(`gc --cache-budget` by hand).",
+)
+
 
 SERVE_OPTIONS = (
     click.option(
@@ -157,6 +168,7 @@ SERVE_OPTIONS = (
     ),
     ALLOW_REPO_ROOT,
     ALLOW_REPO_URL,
+    SERVICE_CACHE_BUDGET,
     click.option(
         "--max-body",
         type=ByteSize(),
@@ -209,6 +221,7 @@ def serve_command(
     token_file: Path | None,
     repo_roots: tuple[Path, ...],
     repo_urls: tuple[str, ...],
+    cache_budget: int | None,
     max_body: int,
     header_timeout: float,
     max_connections: int,
@@ -266,6 +279,7 @@ def serve_command(
         verify_settings=forwarded,
         digest_settings=digest_settings,
         base_image=child.base_image,
+        cache_budget=cache_budget,
     )
     # The service's own lines (a job queued, started, ended) and one per request.
     _stderr_logging(verbose, informative=("runner.sidecar",))

@@ -19,6 +19,7 @@ from runner.cli.options import CHILD_VERIFY_OPTIONS
 from runner.cli.serve import (
     ALLOW_REPO_ROOT,
     ALLOW_REPO_URL,
+    SERVICE_CACHE_BUDGET,
     _check_repository_policy,
     _listen_address,
 )
@@ -166,6 +167,7 @@ STORE = click.option(
 @STORE
 @ALLOW_REPO_ROOT
 @ALLOW_REPO_URL
+@SERVICE_CACHE_BUDGET
 @CHILD_VERIFY_OPTIONS
 @click.option("-v", "--verbose", is_flag=True, help="Log each activity's stages.")
 def worker_command(
@@ -180,6 +182,7 @@ def worker_command(
     store: str | None,
     repo_roots: tuple[Path, ...],
     repo_urls: tuple[str, ...],
+    cache_budget: int | None,
     child: SharedSettings,
     verbose: bool,
 ) -> int:
@@ -193,7 +196,7 @@ def worker_command(
     \b
     Example:
       selfbench-runner worker --temporal temporal.internal:7233 --task-queue selfbench --jobs 2 \\
-        --store s3://selfbench-artifacts/fleet
+        --store s3://selfbench-artifacts/fleet --cache-budget 50GB
     """
     require_extra("fleet", "worker")
     if store is not None:
@@ -221,6 +224,7 @@ def worker_command(
         digest_settings=digest_settings,
         base_image=child.base_image,
         store=store,
+        cache_budget=cache_budget,
     )
     _stderr_logging(verbose)
     if not verbose:

@@ -1,10 +1,15 @@
 """The image cache's budget: the runner's task images are its build cache; `gc --cache-budget`
-(and `batch --cache-budget`, between tasks) removes the least recently used ones until their
-bytes fit. Docker records no last use, so every verify records when it used its images
-(`<cache>/image-use.json`); an image never recorded counts from its creation.
+(and `batch`, `serve` and `worker` with --cache-budget, after each task) removes the least
+recently used ones until their bytes fit. Docker records no last use, so every verify records
+when it uses its images (`<cache>/image-use.json`), once before its first build and again when
+it ends; an image never recorded counts from its creation.
 
-Never removed: an image a container uses (a verification running now), and any image the
-runner did not create (the label decides).
+Never removed: an image a container uses, an image used since `protect_since` (the start of the
+oldest verification still running beside the collection: between two containers of a gate, or
+before its first one, its images hold no container), and any image the runner did not create
+(the label decides). The last two are checked under the lock `record_use` takes, one image at a
+time, right before its removal: a verification that records an image either records it first
+(and the image stays) or finds it gone when it builds (and builds it again).
 """
 
 from __future__ import annotations
@@ -57,8 +62,12 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _use_file(root: Path | None) -> Path:
+    return (root or cache_root()) / USE_FILE
+
+
 def load_use(root: Path | None = None) -> dict[str, float]:
-    path = (root or cache_root()) / USE_FILE
+    path = _use_file(root)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -69,8 +78,8 @@ def load_use(root: Path | None = None) -> dict[str, float]:
 
 
 def record_use(tags: Iterable[str], root: Path | None = None) -> None:
-    """Note that these image tags were used now (a verify's agent and verifier images)."""
-    path = (root or cache_root()) / USE_FILE
+    """Note that these image tags are used now (a verify's agent and verifier images)."""
+    path = _use_file(root)
     now = time.time()
     with _locked(path):
         records = load_use(root)
@@ -98,17 +107,22 @@ def footprint(images: Iterable[_Image]) -> int:
 
 
 def choose_removals(
-    images: Sequence[_Image], budget_bytes: int, records: dict[str, float]
+    images: Sequence[_Image],
+    budget_bytes: int,
+    records: dict[str, float],
+    *,
+    protect_since: float | None = None,
 ) -> tuple[list[Any], int, int]:
     """The images to remove, least recently used first, until the rest fit the budget; the
-    bytes that removal frees; and the bytes that stay. Images in use are never chosen."""
+    bytes that removal frees; and the bytes that stay. Images in use, or used since
+    `protect_since`, are never chosen."""
     remaining = list(images)
     before = footprint(remaining)
     chosen: list[Any] = []
     for image in sorted(images, key=lambda i: last_use(i, records)):
         if footprint(remaining) <= budget_bytes:
             break
-        if image.in_use:
+        if image.in_use or _protected(image, records, protect_since):
             continue
         chosen.append(image)
         remaining.remove(image)
@@ -116,19 +130,44 @@ def choose_removals(
     return chosen, before - after, after
 
 
-def collect(engine: Any, budget_bytes: int, *, dry_run: bool = False) -> Collection:
+def _protected(image: _Image, records: dict[str, float], since: float | None) -> bool:
+    return since is not None and last_use(image, records) >= since
+
+
+def collect(
+    engine: Any,
+    budget_bytes: int,
+    *,
+    dry_run: bool = False,
+    protect_since: float | None = None,
+    root: Path | None = None,
+) -> Collection:
     """Apply the budget on `engine` (a runner.engine.docker.DockerEngine)."""
     images = engine.task_images()
-    chosen, _, _ = choose_removals(images, budget_bytes, load_use())
+    chosen, _, _ = choose_removals(
+        images, budget_bytes, load_use(root), protect_since=protect_since
+    )
     removed: list[str] = []
     kept = list(images)
     for image in chosen:
-        if dry_run or engine.remove_task_image(image):
-            removed.append(image.tags[0] if image.tags else image.id[:19])
+        if dry_run:
+            removed.append(_name(image))
             kept.remove(image)
+            continue
+        with _locked(_use_file(root)):
+            # Recorded since the listing: a verification started using it; it stays.
+            if _protected(image, load_use(root), protect_since):
+                continue
+            if engine.remove_task_image(image):
+                removed.append(_name(image))
+                kept.remove(image)
     return Collection(
         removed=removed,
         freed_bytes=footprint(images) - footprint(kept),
         kept_bytes=footprint(kept),
         skipped_in_use=sum(1 for i in images if i.in_use),
     )
+
+
+def _name(image: _Image) -> str:
+    return image.tags[0] if image.tags else image.id[:19]

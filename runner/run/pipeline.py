@@ -323,6 +323,7 @@ def _run_stages(
         return None
     try:
         RunLayout(run.run_dir).plan.write_text(plan.to_json())
+        _used(plan)  # before the first build: a cache budget running beside it keeps them
         executor = Executor(
             plan,
             engine,
@@ -334,13 +335,17 @@ def _run_stages(
         run.execution = executor.run()
         run.interrupted = run.execution.interrupted
         _seal(run)
-        with contextlib.suppress(OSError):
-            from runner.engine.cachebudget import record_use
-
-            record_use(b.tag for b in plan.builds)  # the cache budget's "last used"
+        _used(plan)  # the cache budget's "last used"
     finally:
         engine.close()
     return plan
+
+
+def _used(plan: VerifyPlan) -> None:
+    from runner.engine.cachebudget import record_use
+
+    with contextlib.suppress(OSError):
+        record_use(b.tag for b in plan.builds)
 
 
 def _seal(run: RunRecord) -> None:

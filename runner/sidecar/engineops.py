@@ -1,5 +1,5 @@
 """The few Docker calls the sidecar makes itself: is the engine there, remove a run's
-containers, a base image's id for the payload digest."""
+containers, a base image's id for the payload digest, the image cache budget."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class EngineOps:
         self._engine: Any = None
         self._ping_at = 0.0
         self._ping_ok = False
+        self._budget_lock = threading.Lock()
 
     def _get(self) -> Any:
         from runner.engine.docker import connect
@@ -62,6 +63,32 @@ class EngineOps:
                 self._engine = None
                 return None
             return str(info.id) if info is not None else None
+
+    def apply_budget(self, budget: int, *, protect_since: float) -> int:
+        """One pass of the image cache budget, on a connection of its own (removals take a
+        while; the other calls go on meanwhile); the bytes it freed. A pass already running
+        makes this one needless: it lists the images after this run ended."""
+        from runner.engine.cachebudget import collect
+        from runner.engine.docker import connected
+
+        if not self._budget_lock.acquire(blocking=False):
+            return 0
+        try:
+            with connected(timeout=120) as engine:
+                result = collect(engine, budget, protect_since=protect_since)
+        except Exception as exc:
+            log.warning("cache budget: %s", exc)
+            return 0
+        finally:
+            self._budget_lock.release()
+        if result.removed:
+            log.info(
+                "cache budget: removed %d image(s), %.2f GB freed, %.2f GB kept",
+                len(result.removed),
+                result.freed_bytes / 1e9,
+                result.kept_bytes / 1e9,
+            )
+        return result.freed_bytes
 
     def close(self) -> None:
         with self._lock:

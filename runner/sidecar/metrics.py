@@ -41,6 +41,11 @@ class Metrics:
             "Requests answered with the accepted report of an identical payload.",
             registry=self.registry,
         )
+        self._freed = Counter(
+            "selfbench_cache_freed_bytes",
+            "Bytes of task images the cache budget (--cache-budget) removed.",
+            registry=self.registry,
+        )
         queued = Gauge("selfbench_queue_depth", "Requests waiting to run.", registry=self.registry)
         queued.set_function(lambda: float(depth()[0]))
         running = Gauge("selfbench_running", "Verifications running now.", registry=self.registry)
@@ -54,6 +59,9 @@ class Metrics:
 
     def reused(self) -> None:
         self._reuse.inc()
+
+    def freed(self, size: int) -> None:
+        self._freed.inc(size)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

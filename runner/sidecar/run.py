@@ -44,6 +44,7 @@ class SidecarOptions:
     verify_settings: SharedSettings
     digest_settings: dict[str, Any] = field(default_factory=dict)
     base_image: str | None = None
+    cache_budget: int | None = None
 
 
 class ServiceSettings(Protocol):
@@ -65,6 +66,8 @@ class ServiceSettings(Protocol):
     def allow_repo_urls(self) -> tuple[str, ...]: ...
     @property
     def grace_seconds(self) -> float: ...
+    @property
+    def cache_budget(self) -> int | None: ...
 
 
 @contextlib.contextmanager
@@ -106,6 +109,7 @@ def open_service(options: ServiceSettings) -> tuple[Store, Service, Metrics]:
             allow_repo_roots=options.allow_repo_roots,
             allow_repo_urls=options.allow_repo_urls,
             grace_seconds=options.grace_seconds,
+            cache_budget=options.cache_budget,
         ),
         store,
     )

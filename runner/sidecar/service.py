@@ -59,6 +59,7 @@ class ServiceConfig:
     allow_repo_roots: tuple[Path, ...] = ()
     allow_repo_urls: tuple[str, ...] = ()  # shell-style patterns of the whole URL
     grace_seconds: float = 30.0
+    cache_budget: int | None = None  # bytes of task images kept, applied after each run
     python: str = sys.executable
     fork: bool | None = None  # children forked from a pre-imported server (default: env)
 
@@ -71,6 +72,7 @@ class _Running:
     child: Child | None = None
     digest: str | None = None
     task_id: str | None = None
+    started: float = field(default_factory=time.time)
 
 
 def _wait_gone(pid: int, run_id: str, timeout: float) -> bool:
@@ -374,6 +376,18 @@ class Service:
             with self._lock:
                 self._running.pop(job_id, None)
             self._notify()
+            self._budget()
+
+    def _budget(self) -> None:
+        """The image cache budget, after a run: what the verifications still running use (or
+        used since the oldest of them started) stays (runner.engine.cachebudget)."""
+        if self.config.cache_budget is None or self.stopping:
+            return
+        with self._lock:
+            since = min((r.started for r in self._running.values()), default=time.time())
+        freed = self.engine.apply_budget(self.config.cache_budget, protect_since=since)
+        if freed and self.metrics is not None:
+            self.metrics.freed(freed)
 
     def _started(self, job_id: str, child: Child) -> None:
         with self._lock:

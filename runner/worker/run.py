@@ -49,6 +49,7 @@ class WorkerOptions:
     digest_settings: dict[str, Any] = field(default_factory=dict)
     base_image: str | None = None
     store: str | None = None  # the artifact store's URL: tasks by reference when given
+    cache_budget: int | None = None  # bytes of task images kept (runner.engine.cachebudget)
 
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:

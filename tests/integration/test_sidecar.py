@@ -22,8 +22,10 @@ import docker
 import httpx
 import pytest
 
+from tests.engines import private_engine
 from tests.hostile_repos import arm
 from tests.integration.conftest import ROOT, leftovers, run_verify
+from tests.integration.test_batch import derived_base
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
 RUN_FIELDS = ("runId", "startedAt", "seconds", "runDir", "bundle")
@@ -52,8 +54,16 @@ def payload(
 
 
 class Sidecar:
-    def __init__(self, state: Path, mailbox: Path, options: list[str], jobs: int = 1) -> None:
+    def __init__(
+        self,
+        state: Path,
+        mailbox: Path,
+        options: list[str],
+        jobs: int = 1,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.state, self.mailbox, self.options, self.jobs = state, mailbox, options, jobs
+        self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.headers: dict[str, str] = {}
@@ -84,6 +94,7 @@ class Sidecar:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
+                env=self.env,
             )
         deadline = time.monotonic() + 60
         while True:
@@ -477,3 +488,62 @@ def test_sigterm_stops_within_the_grace_period_and_requeues(
     assert state == "queued"
     assert not (car.mailbox / "responses" / "g1.json").exists()
     assert "stopping (SIGTERM)" in car.log.read_text()
+
+
+def test_a_sidecar_keeps_its_task_images_under_its_cache_budget(
+    tmp_path: Path, verify_options: list[str], base_image: str
+) -> None:
+    """`serve --cache-budget` (and `worker`, the same service) removes the least recently used
+    task images after each verification: on a private engine, so no other test's images go."""
+    base = derived_base(verify_options)
+    nonce = uuid.uuid4().hex[:8]
+    with private_engine(tmp_path / "engine", images=(base_image, base)) as engine:
+        client = engine.client()
+
+        def tags(**filters: str) -> list[str]:
+            # The API's list alone: docker-py's images.list() inspects each image after listing,
+            # and an image the budget removes in between is a 404.
+            listed = client.api.images(filters=filters or None)
+            return sorted(t for i in listed for t in (i.get("RepoTags") or []))
+
+        def task_tags() -> list[str]:
+            found = tags(label="org.selfbench.runner=1")
+            return [t for t in found if ":agent-" in t or ":verifier-" in t]
+
+        options = [*verify_options, "--build-network", "host", "--cache-budget", "5MiB"]
+        car = Sidecar(tmp_path / "state", tmp_path / "mailbox", options, env=engine.environ())
+        car.start()
+        try:
+            for index in (1, 2):
+                # Each task's setup writes 3 MB: one task's images fit 5 MiB, two do not.
+                doc = payload(
+                    f"cb{index}",
+                    candidate=f"c{index}",
+                    taskId=f"cb-{index}-{nonce}",
+                    setupCommand=f"./configure && head -c 3000000 /dev/urandom > blob{index}",
+                )
+                put_request(car.mailbox, doc)
+                answer = wait_response(car.mailbox, f"cb{index}")
+                assert answer["report"]["verdict"] == "accepted", answer
+                if index == 1:
+                    # Under budget: nothing removed.
+                    assert len(task_tags()) == 2, task_tags()
+            deadline = time.monotonic() + 60
+            while any(f"/cb-1-{nonce}:" in t for t in task_tags()):
+                assert time.monotonic() < deadline, task_tags()
+                time.sleep(0.5)
+            # The least recently used task's images went; the last one's stay.
+            assert [t.split(":")[0] for t in task_tags()] == [f"selfbench/cb-2-{nonce}"] * 2
+            metrics = httpx.get(f"{car.url}/metrics", headers=car.headers, timeout=30).text
+            freed = next(
+                float(line.split()[1])
+                for line in metrics.splitlines()
+                if line.startswith("selfbench_cache_freed_bytes_total ")
+            )
+            assert freed >= 3_000_000, metrics
+            assert base in tags()  # not a task image
+        finally:
+            car.stop()
+            client.close()
+        log = car.log.read_text()
+        assert "cache budget: removed 2 image(s)" in log, log

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,13 @@ import pytest
 from runner.base.errors import ExitCode, InvalidTaskError, UsageError
 from runner.batch.model import BatchResult, EngineSpec, TaskOutcome, junit_xml, markdown
 from runner.compile.taskdir import load_authored_task
-from runner.engine.cachebudget import choose_removals, footprint, load_use, record_use
+from runner.engine.cachebudget import (
+    choose_removals,
+    collect,
+    footprint,
+    load_use,
+    record_use,
+)
 from runner.present.export import Accepted, check, export
 from tests.helpers import bash_task, compiled, git
 
@@ -172,6 +179,58 @@ def test_the_budget_removes_the_least_recently_used_and_spares_images_in_use(
     assert (freed, kept) == (160, 55)
     chosen, freed, _ = choose_removals(images, 1000, records)
     assert chosen == [] and freed == 0
+
+
+def test_the_budget_keeps_what_a_running_verification_used_since_it_started(
+    tmp_path: Path,
+) -> None:
+    images = [
+        Img("old", ("t/old:agent",), (("o", 100),), created=1),
+        Img("run", ("t/run:agent",), (("r", 100),), created=1),
+    ]
+    record_use(["t/old:agent"], root=tmp_path)
+    started = time.time()
+    time.sleep(0.01)
+    record_use(["t/run:agent"], root=tmp_path)  # a verification running beside the pass
+    chosen, _, kept = choose_removals(images, 0, load_use(tmp_path), protect_since=started)
+    assert [i.id for i in chosen] == ["old"] and kept == 100
+
+
+class _Engine:
+    """An engine whose removal of one image lets a verification record another meanwhile."""
+
+    def __init__(self, images: list[Img], root: Path) -> None:
+        self.images, self.root = images, root
+        self.removed: list[str] = []
+
+    def task_images(self) -> list[Img]:
+        return list(self.images)
+
+    def remove_task_image(self, image: Img) -> bool:
+        self.removed.append(image.id)
+        if image.id == "a":
+            # A verification (another process) started after the pass began records "b": it
+            # waits for the lock this removal holds, then records before the pass looks at
+            # "b". Written here directly: this process holds the lock.
+            records = load_use(self.root)
+            records["t/b:agent"] = time.time()
+            (self.root / "image-use.json").write_text(json.dumps(records))
+        return True
+
+
+def test_an_image_recorded_while_the_budget_runs_is_not_removed(tmp_path: Path) -> None:
+    images = [
+        Img("a", ("t/a:agent",), (("a", 100),), created=1),
+        Img("b", ("t/b:agent",), (("b", 100),), created=2),
+        Img("c", ("t/c:agent",), (("c", 100),), created=3),
+    ]
+    since = time.time()
+    engine = _Engine(images, tmp_path)
+    result = collect(engine, 0, protect_since=since, root=tmp_path)
+    assert engine.removed == ["a", "c"]
+    assert result.removed == ["t/a:agent", "t/c:agent"] and result.kept_bytes == 100
+    dry = _Engine(images, tmp_path)
+    assert collect(dry, 0, dry_run=True, root=tmp_path).removed and dry.removed == []
 
 
 def test_export_is_deterministic_and_checked(tmp_path: Path) -> None:

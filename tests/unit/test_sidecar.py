@@ -20,8 +20,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
+from runner.sidecar.engineops import EngineOps
 from runner.sidecar.jobs import ConflictError
 from runner.sidecar.mailbox import Mailbox, sidecar_name
+from runner.sidecar.metrics import Metrics
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import (
     JobState,
@@ -30,7 +32,7 @@ from runner.sidecar.request import (
     VerificationResponse,
     payload_digest,
 )
-from runner.sidecar.service import Service, ServiceConfig
+from runner.sidecar.service import Service, ServiceConfig, _Running
 from runner.sidecar.store import Store
 from tests.helpers import free_port
 
@@ -256,6 +258,42 @@ def service_for(
         ServiceConfig(state_dir=tmp_path / "state", allow_repo_roots=roots, allow_repo_urls=urls),
         Store(tmp_path / "state" / "jobs.sqlite3"),
     )
+
+
+class _BudgetOps(EngineOps):
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes: list[tuple[int, float]] = []
+
+    def apply_budget(self, budget: int, *, protect_since: float) -> int:
+        self.passes.append((budget, protect_since))
+        return 123
+
+
+def test_the_cache_budget_runs_after_each_run_and_spares_the_running_ones(
+    tmp_path: Path,
+) -> None:
+    ops = _BudgetOps()
+    config = ServiceConfig(state_dir=tmp_path / "state", cache_budget=5 << 20)
+    service = Service(config, Store(tmp_path / "state" / "jobs.sqlite3"), engine=ops)
+    metrics = Metrics(service.depth)
+    service.metrics = metrics
+    before = time.time()
+    service._budget()  # nothing running: whatever is recorded from now on stays
+    assert ops.passes[0][0] == 5 << 20 and ops.passes[0][1] >= before
+    # Two verifications still running: what the older one used since it started stays.
+    for job, started in (("j1", 1000.0), ("j2", 2000.0)):
+        service._running[job] = _Running(
+            job_id=job, run_id=job, thread=threading.Thread(), started=started
+        )
+    service._budget()
+    assert ops.passes[1] == (5 << 20, 1000.0)
+    assert b"selfbench_cache_freed_bytes_total 246.0" in metrics.render()
+    unbounded = Service(
+        ServiceConfig(state_dir=tmp_path / "other"), Store(tmp_path / "other.sqlite3"), engine=ops
+    )
+    unbounded._budget()
+    assert len(ops.passes) == 2
 
 
 def test_git_urls_need_an_allowed_pattern(tmp_path: Path) -> None:
