@@ -168,6 +168,12 @@ STORE = click.option(
 @ALLOW_REPO_ROOT
 @ALLOW_REPO_URL
 @SERVICE_CACHE_BUDGET
+@click.option(
+    "--keep-runs",
+    is_flag=True,
+    help="With --store: keep each run's archive in --state-dir after it is published (default: "
+    "removed once the store holds it; logs, debug, export and grade read it from the store).",
+)
 @CHILD_VERIFY_OPTIONS
 @click.option("-v", "--verbose", is_flag=True, help="Log each activity's stages.")
 def worker_command(
@@ -183,6 +189,7 @@ def worker_command(
     repo_roots: tuple[Path, ...],
     repo_urls: tuple[str, ...],
     cache_budget: int | None,
+    keep_runs: bool,
     child: SharedSettings,
     verbose: bool,
 ) -> int:
@@ -203,6 +210,10 @@ def worker_command(
         from runner.artifacts.address import parse_store
 
         parse_store(store)
+    elif keep_runs:
+        raise UsageError(
+            "--keep-runs goes with --store (without it every run stays)", field="--keep-runs"
+        )
     _listen_address(address)  # HOST:PORT, said in the same words as serve's --http
     metrics_address = _listen_address(metrics_listen) if metrics_listen else None
     _check_repository_policy(repo_roots, repo_urls)
@@ -225,6 +236,7 @@ def worker_command(
         base_image=child.base_image,
         store=store,
         cache_budget=cache_budget,
+        keep_runs=keep_runs,
     )
     _stderr_logging(verbose)
     if not verbose:

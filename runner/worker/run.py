@@ -50,6 +50,7 @@ class WorkerOptions:
     base_image: str | None = None
     store: str | None = None  # the artifact store's URL: tasks by reference when given
     cache_budget: int | None = None  # bytes of task images kept (runner.engine.cachebudget)
+    keep_runs: bool = False  # a published run's archive stays in the state directory too
 
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
@@ -64,7 +65,9 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
         )
     store, service, metrics = open_service(options)
     activities = VerifyActivities(service)
-    stored = StoredActivities(activities, artifacts) if artifacts is not None else None
+    stored = None
+    if artifacts is not None:
+        stored = StoredActivities(activities, artifacts, keep_runs=options.keep_runs)
     metrics_server: Any = None
     started = False
 

@@ -6,13 +6,16 @@ task's files in the store (a TaskPayload JSON blob) and whose repository is a gi
 `repoBlob`, the digest of a git bundle in the store. The worker fetches both by digest into its
 cache (checked against the digest: a store written by someone else cannot change what a
 reference means), verifies as `selfbench.verify` does, publishes the run's archive to the store
-under the request's id, and answers with a summary of a few hundred bytes.
+under the request's id, and answers with a summary of a few hundred bytes. The store then holds
+the run: the worker's own copy is removed (unless `--keep-runs`), so its disk holds only what
+is running and its caches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import socket
 from typing import Any
 
@@ -21,7 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from runner.artifacts.address import DIGEST
-from runner.artifacts.runs import publish_run
+from runner.artifacts.runs import publish_run, run_record
 from runner.artifacts.store import ArtifactStore, StoreError
 from runner.sidecar.jobs import Job
 from runner.sidecar.request import JobState, VerificationRequest
@@ -90,18 +93,33 @@ def summary_of(job: Job, record: dict[str, Any]) -> dict[str, Any]:
 class StoredActivities:
     """The by-reference activities of one worker: its verify activities and its store."""
 
-    def __init__(self, verify: VerifyActivities, store: ArtifactStore) -> None:
+    def __init__(
+        self, verify: VerifyActivities, store: ArtifactStore, *, keep_runs: bool = False
+    ) -> None:
         self.verify = verify
         self.store = store
+        self.keep_runs = keep_runs
 
     def _publish(self, job: Job) -> dict[str, Any]:
         archive = job.archive
         summary = {"id": job.id, "verdict": job.verdict, "runId": job.run_id}
         if not archive.is_dir():
+            if job.run_id is not None:
+                # Published and removed already: an activity retried after its answer was lost
+                # finds the finished job, and the store's record is that run's.
+                try:
+                    existing = run_record(self.store, job.id)
+                except StoreError:
+                    existing = {}
+                if existing.get("runId") == job.run_id:
+                    return existing
             archive.mkdir(parents=True, exist_ok=True)
             if job.response is not None:
                 (archive / "response.json").write_text(job.response.to_json() + "\n")
-        return publish_run(self.store, job.id, archive, summary)
+        record = publish_run(self.store, job.id, archive, summary)
+        if not self.keep_runs:
+            shutil.rmtree(archive, ignore_errors=True)
+        return record
 
     @activity.defn(name=VERIFY_STORED_ACTIVITY)
     async def verify_stored(self, reference: Any) -> dict[str, Any]:

@@ -213,3 +213,40 @@ def test_a_pool_input_carries_its_cursor_counts_and_pages() -> None:
         250,
         8,
     )
+
+
+def test_a_worker_s_published_run_leaves_its_disk_and_a_retry_reads_the_store(
+    store: DirectoryStore, tmp_path: Path
+) -> None:
+    from runner.sidecar.request import JobState, VerificationResponse
+    from runner.sidecar.store import Store
+    from runner.worker.stored import StoredActivities
+    from tests.unit.test_sidecar import make_request
+
+    jobs = Store(tmp_path / "jobs.sqlite3")
+    archive = _archive(tmp_path / "worker-host", "/var/lib/worker/runs/p/run")
+    jobs.add(make_request(id="pool-1-0001"), source="temporal", archive=archive)
+    assert jobs.start("pool-1-0001", run_id="20261203T010203Z-1a2b3c")
+    answer = VerificationResponse(id="pool-1-0001", status="done", report={"verdict": "accepted"})
+    jobs.finish("pool-1-0001", answer, state=JobState.DONE, verdict="accepted")
+    job = jobs.get("pool-1-0001")
+    assert job is not None
+    activities = StoredActivities(None, store)  # type: ignore[arg-type]
+    record = activities._publish(job)
+    # The store holds the run: the worker's copy is gone.
+    assert not archive.exists() and record["runId"] == "20261203T010203Z-1a2b3c"
+    # A retried activity (its answer lost) finds the finished job: the store's record is
+    # answered again, never replaced by an empty archive.
+    assert activities._publish(job) == record
+    run = local_run_dir(record["run"], cache=tmp_path / "reader")
+    assert (run / "oracle" / "verifier.log").is_file()
+    # --keep-runs: the worker's copy stays.
+    kept = _archive(tmp_path / "kept-host", "/var/lib/worker/runs/q/run")
+    jobs.add(make_request(id="pool-1-0002"), source="temporal", archive=kept)
+    jobs.start("pool-1-0002", run_id="20261203T010204Z-4d5e6f")
+    jobs.finish("pool-1-0002", answer, state=JobState.DONE, verdict="accepted")
+    second = jobs.get("pool-1-0002")
+    assert second is not None
+    StoredActivities(None, store, keep_runs=True)._publish(second)  # type: ignore[arg-type]
+    assert (kept / "report.json").is_file()
+    jobs.close()
