@@ -98,6 +98,9 @@ def test_a_pool_on_two_workers_with_an_s3_store_is_read_from_another_host(
         for task in runs.values():
             assert task["runDir"].startswith(f"{store}/runs/"), task
             assert task["report"]["verdict"] == task["verdict"]
+        # The store holds them: no worker kept a copy (no --keep-runs).
+        for worker in workers:
+            assert not list((worker.state / "runs").rglob("report.json")), worker.text()
 
         # Another host: its own empty cache, no worker state; the store's address only.
         other = _env(s3, tmp_path / "other-host")
