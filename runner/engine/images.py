@@ -25,6 +25,38 @@ class TaskImage:
     in_use: bool
 
 
+# An image id names its content, history included: each image's layers are read once per
+# process. A service applies its budget after every verification, and reading the history of
+# every task image each time is one engine call per image.
+_LAYERS: dict[str, tuple[tuple[str, int], ...]] = {}
+_MAX_LAYERS_CACHED = 20_000
+
+
+def _layers(
+    api: docker.APIClient, image_id: str, base_id: str | None
+) -> tuple[tuple[str, int], ...] | None:
+    """The (layer id, bytes) an image adds above its base; None when it is gone."""
+    cached = _LAYERS.get(image_id)
+    if cached is not None:
+        return cached
+    with engine_errors(f"reading the history of {image_id[:19]}"):
+        try:
+            history = api.history(image_id)  # type: ignore[no-untyped-call]
+        except NotFound:
+            return None
+    layers: list[tuple[str, int]] = []
+    for index, entry in enumerate(history):
+        layer = str(entry.get("Id") or "")
+        if base_id and layer == base_id:
+            break
+        key = layer if layer and layer != "<missing>" else f"{image_id}#{index}"
+        layers.append((key, max(0, int(entry.get("Size") or 0))))
+    if len(_LAYERS) >= _MAX_LAYERS_CACHED:
+        _LAYERS.clear()
+    _LAYERS[image_id] = result = tuple(layers)
+    return result
+
+
 def task_images(api: docker.APIClient) -> list[TaskImage]:
     """The runner's task images (agent and verifier, by label), each with its own layers
     (those above the base it was built from) and whether a container uses it."""
@@ -38,21 +70,14 @@ def task_images(api: docker.APIClient) -> list[TaskImage]:
         if labels.get(LABEL_KIND) not in ("agent", "verifier"):
             continue
         image_id = str(item["Id"])
-        base_id = labels.get(LABEL_FROM_ID)
-        layers: list[tuple[str, int]] = []
-        with engine_errors(f"reading the history of {image_id[:19]}"):
-            history = api.history(image_id)  # type: ignore[no-untyped-call]
-        for index, entry in enumerate(history):
-            layer = str(entry.get("Id") or "")
-            if base_id and layer == base_id:
-                break
-            key = layer if layer and layer != "<missing>" else f"{image_id}#{index}"
-            layers.append((key, max(0, int(entry.get("Size") or 0))))
+        layers = _layers(api, image_id, labels.get(LABEL_FROM_ID))
+        if layers is None:
+            continue  # removed since the listing (another budget pass, a gc): nothing to count
         found.append(
             TaskImage(
                 id=image_id,
                 tags=tuple(item.get("RepoTags") or ()),
-                layers=tuple(layers),
+                layers=layers,
                 created=float(item.get("Created") or 0),
                 in_use=image_id in used or int(item.get("Containers") or 0) > 0,
             )

@@ -16,6 +16,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -231,6 +232,42 @@ def test_an_image_recorded_while_the_budget_runs_is_not_removed(tmp_path: Path) 
     assert result.removed == ["t/a:agent", "t/c:agent"] and result.kept_bytes == 100
     dry = _Engine(images, tmp_path)
     assert collect(dry, 0, dry_run=True, root=tmp_path).removed and dry.removed == []
+
+
+class _Api:
+    """docker's API client as task_images uses it: one image removed after the listing."""
+
+    def __init__(self) -> None:
+        self.histories: list[str] = []
+
+    def images(self, filters: Any) -> list[dict[str, Any]]:
+        labels = {"org.selfbench.kind": "agent", "org.selfbench.from-id": "sha256:base"}
+        return [
+            {"Id": f"sha256:{n}", "RepoTags": [f"t/{n}:agent-1"], "Labels": labels, "Created": 1}
+            for n in ("kept", "gone")
+        ]
+
+    def containers(self, all: bool) -> list[dict[str, Any]]:
+        return []
+
+    def history(self, image_id: str) -> list[dict[str, Any]]:
+        from docker.errors import NotFound
+
+        self.histories.append(image_id)
+        if image_id.endswith("gone"):
+            raise NotFound("No such image")
+        return [{"Id": image_id, "Size": 7}, {"Id": "sha256:base", "Size": 100}]
+
+
+def test_an_image_removed_after_the_listing_is_skipped_and_histories_are_read_once() -> None:
+    from runner.engine.images import task_images
+
+    api = _Api()
+    first = task_images(api)  # type: ignore[arg-type]
+    assert [(i.id, i.layers) for i in first] == [("sha256:kept", (("sha256:kept", 7),))]
+    task_images(api)  # type: ignore[arg-type]
+    # An image id names its history: read once; a gone one is asked again (it may be back).
+    assert api.histories == ["sha256:kept", "sha256:gone", "sha256:gone"]
 
 
 def test_export_is_deterministic_and_checked(tmp_path: Path) -> None:
