@@ -15,6 +15,7 @@ AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -104,6 +105,8 @@ class ArtifactStore(ABC):
             raise StoreError("this store has no local cache to fetch into")
         target = self.cache / "blobs" / digest.removeprefix("sha256:")
         if target.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(target)  # recently used: the last a bounded cache removes
             return target
         private_dir(target.parent)
         fd, tmp = tempfile.mkstemp(prefix=".fetch.", dir=target.parent)

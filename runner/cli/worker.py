@@ -15,7 +15,7 @@ import click
 from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import read_regular
 from runner.cli.common import _forwarded, _stderr_logging, cli, require_extra
-from runner.cli.options import CHILD_VERIFY_OPTIONS
+from runner.cli.options import CHILD_VERIFY_OPTIONS, ByteSize
 from runner.cli.serve import (
     ALLOW_REPO_ROOT,
     ALLOW_REPO_URL,
@@ -174,6 +174,14 @@ STORE = click.option(
     help="With --store: keep each run's archive in --state-dir after it is published (default: "
     "removed once the store holds it; logs, debug, export and grade read it from the store).",
 )
+@click.option(
+    "--store-cache-budget",
+    type=ByteSize(),
+    default="20GiB",
+    help="With --store: keep the blobs fetched from the store (task files, repository bundles) "
+    "under this size, the least recently used removed first; a running verification's stay. "
+    "[default: 20GiB]",
+)
 @CHILD_VERIFY_OPTIONS
 @click.option("-v", "--verbose", is_flag=True, help="Log each activity's stages.")
 def worker_command(
@@ -190,6 +198,7 @@ def worker_command(
     repo_urls: tuple[str, ...],
     cache_budget: int | None,
     keep_runs: bool,
+    store_cache_budget: int,
     child: SharedSettings,
     verbose: bool,
 ) -> int:
@@ -237,6 +246,7 @@ def worker_command(
         store=store,
         cache_budget=cache_budget,
         keep_runs=keep_runs,
+        store_cache_budget=store_cache_budget,
     )
     _stderr_logging(verbose)
     if not verbose:

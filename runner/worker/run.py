@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from runner.artifacts.cachebound import BoundedBlobs
 from runner.artifacts.store import open_store
 from runner.model.settings import SharedSettings
 from runner.sidecar.run import open_service
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 # KILL_WAIT_SECONDS) once the grace period is over.
 HANDBACK_SECONDS = 10.0
 HEARTBEAT_THROTTLE_SECONDS = 3.0
+DEFAULT_STORE_CACHE_BYTES = 20 * 1024**3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +53,7 @@ class WorkerOptions:
     store: str | None = None  # the artifact store's URL: tasks by reference when given
     cache_budget: int | None = None  # bytes of task images kept (runner.engine.cachebudget)
     keep_runs: bool = False  # a published run's archive stays in the state directory too
+    store_cache_budget: int = DEFAULT_STORE_CACHE_BYTES  # fetched blobs kept (LRU)
 
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
@@ -67,7 +70,10 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
     activities = VerifyActivities(service)
     stored = None
     if artifacts is not None:
-        stored = StoredActivities(activities, artifacts, keep_runs=options.keep_runs)
+        blobs = BoundedBlobs(
+            options.state_dir.resolve() / "cache" / "blobs", options.store_cache_budget
+        )
+        stored = StoredActivities(activities, artifacts, keep_runs=options.keep_runs, blobs=blobs)
     metrics_server: Any = None
     started = False
 

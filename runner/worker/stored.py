@@ -14,6 +14,7 @@ is running and its caches.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import socket
@@ -24,6 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from runner.artifacts.address import DIGEST
+from runner.artifacts.cachebound import BoundedBlobs
 from runner.artifacts.runs import publish_run, run_record
 from runner.artifacts.store import ArtifactStore, StoreError
 from runner.sidecar.jobs import Job
@@ -94,11 +96,35 @@ class StoredActivities:
     """The by-reference activities of one worker: its verify activities and its store."""
 
     def __init__(
-        self, verify: VerifyActivities, store: ArtifactStore, *, keep_runs: bool = False
+        self,
+        verify: VerifyActivities,
+        store: ArtifactStore,
+        *,
+        keep_runs: bool = False,
+        blobs: BoundedBlobs | None = None,
     ) -> None:
         self.verify = verify
         self.store = store
         self.keep_runs = keep_runs
+        # The cache of fetched blobs under its budget (None: unbounded).
+        self.blobs = blobs
+
+    def _using(self, *digests: Any) -> contextlib.AbstractContextManager[None]:
+        if self.blobs is None:
+            return contextlib.nullcontext()
+        return self.blobs.using(d for d in digests if isinstance(d, str))
+
+    def _prune(self) -> None:
+        if self.blobs is None:
+            return
+        pruned = self.blobs.prune()
+        if pruned.removed:
+            log.info(
+                "store cache: removed %d blob(s), %.2f GB freed, %.2f GB kept",
+                pruned.removed,
+                pruned.freed_bytes / 1e9,
+                pruned.kept_bytes / 1e9,
+            )
 
     def _publish(self, job: Job) -> dict[str, Any]:
         archive = job.archive
@@ -123,6 +149,16 @@ class StoredActivities:
 
     @activity.defn(name=VERIFY_STORED_ACTIVITY)
     async def verify_stored(self, reference: Any) -> dict[str, Any]:
+        held = reference if isinstance(reference, dict) else {}
+        # Held before they are fetched: a pass of the cache's budget keeps them until the
+        # verification that reads them has ended.
+        try:
+            with self._using(held.get("task"), held.get("repoBlob")):
+                return await self._verify_stored(reference)
+        finally:
+            await asyncio.to_thread(self._prune)
+
+    async def _verify_stored(self, reference: Any) -> dict[str, Any]:
         try:
             document = await asyncio.to_thread(resolve, self.store, reference)
         except StoreError as exc:
@@ -164,9 +200,10 @@ class StoredActivities:
         if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit < 1:
             raise _invalid("fields `offset` and `limit`: an offset from 0 and a limit from 1")
         try:
-            references = await asyncio.to_thread(
-                self.store.get_json, manifest, limit=MAX_MANIFEST_BYTES
-            )
+            with self._using(manifest):
+                references = await asyncio.to_thread(
+                    self.store.get_json, manifest, limit=MAX_MANIFEST_BYTES
+                )
         except StoreError as exc:
             raise _store_failure(exc) from None
         if not isinstance(references, list):

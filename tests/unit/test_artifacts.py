@@ -250,3 +250,31 @@ def test_a_worker_s_published_run_leaves_its_disk_and_a_retry_reads_the_store(
     StoredActivities(None, store, keep_runs=True)._publish(second)  # type: ignore[arg-type]
     assert (kept / "report.json").is_file()
     jobs.close()
+
+
+def test_the_store_cache_keeps_its_budget_least_recently_used_first_never_in_use(
+    store: DirectoryStore, tmp_path: Path
+) -> None:
+    import os
+
+    from runner.artifacts.cachebound import BoundedBlobs
+
+    reader = open_store(store.url, cache=tmp_path / "worker-cache")
+    digests = [store.put_bytes(bytes([n]) * 100) for n in range(4)]
+    for age, digest in zip((400, 300, 200, 100), digests, strict=True):
+        path = reader.fetch(digest)
+        os.utime(path, (path.stat().st_atime, path.stat().st_mtime - age))
+    (tmp_path / "worker-cache" / "blobs" / ".fetch.partial").write_bytes(b"x" * 1000)
+    # A cached fetch is a use: the oldest becomes the newest.
+    reader.fetch(digests[0])
+    blobs = BoundedBlobs(tmp_path / "worker-cache" / "blobs", 250)
+    with blobs.using([digests[1]]):
+        pruned = blobs.prune()
+    names = {p.name for p in (tmp_path / "worker-cache" / "blobs").iterdir()}
+    hexes = [d.removeprefix("sha256:") for d in digests]
+    # 1 is in use and 0 was just used: 2 goes, then 3; the download being written stays.
+    assert names == {hexes[0], hexes[1], ".fetch.partial"}
+    assert (pruned.removed, pruned.freed_bytes, pruned.kept_bytes) == (2, 200, 200)
+    # A removed blob is fetched again from the store, checked.
+    assert reader.fetch(digests[2]).read_bytes() == bytes([2]) * 100
+    assert BoundedBlobs(tmp_path / "no-cache-yet", 0).prune().removed == 0
