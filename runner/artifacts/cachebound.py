@@ -16,8 +16,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import shutil
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,24 +55,74 @@ class BoundedBlobs:
     def prune(self) -> Pruned:
         """Remove the least recently used blobs until the rest fit the budget; never one in
         use, nor a download still being written (a dot-file)."""
-        entries: list[tuple[float, int, Path]] = []
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.directory) as listing:
-            for entry in listing:
-                if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    info = entry.stat(follow_symlinks=False)
-                    entries.append((info.st_mtime, info.st_size, Path(entry.path)))
-        total = sum(size for _, size, _ in entries)
-        removed = freed = 0
-        for _, size, path in sorted(entries, key=lambda e: e[0]):
-            if total - freed <= self.budget_bytes:
-                break
+
+        def remove(path: Path) -> bool:
             with self._lock:
                 if self._in_use[path.name] > 0:
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    removed += 1
-                    freed += size
-        return Pruned(removed=removed, freed_bytes=freed, kept_bytes=total - freed)
+                    return False
+                path.unlink(missing_ok=True)
+                return True
+
+        return _least_recent_first(_files(self.directory), self.budget_bytes, remove)
+
+
+def prune_fetched(cache: Path, budget_bytes: int, *, dry_run: bool = False) -> Pruned:
+    """`gc --store-cache-budget`: a host's copies of the store (`<cache>/store/blobs`, blobs its
+    `logs`, `export`, `grade` and `batch --temporal` fetched, and `<cache>/runs`, the runs they
+    unpacked) kept under a size together, the least recently used first."""
+    entries = _files(cache / "store" / "blobs")
+    with contextlib.suppress(FileNotFoundError), os.scandir(cache / "runs") as listing:
+        for entry in listing:
+            if entry.name.startswith(".") or not entry.is_dir(follow_symlinks=False):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                stamp = entry.stat(follow_symlinks=False).st_mtime
+                entries.append((stamp, _tree_size(Path(entry.path)), Path(entry.path)))
+
+    def remove(path: Path) -> bool:
+        if dry_run:
+            return True
+        if path.is_dir() and not path.is_symlink():
+            # Unmarked first: a reader that finds it half-removed fetches it again.
+            (path / ".complete").unlink(missing_ok=True)
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        return True
+
+    return _least_recent_first(entries, budget_bytes, remove)
+
+
+def _files(directory: Path) -> list[tuple[float, int, Path]]:
+    entries: list[tuple[float, int, Path]] = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as listing:
+        for entry in listing:
+            if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                info = entry.stat(follow_symlinks=False)
+                entries.append((info.st_mtime, info.st_size, Path(entry.path)))
+    return entries
+
+
+def _tree_size(root: Path) -> int:
+    total = 0
+    for base, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(base, name)).st_size
+    return total
+
+
+def _least_recent_first(
+    entries: list[tuple[float, int, Path]], budget_bytes: int, remove: Callable[[Path], bool]
+) -> Pruned:
+    total = sum(size for _, size, _ in entries)
+    removed = freed = 0
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+        if total - freed <= budget_bytes:
+            break
+        if remove(path):
+            removed += 1
+            freed += size
+    return Pruned(removed=removed, freed_bytes=freed, kept_bytes=total - freed)

@@ -10,6 +10,7 @@ key is a new directory and an old one is never stale) and unpacked with tarfile'
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tarfile
@@ -80,6 +81,8 @@ def fetch_run(store: ArtifactStore, key: str, cache: Path) -> Path:
     digest = str(record["archive"])
     target = cache / "runs" / digest.removeprefix("sha256:")
     if (target / ".complete").is_file():
+        with contextlib.suppress(OSError):
+            os.utime(target)  # recently used: the last `gc --store-cache-budget` removes
         return target
     blob = store.fetch(digest)
     private_dir(target.parent)

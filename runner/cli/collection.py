@@ -14,6 +14,7 @@ from runner.base.errors import UsageError
 from runner.cli.common import cli
 from runner.cli.options import ByteSize, logs_root_option
 from runner.model.layout import REPORT_FILE, BundleLayout, RunLayout
+from runner.model.settings import cache_root
 
 MATRIX_LIMIT = 256  # GitHub's jobs per matrix
 
@@ -93,19 +94,33 @@ def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard
 @click.option(
     "--cache-budget",
     type=ByteSize(),
-    required=True,
     help="Keep the runner's task images under this size (e.g. 20GB).",
 )
+@click.option(
+    "--store-cache-budget",
+    type=ByteSize(),
+    help="Keep this host's copies of a fleet's store (the blobs and runs `logs`, `export`, "
+    "`grade`, `debug` and `batch --temporal` fetched) under this size (e.g. 5GB).",
+)
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
-def gc_command(cache_budget: int, dry_run: bool) -> int:
-    """Remove the runner's least recently used task images until they fit the budget. Never an
-    image a container uses, never an image the runner did not create."""
+def gc_command(cache_budget: int | None, store_cache_budget: int | None, dry_run: bool) -> int:
+    """Remove the least recently used task images, and copies fetched from a store, until they
+    fit their budgets. Never an image a container uses, never an image the runner did not
+    create; a fetched copy is fetched again when it is next needed."""
+    if cache_budget is None and store_cache_budget is None:
+        raise UsageError(
+            "give --cache-budget, --store-cache-budget or both", field="--cache-budget"
+        )
+    verb = "would remove" if dry_run else "removed"
+    if store_cache_budget is not None:
+        _gc_fetched(store_cache_budget, dry_run=dry_run)
+    if cache_budget is None:
+        return 0
     from runner.engine.cachebudget import collect
     from runner.engine.docker import connected
 
     with connected() as engine:
         result = collect(engine, cache_budget, dry_run=dry_run)
-    verb = "would remove" if dry_run else "removed"
     for tag in result.removed:
         click.echo(f"{verb} {tag}")
     click.echo(
@@ -114,6 +129,18 @@ def gc_command(cache_budget: int, dry_run: bool) -> int:
         err=True,
     )
     return 0
+
+
+def _gc_fetched(budget: int, *, dry_run: bool) -> None:
+    from runner.artifacts.cachebound import prune_fetched
+
+    pruned = prune_fetched(cache_root(), budget, dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{verb} {pruned.removed} fetched store cop(ies), {pruned.freed_bytes / 1e6:.1f} MB; "
+        f"{pruned.kept_bytes / 1e6:.1f} MB kept",
+        err=True,
+    )
 
 
 # ---- export ------------------------------------------------------------------------------

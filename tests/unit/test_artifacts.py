@@ -278,3 +278,35 @@ def test_the_store_cache_keeps_its_budget_least_recently_used_first_never_in_use
     # A removed blob is fetched again from the store, checked.
     assert reader.fetch(digests[2]).read_bytes() == bytes([2]) * 100
     assert BoundedBlobs(tmp_path / "no-cache-yet", 0).prune().removed == 0
+
+
+def test_gc_keeps_a_host_s_fetched_runs_and_blobs_under_a_budget(
+    store: DirectoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from tests.helpers import run_cli_captured
+
+    cache = tmp_path / "host-cache"
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(cache))
+    keys = ["pool-1-0001", "pool-1-0002"]
+    for index, key in enumerate(keys):
+        archive = _archive(tmp_path / f"w{index}", f"/var/lib/w/runs/{key}/run")
+        (archive / "run" / "big.log").write_bytes(os.urandom(200_000))
+        record = publish_run(store, key, archive, {"verdict": "accepted"})
+        run = local_run_dir(record["run"], cache=cache)
+        old = run.parent.stat().st_mtime - 1000 * (2 - index)
+        os.utime(run.parent, (old, old))
+    runs = sorted((cache / "runs").iterdir())
+    code, _, err = run_cli_captured("gc")
+    assert code == 2 and "--store-cache-budget" in err
+    code, _, err = run_cli_captured("gc", "--store-cache-budget", "700KiB", "--dry-run")
+    assert code == 0 and "would remove" in err and sorted((cache / "runs").iterdir()) == runs
+    code, _, err = run_cli_captured("gc", "--store-cache-budget", "700KiB")
+    assert code == 0, err
+    # Two runs of about 200 KB unpacked and their archives fetched: the oldest run goes first.
+    left = [p for p in (cache / "runs").iterdir() if not p.name.startswith(".")]
+    assert len(left) == 1 and (left[0] / "run" / "big.log").is_file()
+    # A removed run is fetched again when it is next read.
+    again = local_run_dir(f"{store.url.run_address(keys[0])}", cache=cache)
+    assert (again / "big.log").stat().st_size == 200_000
