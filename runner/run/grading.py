@@ -95,11 +95,18 @@ def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
         except (ValueError, InvalidTaskError):
             raise UsageError("report.json is not readable", path=str(target)) from None
         where = report.get("bundle") if isinstance(report, dict) else None
-        if not isinstance(where, str) or not is_bundle(Path(where)):
+        # A run fetched from a fleet's store (or unpacked from a CI artifact) names the bundle
+        # where it ran: it is in this copy now, never in whatever that path holds here.
+        named = (
+            RunLayout(target).here(where, report.get("runDir"))
+            if isinstance(where, str) and where
+            else None
+        )
+        if named is None or not is_bundle(named):
             raise UsageError(
                 "the run's bundle is gone (its report names none that exists)", path=str(target)
             )
-        bundle = load_bundle(Path(where))
+        bundle = load_bundle(named)
     else:
         raise UsageError(
             "is neither a compiled bundle (task.toml) nor a run directory (report.json)",

@@ -131,7 +131,11 @@ def write_review(run_dir: Path, out: Path, *, task_dir: Path | None = None) -> d
             f"the task ({task.definition.task_id}) is not the run's ({report.task_id})",
             path=str(task.directory),
         )
-    bundle = Path(report.bundle) if report.bundle else run_dir / "bundle"
+    bundle = (
+        RunLayout(run_dir).here(report.bundle, report.run_dir)
+        if report.bundle
+        else run_dir / "bundle"
+    )
     if not bundle.is_dir():
         bundle = run_dir / "bundle"
     if not bundle.is_dir():

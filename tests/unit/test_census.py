@@ -285,3 +285,31 @@ def test_expected_failures_are_outcomes_of_their_own(tmp_path: Path) -> None:
         "fail-to-pass selector t_typo.py matched no test (pytest: no such file)",
         "pass-to-pass selector o.py matched no test (pytest: no such file)",
     ]
+
+
+def test_a_moved_run_is_graded_with_its_own_bundle_never_the_path_it_ran_at(
+    tmp_path: Path,
+) -> None:
+    """A run fetched from a fleet's store names the worker's directories: on a host where that
+    path holds another bundle (the same machine, or a planted one), grade used that bundle."""
+    import json
+    import shutil
+
+    from runner.compile.taskdir import load_authored_task
+    from runner.run.grading import resolve_target
+
+    task = bash_task(tmp_path / "t")
+    bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "b")
+    ran = tmp_path / "worker" / "run"
+    sealed = seal(bundle, exit_code_census(), ran / "bundle")
+    (ran / "report.json").write_text(
+        json.dumps({"runDir": str(ran), "bundle": str(sealed), "verdict": "accepted"})
+    )
+    moved = tmp_path / "reader" / "run"
+    shutil.copytree(ran, moved, symlinks=True)
+    # The path it ran at still holds a bundle here; the copy's own is the one graded.
+    assert resolve_target(moved).bundle.root == moved / "bundle"
+    shutil.rmtree(moved / "bundle")
+    assert sealed.is_dir()
+    with pytest.raises(UsageError, match="the run's bundle is gone"):
+        resolve_target(moved)
