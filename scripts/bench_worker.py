@@ -330,6 +330,16 @@ def measure(
         f"{max(e for e, _ in children)} events, {max(b for _, b in children) / 1e3:.1f} KB; "
         f"largest payload {found['largest']} bytes"
     )
+    states = [root / f"worker{n}" / "state" for n in range(count)]
+    kept = sum(len(list((s / "runs").rglob("report.json"))) for s in states)
+    print(
+        f"  the workers' state directories after the pool: {sum(map(_size, states)) / 1e6:.1f} MB "
+        f"({kept} run archive(s) kept; the store holds {args.tasks})"
+    )
+
+
+def _size(root: Path) -> int:
+    return sum(p.lstat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 if __name__ == "__main__":
