@@ -69,3 +69,19 @@ def process_is(pid: int, run_id: str) -> bool:
             return handle.read().strip() == process_name(run_id).encode()
     except OSError:
         return False
+
+
+def process_start(pid: int) -> int | None:
+    """When `pid` started (clock ticks since boot, /proc/PID/stat's 22nd field): with the pid,
+    a name for one process that a reused pid does not match. None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # The command name (2nd field) is in parentheses and may hold spaces: count after it.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None

@@ -4,12 +4,14 @@ recently used ones until their bytes fit. Docker records no last use, so every v
 when it uses its images (`<cache>/image-use.json`), once before its first build and again when
 it ends; an image never recorded counts from its creation.
 
-Never removed: an image a container uses, an image used since `protect_since` (the start of the
-oldest verification still running beside the collection: between two containers of a gate, or
-before its first one, its images hold no container), and any image the runner did not create
-(the label decides). The last two are checked under the lock `record_use` takes, one image at a
-time, right before its removal: a verification that records an image either records it first
-(and the image stays) or finds it gone when it builds (and builds it again).
+Never removed: an image a container uses; an image used since the oldest verification still
+running on this host began (between two containers of a gate, or before its first one, its
+images hold no container): each verify holds its images from its first build to its end
+(`<cache>/image-holds.json`, by process: a killed one holds nothing); and any image the runner
+did not create (the label decides). The record is checked again under the lock `record_use`
+takes, one image at a time, right before its removal: a verification that starts meanwhile
+either records its image first (and it stays) or finds it gone when it builds (and builds it
+again).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from runner.base.children import process_start
 from runner.model.settings import cache_root
 
 USE_FILE = "image-use.json"
+HOLDS_FILE = "image-holds.json"  # the verifications using their images now, by process
 MAX_RECORDS = 10_000
 
 
@@ -77,8 +81,10 @@ def load_use(root: Path | None = None) -> dict[str, float]:
     return {str(k): float(v) for k, v in data.items() if isinstance(v, int | float)}
 
 
-def record_use(tags: Iterable[str], root: Path | None = None) -> None:
-    """Note that these image tags are used now (a verify's agent and verifier images)."""
+def record_use(tags: Iterable[str], root: Path | None = None, *, hold: str | None = None) -> None:
+    """Note that these image tags are used now (a verify's agent and verifier images). With
+    `hold`, this process also holds them from now until `release(hold)` (or its end): no
+    collection, in any process of this host, removes an image used since then."""
     path = _use_file(root)
     now = time.time()
     with _locked(path):
@@ -87,9 +93,52 @@ def record_use(tags: Iterable[str], root: Path | None = None) -> None:
             records[tag] = now
         if len(records) > MAX_RECORDS:
             records = dict(sorted(records.items(), key=lambda kv: kv[1])[-MAX_RECORDS:])
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(records, sort_keys=True))
-        os.replace(tmp, path)
+        _write(path, records)
+        if hold is not None:
+            holds = _live_holds(root)
+            holds[hold] = {"pid": os.getpid(), "start": process_start(os.getpid()), "since": now}
+            _write(_holds_file(root), holds)
+
+
+def release(hold: str, root: Path | None = None) -> None:
+    """This process no longer holds what it recorded under `hold`."""
+    path = _use_file(root)
+    with _locked(path):
+        holds = _live_holds(root)
+        if holds.pop(hold, None) is not None:
+            _write(_holds_file(root), holds)
+
+
+def held_since(root: Path | None = None) -> float | None:
+    """When the oldest hold of a process still running began (None: nothing held)."""
+    stamps = [float(h["since"]) for h in _live_holds(root).values()]
+    return min(stamps) if stamps else None
+
+
+def _holds_file(root: Path | None) -> Path:
+    return (root or cache_root()) / HOLDS_FILE
+
+
+def _live_holds(root: Path | None) -> dict[str, dict[str, Any]]:
+    """The holds whose process still runs (a verification killed with SIGKILL holds nothing)."""
+    try:
+        data = json.loads(_holds_file(root).read_text())
+    except (OSError, ValueError):
+        return {}
+    live: dict[str, dict[str, Any]] = {}
+    for name, hold in (data if isinstance(data, dict) else {}).items():
+        if not isinstance(hold, dict) or not isinstance(hold.get("since"), int | float):
+            continue
+        pid = hold.get("pid")
+        if isinstance(pid, int) and pid > 0 and process_start(pid) == hold.get("start"):
+            live[str(name)] = hold
+    return live
+
+
+def _write(path: Path, document: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document, sort_keys=True))
+    os.replace(tmp, path)
 
 
 def last_use(image: _Image, records: dict[str, float]) -> float:
@@ -143,6 +192,10 @@ def collect(
     root: Path | None = None,
 ) -> Collection:
     """Apply the budget on `engine` (a runner.engine.docker.DockerEngine)."""
+    # What was used since the oldest verification still running on this host began (by its
+    # hold, whatever process runs it), since `protect_since`, or since this pass began stays.
+    stamps = [time.time(), held_since(root), protect_since]
+    protect_since = min(s for s in stamps if s is not None)
     images = engine.task_images()
     chosen, _, _ = choose_removals(
         images, budget_bytes, load_use(root), protect_since=protect_since

@@ -323,7 +323,7 @@ def _run_stages(
         return None
     try:
         RunLayout(run.run_dir).plan.write_text(plan.to_json())
-        _used(plan)  # before the first build: a cache budget running beside it keeps them
+        _used(plan, hold=run.run_id)  # from the first build on, no cache budget removes them
         executor = Executor(
             plan,
             engine,
@@ -337,15 +337,23 @@ def _run_stages(
         _seal(run)
         _used(plan)  # the cache budget's "last used"
     finally:
+        _released(run.run_id)
         engine.close()
     return plan
 
 
-def _used(plan: VerifyPlan) -> None:
+def _used(plan: VerifyPlan, *, hold: str | None = None) -> None:
     from runner.engine.cachebudget import record_use
 
     with contextlib.suppress(OSError):
-        record_use(b.tag for b in plan.builds)
+        record_use((b.tag for b in plan.builds), hold=hold)
+
+
+def _released(hold: str) -> None:
+    from runner.engine.cachebudget import release
+
+    with contextlib.suppress(OSError):
+        release(hold)
 
 
 def _seal(run: RunRecord) -> None:

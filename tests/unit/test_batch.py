@@ -234,6 +234,38 @@ def test_an_image_recorded_while_the_budget_runs_is_not_removed(tmp_path: Path) 
     assert collect(dry, 0, dry_run=True, root=tmp_path).removed and dry.removed == []
 
 
+def test_a_running_verification_s_hold_keeps_its_images_from_any_collection(
+    tmp_path: Path,
+) -> None:
+    """A verification of another process (a second worker on the engine, a verify by hand)
+    holds its images from its first build to its end: gc or another service's budget leaves
+    them, and a hold of a process that is gone holds nothing."""
+    import json
+
+    from runner.engine.cachebudget import held_since, release
+
+    images = [
+        Img("idle", ("t/idle:agent",), (("i", 100),), created=1),
+        Img("held", ("t/held:agent",), (("h", 100),), created=1),
+    ]
+    record_use(["t/idle:agent"], root=tmp_path)
+    time.sleep(0.01)
+    record_use(["t/held:agent"], root=tmp_path, hold="run-1")
+    assert held_since(tmp_path) is not None
+    engine = _Engine(images, tmp_path)
+    assert collect(engine, 0, root=tmp_path).removed == ["t/idle:agent"]
+    # A hold whose process is gone (a pid with another start, a SIGKILLed verify) is ignored.
+    holds = json.loads((tmp_path / "image-holds.json").read_text())
+    holds["run-1"]["start"] = -1
+    (tmp_path / "image-holds.json").write_text(json.dumps(holds))
+    assert held_since(tmp_path) is None
+    record_use(["t/held:agent"], root=tmp_path, hold="run-2")
+    release("run-2", root=tmp_path)
+    assert held_since(tmp_path) is None
+    assert json.loads((tmp_path / "image-holds.json").read_text()) == {}
+    assert collect(_Engine(images, tmp_path), 0, root=tmp_path, protect_since=None).removed
+
+
 class _Api:
     """docker's API client as task_images uses it: one image removed after the listing."""
 
