@@ -24,6 +24,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -330,6 +331,9 @@ def measure(
         f"{max(e for e, _ in children)} events, {max(b for _, b in children) / 1e3:.1f} KB; "
         f"largest payload {found['largest']} bytes"
     )
+    logs = "".join((root / f"worker{n}" / "worker.log").read_text() for n in range(count))
+    again = re.findall(r"worker: (\S+): \w+ in [\d.]+ s \(attempt ([2-9]|\d\d+)", logs)
+    print(f"  answered on a later attempt (the killed worker's, or a retry): {again or 'none'}")
     states = [root / f"worker{n}" / "state" for n in range(count)]
     kept = sum(len(list((s / "runs").rglob("report.json"))) for s in states)
     print(

@@ -222,9 +222,13 @@ class Worker:
     log: Path
     queue: str
     state: Path
+    offset: int = 0  # where this process's lines begin: a restarted worker appends to its log
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        """What this process wrote (the log before it is an earlier worker's, kept)."""
+        with self.log.open("rb") as handle:
+            handle.seek(self.offset)
+            return handle.read().decode(errors="replace")
 
 
 def start_worker(
@@ -245,9 +249,12 @@ def start_worker(
     command += ["--task-queue", queue, "--state-dir", str(directory / "state")]
     command += ["--jobs", str(jobs), "--allow-repo-root", str(ROOT / "examples")]
     command += ["--allow-repo-root", str(directory), "--grace-period", f"{grace:g}", *options]
-    with log.open("wb") as out:
+    offset = log.stat().st_size if log.exists() else 0
+    with log.open("ab") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    running = Worker(process=process, log=log, queue=queue, state=directory / "state")
+    running = Worker(
+        process=process, log=log, queue=queue, state=directory / "state", offset=offset
+    )
     deadline = time.monotonic() + 60
     while "worker: polling" not in running.text():
         if process.poll() is not None or time.monotonic() > deadline:
