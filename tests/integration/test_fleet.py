@@ -1,17 +1,19 @@
 """The fleet at scale, on a real Temporal server, real worker processes and a real store: a
-`batch --temporal --store` on two workers with an S3 store (moto's server) whose runs another
-host reads (`logs`, `export`, `grade` with an empty cache and no worker state); and a pool
-started from plain JSON with a manifest in a shared-directory store that pages, continues as
-new, survives a worker killed with SIGKILL and records every verdict, its histories small and
-replayed against the current workflow code."""
+`batch --temporal --store` on two workers with an S3 store (moto's server) or a shared
+directory, whose runs another host reads (`logs`, `export`, `grade` with an empty cache and no
+worker state); and a pool started from plain JSON with a manifest in a shared-directory store
+that pages, continues as new, survives a worker killed with SIGKILL and records every verdict,
+its histories small and replayed against the current workflow code."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +39,20 @@ def _env(extra: dict[str, str], cache: Path) -> dict[str, str]:
     return {**os.environ, **extra, "SELFBENCH_CACHE_DIR": str(cache)}
 
 
-def test_a_pool_on_two_workers_with_an_s3_store_is_read_from_another_host(
-    tmp_path: Path, verify_options: list[str]
+@contextlib.contextmanager
+def _store(kind: str, root: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """The store's URL and the environment that reaches it: moto's S3 server, or a shared
+    directory (as an NFS mount would be)."""
+    if kind == "file":
+        yield f"file://{root / 'shared-store'}", {}
+        return
+    with s3_server(root / "s3", "selfbench-fleet") as s3:
+        yield "s3://selfbench-fleet/pools/test", s3
+
+
+@pytest.mark.parametrize("backend", ["s3", "file"])
+def test_a_pool_on_two_workers_is_read_from_another_host(
+    tmp_path: Path, verify_options: list[str], backend: str
 ) -> None:
     example = json.loads((EXAMPLE / "definition.json").read_text())
     good = example_copy(tmp_path, "good")
@@ -47,10 +61,9 @@ def test_a_pool_on_two_workers_with_an_s3_store_is_read_from_another_host(
         tmp_path, "red", taskId="bash-calc-red", testCommand="bash tests/run.sh {tests} || true"
     )
     del example
-    store = "s3://selfbench-fleet/pools/test"
     with (
         temporal_server(tmp_path / "temporal") as server,
-        s3_server(tmp_path / "s3", "selfbench-fleet") as s3,
+        _store(backend, tmp_path) as (store, s3),
     ):
         queue = f"fleet-{uuid.uuid4().hex[:8]}"
         workers = [
