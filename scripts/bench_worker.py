@@ -25,6 +25,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -246,7 +247,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     options = [*default_options(), "--build-network", "host"]
-    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as scratch:
+    # Kept when a task did not end accepted, or the batch failed: its logs say why.
+    scratch = tempfile.mkdtemp(prefix="bench-fleet-")
+    clean = True
+    try:
         root = Path(scratch)
         with temporal_server(root / "temporal") as server:
             env = dict(os.environ)
@@ -257,8 +261,16 @@ def main() -> int:
             else:
                 store_url = f"file://{root}/store"
             for count in (int(n) for n in args.workers.split(",")):
-                measure(args, options, root / f"w{count}", server, store_url, env, count)
-    return 0
+                clean &= measure(args, options, root / f"w{count}", server, store_url, env, count)
+    except BaseException:
+        clean = False
+        raise
+    finally:
+        if clean:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            print(f"kept for a look: {scratch} (remove it when done)")
+    return 0 if clean else 1
 
 
 def measure(
@@ -269,7 +281,8 @@ def measure(
     store_url: str,
     env: dict[str, str],
     count: int,
-) -> None:
+) -> bool:
+    """One pool on `count` workers, its figures printed: whether every task was accepted."""
     make = make_bash_pool if args.kind == "bash" else make_pool
     tasks = make(root / "pool", args.tasks, args.seconds)
     queue = f"bench-{uuid.uuid4().hex[:6]}"
@@ -305,7 +318,7 @@ def measure(
             time.sleep(1)
         seconds = time.monotonic() - started
         stderr = process.stderr.read().decode() if process.stderr else ""
-        if process.returncode not in (0, 1):
+        if process.returncode not in (0, 1, 3) or not (out / "batch.json").is_file():
             raise SystemExit(f"batch failed (exit {process.returncode}): {stderr[-3000:]}")
     finally:
         for worker in workers:
@@ -322,6 +335,9 @@ def measure(
     print(f"{count} worker(s) x {args.jobs} job(s), {args.tasks} tasks, store {store_url[:5]}:")
     print(f"  {seconds:.1f} s: {args.tasks / seconds * 3600:.0f} tasks/hour; verdicts {verdicts}")
     print(f"  every task recorded once: {len(keys) == args.tasks == len(found['children'])}")
+    for task in document["tasks"]:
+        if task["verdict"] != "accepted":
+            print(f"  {task['runDir'].rsplit('/', 1)[1]}: {task['verdict']}: {task.get('reason')}")
     for name, figure in overheads(store, found["children"]).items():
         print(f"  {name}: {figure}")
     pools, children = found["pools"], found["tasks"]
@@ -340,6 +356,8 @@ def measure(
         f"  the workers' state directories after the pool: {sum(map(_size, states)) / 1e6:.1f} MB "
         f"({kept} run archive(s) kept; the store holds {args.tasks})"
     )
+
+    return verdicts == {"accepted": args.tasks}
 
 
 def _size(root: Path) -> int:
