@@ -256,7 +256,9 @@ def main() -> int:
             env = dict(os.environ)
             if args.store == "s3":
                 s3 = s3_server(root / "s3", "selfbench-bench")
-                env.update(s3.__enter__())
+                reach = s3.__enter__()
+                env.update(reach)
+                os.environ.update(reach)  # this process reads the runs' records too
                 store_url = "s3://selfbench-bench/fleet"
             else:
                 store_url = f"file://{root}/store"
