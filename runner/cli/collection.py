@@ -113,7 +113,7 @@ def gc_command(cache_budget: int | None, store_cache_budget: int | None, dry_run
         )
     verb = "would remove" if dry_run else "removed"
     if store_cache_budget is not None:
-        _gc_fetched(store_cache_budget, dry_run=dry_run)
+        _gc_fetched(store_cache_budget, dry_run=dry_run, verb=verb)
     if cache_budget is None:
         return 0
     from runner.engine.cachebudget import collect
@@ -131,11 +131,10 @@ def gc_command(cache_budget: int | None, store_cache_budget: int | None, dry_run
     return 0
 
 
-def _gc_fetched(budget: int, *, dry_run: bool) -> None:
+def _gc_fetched(budget: int, *, dry_run: bool, verb: str) -> None:
     from runner.artifacts.cachebound import prune_fetched
 
     pruned = prune_fetched(cache_root(), budget, dry_run=dry_run)
-    verb = "would remove" if dry_run else "removed"
     click.echo(
         f"{verb} {pruned.removed} fetched store cop(ies), {pruned.freed_bytes / 1e6:.1f} MB; "
         f"{pruned.kept_bytes / 1e6:.1f} MB kept",

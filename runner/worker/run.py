@@ -57,22 +57,20 @@ class WorkerOptions:
 
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
-    artifacts = None
+    artifacts = blobs = None
     if options.store is not None:
         # Bundles fetched from the store are this worker's own files: its cache is a root
         # local repositories may come from (a reference's repository is a digest, never a path).
         cache = options.state_dir.resolve() / "cache"
         artifacts = open_store(options.store, cache=cache)
+        blobs = BoundedBlobs(cache / "blobs", options.store_cache_budget)
         options = dataclasses.replace(
-            options, allow_repo_roots=(*options.allow_repo_roots, cache / "blobs")
+            options, allow_repo_roots=(*options.allow_repo_roots, blobs.directory)
         )
     store, service, metrics = open_service(options)
     activities = VerifyActivities(service)
     stored = None
     if artifacts is not None:
-        blobs = BoundedBlobs(
-            options.state_dir.resolve() / "cache" / "blobs", options.store_cache_budget
-        )
         stored = StoredActivities(activities, artifacts, keep_runs=options.keep_runs, blobs=blobs)
     metrics_server: Any = None
     started = False
