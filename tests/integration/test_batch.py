@@ -280,7 +280,23 @@ def derived_base(verify_options: list[str]) -> str:
         text=True,
         check=True,
     )
-    return str(json.loads(plan.stdout)["base"]["derived"]["tag"])
+    tag = str(json.loads(plan.stdout)["base"]["derived"]["tag"])
+    try:
+        docker.from_env().images.get(tag)
+    except docker.errors.ImageNotFound:
+        # Run alone, no earlier test has built it: the example's verify builds it (and any
+        # other test that needs it finds it made; a build is idempotent).
+        built = subprocess.run(
+            [sys.executable, "-m", "runner", "verify", str(EXAMPLE), "--no-hack-gate"]
+            + ["--repeat", "0", *verify_options, "--logs", "/tmp/selfbench-derived-base"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+        assert built.returncode == 0, built.stderr[-3000:]
+    return tag
 
 
 def test_batch_over_two_engines_and_losing_one_mid_batch(
@@ -365,7 +381,10 @@ def test_gc_keeps_the_cache_under_budget_and_spares_images_in_use(
     base = derived_base(verify_options)
     options = [*verify_options, "--build-network", "host"]
     with private_engine(tmp_path / "engine", images=(base_image, base)) as engine:
-        env = engine.environ()
+        # A cache of its own: the use records and holds are the host's, so a verification
+        # another test runs meanwhile (on the main engine) would hold the images used since it
+        # began, and gc would rightly keep them.
+        env = {**engine.environ(), "SELFBENCH_CACHE_DIR": str(tmp_path / "cache")}
         tasks = [
             str(
                 example_copy(
