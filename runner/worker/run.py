@@ -88,6 +88,8 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
                 f"handed back {parked} verification(s) the last stop left unfinished: "
                 "Temporal retries them"
             )
+        if stored is not None and (swept := stored.sweep()):
+            announce(f"removed {swept} unpublished run archive(s) the last stop left")
         service.start()
         started = True
         if options.metrics_address is not None:
@@ -107,6 +109,8 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
             announce("stopping: interrupting what is still running")
             service.stop(grace=HANDBACK_SECONDS)
             activities.park_queued()
+            if stored is not None:
+                stored.sweep()
         if metrics_server is not None:
             metrics_server.shutdown()
         store.close()

@@ -147,6 +147,20 @@ class StoredActivities:
             shutil.rmtree(archive, ignore_errors=True)
         return record
 
+    def sweep(self) -> int:
+        """Remove the archives a stop left; the number removed. Called when nothing runs (before
+        the scheduler starts and after it stops): each is a run interrupted and handed back, or
+        one that ended after its worker was killed and before it was published. Temporal runs
+        each again, here or on another worker, and that run is the one published (publishing
+        this one later could overwrite it); a retry that finds its finished job here publishes
+        the job's recorded response (_publish). With --keep-runs every archive stays."""
+        runs = self.verify.service.config.state_dir / "runs"
+        if self.keep_runs or not runs.is_dir():
+            return 0
+        left = sum(1 for p in runs.glob("*/*/*/*/*") if p.is_dir())
+        shutil.rmtree(runs, ignore_errors=True)
+        return left
+
     @activity.defn(name=VERIFY_STORED_ACTIVITY)
     async def verify_stored(self, reference: Any) -> dict[str, Any]:
         held = reference if isinstance(reference, dict) else {}

@@ -287,8 +287,10 @@ def derived_base(verify_options: list[str]) -> str:
         # Run alone, no earlier test has built it: the example's verify builds it (and any
         # other test that needs it finds it made; a build is idempotent).
         built = subprocess.run(
-            [sys.executable, "-m", "runner", "verify", str(EXAMPLE), "--no-hack-gate"]
-            + ["--repeat", "0", *verify_options, "--logs", "/tmp/selfbench-derived-base"],
+            [
+                *(sys.executable, "-m", "runner", "verify", str(EXAMPLE), "--no-hack-gate"),
+                *("--repeat", "0", *verify_options, "--logs", "/tmp/selfbench-derived-base"),
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,

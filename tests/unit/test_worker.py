@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
+from runner.artifacts.store import open_store
 from runner.sidecar.request import (
     ErrorBody,
     JobState,
@@ -28,6 +29,7 @@ from runner.worker.activities import (
     invalid_request,
     outcome,
 )
+from runner.worker.stored import StoredActivities
 from tests.unit.test_sidecar import make_request, request_doc, service_for
 
 
@@ -264,6 +266,27 @@ def test_a_task_that_failed_for_good_points_at_its_archive_on_the_worker() -> No
         None,
     )
     assert answered.run_dir == "/w/b/run" and answered.seconds == 2.5
+
+
+def test_a_store_worker_removes_the_unpublished_archives_a_stop_left(tmp_path: Path) -> None:
+    """With --store a worker's disk holds only what runs: the archive of a run a SIGKILL
+    interrupted (parked) or ended unpublished goes when the worker starts again; with
+    --keep-runs it stays; a worker with nothing left removes nothing."""
+    service = service_for(tmp_path)
+    activities = VerifyActivities(service)
+    job = service.submit(make_request(repo="https://git.invalid/x.git"), source="temporal")
+    (job.archive / "run").mkdir(parents=True)
+    (job.archive / "run" / "runner.log").write_text("interrupted\n")
+    assert activities.park_queued() == 1
+    store = open_store(f"file://{tmp_path}/store", cache=tmp_path / "cache")
+    assert StoredActivities(activities, store, keep_runs=True).sweep() == 0
+    assert (job.archive / "run" / "runner.log").is_file()
+    assert StoredActivities(activities, store).sweep() == 1
+    assert not job.archive.exists() and not (service.config.state_dir / "runs").exists()
+    assert StoredActivities(activities, store).sweep() == 0
+    # The job's record stays: Temporal's retry that comes back here runs it again.
+    parked = service.store.get(job.id)
+    assert parked is not None and parked.state is JobState.ERROR
 
 
 def test_what_a_stop_left_queued_is_parked_for_temporal_and_runs_only_when_given_back(
