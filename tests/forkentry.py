@@ -31,7 +31,11 @@ def main(argv: list[str]) -> int:
 
         def stop(signum: int, frame: object) -> None:
             if marker is not None:
-                marker.write_text(f"terminated {signal.Signals(signum).name}")
+                # Whole or not at all: a test waits for the file and reads it at once (CI read
+                # it empty between its creation and its write).
+                partial = marker.with_name(f".{marker.name}.tmp")
+                partial.write_text(f"terminated {signal.Signals(signum).name}")
+                os.replace(partial, marker)
             os._exit(130)
 
         signal.signal(signal.SIGTERM, stop)
