@@ -257,7 +257,9 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
     activity runs again on the other, every request gets exactly one result, and no container
     of any run is left on either engine."""
     base = derived_base(verify_options)
-    options = [*verify_options, "--build-network", "host"]
+    # The hand-over is what this is about: no flakiness probe, no exploits (each reruns the
+    # slow tests).
+    options = [*verify_options, "--build-network", "host", "--repeat", "0", "--no-hack-gate"]
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
     with private_engine(tmp_path / "engine", images=(base_image, base)) as second:
         first = start_worker(server, tmp_path / "a", queue, options, jobs=1)
@@ -376,7 +378,9 @@ def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
     them (their containers removed) and hands them back: Temporal retries the activity on the
     next worker, which verifies it."""
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
-    first = start_worker(server, tmp_path / "a", queue, verify_options, jobs=1, grace=3)
+    # No flakiness probe, no exploits: each would rerun the 8-second test.
+    options = [*verify_options, "--repeat", "0", "--no-hack-gate"]
+    first = start_worker(server, tmp_path / "a", queue, options, jobs=1, grace=3)
     try:
         request = payload("w-term", 20, testCommand="sleep 8; bash tests/run.sh {tests}")
         batch = {"requests": [request], "concurrency": 1}
@@ -398,7 +402,7 @@ def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
         assert state == "error" and '"handed-back"' in response, (state, response)
     finally:
         stop_worker(first)
-    second = start_worker(server, tmp_path / "b", queue, verify_options, jobs=1)
+    second = start_worker(server, tmp_path / "b", queue, options, jobs=1)
     try:
         summary = await_workflow(server, "batch-term", timeout=600, what=second.text)
         assert summary["counts"]["accepted"] == 1, summary
