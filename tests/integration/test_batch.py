@@ -22,7 +22,7 @@ import docker
 
 from tests.engines import private_engine
 from tests.helpers import LIB_GOLD, bash_task, write_task
-from tests.integration.conftest import ROOT, leftovers
+from tests.integration.conftest import FAST, ROOT, leftovers
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
 
@@ -288,8 +288,8 @@ def derived_base(verify_options: list[str]) -> str:
         # other test that needs it finds it made; a build is idempotent).
         built = subprocess.run(
             [
-                *(sys.executable, "-m", "runner", "verify", str(EXAMPLE), "--no-hack-gate"),
-                *("--repeat", "0", *verify_options, "--logs", "/tmp/selfbench-derived-base"),
+                *(sys.executable, "-m", "runner", "verify", str(EXAMPLE), *FAST),
+                *(*verify_options, "--logs", "/tmp/selfbench-derived-base"),
             ],
             cwd=ROOT,
             capture_output=True,
@@ -308,8 +308,7 @@ def test_batch_over_two_engines_and_losing_one_mid_batch(
     # images are built there, over the host network.
     base = derived_base(verify_options)
     docker_client.images.get(base)
-    # Engines are what this is about: no flakiness probe, no exploits.
-    options = [*verify_options, "--build-network", "host", "--repeat", "0", "--no-hack-gate"]
+    options = [*verify_options, "--build-network", "host", *FAST]  # engines are the subject
     with private_engine(tmp_path / "engine", images=(base_image, base)) as second:
         main_url = "unix:///var/run/docker.sock"
         engines = ["--engine", f"{main_url}=1", "--engine", f"{second.url}=1"]
@@ -382,8 +381,7 @@ def test_gc_keeps_the_cache_under_budget_and_spares_images_in_use(
     tmp_path: Path, verify_options: list[str], base_image: str
 ) -> None:
     base = derived_base(verify_options)
-    # The budget is what this is about: no flakiness probe, no exploits.
-    options = [*verify_options, "--build-network", "host", "--repeat", "0", "--no-hack-gate"]
+    options = [*verify_options, "--build-network", "host", *FAST]  # the budget is the subject
     with private_engine(tmp_path / "engine", images=(base_image, base)) as engine:
         # A cache of its own: the use records and holds are the host's, so a verification
         # another test runs meanwhile (on the main engine) would hold the images used since it

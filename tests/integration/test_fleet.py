@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from runner.artifacts.store import open_store
-from tests.integration.conftest import ROOT, run_cli
+from tests.integration.conftest import FAST, ROOT, run_cli
 from tests.integration.test_batch import example_copy
 from tests.s3 import s3_server
 from tests.temporal import (
@@ -71,8 +71,7 @@ def test_a_pool_on_two_workers_is_read_from_another_host(
                 server,
                 tmp_path / f"w{n}",
                 queue,
-                # The store is what this is about: no flakiness probe, no exploits.
-                [*verify_options, "--repeat", "0", "--no-hack-gate", "--store", store],
+                [*verify_options, *FAST, "--store", store],  # the store is the subject
                 jobs=1,
                 env=_env(s3, tmp_path / f"w{n}" / "cache"),
             )
@@ -217,9 +216,9 @@ def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker
                 server,
                 tmp_path / f"w{n}",
                 queue,
-                # Paging and the hand-over are what this is about: no flakiness probe, no
-                # exploits (in CI, under load, the first verifications took minutes).
-                [*verify_options, "--repeat", "0", "--no-hack-gate", "--store", store_url],
+                # Paging and the hand-over are the subject (in CI, under load, the first
+                # full-gate verifications took minutes).
+                [*verify_options, *FAST, "--store", store_url],
                 jobs=2,
             )
             for n in (1, 2)

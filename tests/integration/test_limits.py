@@ -12,7 +12,7 @@ import docker
 
 from tests.engines import private_engine
 from tests.helpers import bash_task
-from tests.integration.conftest import ROOT, leftovers, run_verify
+from tests.integration.conftest import FAST, ROOT, leftovers, run_verify
 
 # Writes 20 MB at a time, up to 3 GB, then passes: only a storage limit stops it.
 FILL_DISK = (
@@ -52,9 +52,7 @@ def test_storage_quota_on_a_btrfs_engine(tmp_path: Path, base_image: str) -> Non
             tmp_path, name="disk-hog-quota", new_test=FILL_DISK, resources={"storageMb": 1024}
         )
         options = [
-            "--repeat",
-            "0",
-            "--no-hack-gate",
+            *FAST,
             "--base-image",
             base_image,
             "--toolchain-source",
@@ -230,9 +228,7 @@ def test_task_images_carry_none_of_the_building_run_s_labels(
     them): the task's images carried the building run's owner and `side: agent`."""
     # Its own setup (a nonce): a committed step found in the cache would prove nothing.
     task = bash_task(tmp_path, name="labels-task", setupCommand=f"echo {uuid.uuid4().hex}")
-    run = run_verify(
-        task.directory, verify_options, tmp_path / "run", "--no-hack-gate", "--repeat", "0"
-    )
+    run = run_verify(task.directory, verify_options, tmp_path / "run", *FAST)
     assert run.code == 0, run.report["reason"]
     for image in run.stage("build")["data"]["images"].values():
         labels = docker_client.images.get(image["tag"]).labels

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import LIB_GOLD, bash_task
-from tests.integration.conftest import Run, run_verify
-
-FAST = ("--no-hack-gate", "--repeat", "0")
+from tests.integration.conftest import FAST, Run, run_verify
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import pytest
 
 from tests.engines import private_engine
 from tests.hostile_repos import arm
-from tests.integration.conftest import ROOT, leftovers, run_verify
+from tests.integration.conftest import FAST, ROOT, leftovers, run_verify
 from tests.integration.test_batch import derived_base
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
@@ -406,9 +406,9 @@ def test_a_fork_server_killed_alone_is_an_infrastructure_failure_run_again(
 def test_twenty_requests_at_once_with_two_jobs(
     tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
 ) -> None:
-    # Scheduling and reuse are what this is about: no flakiness probe, no exploits.
-    fast = [*verify_options, "--repeat", "0", "--no-hack-gate"]
-    car = Sidecar(tmp_path / "state", tmp_path / "mailbox", fast, jobs=2).start()
+    # Scheduling and reuse are the subject.
+    car = Sidecar(tmp_path / "state", tmp_path / "mailbox", [*verify_options, *FAST], jobs=2)
+    car.start()
     try:
         # 10 identical payloads and 10 of another task (its own setup, so its own images).
         nonce = uuid.uuid4().hex[:12]
@@ -512,9 +512,7 @@ def test_a_sidecar_keeps_its_task_images_under_its_cache_budget(
             found = tags(label="org.selfbench.runner=1")
             return [t for t in found if ":agent-" in t or ":verifier-" in t]
 
-        # The gates are not what this test is about: no flakiness probe, no exploits.
-        fast = ["--repeat", "0", "--no-hack-gate"]
-        options = [*verify_options, *fast, "--build-network", "host", "--cache-budget", "5MiB"]
+        options = [*verify_options, *FAST, "--build-network", "host", "--cache-budget", "5MiB"]
         # A cache of its own: use records and holds are the host's, and a verification another
         # test runs meanwhile would hold every image used since it began.
         env = {**engine.environ(), "SELFBENCH_CACHE_DIR": str(tmp_path / "cache")}

@@ -32,7 +32,7 @@ import pytest
 
 from runner.model.runners import PROVEN_RUNNERS
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
-from tests.integration.conftest import ROOT, Run, run_verify
+from tests.integration.conftest import FAST, ROOT, Run, run_verify
 from tests.realistic import GO_VENDORED, UV_MONOREPO, build
 
 JEST_PACKAGE = (
@@ -283,7 +283,7 @@ def _proved_by_the_evidence_alone(
     definition = json.loads((allow_all / "definition.json").read_text())
     definition.setdefault("environment", {})["harnessAllow"] = ["*"]
     (allow_all / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
-    run = run_verify(allow_all, options, tmp / "allow-all-run", "--no-hack-gate", "--repeat", "0")
+    run = run_verify(allow_all, options, tmp / "allow-all-run", *FAST)
     assert run.report["verdict"] == "accepted", run.report["reason"]
     graded_all = grade_patches(run.run_dir, exploits, names, options, tmp / "allow-all-grades")
     for name, (code, graded) in graded_all:

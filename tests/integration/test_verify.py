@@ -17,7 +17,7 @@ import pytest
 from runner.compile.taskdir import load_authored_task
 from runner.model.settings import CompileOptions
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, compiled
-from tests.integration.conftest import ROOT, leftovers, run_verify
+from tests.integration.conftest import FAST, ROOT, leftovers, run_verify
 
 SETUP_STEP = re.compile(r"^Step \d+/\d+ : RUN chmod 0755 /opt/selfbench-environment/setup.sh")
 
@@ -56,10 +56,7 @@ def test_accepted_then_cached(
     assert first.report["settings"]["storageLimit"].startswith("enforced by the")
     assert leftovers(docker_client, first.report["runId"]) == []
 
-    # The cache is what the second run is about: no flakiness probe, no exploits.
-    second = run_verify(
-        task.directory, verify_options, tmp_path / "run2", "--repeat", "0", "--no-hack-gate"
-    )
+    second = run_verify(task.directory, verify_options, tmp_path / "run2", *FAST)
     assert second.code == 0
     images = second.stage("build")["data"]["images"]
     assert images["agent"]["cached"] and images["verifier"]["cached"]
@@ -88,7 +85,7 @@ def test_compiled_bundle_is_verified_as_it_is(tmp_path: Path, verify_options: li
         tmp_path / "run" / "bundle",
         verify_options,
         tmp_path / "again",
-        *("--repeat", "0", "--no-hack-gate"),  # the images are what this run is about
+        *FAST,  # the images are what this run is about
     )
     assert again.code == 0, again.stderr
     assert again.stage("build")["data"]["images"]["verifier"]["cached"] is True

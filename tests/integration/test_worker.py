@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.engines import private_engine
-from tests.integration.conftest import ROOT, run_cli
+from tests.integration.conftest import FAST, ROOT, run_cli
 from tests.integration.test_batch import derived_base, example_copy
 from tests.temporal import (
     Worker,
@@ -257,9 +257,7 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
     activity runs again on the other, every request gets exactly one result, and no container
     of any run is left on either engine."""
     base = derived_base(verify_options)
-    # The hand-over is what this is about: no flakiness probe, no exploits (each reruns the
-    # slow tests).
-    options = [*verify_options, "--build-network", "host", "--repeat", "0", "--no-hack-gate"]
+    options = [*verify_options, "--build-network", "host", *FAST]  # the hand-over is the subject
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
     with private_engine(tmp_path / "engine", images=(base_image, base)) as second:
         first = start_worker(server, tmp_path / "a", queue, options, jobs=1)
@@ -378,8 +376,7 @@ def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
     them (their containers removed) and hands them back: Temporal retries the activity on the
     next worker, which verifies it."""
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
-    # No flakiness probe, no exploits: each would rerun the 8-second test.
-    options = [*verify_options, "--repeat", "0", "--no-hack-gate"]
+    options = [*verify_options, *FAST]  # each probe and exploit would rerun the 8-second test
     first = start_worker(server, tmp_path / "a", queue, options, jobs=1, grace=3)
     try:
         request = payload("w-term", 20, testCommand="sleep 8; bash tests/run.sh {tests}")
