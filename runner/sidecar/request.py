@@ -27,6 +27,10 @@ _C = r"\x00-\x1f\x7f-\x9f\u2028\u2029"
 REPO_PATTERN = rf"^[^{_C}]*[^ {_C}][^{_C}]*$"
 MAX_REPO_CHARS = 4096
 MAX_ROUND = 1_000_000
+# Where every verification is archived, under the archive root (archive_path): one directory
+# per verification, ARCHIVE_GLOB below ARCHIVES (run/stage/candidate/round-N/verify-N).
+ARCHIVES = "runs"
+ARCHIVE_GLOB = "*/*/*/*/*"
 
 
 def _no_final_newline(value: str) -> str:
@@ -115,7 +119,7 @@ class VerificationRequest(_Document):
     def archive_path(self) -> PurePosixPath:
         """Where this verification is archived, relative to the archive root."""
         return PurePosixPath(
-            "runs",
+            ARCHIVES,
             self.run,
             self.stage,
             self.candidate,

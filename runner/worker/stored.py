@@ -29,7 +29,7 @@ from runner.artifacts.cachebound import BoundedBlobs
 from runner.artifacts.runs import publish_run, run_record
 from runner.artifacts.store import ArtifactStore, StoreError
 from runner.sidecar.jobs import Job
-from runner.sidecar.request import JobState, VerificationRequest
+from runner.sidecar.request import ARCHIVE_GLOB, ARCHIVES, JobState, VerificationRequest
 from runner.worker.activities import (
     MAX_REASON_BYTES,
     VerifyActivities,
@@ -154,10 +154,10 @@ class StoredActivities:
         each again, here or on another worker, and that run is the one published (publishing
         this one later could overwrite it); a retry that finds its finished job here publishes
         the job's recorded response (_publish). With --keep-runs every archive stays."""
-        runs = self.verify.service.config.state_dir / "runs"
+        runs = self.verify.service.config.state_dir / ARCHIVES
         if self.keep_runs or not runs.is_dir():
             return 0
-        left = sum(1 for p in runs.glob("*/*/*/*/*") if p.is_dir())
+        left = sum(1 for p in runs.glob(ARCHIVE_GLOB) if p.is_dir())
         shutil.rmtree(runs, ignore_errors=True)
         return left
 

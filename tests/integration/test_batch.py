@@ -281,8 +281,9 @@ def derived_base(verify_options: list[str]) -> str:
         check=True,
     )
     tag = str(json.loads(plan.stdout)["base"]["derived"]["tag"])
+    client = docker.from_env()
     try:
-        docker.from_env().images.get(tag)
+        client.images.get(tag)
     except docker.errors.ImageNotFound:
         # Run alone, no earlier test has built it: the example's verify builds it (and any
         # other test that needs it finds it made; a build is idempotent).
@@ -298,6 +299,8 @@ def derived_base(verify_options: list[str]) -> str:
             timeout=900,
         )
         assert built.returncode == 0, built.stderr[-3000:]
+    finally:
+        client.close()
     return tag
 
 
