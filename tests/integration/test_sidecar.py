@@ -25,9 +25,10 @@ import pytest
 from tests.engines import private_engine
 from tests.hostile_repos import arm
 from tests.integration.conftest import FAST, ROOT, leftovers, run_verify
-from tests.integration.test_batch import derived_base
+from tests.integration.test_batch import derived_base, example_copy
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
+BLOB = "./configure && head -c 3000000 /dev/urandom > {name}"  # a setup that writes 3 MB
 RUN_FIELDS = ("runId", "startedAt", "seconds", "runDir", "bundle")
 
 
@@ -497,6 +498,9 @@ def test_a_sidecar_keeps_its_task_images_under_its_cache_budget(
 ) -> None:
     """`serve --cache-budget` (and `worker`, the same service) removes the least recently used
     task images after each verification: on a private engine, so no other test's images go."""
+    from runner.engine.cachebudget import footprint
+    from runner.engine.images import task_images
+
     base = derived_base(verify_options)
     nonce = uuid.uuid4().hex[:8]
     with private_engine(tmp_path / "engine", images=(base_image, base)) as engine:
@@ -512,33 +516,72 @@ def test_a_sidecar_keeps_its_task_images_under_its_cache_budget(
             found = tags(label="org.selfbench.runner=1")
             return [t for t in found if ":agent-" in t or ":verifier-" in t]
 
-        options = [*verify_options, *FAST, "--build-network", "host", "--cache-budget", "5MiB"]
+        def gone(*names: str) -> None:
+            # The budget's pass runs after the answer is written: wait for its removals.
+            deadline = time.monotonic() + 60
+            while any(name in t for t in task_tags() for name in names):
+                assert time.monotonic() < deadline, task_tags()
+                time.sleep(0.5)
+
         # A cache of its own: use records and holds are the host's, and a verification another
         # test runs meanwhile would hold every image used since it began.
         env = {**engine.environ(), "SELFBENCH_CACHE_DIR": str(tmp_path / "cache")}
-        car = Sidecar(tmp_path / "state", tmp_path / "mailbox", options, env=env)
+        build_options = [*verify_options, *FAST, "--build-network", "host"]
+
+        # Every task image carries the runtime layers above the derived base (the apt packages,
+        # the toolchains: 260 MB here), shared by all the tasks and freed only with the last of
+        # them; and a task whose setup writes 3 MB holds about 12 MB of its own (the file, its
+        # git object, the layers above). Two tasks verified without the sidecar measure both:
+        # one with no file (the shared part) and one with it (its own part).
+        def verify(name: str, setup: str) -> None:
+            task = example_copy(tmp_path, name, taskId=f"{name}-{nonce}", setupCommand=setup)
+            done = subprocess.run(
+                [sys.executable, "-m", "runner", "verify", str(task), *build_options],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=900,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+
+        verify("cb-a", "./configure")
+        shared = footprint(task_images(client.api))
+        verify("cb-b", BLOB.format(name="blob"))
+        own = footprint(task_images(client.api)) - shared
+        assert own > 3_000_000, own
+        # The shared part and one task's own part fit; a second task's does not.
+        budget = shared + own * 3 // 2
+        car = Sidecar(
+            tmp_path / "state",
+            tmp_path / "mailbox",
+            [*build_options, "--cache-budget", str(budget)],
+            env=env,
+        )
         car.start()
         try:
             for index in (1, 2):
-                # Each task's setup writes 3 MB: one task's images fit 5 MiB, two do not.
+                # Each task's setup writes 3 MB: one task's images fit the budget, two do not.
                 doc = payload(
                     f"cb{index}",
                     candidate=f"c{index}",
                     taskId=f"cb-{index}-{nonce}",
-                    setupCommand=f"./configure && head -c 3000000 /dev/urandom > blob{index}",
+                    setupCommand=BLOB.format(name=f"blob{index}"),
                 )
                 put_request(car.mailbox, doc)
                 answer = wait_response(car.mailbox, f"cb{index}")
                 assert answer["report"]["verdict"] == "accepted", answer
                 if index == 1:
-                    # Under budget: nothing removed.
+                    # Over budget: the two tasks verified before go, least recently used
+                    # first, and the rest fits.
+                    gone(f"/cb-a-{nonce}:", f"/cb-b-{nonce}:")
                     assert len(task_tags()) == 2, task_tags()
-            deadline = time.monotonic() + 60
-            while any(f"/cb-1-{nonce}:" in t for t in task_tags()):
-                assert time.monotonic() < deadline, task_tags()
-                time.sleep(0.5)
-            # The least recently used task's images went; the last one's stay.
+            gone(f"/cb-1-{nonce}:")
+            # The last task's images stay, and so do the shared layers below them.
             assert [t.split(":")[0] for t in task_tags()] == [f"selfbench/cb-2-{nonce}"] * 2
+            left = footprint(task_images(client.api))
+            assert shared < left <= budget, (shared, left, budget)
             metrics = httpx.get(f"{car.url}/metrics", headers=car.headers, timeout=30).text
             freed = next(
                 float(line.split()[1])
@@ -551,4 +594,5 @@ def test_a_sidecar_keeps_its_task_images_under_its_cache_budget(
             car.stop()
             client.close()
         log = car.log.read_text()
+        assert "cache budget: removed 4 image(s)" in log, log
         assert "cache budget: removed 2 image(s)" in log, log
