@@ -106,6 +106,18 @@ class TaskFailedError(RunnerError):
     exit_code = ExitCode.REJECTED
 
 
+class StorageRefusedError(TaskFailedError):
+    """The engine's quota refused a container: its image alone holds the task's storage_mb."""
+
+    def __init__(self, image_mb: int, limit_mb: int) -> None:
+        super().__init__(
+            f"storage limit exceeded: the image alone holds {image_mb} MB of the {limit_mb} MB "
+            "of storage_mb, and the engine's quota refused the container"
+        )
+        self.image_mb = image_mb
+        self.limit_mb = limit_mb
+
+
 class UsageError(RunnerError):
     exit_code = ExitCode.INVALID
 

@@ -8,6 +8,9 @@ at once, and the client is closed.
 from __future__ import annotations
 
 import contextlib
+import io
+import posixpath
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 import docker
+import docker.utils
 from docker.errors import APIError, DockerException
 
 from runner.base.errors import EngineError
@@ -23,6 +27,7 @@ from runner.base.logs import CappedLog
 from runner.engine.buildlog import BuildStream
 from runner.engine.calls import ENGINE_FAILURES, TRANSIENT, Connection, explain
 from runner.model.settings import BUILD_GRACE_SECONDS
+from runner.plan.dockerfile import Chunk
 from runner.plan.runtime import BuildOutcome, BuildRequest, ImageInfo
 
 
@@ -214,3 +219,36 @@ class ImageBuild:
             return
         with contextlib.suppress(DockerException, *TRANSIENT):
             self.api.kill(running[-1])
+
+
+DOCKERFILE_NAME = ".selfbench.Dockerfile"  # a stepped build's chunk: its own Dockerfile
+
+
+def chunk_context(context: Path, chunk: Chunk, dockerfile: str, out: Any) -> None:
+    """The build context of one chunk: its Dockerfile and the files its COPY instructions read
+    (every chunk of a task would otherwise send the whole context, the repository's archive
+    included, again)."""
+    sources = chunk.sources()
+    if sources is None:
+        # A pattern or a URL: the whole context, as `docker build` sends it.
+        docker.utils.tar(context, dockerfile=(DOCKERFILE_NAME, dockerfile), fileobj=out)
+        return
+    root = context.resolve()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for source in sorted(set(sources)):
+            relative = posixpath.normpath(source.lstrip("/"))
+            full = (root / relative).resolve()
+            if relative.startswith("..") or not full.is_relative_to(root) or not full.exists():
+                continue  # the builder reports the missing source in its own words
+            archive.add(str(root / relative), arcname=relative, filter=_plain)
+        info = tarfile.TarInfo(DOCKERFILE_NAME)
+        body = dockerfile.encode()
+        info.size = len(body)
+        info.mtime = 0
+        archive.addfile(info, io.BytesIO(body))
+
+
+def _plain(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    # As docker's own context archive: no owner names; the builder gives COPY's files to root.
+    member.uname = member.gname = ""
+    return member

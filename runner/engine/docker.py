@@ -24,7 +24,7 @@ from typing import Any
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
-from runner.base.errors import EngineError, InfrastructureError, TaskFailedError
+from runner.base.errors import EngineError, InfrastructureError, StorageRefusedError
 from runner.engine.build import ImageBuild
 from runner.engine.calls import (
     ENGINE_FAILURES,
@@ -259,12 +259,8 @@ class DockerEngine:
                 with engine_errors(f"starting container {plan.name}"):
                     self.api.start(container.id)
             except EngineError as exc:
-                if container.storage is StorageLimit.QUOTA and "quota exceeded" in exc.message:
-                    # The image alone is larger than the task's storage_mb: the task's fault.
-                    raise TaskFailedError(
-                        f"storage limit exceeded ({plan.limits.storage_mb} MB is less than the "
-                        "image itself): the engine's quota refused the container"
-                    ) from None
+                if container.storage is StorageLimit.QUOTA:
+                    self._refused_by_quota(plan, exc)
                 raise
             container.start_watchdog()
             yield container
@@ -300,8 +296,19 @@ class DockerEngine:
             storage = resolve_storage(storage, self.facts())
         if storage is StorageLimit.QUOTA:
             host["storage_opt"] = {"size": f"{limits.storage_mb}M"}
+        try:
+            created = self._create_container(plan, env, host)
+        except EngineError as exc:
+            if storage is StorageLimit.QUOTA:
+                self._refused_by_quota(plan, exc)
+            raise
+        return DockerContainer(self.connection, self.api, str(created["Id"]), plan, storage)
+
+    def _create_container(
+        self, plan: ContainerPlan, env: Mapping[str, str], host: dict[str, Any]
+    ) -> dict[str, Any]:
         with engine_errors(f"creating container {plan.name} from {plan.image}"):
-            created = self.api.create_container(
+            created: dict[str, Any] = self.api.create_container(
                 plan.image,
                 command=list(plan.command),
                 entrypoint=plan.entrypoint,
@@ -314,7 +321,21 @@ class DockerEngine:
                 tty=False,
                 host_config=self.api.create_host_config(**host),
             )
-        return DockerContainer(self.connection, self.api, str(created["Id"]), plan, storage)
+        return created
+
+    def _refused_by_quota(self, plan: ContainerPlan, exc: EngineError) -> None:
+        """Raise StorageRefusedError when the quota refused a container (EDQUOT, at its creation
+        on btrfs, where moby sets the qgroup limit of its snapshot, or at its start) because
+        its image alone holds the task's storage_mb: the task's fault, as the watchdog's first
+        sample judges it on other engines. Anything else stays the engine's failure."""
+        if "quota exceeded" not in exc.message:
+            return
+        with engine_errors(f"reading image {plan.image}"):
+            size = int(self.api.inspect_image(plan.image).get("Size") or 0)  # type: ignore[no-untyped-call]
+        image_mb = size // (1024 * 1024)
+        # At the limit, as a quota's refusal is read after a command (containers.py).
+        if image_mb >= plan.limits.storage_mb * 0.98:
+            raise StorageRefusedError(image_mb, plan.limits.storage_mb) from None
 
     # ---- services --------------------------------------------------------------------------
 

@@ -10,9 +10,7 @@ task.
 
 from __future__ import annotations
 
-import io
-import posixpath
-import tarfile
+import contextlib
 import tempfile
 import time
 from collections import deque
@@ -24,8 +22,9 @@ from typing import Any
 import docker
 import docker.utils
 
+from runner.base.errors import StorageRefusedError
 from runner.base.logs import CappedLog
-from runner.engine.build import Context, ImageBuild
+from runner.engine.build import DOCKERFILE_NAME, Context, ImageBuild, chunk_context
 from runner.engine.calls import Connection, engine_errors
 from runner.engine.containers import DockerContainer
 from runner.engine.stepcache import remember_step, remembered_step, step_key
@@ -40,7 +39,6 @@ from runner.plan.labels import LABEL_STEP
 from runner.plan.runtime import BuildOutcome, BuildRequest, ExecOutcome, ImageInfo
 from runner.plan.types import ContainerPlan, ExecStep, Role, StepLimits
 
-DOCKERFILE_NAME = ".selfbench.Dockerfile"
 TAIL_LINES = 200
 
 OpenContainer = Callable[[ContainerPlan], AbstractContextManager[DockerContainer]]
@@ -189,7 +187,7 @@ class SteppedBuild:
             network=request.network,
         )
         with tempfile.TemporaryFile() as tar:
-            _context_tar(request.context, chunk, chunk.dockerfile(parent), tar)
+            chunk_context(request.context, chunk, chunk.dockerfile(parent), tar)
             tar.seek(0)
             build = ImageBuild(
                 self.connection,
@@ -241,7 +239,18 @@ class SteppedBuild:
             workdir=workdir,
             timeout_seconds=timeout,
         )
-        with self.open_container(plan) as container:
+        with contextlib.ExitStack() as stack:
+            try:
+                container = stack.enter_context(self.open_container(plan))
+            except StorageRefusedError as refused:
+                # The image this step runs on already fills the task's storage_mb (the quota
+                # refused its container): the step fails under that limit, as the watchdog's
+                # first sample would stop it on another engine.
+                sink.say(str(refused))
+                refusal = ExecOutcome(
+                    exit_code=None, seconds=0.0, storage_exceeded_mb=refused.image_mb
+                )
+                return self._failed_step(step, refusal, sink, "quota")
             sink.say(f" ---> Running in {container.id[:12]}")
             result = container.exec_to(exec_step, sink)
             failed = (
@@ -361,33 +370,3 @@ class SteppedBuild:
 
 def _short(image_id: str) -> str:
     return image_id.removeprefix("sha256:")[:12]
-
-
-def _context_tar(context: Path, chunk: Chunk, dockerfile: str, out: Any) -> None:
-    """The build context of one chunk: its Dockerfile and the files its COPY instructions read
-    (every chunk of a task would otherwise send the whole context, the repository's archive
-    included, again)."""
-    sources = chunk.sources()
-    if sources is None:
-        # A pattern or a URL: the whole context, as `docker build` sends it.
-        docker.utils.tar(context, dockerfile=(DOCKERFILE_NAME, dockerfile), fileobj=out)
-        return
-    root = context.resolve()
-    with tarfile.open(fileobj=out, mode="w") as archive:
-        for source in sorted(set(sources)):
-            relative = posixpath.normpath(source.lstrip("/"))
-            full = (root / relative).resolve()
-            if relative.startswith("..") or not full.is_relative_to(root) or not full.exists():
-                continue  # the builder reports the missing source in its own words
-            archive.add(str(root / relative), arcname=relative, filter=_plain)
-        info = tarfile.TarInfo(DOCKERFILE_NAME)
-        body = dockerfile.encode()
-        info.size = len(body)
-        info.mtime = 0
-        archive.addfile(info, io.BytesIO(body))
-
-
-def _plain(member: tarfile.TarInfo) -> tarfile.TarInfo:
-    # As docker's own context archive: no owner names; the builder gives COPY's files to root.
-    member.uname = member.gname = ""
-    return member

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.artifacts.store import ArtifactStore, StoreError
-from runner.base.errors import InfrastructureError, Interrupted, RepositoryError
+from runner.base.errors import InfrastructureError, Interrupted, RepositoryError, UsageError
 from runner.batch.model import BatchResult, TaskOutcome
 from runner.compile.repository import bundle_local, is_remote
 from runner.worker.client import (
@@ -27,7 +27,13 @@ from runner.worker.client import (
     stage_summary,
     task_request,
 )
-from runner.worker.pool import POOL_WORKFLOW, PoolInput, PoolSummary
+from runner.worker.pool import (
+    DEFAULT_SEGMENT,
+    POOL_WORKFLOW,
+    PoolInput,
+    PoolSummary,
+    bounds_problem,
+)
 
 POLL_SECONDS = 1.0
 # Children described per look for their stage (a describe each): the rest show as started.
@@ -68,6 +74,9 @@ def reference_of(
 def run_pool(
     options: TemporalBatch, store: ArtifactStore, targets: list[Path], view: ViewCalls
 ) -> BatchResult:
+    problem = bounds_problem(len(targets), DEFAULT_SEGMENT)
+    if problem is not None:
+        raise UsageError(f"the pool cannot run: {problem}", field="TASK_DIRS")
     run = request_name(options.workflow_id, 100) or "pool"
     requests = [task_request(t, run=run, index=i) for i, t in enumerate(targets)]
     started = time.monotonic()

@@ -48,6 +48,8 @@ MAX_REASON = 300
 STORE_CALL = timedelta(minutes=5)
 STORE_RETRY = RetryPolicy(maximum_attempts=10, maximum_interval=timedelta(seconds=30))
 
+# Every continuation is validated again, so these stay as wide as any pool ever started with;
+# a new pool is held to the tighter bounds below.
 POOL_LIMITS: dict[str, tuple[int, int] | tuple[float, float]] = {
     "total": (0, 10_000_000),
     "concurrency": (1, 1000),
@@ -58,6 +60,34 @@ POOL_LIMITS: dict[str, tuple[int, int] | tuple[float, float]] = {
     "heartbeat_timeout_seconds": (1.0, 24 * 3600.0),
     "max_attempts": (1, 100),
 }
+
+
+# A new pool (cursor 0) is held to these, behind a patch so that a pool started before them
+# keeps its settings through every continuation. A segment's summaries travel as one activity
+# input (`selfbench.pool-record`): up to about 1.2 KB each (a 128-character id, a 300-character
+# reason, a store address), so 500 of them stay under a third of Temporal's 2 MB payload limit
+# (5,000 could pass it), and a segment's children, about 10 events each, stay far under one
+# history's 51,200 events. Every continuation carries the page digests (75 bytes as JSON
+# each): 10,000 pages keep it and the pool's result under 1 MB.
+BOUNDS_PATCH = "selfbench.pool.bounds-1"
+DEFAULT_SEGMENT = 250
+MAX_SEGMENT = 500
+MAX_PAGES = 10_000
+
+
+def bounds_problem(total: int, segment: int) -> str | None:
+    """Why a new pool of `total` tasks in segments of `segment` would pass Temporal's limits."""
+    if segment > MAX_SEGMENT:
+        return (
+            f"segment {segment} is over {MAX_SEGMENT}: a segment's summaries travel as one payload"
+        )
+    pages = -(-total // max(1, segment))
+    if pages > MAX_PAGES:
+        return (
+            f"{total} tasks in segments of {segment} make {pages} pages, over {MAX_PAGES}: "
+            f"give a larger segment (up to {MAX_SEGMENT}) or split the pool"
+        )
+    return None
 
 
 @dataclass
@@ -74,7 +104,7 @@ class PoolInput:
     manifest: str  # the digest of a JSON list of task references in the store
     total: int
     concurrency: int = 4
-    segment: int = 250
+    segment: int = DEFAULT_SEGMENT
     page: int = 50
     verify_timeout_seconds: float = 4 * 3600.0
     heartbeat_timeout_seconds: float = 60.0
@@ -188,6 +218,10 @@ class PoolWorkflow:
         pool, problem = pool_input(raw)
         if pool is None:
             raise ApplicationError(f"the pool cannot run: {problem}", type="InvalidRequest")
+        if pool.cursor == 0 and workflow.patched(BOUNDS_PATCH):
+            problem = bounds_problem(pool.total, pool.segment)
+            if problem is not None:
+                raise ApplicationError(f"the pool cannot run: {problem}", type="InvalidRequest")
         self._base, self._total = pool.cursor, pool.total
         end = min(pool.total, pool.cursor + pool.segment)
         bound = asyncio.Semaphore(pool.concurrency)

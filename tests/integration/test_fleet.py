@@ -29,6 +29,7 @@ from tests.temporal import (
     stop_worker,
     temporal,
     temporal_server,
+    workflow_result,
 )
 
 EXAMPLE = ROOT / "examples" / "bash-calc"
@@ -257,6 +258,28 @@ def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker
             result = await_workflow(
                 server, "pool-1", timeout=1200, what=lambda: workers[1].text()[-3000:]
             )
+            # A new pool whose segment's summaries could pass the payload limit is refused
+            # before it runs anything; a continuation (a pool started before the bound, past
+            # its cursor 0) keeps its segment.
+            for workflow_id, changes in (
+                ("pool-big", {"segment": 600}),
+                ("pool-old", {"segment": 600, "cursor": total}),
+            ):
+                given = {**pool, **changes}
+                ran = temporal(
+                    server,
+                    "workflow",
+                    "execute",
+                    *("--task-queue", queue, "--type", "selfbench.pool"),
+                    *("--workflow-id", workflow_id, "--input", json.dumps(given), "-o", "json"),
+                    timeout=120,
+                )
+                if workflow_id == "pool-big":
+                    assert ran.returncode != 0, ran.stdout
+                    assert "segment 600 is over 500" in ran.stdout + ran.stderr, ran.stdout
+                else:
+                    assert ran.returncode == 0, ran.stdout + ran.stderr
+                    assert workflow_result(json.loads(ran.stdout))["total"] == total
         finally:
             for worker in workers:
                 stop_worker(worker)

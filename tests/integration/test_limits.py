@@ -4,9 +4,11 @@ a fork bomb held by the pids limit, and logs capped to their head and tail."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -46,8 +48,7 @@ def test_storage_quota_on_a_btrfs_engine(tmp_path: Path, base_image: str) -> Non
     are refused, and the gate says the quota held."""
     with private_engine(tmp_path / "engine", storage="btrfs", images=(base_image,)) as engine:
         # No flakiness probe writing beside the oracle (on btrfs with qgroups writes are slow:
-        # the oracle's 1024 MB took 69 s), no exploits. (256 MB is too small here: a build
-        # step's container could not be created, "disk quota exceeded".)
+        # the oracle's 1024 MB took 69 s), no exploits.
         task = bash_task(
             tmp_path, name="disk-hog-quota", new_test=FILL_DISK, resources={"storageMb": 1024}
         )
@@ -62,28 +63,23 @@ def test_storage_quota_on_a_btrfs_engine(tmp_path: Path, base_image: str) -> Non
         ]
         if Path("/etc/ssl/certs/ca-certificates.crt").is_file():
             options += ["--extra-ca-certs", "/etc/ssl/certs/ca-certificates.crt"]
-        result = subprocess.run(
-            [
-                str(ROOT / ".venv" / "bin" / "python"),
-                "-m",
-                "runner",
-                "verify",
-                str(task.directory),
-                "--json",
-                "--run-dir",
-                str(tmp_path / "run"),
-                *options,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            cwd=ROOT,
-            env=engine.environ(),
-            check=False,
-        )
-        import json
 
-        report = json.loads(result.stdout)
+        def verify(directory: Path, run: str) -> tuple[subprocess.CompletedProcess[str], Any]:
+            done = subprocess.run(
+                [
+                    *(str(ROOT / ".venv" / "bin" / "python"), "-m", "runner", "verify"),
+                    *(str(directory), "--json", "--run-dir", str(tmp_path / run), *options),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                cwd=ROOT,
+                env=engine.environ(),
+                check=False,
+            )
+            return done, json.loads(done.stdout)
+
+        result, report = verify(task.directory, "run")
         oracle = report["stages"]["oracle"]
         assert result.returncode == 1, (report["reason"], result.stderr[-2000:])
         assert oracle["status"] == "failed"
@@ -91,6 +87,17 @@ def test_storage_quota_on_a_btrfs_engine(tmp_path: Path, base_image: str) -> Non
         assert oracle["detail"].startswith("storage limit exceeded (")
         assert "the engine's quota refused further writes" in oracle["detail"]
         assert report["settings"]["storageLimit"].startswith("enforced by the engine's quota")
+        assert engine.client().containers.list(all=True) == []
+        # A storage_mb smaller than the image its setup runs on (the system packages and
+        # toolchains alone are about 380 MB): the quota refuses the step's container when it is
+        # created, and that is the task's limit, not the engine failing.
+        small = bash_task(tmp_path, name="small-disk", resources={"storageMb": 256})
+        result, report = verify(small.directory, "run-small")
+        build = report["stages"]["build"]
+        assert result.returncode == 1, (report["reason"], result.stderr[-2000:])
+        assert build["status"] == "failed", build
+        assert "storage limit exceeded (" in build["detail"], build["detail"]
+        assert ">= 256 MB): the engine's quota refused further writes" in build["detail"]
         assert engine.client().containers.list(all=True) == []
 
 

@@ -310,3 +310,44 @@ def test_gc_keeps_a_host_s_fetched_runs_and_blobs_under_a_budget(
     # A removed run is fetched again when it is next read.
     again = local_run_dir(f"{store.url.run_address(keys[0])}", cache=cache)
     assert (again / "big.log").stat().st_size == 200_000
+
+
+@pytest.mark.parametrize(
+    ("total", "segment", "words"),
+    [
+        (1000, 501, "segment 501 is over 500"),
+        (5_000_001, 500, "make 10001 pages, over 10000"),
+        (20_000, 1, "give a larger segment"),
+    ],
+)
+def test_a_new_pool_that_would_pass_temporal_s_limits_says_why(
+    total: int, segment: int, words: str
+) -> None:
+    from runner.worker.pool import bounds_problem
+
+    problem = bounds_problem(total, segment)
+    assert problem is not None and words in problem
+
+
+def test_a_new_pool_within_the_bounds_runs_and_so_does_an_old_continuation() -> None:
+    from runner.worker.pool import DEFAULT_SEGMENT, bounds_problem, pool_input
+
+    assert bounds_problem(1000, DEFAULT_SEGMENT) is None
+    assert bounds_problem(5_000_000, 500) is None
+    assert bounds_problem(0, 1) is None
+    # A pool started before the bounds carries its segment of 5,000 through each continuation.
+    raw = {"manifest": "sha256:" + "1" * 64, "total": 20_000, "segment": 5000, "cursor": 5000}
+    pool, problem = pool_input(raw)
+    assert problem is None and pool is not None and pool.segment == 5000
+
+
+def test_a_batch_too_large_for_one_pool_is_refused_before_anything_is_stored(
+    tmp_path: Path,
+) -> None:
+    from runner.worker.fleet import run_pool
+
+    store = open_store(f"file://{tmp_path}/store", cache=tmp_path / "cache")
+    # The check comes first: nothing about the options, the view or the tasks is read.
+    with pytest.raises(UsageError, match="make 10001 pages"):
+        run_pool(None, store, [tmp_path] * 2_500_001, None)  # type: ignore[arg-type]
+    assert not any((tmp_path / "store").rglob("*"))
