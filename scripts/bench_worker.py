@@ -246,6 +246,9 @@ def main() -> int:
         help="a verify option for every worker, e.g. --worker-option=--no-hack-gate",
     )
     args = parser.parse_args()
+    # SIGTERM (a run cut short) unwinds like Ctrl-C, so the servers and workers it started are
+    # stopped by the `finally` blocks (by default the signal ended only this process).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     options = [*default_options(), "--build-network", "host"]
     # Kept when a task did not end accepted, or the batch failed: its logs say why.
     scratch = tempfile.mkdtemp(prefix="bench-fleet-")
