@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
+from datetime import datetime
 from pathlib import Path
 
 from runner.base.safeio import write_atomic
@@ -41,3 +43,19 @@ def remembered_step(key: str) -> str | None:
 def remember_step(key: str, image_id: str) -> None:
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs a lookup
         write_atomic(_step_file(key), image_id + "\n")
+
+
+_CREATED = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
+def made_since(created: str, since: float) -> bool:
+    """Whether an image the engine says was created at `created` (RFC 3339, to the nanosecond)
+    was made at or after `since` (seconds since the epoch). Unreadable: False (not known to
+    be new). An engine whose clock runs ahead of this host's can only make an old image look
+    new, which costs a step's rerun, never a wrong cache hit."""
+    match = _CREATED.fullmatch(created.strip())
+    if match is None:
+        return False
+    zone = "+00:00" if match[3] == "Z" else match[3]
+    whole = datetime.fromisoformat(match[1] + zone).timestamp()
+    return whole + float(f"0.{match[2] or 0}") >= since

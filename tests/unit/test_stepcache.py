@@ -22,3 +22,18 @@ def test_a_step_key_s_image_is_remembered_and_a_bad_file_is_ignored(
     assert remembered_step(key) == image
     (tmp_path / STEP_INDEX / key).write_text("../../etc/passwd\n")
     assert remembered_step(key) is None
+
+
+def test_an_image_made_during_the_build_is_new_and_an_older_or_unreadable_one_is_not() -> None:
+    from datetime import UTC, datetime
+
+    from runner.engine.stepcache import made_since
+
+    began = datetime(2026, 12, 3, 21, 8, 42, 500000, tzinfo=UTC).timestamp()
+    # The engine's own form: nanoseconds, Z.
+    assert made_since("2026-12-03T21:08:42.600000001Z", began)
+    assert not made_since("2026-12-03T21:08:42.400000001Z", began)
+    assert made_since("2026-12-03T22:08:43+01:00", began)  # 21:08:43 UTC
+    assert not made_since("2026-12-03T21:08:42Z", began)
+    for unreadable in ("", "0001-01-01T00:00:00", "yesterday", "2026-12-03 21:08:43Z"):
+        assert not made_since(unreadable, began)
