@@ -16,7 +16,15 @@ import pytest
 
 from runner.compile.taskdir import load_authored_task
 from runner.model.settings import CompileOptions
-from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, compiled
+from tests.helpers import (
+    LIB_BASE,
+    LIB_GOLD,
+    bash_task,
+    compiled,
+    definition,
+    diff_of,
+    write_task,
+)
 from tests.integration.conftest import FAST, ROOT, leftovers, run_verify
 
 SETUP_STEP = re.compile(r"^Step \d+/\d+ : RUN chmod 0755 /opt/selfbench-environment/setup.sh")
@@ -62,6 +70,39 @@ def test_accepted_then_cached(
     assert images["agent"]["cached"] and images["verifier"]["cached"]
     assert images["agent"]["id"] == first.stage("build")["data"]["images"]["agent"]["id"]
     assert leftovers(docker_client, second.report["runId"]) == []
+
+
+def test_a_step_another_cache_committed_is_found_on_the_engine(
+    tmp_path: Path, verify_options: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another user's cache (or a wiped one) on the same engine: its first lookup it cannot
+    # answer reads the engine's step images into its index, and the setup step is not run again.
+    setup = f"echo {uuid.uuid4().hex} > generated.txt"
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(tmp_path / "cache-a"))
+    task = bash_task(tmp_path, setupCommand=setup)
+    first = run_verify(task.directory, verify_options, tmp_path / "run1", *FAST)
+    assert first.code == 0, first.stderr
+    assert not step_was_cached(tmp_path / "run1" / "build" / "agent.log", SETUP_STEP)
+    # A second task of the repository (its own test): new images, the same setup step.
+    doc = definition(
+        taskId="second-task", baseCommit=task.commit, repo=str(task.repo), setupCommand=setup
+    )
+    second_task = write_task(
+        tmp_path / "second-task",
+        doc,
+        test_patch=diff_of(
+            task.repo, {"tests/test_new.sh": '. ./lib.sh\n[ "$(shout y)" = "HELLO Y" ]\n'}
+        ),
+        gold_patch=diff_of(task.repo, {"lib.sh": LIB_GOLD}),
+    )
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(tmp_path / "cache-b"))
+    second = run_verify(second_task, verify_options, tmp_path / "run2", *FAST)
+    assert second.code == 0, second.stderr
+    assert second.report["verdict"] == "accepted", second.report["reason"]
+    assert not second.stage("build")["data"]["images"]["agent"]["cached"]
+    assert step_was_cached(tmp_path / "run2" / "build" / "agent.log", SETUP_STEP)
+    learned = [p for p in (tmp_path / "cache-b" / "build-steps").iterdir() if p.name[0] != "."]
+    assert learned, "the engine's steps were not read into the second cache's index"
 
 
 def test_compiled_bundle_is_verified_as_it_is(tmp_path: Path, verify_options: list[str]) -> None:

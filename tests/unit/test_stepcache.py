@@ -37,3 +37,52 @@ def test_an_image_made_during_the_build_is_new_and_an_older_or_unreadable_one_is
     assert not made_since("2026-12-03T21:08:42Z", began)
     for unreadable in ("", "0001-01-01T00:00:00", "yesterday", "2026-12-03 21:08:43Z"):
         assert not made_since(unreadable, began)
+
+
+def test_the_engine_s_steps_are_read_once_per_interval_per_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.engine.stepcache import SCAN_INTERVAL_SECONDS, claim_scan
+
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(tmp_path))
+    now = 1_800_000_000.0
+    assert claim_scan("unix:///var/run/docker.sock", now=now)
+    # Callers meanwhile trust the index (they would all list the engine otherwise).
+    assert not claim_scan("unix:///var/run/docker.sock", now=now + 1)
+    assert not claim_scan("unix:///var/run/docker.sock", now=now + SCAN_INTERVAL_SECONDS - 1)
+    # Another engine's reading says nothing of this one's images.
+    assert claim_scan("tcp://builder:2376", now=now + 1)
+    assert claim_scan("unix:///var/run/docker.sock", now=now + SCAN_INTERVAL_SECONDS + 1)
+    # A clock set back (the marker from the future) does not stop readings for good.
+    assert claim_scan("tcp://builder:2376", now=now - 3600)
+
+
+def test_a_reading_remembers_each_step_s_own_image_not_the_ones_built_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.engine.stepcache import index_steps
+    from runner.plan.labels import LABEL_STEP
+
+    monkeypatch.setenv("SELFBENCH_CACHE_DIR", str(tmp_path))
+    base, setup, final, tagged, other = ("sha256:" + c * 64 for c in "01234")
+    first, second = "a" * 64, "b" * 64
+    listing = [
+        # Newest first, as the engine lists them: the task's image (a commit of the final
+        # step's configuration, its label inherited), the final step, the setup step.
+        {"Id": tagged, "ParentId": final, "Labels": {LABEL_STEP: second, "x": "1"}},
+        {"Id": final, "ParentId": setup, "Labels": {LABEL_STEP: second}},
+        {"Id": setup, "ParentId": base, "Labels": {LABEL_STEP: first}},
+        # Not a step of ours, whatever it says.
+        {"Id": other, "ParentId": base, "Labels": {LABEL_STEP: "../../etc/passwd"}},
+        {"Id": "not-an-id", "ParentId": base, "Labels": {LABEL_STEP: "c" * 64}},
+    ]
+    assert index_steps(listing) == 2
+    assert remembered_step(first) == setup
+    assert remembered_step(second) == final
+    assert remembered_step("c" * 64) is None
+    assert sorted(p.name for p in (tmp_path / STEP_INDEX).iterdir()) == [first, second]
+    # Read again: nothing new; an entry for a removed image is replaced by the engine's.
+    assert index_steps(listing) == 0
+    remember_step(first, "sha256:" + "9" * 64)
+    assert index_steps(listing) == 1
+    assert remembered_step(first) == setup
