@@ -45,28 +45,56 @@ def temporal(address: str, *args: str, timeout: float = 600) -> subprocess.Compl
     )
 
 
+class DevServer:
+    """A dev server on free loopback ports, its store and log in `directory`; stopped and
+    started again on the same ports and store, as an operator restarts a frontend."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.port = free_port()
+        self.others = [str(free_port()) for _ in range(3)]  # HTTP, metrics, UI
+        self.address = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        http, metrics, ui = self.others
+        command = [str(TEMPORAL), "server", "start-dev", "--ip", "127.0.0.1"]
+        command += ["--port", str(self.port), "--http-port", http, "--metrics-port", metrics]
+        command += ["--ui-port", ui, "--headless", "--log-level", "error"]
+        command += ["--db-filename", str(self.directory / "temporal.sqlite")]
+        log_path = self.directory / "temporal.log"
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while temporal(self.address, "operator", "cluster", "health", timeout=30).returncode:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the Temporal server did not start: {log_path.read_text()}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+
+
+@contextlib.contextmanager
+def dev_server(directory: Path) -> Iterator[DevServer]:
+    """A started DevServer, stopped by its pid on exit."""
+    server = DevServer(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @contextlib.contextmanager
 def temporal_server(directory: Path) -> Iterator[str]:
     """A dev server on free loopback ports, its store and log in `directory`; its address."""
-    directory.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    http, metrics, ui = (str(free_port()) for _ in range(3))
-    command = [str(TEMPORAL), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port)]
-    command += ["--http-port", http, "--metrics-port", metrics, "--ui-port", ui, "--headless"]
-    command += ["--db-filename", str(directory / "temporal.sqlite"), "--log-level", "error"]
-    log_path = directory / "temporal.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    address = f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while temporal(address, "operator", "cluster", "health", timeout=30).returncode != 0:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the Temporal server did not start: {log_path.read_text()}")
-            time.sleep(0.5)
-        yield address
-    finally:
-        stop_process(process)
+    with dev_server(directory) as server:
+        yield server.address
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:

@@ -10,10 +10,10 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runner.base.errors import InfrastructureError, Interrupted
 from runner.batch.model import BatchResult, TaskOutcome
@@ -23,6 +23,22 @@ from runner.worker.workflows import BATCH_WORKFLOW, BatchInput, BatchSummary, ac
 
 POLL_SECONDS = 1.0
 CONNECT_SECONDS = 30.0
+# How long `batch --temporal` waits for a frontend that stopped answering before it gives up
+# on the wait (the workflow and its workers carry on without this client). Measured: a
+# 1,000-task pool's client died at task 501 on one `http2 error` while the dev server's store
+# stalled for four minutes; the SDK's own retries give up after 10 s (its RetryConfig).
+OUTAGE_SECONDS = 900.0
+OUTAGE_BACKOFF_SECONDS = (1.0, 30.0)
+# The gRPC statuses of a frontend that is restarting, overloaded or cut off: CANCELLED (the
+# SDK's own timeout, seen), UNKNOWN (`transport error`: the connection closed under a long
+# poll, seen on a restart), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED and UNAVAILABLE (`http2
+# error`, seen). Waiting on a result only reads, so a wrong guess costs time, never a verdict.
+TRANSIENT_STATUSES = frozenset({1, 2, 4, 8, 14})
+# A result wait pending this long, with the frontend answering looks, is a healthy one: only
+# then does the outage clock start again (an error that recurs at once never resets it).
+HEALTHY_WAIT_SECONDS = 10.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,12 +148,12 @@ async def _drive(
     by_activity = {activity_id(i, r): i for i, r in enumerate(requests)}
     shown: set[int] = set()
     done: set[int] = set()
-    waiting = asyncio.ensure_future(handle.result())
+
+    async def look() -> bool:
+        return await _show(client, handle, by_activity, outcomes, shown, done, view, len(requests))
+
     try:
-        while not waiting.done():
-            await _show(client, handle, by_activity, outcomes, shown, done, view, len(requests))
-            await asyncio.wait({waiting}, timeout=POLL_SECONDS)
-        summary = waiting.result()
+        summary: BatchSummary = await await_result(handle.result, look, view, options.address, run)
     except asyncio.CancelledError:
         await handle.cancel()
         raise Interrupted("the batch was interrupted; its workflow is cancelled") from None
@@ -162,14 +178,14 @@ async def _show(
     done: set[int],
     view: ViewCalls,
     total: int,
-) -> None:
+) -> bool:
     """What runs where now (the pending activities and their last heartbeat), and what
-    finished since the last look."""
+    finished since the last look; whether the frontend answered."""
     try:
         described = await handle.describe()
         finished = await handle.query("finished")
     except Exception:  # a transient look; the result is what counts
-        return
+        return False
     for pending in described.raw_description.pending_activities:
         index = by_activity.get(pending.activity_id)
         if index is None or index in done:
@@ -201,6 +217,53 @@ async def _show(
             len(done),
             total,
         )
+    return True
+
+
+async def await_result(
+    result: Callable[[], Awaitable[T]],
+    look: Callable[[], Awaitable[bool]],
+    view: ViewCalls,
+    address: str,
+    workflow_id: str,
+) -> T:
+    """A workflow's result, with a look at its progress every POLL_SECONDS. A frontend that
+    stops answering (a restart, a stalled store, a cut network) is waited for, up to
+    OUTAGE_SECONDS since it last answered: the workflow lives on the server and its workers
+    retry on their own, so one lost long poll must not end a pool of hours."""
+    from temporalio.service import RPCError
+
+    answered = time.monotonic()
+    pause = OUTAGE_BACKOFF_SECONDS[0]
+    while True:
+        waiting = asyncio.ensure_future(result())
+        began = time.monotonic()
+        try:
+            while not waiting.done():
+                if await look() and time.monotonic() - began >= HEALTHY_WAIT_SECONDS:
+                    answered = time.monotonic()
+                    pause = OUTAGE_BACKOFF_SECONDS[0]
+                await asyncio.wait({waiting}, timeout=POLL_SECONDS)
+            return waiting.result()
+        except RPCError as exc:
+            if int(exc.status) not in TRANSIENT_STATUSES:
+                raise
+            silent = time.monotonic() - answered
+            if silent > OUTAGE_SECONDS:
+                raise InfrastructureError(
+                    f"Temporal at {address} has not answered for {silent:.0f} s "
+                    f"({exc.message or exc.status.name}); the workflow {workflow_id} may still "
+                    f"be running: `temporal workflow result --workflow-id {workflow_id}` "
+                    "waits for it"
+                ) from None
+            view.note(
+                f"Temporal at {address} does not answer ({exc.message or exc.status.name}); "
+                f"waiting for it, up to {OUTAGE_SECONDS - silent:.0f} s more"
+            )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, OUTAGE_BACKOFF_SECONDS[1])
+        finally:
+            waiting.cancel()
 
 
 async def _last_stage(client: Any, pending: Any) -> str:

@@ -22,6 +22,7 @@ from runner.compile.repository import bundle_local, is_remote
 from runner.worker.client import (
     TemporalBatch,
     ViewCalls,
+    await_result,
     connect,
     request_name,
     stage_summary,
@@ -35,7 +36,6 @@ from runner.worker.pool import (
     bounds_problem,
 )
 
-POLL_SECONDS = 1.0
 # Children described per look for their stage (a describe each): the rest show as started.
 DESCRIBED_PER_LOOK = 8
 MAX_REPORT_BYTES = 64 * 1024 * 1024
@@ -156,12 +156,12 @@ async def _drive(
     latest = client.get_workflow_handle(run)
     view.note(f"workflow {run} ({POOL_WORKFLOW}) on task queue {options.task_queue!r}")
     shown: set[int] = set()
-    waiting = asyncio.ensure_future(started.result())
+
+    async def look() -> bool:
+        return await _look(client, latest, run, index_of, outcomes, shown, done, view)
+
     try:
-        while not waiting.done():
-            await _look(client, latest, run, index_of, outcomes, shown, done, view)
-            await asyncio.wait({waiting}, timeout=POLL_SECONDS)
-        summary: PoolSummary = waiting.result()
+        summary: PoolSummary = await await_result(started.result, look, view, options.address, run)
         return summary
     except asyncio.CancelledError:
         await latest.cancel()
@@ -179,13 +179,14 @@ async def _look(
     shown: set[int],
     done: set[int],
     view: ViewCalls,
-) -> None:
-    """What runs now (the pool's pending children, the stage of a few) and what finished."""
+) -> bool:
+    """What runs now (the pool's pending children, the stage of a few) and what finished;
+    whether the frontend answered."""
     try:
         described = await handle.describe()
         progress = await handle.query("progress", len(done))
     except Exception:  # a transient look; the pages are what counts
-        return
+        return False
     looked = 0
     for child in described.raw_description.pending_children:
         name = child.workflow_id.removeprefix(f"{run}/")
@@ -207,6 +208,7 @@ async def _look(
         done.add(index)
         _take(outcomes[index], item)
         view.finished(outcomes[index], len(done), len(outcomes))
+    return True
 
 
 async def _child_stage(client: Any, workflow_id: str) -> str:

@@ -3,7 +3,8 @@
 directory, whose runs another host reads (`logs`, `export`, `grade` with an empty cache and no
 worker state); and a pool started from plain JSON with a manifest in a shared-directory store
 that pages, continues as new, survives a worker killed with SIGKILL and records every verdict,
-its histories small and replayed against the current workflow code."""
+its histories small and replayed against the current workflow code; and a pool whose Temporal
+frontend goes away and comes back while `batch --temporal` waits on it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +29,7 @@ from tests.integration.test_batch import example_copy
 from tests.s3 import s3_server
 from tests.temporal import (
     await_workflow,
+    dev_server,
     start_worker,
     stop_worker,
     temporal,
@@ -314,6 +319,61 @@ def test_a_long_pool_pages_continues_as_new_and_loses_nothing_to_a_killed_worker
             _, workflow_id, text = next(h for h in histories if h[0] == kind)
             name = f"{kind}--{workflow_id.replace('/', '--')}.json"
             (HISTORIES / name).write_text(text)
+
+
+def test_a_pool_waits_out_a_frontend_that_goes_away_and_comes_back(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    """The server stopped (SIGTERM) once a task is answered and started again 20 s later on
+    its ports and store, as an operator restarts a frontend: the client waits for it (past the
+    SDK's own 10 s of retries), the worker carries on, and every verdict is recorded."""
+    tasks = [example_copy(tmp_path, f"t{n}", taskId=f"bash-calc-{n}") for n in range(3)]
+    store = f"file://{tmp_path / 'store'}"
+    with dev_server(tmp_path / "temporal") as server:
+        queue = f"outage-{uuid.uuid4().hex[:8]}"
+        worker = start_worker(
+            server.address,
+            tmp_path / "w",
+            queue,
+            [*verify_options, *FAST, "--store", store],
+            jobs=1,
+            env=_env({}, tmp_path / "w" / "cache"),
+        )
+        log_path = tmp_path / "client.log"
+        command = [sys.executable, "-m", "runner", "batch", *map(str, tasks)]
+        command += ["--temporal", server.address, "--task-queue", queue, "--jobs", "1"]
+        command += ["--store", store, "--out", str(tmp_path / "out")]
+        try:
+            with log_path.open("wb") as log:
+                client = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=ROOT,
+                    env=_env({}, tmp_path / "client-cache"),
+                )
+            try:
+                deadline = time.monotonic() + 600
+                while " accepted in " not in worker.text():
+                    assert client.poll() is None, log_path.read_text() + worker.text()
+                    assert time.monotonic() < deadline, worker.text()
+                    time.sleep(0.5)
+                server.stop()
+                time.sleep(20)
+                assert client.poll() is None, log_path.read_text()
+                server.start()
+                client.wait(900)
+            finally:
+                if client.poll() is None:
+                    client.terminate()
+                    client.wait(60)
+        finally:
+            stop_worker(worker)
+    shown = log_path.read_text()
+    assert client.returncode == 0, shown + worker.text()[-3000:]
+    assert f"Temporal at {server.address} does not answer" in shown, shown
+    document = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert [t["verdict"] for t in document["tasks"]] == ["accepted"] * 3, document
 
 
 @pytest.fixture(autouse=True)
