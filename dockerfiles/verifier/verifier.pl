@@ -1394,6 +1394,31 @@ sub go_module_of {
     return;
 }
 
+# go_run_matcher PATTERN: the tests a `-run PATTERN` selector selects in any package, as go test
+# reads it: the pattern split at each `/` matches the test's name level by level (subtests are
+# `Parent/sub`), each part unanchored; levels beyond the pattern's are the matched test's own.
+# Not strict: Go's regular expressions are not Perl's in every corner.
+sub go_run_matcher {
+    my ($selector) = @_;
+    return (undef, 0) if $selector eq '' || $selector =~ /^-/;
+    my @parts;
+    for my $part (split m{/}, $selector, -1) {
+        my $re = eval { qr/$part/ };
+        return (undef, 0) unless defined $re;
+        push @parts, $re;
+    }
+    return (sub {
+        my ($test) = @_;
+        my (undef, $name) = split / /, $test->{id}, 2;
+        return 0 unless defined $name;
+        my @levels = split m{/}, $name;
+        for my $i (0 .. ($#parts < $#levels ? $#parts : $#levels)) {
+            return 0 unless $levels[$i] =~ $parts[$i];
+        }
+        return 1;
+    }, 0);
+}
+
 # matcher TASK RUNNER SELECTOR: (sub TEST -> bool, strict). strict: the selector names a path
 # that exists, so a run in which it matched no test is evidence that nothing of it ran.
 sub matcher {
@@ -1411,10 +1436,11 @@ sub matcher {
             my $rel = substr($dir, length $root);
             $rel =~ s{^/}{};
             $prefix = $rel eq '' ? $module : "$module/$rel";
-        } elsif ($selector =~ m{^[A-Za-z0-9._~/-]+$} && $selector =~ m{[./]}) {
+        } elsif ($selector =~ m{^[A-Za-z0-9._~/-]+$} && $selector =~ m{[./]}
+            && $selector !~ m{^(?:Test|Benchmark|Example|Fuzz)[^./]*(?:/|$)}) {
             $prefix = $wild;
         } else {
-            return (undef, 0);
+            return go_run_matcher($selector);
         }
         return (sub {
             my ($test) = @_;
@@ -1547,10 +1573,12 @@ my %NOTHING = (
     cargo => [[qr/^error: no test target named `([^`]+)`/m, 1]],
 );
 
-# no_match TASK RUNNERS SELECTOR ALONE LOG: why the selector selected nothing, or undef. ALONE: the
-# run was this selector's alone (any "nothing" message is then its own).
+# no_match TASK RUNNERS SELECTOR ALONE LOG RAN: why the selector selected nothing, or undef. ALONE:
+# the run was this selector's alone (a "nothing" message that names no selector is then its own,
+# unless RAN: some test of the run ran, so the message was one part's of it: `go test ./... -run X`
+# says "no tests to run" for each package without X while another package runs it).
 sub no_match {
-    my ($task, $runners, $selector, $alone, $text) = @_;
+    my ($task, $runners, $selector, $alone, $text, $ran) = @_;
     my $wd = workdir_abs($task);
     for my $runner (@$runners) {
         my $path = selector_path($runner, $selector);
@@ -1566,7 +1594,7 @@ sub no_match {
     for my $runner (@$runners) {
         for my $rule (@{ $NOTHING{$runner} // [] }) {
             my ($pattern, $named) = @$rule;
-            next unless $named || $alone;
+            next unless $named || ($alone && !$ran);
             while ($text =~ /$pattern/g) {
                 my ($what, $at) = ($1, $-[0]);
                 next if $named && !(index($what, $selector) >= 0 || index($selector, $what) >= 0);
@@ -1639,7 +1667,7 @@ sub attribute {
             $entry->{tests} = [ map { $_->{id} } @mine ];
             $entry->{strict} = $strict ? JSON::PP::true : JSON::PP::false;
         }
-        my $why = defined $text ? no_match($task, \@named, $selector, $alone, $text) : undef;
+        my $why = defined $text ? no_match($task, \@named, $selector, $alone, $text, scalar @tests) : undef;
         # The runner ran to its end, and ran this selector alone or other selectors' tests, and
         # none of its tests is this selector's.
         $why //= 'it selected no test' if defined $text && $match && $strict && !$entry->{ran} && !$run->{stopped}
@@ -2149,13 +2177,14 @@ sub cmd_sessions {
     return 0;
 }
 
-# no-match TASK RUNNER SELECTOR ALONE LOG: why the selector selected nothing in that output, or
-# nothing (the runners' messages; a path-like selector is looked for under /app).
+# no-match TASK RUNNER SELECTOR ALONE LOG RAN: why the selector selected nothing in that output,
+# or nothing (the runners' messages; a path-like selector is looked for under /app). RAN: how many
+# tests the run reported.
 sub cmd_no_match {
-    my ($task_path, $runner, $selector, $alone, $log) = @_;
+    my ($task_path, $runner, $selector, $alone, $log, $ran) = @_;
     my $task = task($task_path);
     my $text = strip_ansi(read_file($log) // '');
-    my $why = no_match($task, [$runner], $selector, $alone ? 1 : 0, $text);
+    my $why = no_match($task, [$runner], $selector, $alone ? 1 : 0, $text, $ran);
     print $JSON->encode({ why => $why }), "\n";
     return 0;
 }
@@ -2183,7 +2212,7 @@ my %COMMANDS = (
     'collect' => [\&cmd_collect, 5],
     'judge' => [\&cmd_judge, 1],
     'sessions' => [\&cmd_sessions, 1],
-    'no-match' => [\&cmd_no_match, 5],
+    'no-match' => [\&cmd_no_match, 6],
     'selects' => [\&cmd_selects, 4],
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 0],

@@ -1,16 +1,25 @@
-"""Tasks shaped like real pull requests (tests/realistic.py), on a real engine: each is accepted,
-and its nop-red and broken-gold variants are rejected at the right stage with the right reason.
+"""Tasks shaped like real pull requests (tests/realistic/), on a real engine, one per test runner
+the verifier knows and the exit-code fallback: each is accepted, and its nop-red and
+broken-gold variants are rejected at the right stage with the right reason.
 
-- a uv project in a monorepo subdirectory, its virtualenv inside the repository and git-ignored
-  (`uv sync`'s default), the package installed editable: the verifier's prepared tree is read
-  from the filesystem, so the virtualenv's files are not taken for plugins planted during a run;
-- a pip project with an in-tree venv, unittest, and a gold patch that changes requirements.txt
-  (the verifier's dependencies come from the dependency-setup pass), with its hack gate;
-- jest and vitest with node_modules (vitest with its hack gate), a go module with a vendored
-  package, a bash runner script (judged by exit codes).
+- pytest: a uv project in a monorepo subdirectory, its virtualenv inside the repository and
+  git-ignored (`uv sync`'s default), the package installed editable;
+- unittest: a pip project with an in-tree venv whose gold patch changes requirements.txt (the
+  verifier's dependencies come from the dependency-setup pass), with its hack gate;
+- jest and vitest (with its hack gate) with node_modules; mocha with its lockfile (npm ci);
+- node --test under pnpm, TypeScript by type stripping, a test that starts an HTTP server;
+- bun;
+- go: a module with a vendored package selected by package, and a module of several packages
+  (one vendored) selected by `go test ./... -run`, where the packages without the test say
+  "no tests to run";
+- a bash runner script (judged by exit codes).
 
-The hack gates of the uv, jest and go shapes run in test_verdicts.py, which grades every exploit
-class of those runners through `grade` as well."""
+Besides, gold patches that change dependency files the verifier must take from its
+dependency-setup pass (setup.cfg and setup.py, pyproject.toml and pdm.lock, go.work and a new
+module's go.mod): accepted, with nothing of the reference solution undone at the oracle.
+
+The hack gates of the pytest, jest and go shapes run in test_verdicts.py, which grades every
+exploit class of those runners through `grade` as well."""
 
 from __future__ import annotations
 
@@ -21,23 +30,40 @@ import pytest
 from tests.integration.conftest import Run, run_verify
 from tests.realistic import (
     BASH_RUNNER,
+    BUN,
+    GO_MULTI,
     GO_VENDORED,
+    GO_WORK,
     JEST,
+    MOCHA,
+    NODE_TEST,
+    PDM,
     PIP_UNITTEST,
+    SETUPTOOLS,
     UV_MONOREPO,
     VITEST,
     Project,
     build,
 )
 
-# (project, with its hack gate)
+# (project, with its hack gate), one or more per runner.
 PROJECTS = {
-    "uv-monorepo": (UV_MONOREPO, False),
-    "pip-unittest": (PIP_UNITTEST, True),
+    "pytest-uv-monorepo": (UV_MONOREPO, False),
+    "unittest-pip": (PIP_UNITTEST, True),
     "jest": (JEST, False),
     "vitest": (VITEST, True),
+    "mocha": (MOCHA, False),
+    "node-test-pnpm": (NODE_TEST, False),
+    "bun": (BUN, False),
     "go-vendored": (GO_VENDORED, False),
-    "bash-runner": (BASH_RUNNER, False),
+    "go-multi-package-run": (GO_MULTI, False),
+    "exit-code-bash": (BASH_RUNNER, False),
+}
+# Gold patches that change dependency files: the task alone.
+MANIFEST_PROJECTS = {
+    "setup-cfg-and-setup-py": SETUPTOOLS,
+    "pdm-lock": PDM,
+    "go-work": GO_WORK,
 }
 
 
@@ -53,6 +79,18 @@ def verify(tmp_path: Path, project: Project, options: list[str], variant: str, *
     )
 
 
+def assert_accepted(run: Run, project: Project) -> None:
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    assert run.report["census"]["failToPass"] == project.evidence
+    if project.evidence == "per-test":
+        oracle = run.stage("oracle")["data"]["evidence"]
+        f2p = [s for s in oracle["selectors"] if s["kind"] == "failToPass"]
+        assert f2p and all(s["passed"] and not s["failed"] for s in f2p), f2p
+    # The reference solution is graded whole: the patch policy undid none of it (a manifest it
+    # changes is the version the dependency-setup pass installed from).
+    assert run.stage("oracle")["data"]["discarded"] == [], run.stage("oracle")["data"]["undone"]
+
+
 @pytest.mark.parametrize("shape", list(PROJECTS))
 def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     shape: str, tmp_path: Path, verify_options: list[str]
@@ -60,12 +98,10 @@ def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     project, hack_gate = PROJECTS[shape]
     gate = [] if hack_gate else ["--no-hack-gate"]
     run = verify(tmp_path, project, verify_options, "", *gate)
-    assert run.report["verdict"] == "accepted", run.report["reason"]
-    assert run.report["census"]["failToPass"] == project.evidence
-    if project.evidence == "per-test":
-        oracle = run.stage("oracle")["data"]["evidence"]
-        f2p = [s for s in oracle["selectors"] if s["kind"] == "failToPass"]
-        assert f2p and all(s["passed"] and not s["failed"] for s in f2p), f2p
+    assert_accepted(run, project)
+    if project.runners:
+        census = run.report["census"]
+        assert census["failToPass"] == "per-test"
     if hack_gate:
         exploits = run.stage("hack")["data"]["exploits"]
         assert {e["outcome"] for e in exploits} <= {"resisted", "not-applicable", "no-effect"}, [
@@ -89,3 +125,17 @@ def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     assert broken.stage("oracle")["status"] == "failed"
     assert broken.stage("oracle")["detail"].startswith(project.broken), broken.stage("oracle")
     assert project.failed_words in broken.stage("oracle")["detail"]
+
+
+@pytest.mark.parametrize("shape", list(MANIFEST_PROJECTS))
+def test_a_gold_patch_that_changes_dependency_files_is_graded_whole(
+    shape: str, tmp_path: Path, verify_options: list[str]
+) -> None:
+    project = MANIFEST_PROJECTS[shape]
+    run = verify(tmp_path, project, verify_options, "", "--no-hack-gate")
+    assert_accepted(run, project)
+    # Every one of them had the dependency-setup pass.
+    bundle = run.run_dir / "bundle"
+    setup_patch = (bundle / "tests" / "dependency-setup.patch").read_text()
+    for path in project.gold_manifests:
+        assert f"diff --git a/{path} b/{path}" in setup_patch, path

@@ -462,11 +462,25 @@ NOTHING: list[tuple[str, str, bool, str, str | None]] = [
     ("bun", "mul", True, "No tests found!\n", "bun: No tests found!"),
     ("jest", "tests/mul", False, "No tests found, exiting with code 1\n", None),  # not alone
 ]
+# `go test ./... -run TestMul`: each package without TestMul says so while another runs it.
+GO_PACKAGES = (
+    "testing: warning: no tests to run\nPASS\nok  \texample.com/calc/add\t0.002s\n"
+    "--- FAIL: TestMul (0.00s)\nFAIL\tFAIL\texample.com/calc/mul\t0.003s\n"
+)
 
 
-@pytest.mark.parametrize(("runner", "selector", "alone", "log", "words"), NOTHING)
+@pytest.mark.parametrize(
+    ("runner", "selector", "alone", "log", "words", "ran"),
+    [
+        *((*row, 0) for row in NOTHING),
+        ("go", "TestMul", True, GO_PACKAGES, None, 1),
+        ("go", "TestMul", True, GO_PACKAGES, "go: testing: warning", 0),
+        # A message that names the selector counts whatever else ran.
+        ("node-test", "test/*.zz.js", True, "Could not find 'test/*.zz.js'\n", "node-test:", 3),
+    ],
+)
 def test_what_each_runner_says_when_a_selector_selects_nothing(
-    runner: str, selector: str, alone: bool, log: str, words: str | None, tmp_path: Path
+    runner: str, selector: str, alone: bool, log: str, words: str | None, ran: int, tmp_path: Path
 ) -> None:
     task = tmp_path / "task.json"
     task.write_text(json.dumps({"workdir": ".", "expectedRunners": [runner]}))
@@ -481,6 +495,7 @@ def test_what_each_runner_says_when_a_selector_selects_nothing(
             selector,
             "1" if alone else "0",
             str(tmp_path / "run.log"),
+            str(ran),
         ],
         capture_output=True,
         text=True,
@@ -507,6 +522,7 @@ def test_a_path_like_selector_that_does_not_exist_selects_nothing(tmp_path: Path
             "tests/test_selfbench_zz.py",
             "0",
             str(tmp_path / "run.log"),
+            "0",
         ],
         capture_output=True,
         text=True,
@@ -555,6 +571,37 @@ SELECTS: list[tuple[str, str, list[dict[str, str]], list[str]]] = [
             {"id": "example.com/m/other TestB", "outcome": "passed", "file": "example.com/m/other"},
         ],
         ["example.com/m/pkg/a TestA"],
+    ),
+    # go: a -run pattern, in every package, level by level over subtests.
+    (
+        "go",
+        "TestMul",
+        [
+            {"id": "ex/calc/mul TestMul", "outcome": "failed", "file": "ex/calc/mul"},
+            {"id": "ex/calc/mul TestMulTable/case", "outcome": "failed", "file": "ex/calc/mul"},
+            {"id": "ex/calc/add TestAdd", "outcome": "passed", "file": "ex/calc/add"},
+        ],
+        ["ex/calc/mul TestMul", "ex/calc/mul TestMulTable/case"],
+    ),
+    (
+        "go",
+        "TestAdd|TestEnv",
+        [
+            {"id": "ex/calc/add TestAdd", "outcome": "passed", "file": "ex/calc/add"},
+            {"id": "ex/calc/env TestEnv", "outcome": "failed", "file": "ex/calc/env"},
+            {"id": "ex/calc/mul TestMul", "outcome": "failed", "file": "ex/calc/mul"},
+        ],
+        ["ex/calc/add TestAdd", "ex/calc/env TestEnv"],
+    ),
+    (
+        "go",
+        "TestTable/^one$",
+        [
+            {"id": "ex/p TestTable", "outcome": "passed", "file": "ex/p"},
+            {"id": "ex/p TestTable/one", "outcome": "passed", "file": "ex/p"},
+            {"id": "ex/p TestTable/one_more", "outcome": "passed", "file": "ex/p"},
+        ],
+        ["ex/p TestTable", "ex/p TestTable/one"],
     ),
     # jest: a pattern over test file paths.
     (
