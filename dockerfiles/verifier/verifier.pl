@@ -164,70 +164,36 @@ sub zsplit { my @parts = split /\0/, $_[0]; return @parts }
 # the applied tree, is classified. Only source and data changes stay; everything that
 # configures, extends or replaces a tool is undone wherever it sits, whatever its extension.
 
-my %SOURCE_EXT = map { $_ => 1 } qw(
-  py pyi pyx pxd pxi js jsx mjs cjs ts tsx mts cts vue svelte astro go s rs c h cc cpp cxx hpp hh
-  hxx inl ipp m mm java kt scala sc groovy rb erb rake php phtml swift cs fs fsx vb lua pl pm r jl
-  ex exs erl hrl hs lhs ml mli clj cljs cljc edn dart zig nim sh bash zsh fish ps1 psm1 sql css
-  scss sass less styl pcss html htm xhtml hbs handlebars mustache ejs pug jade njk jinja jinja2 j2
-  tmpl tpl liquid twig graphql gql proto thrift avdl wat asm f f90 ada adb ads d v sv vhd tcl awk
-  vim el lisp scm rkt elm purs res resi re rei cr gleam sol
-);
-my %DATA_EXT = map { $_ => 1 } qw(
-  json jsonc json5 ndjson jsonl yaml yml txt text md mdx markdown rst adoc asciidoc org csv tsv
-  psv xml xsd xsl xslt dtd svg ics vcf geojson topojson wkt diff patch log po pot pem crt
-);
-# Data whose bytes are binary by nature (no NUL check).
-my %BINARY_DATA_EXT = map { $_ => 1 } qw(
-  png jpg jpeg gif webp bmp ico icns tif tiff avif heic pdf ttf otf woff woff2 eot mp3 wav ogg
-  flac mp4 webm mov mo sqlite db
-);
-my %COMPILED_EXT = map { $_ => 1 } qw(
-  pyc pyo pyd so dylib dll node wasm class jar war ear o obj a lib exe bin elc beam rlib whl egg
-  zip tar gz tgz bz2 xz 7z zst lz4 br dmg iso deb rpm apk
-);
-my %INSTALLED_DIRS = map { $_ => 1 } qw(
-  node_modules bower_components jspm_packages site-packages dist-packages __pycache__ vendor
-  __pypackages__
-);
-my %TEST_DIRS = map { $_ => 1 } qw(
-  test tests __tests__ __mocks__ __fixtures__ __snapshots__ spec specs testing testdata fixtures
-  e2e
-);
-my %MANIFESTS = map { $_ => 1 } qw(
-  package.json package-lock.json npm-shrinkwrap.json yarn.lock pnpm-lock.yaml pnpm-workspace.yaml
-  bun.lock bun.lockb deno.json deno.jsonc deno.lock pyproject.toml setup.py setup.cfg Pipfile
-  Pipfile.lock poetry.lock uv.lock pdm.lock environment.yml environment.yaml go.mod go.sum go.work
-  go.work.sum Cargo.toml Cargo.lock Gemfile Gemfile.lock composer.json composer.lock pom.xml
-  build.gradle build.gradle.kts settings.gradle settings.gradle.kts gradle.properties mix.exs
-  mix.lock Package.swift Package.resolved pubspec.yaml pubspec.lock packages.config
-  Directory.Build.props Directory.Packages.props MANIFEST.in vcpkg.json conanfile.txt conanfile.py
-  meson.build CMakeLists.txt
-);
-my @MANIFEST_GLOBS = (
-  qr/^requirements.*\.(txt|in)$/, qr/^constraints.*\.txt$/, qr/^pylock(\..+)?\.toml$/,
-  qr/\.gemspec$/, qr/\.(cs|fs|vb)proj$/, qr/\.sln$/, qr/\.cmake$/,
-);
-my %CONFIGS = map { $_ => 1 } qw(
-  Makefile makefile GNUmakefile Dockerfile Containerfile docker-compose.yml docker-compose.yaml
-  compose.yml compose.yaml justfile Justfile Taskfile.yml Taskfile.yaml Rakefile Gruntfile.js
-  Gulpfile.js gulpfile.js BUILD BUILD.bazel WORKSPACE WORKSPACE.bazel MODULE.bazel build.rs
-  rust-toolchain rust-toolchain.toml tsconfig.json jsconfig.json angular.json nx.json project.json
-  workspace.json lerna.json turbo.json rush.json tox.ini pytest.ini pytest.toml noxfile.py
-  jasmine.json mocha.opts cypress.json nodemon.json manage.py
-);
-my @CONFIG_GLOBS = (
-  qr/^[^.]+.*\.config\.[^.]+$/, qr/\.conf(\.[^.]+)?$/, qr/\.(cfg|ini|toml|properties|mk|bzl)$/,
-  qr/^tsconfig\..+\.json$/, qr/^jsconfig\..+\.json$/, qr/\.workspace\.[^.]+$/,
-);
-my %HOOKS = map { $_ => 1 } qw(conftest.py sitecustomize.py usercustomize.py);
-my @HOOK_GLOBS = (
-  qr/^setupTests\./, qr/\.setup\.[^.]+$/, qr/^(jest|vitest|test)[-_.]setup/i,
-  qr/^global[-_]?(setup|teardown)\./i,
-);
-my @TEST_FILES = (
-  qr/^test_.+\.py$/, qr/_tests?\.py$/, qr/^tests?\.py$/, qr/_test\.go$/, qr/\.(test|spec)\.[^\/]+$/,
-  qr/_spec\.[^.]+$/, qr/(Test|Tests|Spec)\.(java|kt|scala|groovy|cs)$/, qr/_test\.(rb|exs|rs)$/,
-);
+# The vocabulary: every table of names and patterns the policy and the runners' rules read, from
+# the one data file beside this helper (vocabulary.json; the runner's Python side reads the same
+# file, runner/runners/vocabulary.py).
+my $HELPER_DIR = dirname(realpath($0) // $0);
+my $VOCABULARY = read_json("$HELPER_DIR/vocabulary.json")
+  // fail('cannot read vocabulary.json beside the helper');
+sub set_of { my ($list) = @_; return map { $_ => 1 } @{ $list // [] } }
+sub patterns_of { my ($list) = @_; return map { qr/$_/ } @{ $list // [] } }
+my ($EXT, $DIRS, $FILES) = @$VOCABULARY{qw(extensions directories files)};
+my %SOURCE_EXT = set_of($EXT->{source});
+my %DATA_EXT = set_of($EXT->{data});
+my %BINARY_DATA_EXT = set_of($EXT->{binaryData});  # binary by nature (no NUL check)
+my %COMPILED_EXT = set_of($EXT->{compiled});
+my %PACKAGING_EXT = set_of($EXT->{packaging});
+my %INSTALLED_DIRS = set_of($DIRS->{installed});
+my %COMPILED_DIRS = set_of($DIRS->{compiled});
+my @PACKAGING_DIRS = patterns_of($DIRS->{packaging});
+my %TEST_DIRS = set_of($DIRS->{tests});
+my %MANIFESTS = set_of($FILES->{manifests}{names});
+my @MANIFEST_GLOBS = patterns_of($FILES->{manifests}{patterns});
+my %CONFIGS = set_of($FILES->{configs}{names});
+my @CONFIG_GLOBS = patterns_of($FILES->{configs}{patterns});
+my %HOOKS = set_of($FILES->{hooks}{names});
+my @HOOK_GLOBS = patterns_of($FILES->{hooks}{patterns});
+my %TEST_NAMES = set_of($FILES->{tests}{names});
+my @TEST_FILES = patterns_of($FILES->{tests}{patterns});
+# The test runners the verifier knows, each as the vocabulary describes it: the shape of its
+# selectors, what it prints when a selector selected nothing, whether its tests are read from
+# its output, and what an image must have for its recorder.
+my %RUNNERS = %{ $VOCABULARY->{runners} };
 
 sub extension {
     my ($name) = @_;
@@ -309,16 +275,15 @@ sub classify {
         return ('undo', 'listed in the contract: harnessProtect') if glob_match($path, $pattern);
     }
     for my $dir (@dirs) {
-        return ('undo', 'a compiled or binary artifact') if $dir eq '__pycache__';
+        return ('undo', 'a compiled or binary artifact') if $COMPILED_DIRS{$dir};
         return ('undo', 'installed or vendored packages') if $INSTALLED_DIRS{$dir};
-        return ('undo', 'packaging metadata or entry points')
-          if $dir =~ /\.(dist-info|egg-info|egg)$/;
+        return ('undo', 'packaging metadata or entry points') if grep { $dir =~ $_ } @PACKAGING_DIRS;
     }
     for my $part (@parts) {
         return ('undo', 'a dotfile or dot-directory, which configures tools') if $part =~ /^\./;
     }
     my $ext = extension($name);
-    return ('undo', 'packaging metadata or entry points') if $ext eq 'pth' || $ext eq 'egg-link';
+    return ('undo', 'packaging metadata or entry points') if $PACKAGING_EXT{$ext};
     return ('undo', 'a compiled or binary artifact') if $COMPILED_EXT{$ext};
     return ('undo', 'a dependency manifest or lockfile')
       if $MANIFESTS{$name} || grep { $name =~ $_ } @MANIFEST_GLOBS;
@@ -329,7 +294,8 @@ sub classify {
         for my $dir (@dirs) {
             return ('undo', 'inside a test directory, where the held-out tests decide') if $TEST_DIRS{$dir};
         }
-        return ('undo', 'a test file, where the held-out tests decide') if grep { $name =~ $_ } @TEST_FILES;
+        return ('undo', 'a test file, where the held-out tests decide')
+          if $TEST_NAMES{$name} || grep { $name =~ $_ } @TEST_FILES;
         if ($name eq '__init__.py' || $name eq '__init__.pyi') {
             my $dir = dirname($path);
             for my $test_dir (@{ $task->{testDirs} }) {
@@ -364,6 +330,19 @@ sub remove_new {
         last unless rmdir "$APP/$dir";  # only while empty
         $dir = dirname($dir);
     }
+}
+
+# trusted_or TRUSTED PATH MODE BLOB VERDICT REASON: the verdict, except that a manifest the patch
+# leaves exactly as the dependency-setup pass installed from (the reference solution's version,
+# byte for byte) is kept: undoing it would restore those same bytes, and the reference solution
+# would be reported as graded without part of itself.
+sub trusted_or {
+    my ($trusted, $path, $mode, $blob, $verdict, $reason) = @_;
+    my $version = $trusted->{$path};
+    return ($verdict, $reason) if $verdict eq 'keep' || !$version;
+    return ('keep', 'the version the dependency-setup pass installed from')
+      if $version->[0] eq $mode && $version->[1] eq $blob;
+    return ($verdict, $reason);
 }
 
 sub cmd_apply_policy {
@@ -402,9 +381,10 @@ sub cmd_apply_policy {
     while (@fields) {
         my $meta = shift @fields;
         my $path = shift @fields // last;
-        my ($old_mode, $new_mode, undef, undef, $status) = split / /, substr($meta, 1);
+        my ($old_mode, $new_mode, undef, $new_blob, $status) = split / /, substr($meta, 1);
         $status = substr($status, 0, 1);
-        my ($verdict, $reason) = classify($task, $path, $status, $new_mode);
+        my ($verdict, $reason) = trusted_or(\%trusted, $path, $new_mode, $new_blob,
+          classify($task, $path, $status, $new_mode));
         push @policy, { path => $path, status => $status, verdict => $verdict, reason => $reason };
         push @undo, [$path, $status, $verdict] if $verdict ne 'keep';
     }
@@ -458,7 +438,7 @@ sub cmd_policy_check {
     my %trusted;
     for my $line (split /\n/, read_file($TRUSTED_MANIFESTS) // '') {
         my ($blob, $mode, $path) = split /\t/, $line, 3;
-        $trusted{$path} = 1 if defined $path;
+        $trusted{$path} = [$mode, $blob] if defined $path;
     }
     opendir(my $dh, $dir) or fail("cannot read $dir");
     my @names = sort grep { /^[A-Za-z0-9._-]+\.patch$/ && -f "$dir/$_" && !-l "$dir/$_" } readdir $dh;
@@ -480,9 +460,10 @@ sub cmd_policy_check {
         while (@fields) {
             my $meta = shift @fields;
             my $path = shift @fields // last;
-            my (undef, $new_mode, undef, undef, $status) = split / /, substr($meta, 1);
+            my (undef, $new_mode, undef, $new_blob, $status) = split / /, substr($meta, 1);
             $status = substr($status, 0, 1);
-            my ($verdict, $reason) = classify($task, $path, $status, $new_mode);
+            my ($verdict, $reason) = trusted_or(\%trusted, $path, $new_mode, $new_blob,
+              classify($task, $path, $status, $new_mode));
             push @changes, { path => $path, status => $status, verdict => $verdict, reason => $reason };
             if ($verdict eq 'keep') { $kept++ } elsif ($trusted{$path}) { $restores++ }
         }
@@ -803,7 +784,8 @@ sub cmd_reset {
 # through -json), or from the runner's own output where it has no reporter to load (bun test,
 # cargo test). Outcomes: passed, failed, skipped, error.
 
-my %FINISHING = map { $_ => 1 } qw(pytest unittest jest vitest mocha node-test go bun cargo);
+# Every runner the verifier knows reports its run's end (or prints it, for one read from its output).
+my %FINISHING = map { $_ => 1 } keys %RUNNERS;
 
 sub normalize_abs {
     my ($path) = @_;
@@ -900,7 +882,7 @@ sub read_events {
             next;
         }
         $records{$conn}++;
-        next unless $runner =~ /^(pytest|unittest|jest|vitest|mocha|node-test|go)$/;
+        next unless ($RUNNERS{$runner}{evidence} // '') eq 'reporter';
         my $session = $runner . (defined $event->{scope} ? " $event->{scope}" : '');
         if ($type eq 'start') {
             if (defined $open{$session} && $open{$session} != $conn) {
@@ -1041,61 +1023,23 @@ sub read_go_events {
 
 sub strip_ansi { my ($text) = @_; $text =~ s/\e\[[0-9;?]*[A-Za-z]//g; $text =~ s/\r//g; return $text }
 
-# bun test prints one line per test: "(pass) suite > name [0.1ms]" (off a terminal), under a
-# "path/to/file.test.ts:" header per file, and a summary ("Ran N tests across M files").
-sub read_bun_log {
-    my ($run, $task, $log) = @_;
-    my $raw = read_file($log) // return;
-    my $file;
-    my $wd = workdir_abs($task);
-    for my $line (split /\n/, strip_ansi($raw)) {
-        if ($line =~ /^(\S.*\.(?:test|spec|_test|_spec)\.[A-Za-z]+|\S.*\.[cm]?[jt]sx?):$/) {
-            $file = normalize_abs("$wd/$1");
-            next;
-        }
-        if ($line =~ /^# Unhandled error (?:between tests|in \S+)/) {
-            # The file (or the run) failed outside any test: an error of the file, as jest's and
-            # vitest's reporters record one.
-            $run->{seen}{bun} = 1;
-            add_test($run, 'bun', (defined $file ? "$file > " : '') . '[unhandled error]', $file, 'error');
-            next;
-        }
-        if ($line =~ /^\s*\((pass|fail|skip|todo)\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/) {
-            my %map = (pass => 'passed', fail => 'failed', skip => 'skipped', todo => 'skipped');
-            $run->{seen}{bun} = 1;
-            add_test($run, 'bun', (defined $file ? "$file > " : '') . $2, $file, $map{$1});
-        } elsif ($line =~ /^\s*Ran \d+ tests? across \d+ files?/) {
-            $run->{seen}{bun} = 1;
-            $run->{finished}{bun} = 1;
-        }
-    }
+# The runners whose tests are read from their output (the vocabulary's `evidence: output`): each
+# one's reader is hooks/RUNNER/output.pl beside this helper, a sub (RUN, TASK, LOG) that adds the
+# tests the log shows and marks the run seen and finished as the log says.
+my %OUTPUT_READERS;
+sub output_reader {
+    my ($runner) = @_;
+    return $OUTPUT_READERS{$runner} //= do {
+        my $file = "$HELPER_DIR/hooks/$runner/output.pl";
+        my $reader = do $file;
+        fail("cannot load $file: " . ($@ || $! || 'no reader')) unless ref $reader eq 'CODE';
+        $reader;
+    };
 }
 
-# cargo test: "test path::name ... ok|FAILED|ignored" per test under "Running <target> (...)"
-# or "Doc-tests <crate>", and one "test result:" line per test binary.
-sub read_cargo_log {
-    my ($run, $task, $log) = @_;
-    my $raw = read_file($log) // return;
-    my ($target, $open) = ('', 0);
-    my $results = 0;
-    for my $line (split /\n/, strip_ansi($raw)) {
-        if ($line =~ /^\s*Running (?:unittests )?(\S+)(?: \(([^)]+)\))?\s*$/) {
-            $target = $2 // $1;
-            $target =~ s{^.*/}{};
-            $target =~ s/-[0-9a-f]{16}(\.exe)?$//;
-            next;
-        }
-        if ($line =~ /^\s*Doc-tests (\S+)/) { $target = "doc:$1"; next }
-        if ($line =~ /^running \d+ tests?$/) { $open++; $run->{seen}{cargo} = 1; next }
-        if ($line =~ /^test (.+?) \.\.\. (ok|FAILED|ignored|ignored, .*)$/) {
-            my $outcome = $2 eq 'ok' ? 'passed' : $2 eq 'FAILED' ? 'failed' : 'skipped';
-            $run->{seen}{cargo} = 1;
-            add_test($run, 'cargo', "$target $1", $target, $outcome);
-        } elsif ($line =~ /^test result: /) {
-            $results++;
-        }
-    }
-    $run->{finished}{cargo} = 1 if $open && $results >= $open;
+sub output_runners {
+    my (@names) = @_;
+    return grep { ($RUNNERS{$_}{evidence} // '') eq 'output' } @names;
 }
 
 # ---- the collector: one test run, as root -----------------------------------------------------
@@ -1145,13 +1089,14 @@ sub failure_in {
     return ();
 }
 
-# A failed test in one line of the output (bun and cargo report there only), as (runner, id).
+# A failed test in one line of the output of a runner read from its output, as (runner, id): the
+# vocabulary's `failedLine`, whose capture is the test.
+my %FAILED_LINE = map { $_ => qr/$RUNNERS{$_}{failedLine}/ }
+  grep { defined $RUNNERS{$_}{failedLine} } keys %RUNNERS;
 sub failure_in_output {
-    my ($kind, $line) = @_;
-    my $text = strip_ansi($line);
-    return ('bun', $1) if $kind eq 'bun' && $text =~ /^\s*\(fail\)\s+(.+?)(?:\s+\[[0-9.]+m?s\])?\s*$/;
-    return ('cargo', $1) if $kind eq 'cargo' && $text =~ /^test (.+?) \.\.\. FAILED$/;
-    return ();
+    my ($runner, $line) = @_;
+    my $pattern = $FAILED_LINE{$runner} // return ();
+    return strip_ansi($line) =~ $pattern ? ($runner, $1) : ();
 }
 
 # The log, capped as it is written: its first half-limit bytes, then the last half-limit bytes
@@ -1353,9 +1298,9 @@ sub cmd_run {
     if ($ENV{SELFBENCH_STOP_AT_FAILURE} && $kind eq 'f2p') {
         my $sealed = census();
         my %runners = map { $_ => 1 } $sealed ? @{ ($sealed->{failToPass} // {})->{runners} // [] }
-          : qw(pytest unittest jest vitest mocha node-test go bun cargo);
-        my %expected = map { $_ => 1 } @{ $task->{expectedRunners} // [] };
-        my $output = $expected{bun} && $runners{bun} ? 'bun' : $expected{cargo} && $runners{cargo} ? 'cargo' : '';
+          : keys %RUNNERS;
+        my ($output) = grep { $runners{$_} } output_runners(@{ $task->{expectedRunners} // [] });
+        $output //= '';
         $watch = { runners => \%runners, output => $output };
     }
     kill_verifier_processes();
@@ -1424,7 +1369,8 @@ sub go_run_matcher {
 sub matcher {
     my ($task, $runner, $selector) = @_;
     my $wd = workdir_abs($task);
-    if ($runner eq 'go') {
+    my $kind = selector_kind($runner);
+    if ($kind eq 'package') {
         my $wild = $selector =~ s{/\.\.\.$}{}r;
         my $wildcard = $wild ne $selector || $selector eq '...';
         my $prefix;
@@ -1448,10 +1394,10 @@ sub matcher {
             return $pkg eq $prefix || ($wildcard && index($pkg, "$prefix/") == 0);
         }, 1);
     }
-    return (undef, 0) if $runner eq 'cargo';
+    return (undef, 0) if $kind eq 'name';
     my ($path, $rest) = ($selector, undef);
-    if ($runner eq 'pytest' && $selector =~ /^(.*?)::(.+)$/) { ($path, $rest) = ($1, $2) }
-    $path =~ s/:\d+(:\d+)?$// if $runner ne 'pytest';
+    if ($kind eq 'node-id' && $selector =~ /^(.*?)::(.+)$/) { ($path, $rest) = ($1, $2) }
+    $path =~ s/:\d+(:\d+)?$// if $kind ne 'node-id';
     my $abs = normalize_abs($path =~ m{^/} ? $path : "$wd/$path");
     if (length $path && -e $abs) {
         return (sub {
@@ -1465,7 +1411,7 @@ sub matcher {
             return $tail eq $rest || index($tail, "${rest}::") == 0 || index($tail, "${rest}[") == 0;
         }, 1);
     }
-    if ($runner eq 'unittest' && $selector =~ /^[A-Za-z_][A-Za-z0-9_.]*$/) {
+    if ($kind eq 'module' && $selector =~ /^[A-Za-z_][A-Za-z0-9_.]*$/) {
         return (sub {
             my ($test) = @_;
             my $id = $test->{id};
@@ -1477,8 +1423,8 @@ sub matcher {
             return $id eq $selector || index($id, "$selector.") == 0;
         }, 1);
     }
-    if ($runner =~ /^(jest|vitest|bun|mocha|node-test)$/ && length $path) {
-        # jest, vitest and bun take a selector as a pattern over test file paths.
+    if (($kind eq 'file-pattern' || $kind eq 'file') && length $path) {
+        # A pattern over test file paths (jest's, vitest's, bun's), or a file that is not there.
         return (sub {
             my ($test) = @_;
             my $file = $test->{file} // return 0;
@@ -1540,38 +1486,34 @@ sub planted {
 sub selector_path {
     my ($runner, $selector) = @_;
     return undef if $selector =~ /^-/ || $selector eq '';
-    if ($runner eq 'pytest') {
+    my $kind = selector_kind($runner);
+    if ($kind eq 'node-id') {
         my ($path) = split /::/, $selector, 2;
         return $path;
     }
-    if ($runner eq 'go') {
+    if ($kind eq 'package') {
         return undef unless $selector =~ m{^\.\.?(/|$)};
         (my $dir = $selector) =~ s{/?\.\.\.$}{};
         return length $dir ? $dir : '.';
     }
-    return undef if $runner =~ /^(jest|vitest|bun|cargo|unittest)$/;  # patterns, names, modules
+    return undef if $kind ne 'file' && $kind ne '';                  # patterns, names, modules
     return undef if $selector =~ /[*?\[{]/;                            # a glob
     (my $path = $selector) =~ s/:\d+(:\d+)?$//;
     return $path if basename($path) =~ /\.[A-Za-z0-9]+$/;             # a file name
     return undef;
 }
 
-# What a runner prints when it selected nothing: [pattern, named]. A named pattern's capture is
-# what was not found (it counts for the selector it names, in any run); the others count only in a
-# run of one selector.
-my %NOTHING = (
-    pytest => [[qr/^ERROR: file or directory not found: (.+?)\s*$/m, 1], [qr/^ERROR: not found: (\S+)/m, 1],
-      [qr/^(?:=+ )?no tests ran in /m, 0], [qr/^collected 0 items\s*$/m, 0]],
-    unittest => [[qr/^NO TESTS RAN/m, 0], [qr/^Ran 0 tests? in /m, 0]],
-    jest => [[qr/^No tests found, exiting with code/m, 0]],
-    vitest => [[qr/No test files found, exiting with code/, 0]],
-    mocha => [[qr/^Error: No test files found: "?([^"\n]+?)"?\s*$/m, 1]],
-    'node-test' => [[qr/^Could not find '([^']+)'/m, 1]],
-    go => [[qr/^testing: warning: no tests to run/m, 0], [qr/matched no packages/, 0],
-      [qr/^no Go files in /m, 0]],
-    bun => [[qr/No tests found!/, 0], [qr/had no matches/, 0]],
-    cargo => [[qr/^error: no test target named `([^`]+)`/m, 1]],
-);
+# selector_kind RUNNER: how the runner reads a selector (the vocabulary's `selector`): node-id,
+# module, package, file, file-pattern, name; '' for a runner the vocabulary does not know.
+sub selector_kind { my ($runner) = @_; return ($RUNNERS{$runner // ''} // {})->{selector} // '' }
+
+# What a runner prints when it selected nothing (the vocabulary's `nothing`): [pattern, named]. A
+# named pattern's capture is what was not found (it counts for the selector it names, in any run);
+# the others count only in a run of one selector.
+my %NOTHING = map {
+    my $runner = $_;
+    ($runner => [ map { [qr/$_->{pattern}/, $_->{named} ? 1 : 0] } @{ $RUNNERS{$runner}{nothing} // [] } ])
+} keys %RUNNERS;
 
 # no_match TASK RUNNERS SELECTOR ALONE LOG RAN: why the selector selected nothing, or undef. ALONE:
 # the run was this selector's alone (a "nothing" message that names no selector is then its own,
@@ -1587,9 +1529,9 @@ sub no_match {
             return "$runner: no such file or directory: $path" unless -e $abs;
         }
     }
-    if ($runners->[0] && $runners->[0] eq 'unittest' && $selector =~ /^[A-Za-z_][\w.]*$/
+    if (selector_kind($runners->[0]) eq 'module' && $selector =~ /^[A-Za-z_][\w.]*$/
         && $text =~ /No module named '\Q$selector\E'/) {
-        return "unittest: no module named $selector";
+        return "$runners->[0]: no module named $selector";
     }
     for my $runner (@$runners) {
         for my $rule (@{ $NOTHING{$runner} // [] }) {
@@ -1617,9 +1559,7 @@ sub gather_run {
     my $run = { tests => {}, seen => {}, finished => {}, plugins => [], tampered => [],
       duplicates => [], runnerStatus => {} };
     read_events($run, $events, $conns);
-    my %expected = map { $_ => 1 } @{ $task->{expectedRunners} };
-    read_bun_log($run, $task, $log) if $expected{bun};
-    read_cargo_log($run, $task, $log) if $expected{cargo};
+    output_reader($_)->($run, $task, $log) for output_runners(@{ $task->{expectedRunners} });
     my %go_packages = map { $_ => 1 } grep { length } split /\n/, read_file("$GO_OVERLAY/packages.txt") // '';
     go_cross_check($run, \%go_packages);
     $run->{planted} = [ planted(@{ $run->{plugins} }) ];
@@ -1956,7 +1896,7 @@ sub cmd_prepare_image {
     my ($task_path) = @_;
     my $task = task($task_path);
     system('mkdir', '-p', $STATE) == 0 or fail("cannot create $STATE");
-    my (%shadowed, @sites, $pytest);
+    my (%shadowed, @sites, %packages);
     $shadowed{$_} = 1 for qw(selfbench_evidence_boot selfbench_pytest_evidence);
     for my $site (find_site_dirs()) {
         next if index($site, '/opt/selfbench-verifier') == 0;
@@ -1965,7 +1905,10 @@ sub cmd_prepare_image {
               or fail("cannot install the evidence hooks into $site");
         }
         push @sites, $site;
-        $pytest = 1 if -d "$site/_pytest";
+        for my $needs (map { $_->{available} // {} } values %RUNNERS) {
+            my $package = $needs->{pythonPackage} // next;
+            $packages{$package} = 1 if -d "$site/$package";
+        }
         for my $python (interpreters_for($site)) {
             my ($code, $names) = run_capture($python, '-I', '-c', $LIST_MODULES);
             next if $code != 0;
@@ -1974,13 +1917,14 @@ sub cmd_prepare_image {
     }
     write_file("$STATE/python-shadowed.txt", join('', map { "$_\n" } sort keys %shadowed));
     write_file("$STATE/python-sites.txt", join('', map { "$_\n" } @sites));
-    my @runners;
-    push @runners, 'unittest' if @sites;
-    push @runners, 'pytest' if $pytest;
-    push @runners, qw(jest vitest mocha node-test) if which('node');
-    push @runners, 'go' if which('go');
-    push @runners, 'bun' if which('bun');
-    push @runners, 'cargo' if which('cargo');
+    # What each runner's recorder needs (the vocabulary's `available`): a program on PATH, a
+    # Python site directory, or one holding a package.
+    my @runners = grep {
+        my $needs = $RUNNERS{$_}{available} // {};
+        defined $needs->{program} ? which($needs->{program})
+          : defined $needs->{pythonPackage} ? $packages{ $needs->{pythonPackage} }
+          : $needs->{python} ? scalar @sites : 0;
+    } sort keys %RUNNERS;
     # A wrapper for a program the image does not have would only change "not found" into a
     # program that exists and fails.
     for my $program (qw(node go)) {
@@ -2130,10 +2074,9 @@ sub cmd_parse {
     my ($runner, $file, $task_path) = @_;
     my $task = task($task_path);
     my $run = { tests => {}, seen => {}, finished => {}, plugins => [] };
-    if ($runner eq 'bun') { read_bun_log($run, $task, $file) }
-    elsif ($runner eq 'cargo') { read_cargo_log($run, $task, $file) }
+    if (output_runners($runner)) { output_reader($runner)->($run, $task, $file) }
     elsif ($runner eq 'go') { read_go_events($run, [json_lines($file)]) }
-    else { fail("parse takes bun, cargo or go") }
+    else { fail("parse takes a runner read from its output, or go") }
     my @tests = sort { $a->{id} cmp $b->{id} } values %{ $run->{tests} };
     print JSON::PP->new->utf8->canonical->pretty->encode({
         tests => [ map { { id => $_->{id}, outcome => $_->{outcome},

@@ -8,7 +8,6 @@ patches survive untouched.
 
 from __future__ import annotations
 
-import fnmatch
 import posixpath
 import re
 from collections.abc import Iterable
@@ -19,36 +18,13 @@ from unidiff.patch import PatchedFile, PatchSet
 
 from runner.base import validation as v
 from runner.base.errors import printable
+from runner.runners.vocabulary import VOCABULARY
 
 GIT_PATCH_PREFIX = b"diff --git "
 DEV_NULL = "/dev/null"
 REGULAR_MODES = frozenset({"100644", "100755"})
 SYMLINK_MODE = "120000"
 GITLINK_MODE = "160000"
-
-# The seed's manifest basenames plus the lockfiles of the other package managers we meet.
-MANIFEST_BASENAMES = frozenset(
-    {
-        "package.json",
-        "package-lock.json",
-        "npm-shrinkwrap.json",
-        "bun.lock",
-        "bun.lockb",
-        "pnpm-lock.yaml",
-        "yarn.lock",
-        "deno.lock",
-        "pyproject.toml",
-        "uv.lock",
-        "poetry.lock",
-        "Pipfile",
-        "Pipfile.lock",
-        "go.mod",
-        "go.sum",
-        "Cargo.toml",
-        "Cargo.lock",
-    }
-)
-MANIFEST_GLOBS = ("requirements*.txt",)
 
 _OCTAL_ESCAPE = re.compile(rb"\\([0-7]{3}|.)")
 _SIMPLE_ESCAPES = {
@@ -150,8 +126,8 @@ def is_git_patch(raw: bytes) -> bool:
 
 
 def is_manifest(path: str) -> bool:
-    name = posixpath.basename(path)
-    return name in MANIFEST_BASENAMES or any(fnmatch.fnmatchcase(name, g) for g in MANIFEST_GLOBS)
+    """A dependency manifest or lockfile (the vocabulary's, the patch policy's own)."""
+    return VOCABULARY.is_manifest(path)
 
 
 def _unquote(path: str) -> str:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from runner import __version__
 from runner.base import validation as v
 from runner.base.resources import verifier_dir
-from runner.compile.harness import command_files, selector_files
 from runner.compile.patches import PatchInfo, repository_path
 from runner.compile.templates import (
     DEFAULT_BASE_IMAGE,
@@ -48,6 +47,7 @@ from runner.model.shell import expand_tests
 from runner.model.task import TaskDefinition, Toolchain
 from runner.model.toolchains import Catalog
 from runner.model.verifiertask import VerifierTask
+from runner.runners.command import command_files, selector_files
 
 COMPILER_REVISION = f"selfbench-runner/{__version__}"
 SCRIPTS = ("setup.sh", "smoke.sh", "root-setup.sh")

@@ -111,7 +111,7 @@ MOCHA = Project(
         "package.json": _MOCHA_PACKAGE,
         "package-lock.json": (DATA / "mocha-package-lock.json").read_text(),
         ".gitignore": "node_modules/\n",
-        ".mocharc.json": '{ "spec": "test/**/*.spec.js", "timeout": 5000 }\n',
+        ".mocharc.json": '{ "timeout": 5000, "recursive": false }\n',
         "lib/overlap.js": _OVERLAP,
         "test/overlap.spec.js": "const assert = require('node:assert/strict');\n"
         "const { overlaps } = require('../lib/overlap');\n\n"

@@ -28,7 +28,9 @@ PURE = (
     "compile/render",
     "compile/templates",
     "compile/exploits/__init__",
-    "compile/exploits/kit",
+    "runners/kit",
+    "runners/command",
+    "runners/vocabulary",
     "compile/exploits/python",
     "compile/exploits/node",
     "compile/exploits/go",
@@ -63,6 +65,7 @@ PURE = (
 LAYERS = (
     ("base",),
     ("model",),
+    ("runners",),
     ("compile",),
     ("plan", "present"),
     ("engine", "judge", "artifacts"),

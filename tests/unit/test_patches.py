@@ -99,13 +99,24 @@ def test_manifest_subpatch_is_exact(tmp_path: Path) -> None:
         "requirements.txt",
         "requirements-dev.txt",
         "a/b/requirements_test.txt",
+        # The names the compile side's own list had lost (the helper's policy has them).
+        "setup.py",
+        "setup.cfg",
+        "pdm.lock",
+        "go.work",
+        "requirements.in",
+        "requirements-dev.in",
+        "constraints.txt",
+        "pkg/pylock.toml",
     ],
 )
 def test_manifest_names(name: str) -> None:
     assert is_manifest(name)
 
 
-@pytest.mark.parametrize("name", ["package.jsonx", "src/main.go", "requirements.in", "README"])
+@pytest.mark.parametrize(
+    "name", ["package.jsonx", "src/main.go", "requirements.py", "README", "setup.pyc"]
+)
 def test_not_manifests(name: str) -> None:
     assert not is_manifest(name)
 

@@ -8,8 +8,8 @@ import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.compile.harness import command_files, selector_files
 from runner.model.shell import quote, words
+from runner.runners.command import command_files, selector_files
 
 NOT_APPLICABLE = 3
 # The reward files Harbor and the runner read: code under test writing them must not count.
