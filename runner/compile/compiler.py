@@ -33,11 +33,11 @@ from runner.compile.repository import cached_archive, resolve_repository
 from runner.compile.taskdir import DEFINITION, AuthoredTask, parse_json_object
 from runner.model.harbor import read_task_toml
 from runner.model.layout import MANIFEST_FILE
-from runner.model.runners import selector_paths
 from runner.model.settings import CompileOptions
 from runner.model.shell import expand_tests
 from runner.model.task import TaskDefinition
 from runner.model.toolchains import load_catalog
+from runner.runners import selector_paths
 
 REPO_ARCHIVE = "repo.tar.gz"
 # Immutable under validation repair (the seed), as recorded in task.toml [metadata].

@@ -22,12 +22,10 @@ from runner.base.errors import RepositoryError, UsageError
 from runner.base.safeio import staged_directory
 from runner.compile.git import run_git
 from runner.compile.initrules import (
-    PROPOSAL_FILES,
-    TEST_GLOBS,
-    Proposal,
     difficulty,
     is_test_file,
     is_test_path,
+    proposal_files,
     propose,
     pull_request_number,
     selectors,
@@ -36,6 +34,7 @@ from runner.compile.patches import PatchParseError, parse_patch
 from runner.compile.repository import is_remote, resolve_repository
 from runner.compile.taskaudit import TaskAudit, audit_task
 from runner.compile.taskdir import DEFINITION, GOLD_PATCH, TEST_PATCH, load_authored_task
+from runner.runners import Proposal
 
 _SHA = re.compile(r"[0-9a-f]{40}")
 MAX_PROPOSAL_FILE = 1 << 20
@@ -132,8 +131,8 @@ def init_task(
     ).stdout  # fmt: skip
     if not diff.strip():
         raise UsageError(f"no change between {base} and {head}", field="--head")
-    globs = test_globs or TEST_GLOBS
-    test_patch, gold_patch, test_paths, gold_paths = _split(diff, globs)
+
+    test_patch, gold_patch, test_paths, gold_paths = _split(diff, test_globs)
     if not test_paths:
         raise UsageError(
             "no changed file is a test by the default rules: name them with --test-glob "
@@ -146,7 +145,9 @@ def init_task(
             "with --test-glob)",
             field="--test-glob",
         )
-    files = {n: data for n in PROPOSAL_FILES if (data := _show(store, head_sha, n)) is not None}
+    names = run_git(["ls-tree", "--name-only", "-z", head_sha], git_dir=store).stdout
+    wanted = proposal_files(n.decode("utf-8", "replace") for n in names.split(b"\0") if n)
+    files = {n: data for n in wanted if (data := _show(store, head_sha, n)) is not None}
     proposal = propose(files)
     document, notes = _definition(
         store, spec, base_sha, head_sha, proposal, test_paths, gold_patch, task_id=task_id,

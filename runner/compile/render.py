@@ -41,12 +41,12 @@ from runner.model.harbor import (
 from runner.model.layout import MANIFEST_FILE
 from runner.model.manifest import BundleManifest, ManifestVerification
 from runner.model.reward import DETAIL_KEYS, REWARD_KEYS
-from runner.model.runners import expected_runners
 from runner.model.settings import DEFAULT_MAX_LOG_BYTES, CompileOptions
 from runner.model.shell import expand_tests
 from runner.model.task import TaskDefinition, Toolchain
 from runner.model.toolchains import Catalog
 from runner.model.verifiertask import VerifierTask
+from runner.runners import expected_runners
 from runner.runners.command import command_files, selector_files
 
 COMPILER_REVISION = f"selfbench-runner/{__version__}"

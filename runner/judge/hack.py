@@ -13,8 +13,8 @@ from runner.judge.base import (
 )
 from runner.model.report import ExploitOutcome
 from runner.model.reward import Reward
-from runner.model.runners import PROVEN_RUNNERS
 from runner.plan.runtime import ExecOutcome
+from runner.runners import PROVEN_RUNNERS
 
 
 @dataclass(frozen=True, kw_only=True)

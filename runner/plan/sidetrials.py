@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from runner.model.runners import expected_runners
 from runner.model.settings import HackGate
 from runner.model.stages import Gate
 from runner.plan.images import digest_of
@@ -30,6 +29,7 @@ from runner.plan.types import (
     Role,
     TrialPlan,
 )
+from runner.runners import expected_runners
 
 if TYPE_CHECKING:
     from runner.compile.exploits import Exploit

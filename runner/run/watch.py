@@ -1,6 +1,6 @@
 """Progress inside the gates while they run: each running stage's current log is read as it grows,
 and what it shows (the selection under test and its tests so far, the exploit the hack gate's
-driver is on) is said as a progress line whenever it changes (runner.model.progress).
+driver is on) is said as a progress line whenever it changes (runner.runners.progress).
 
 A new phase (another log, another selection, another exploit) is said at once; a change of the
 counts alone at most every QUIET_SECONDS per stage, so that a suite of thousands of tests gives
@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.model.progress import Tally
 from runner.model.stages import Stage
 from runner.run.state import RunState
+from runner.runners.progress import Tally
 
 log = logging.getLogger(__name__)
 

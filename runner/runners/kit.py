@@ -25,6 +25,7 @@ TEST_BINARIES = ("jest", "vitest", "mocha", "ava", "tap", "tsx", "ts-node", "pla
 PYTHON_WORDS = ("python", "python3", "pytest", "py.test", "tox", "nox", "uv", "hatch", "poetry")
 NODE_WORDS = ("node", "npm", "npx", "yarn", "pnpm", "bun", "bunx", *TEST_BINARIES)
 PY = (".py",)
+EXIT_ZERO_PY = "import os\nos._exit(0)\n"
 JS = (".js", ".cjs", ".mjs", ".ts", ".mts", ".cts", ".jsx", ".tsx")
 
 

@@ -67,6 +67,7 @@ class Files(_Model):
     configs: Names
     hooks: Names
     tests: Names
+    python: Names  # what makes a repository a Python project (init)
     makefiles: Names  # what make reads, in its order
     runner_configs: Names
 

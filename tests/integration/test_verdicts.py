@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from runner.model.runners import PROVEN_RUNNERS
+from runner.runners import PROVEN_RUNNERS
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
 from tests.integration.conftest import FAST, ROOT, Run, run_verify
 from tests.realistic import GO_VENDORED, UV_MONOREPO, build

@@ -33,7 +33,21 @@ PURE = (
     "runners/vocabulary",
     "compile/exploits/python",
     "compile/exploits/node",
-    "compile/exploits/go",
+    "runners/__init__",
+    "runners/room",
+    "runners/setups",
+    "runners/progress",
+    "runners/pytest",
+    "runners/unittest",
+    "runners/jest",
+    "runners/vitest",
+    "runners/mocha",
+    "runners/node_test",
+    "runners/bun",
+    "runners/go",
+    "runners/cargo",
+    "runners/exit_code",
+    "compile/exploits/evidence_node",
     "compile/exploits/generic",
     "compile/harness",
     "compile/coupling",
@@ -251,17 +265,24 @@ def test_stage_gate_and_layout_names_are_spelled_in_one_place() -> None:
 
 
 MAX_MODULE_LINES = 400
+# A runner's room holds that runner whole (its exploit payloads included): one room past 400
+# lines is better than its parts in siblings that must be read together (STYLE.md).
+MAX_ROOM_LINES = 520
 MAX_FUNCTION_LINES = 80
 
 
 def test_modules_and_functions_stay_small() -> None:
-    """docs/development.md's size rules, checked: a module past 400 lines or a function past
-    80 is split before it grows further."""
+    """docs/development.md's size rules, checked: a module past 400 lines (a runner's room past
+    520) or a function past 80 is split before it grows further."""
+    from runner.runners import ROOMS
+
+    rooms = {type(room).__module__.removeprefix("runner.").replace(".", "/") for room in ROOMS}
     large = []
     for path in modules():
         relative = path.relative_to(PACKAGE).as_posix()
         text = path.read_text()
-        if text.count("\n") > MAX_MODULE_LINES:
+        limit = MAX_ROOM_LINES if relative.removesuffix(".py") in rooms else MAX_MODULE_LINES
+        if text.count("\n") > limit:
             large.append(f"{relative}: {text.count(chr(10))} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -475,7 +475,7 @@ def test_gitattributes_without_drivers_is_no_oddity() -> None:
     ],
 )
 def test_the_path_a_selector_names(runner: str | None, selector: str, path: str | None) -> None:
-    from runner.model.runners import selector_path
+    from runner.runners import selector_path
 
     assert selector_path(runner, selector) == path
 

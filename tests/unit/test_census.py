@@ -19,8 +19,8 @@ from runner.model.census import (
     read_census,
 )
 from runner.model.evidence import RunEvidence
-from runner.model.runners import expected_runners
 from runner.run.collect import read_verifier
+from runner.runners import expected_runners
 from tests.helpers import bash_task, compiled
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Progress inside the gates: what a running stage's log shows (runner.model.progress), and the
+"""Progress inside the gates: what a running stage's log shows (runner.runners.progress), and the
 watcher that says it as it changes (runner.run.watch)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import cast
 import pytest
 
 from runner.model.layout import RunLayout
-from runner.model.progress import Tally, outcome_of
 from runner.model.stages import Stage
 from runner.run.state import RunState
 from runner.run.watch import QUIET_SECONDS, ProgressWatcher
+from runner.runners.progress import Tally, outcome_of
 
 
 @pytest.mark.parametrize(

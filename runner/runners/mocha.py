@@ -1,0 +1,26 @@
+"""mocha's room: the `mocha` binary; selectors are files (`file`, `file:line`); its spec
+reporter's lines; init's proposal for a package that depends on mocha. Recorder:
+dockerfiles/verifier/hooks/mocha/ (mocha's Runner events, hooked by the node preload)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from runner.runners.room import Proposal, Room
+from runner.runners.setups import node_dependencies, npm_proposal
+
+
+class Mocha(Room):
+    name = "mocha"
+    init_order = 42
+
+    def starts(self, names: Sequence[str], index: int) -> bool:
+        return names[index] == self.name
+
+    def propose(self, files: Mapping[str, bytes]) -> Proposal | None:
+        if self.name not in node_dependencies(files):
+            return None
+        return npm_proposal(files, "npx mocha {tests}", self.name)
+
+
+ROOM = Mocha()
