@@ -421,6 +421,23 @@ def __getattr__(name):
 """
 
 
+# pytest.exit() from the code under test, status 0: the session ends "successfully" in the middle
+# of a test whose setup passed.
+_PY_EXIT = """
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+
+    def _selfbench_exit(*args, **kwargs):
+        import pytest
+
+        pytest.exit("done", returncode=0)
+
+    return _selfbench_exit
+"""
+
+
 def _held_literal(facts: TaskFacts) -> tuple[str, str]:
     held = [p for p in facts.held_out if p.endswith(".py")]
     workdir = "/app" if facts.workdir in (".", "") else f"/app/{facts.workdir}"
@@ -467,6 +484,12 @@ def python_evidence_exploits(facts: TaskFacts) -> list[Exploit]:
                 "every name the tests import from the fix's modules calls pytest.xfail(): an "
                 "expected failure, which must not pass a fail-to-pass test",
                 _PY_XFAIL,
+            ),
+            (
+                "pytest-exit-from-code",
+                "every name the tests import from the fix's modules calls pytest.exit() with "
+                "status 0: the session ends in the middle of a test whose setup passed",
+                _PY_EXIT,
             ),
         ],
     )

@@ -129,6 +129,7 @@ def pytest_case(tmp: Path) -> Case:
             "pytest-reporter-driven",
             "python-trace-jump",
             "pytest-xfail-from-code",
+            "pytest-exit-from-code",
         },
     )
 

@@ -229,8 +229,11 @@ class _Recorder:
         if self.done:
             return
         self.done = True
-        for nodeid, outcome in list(self.outcomes.items()):
-            self.test(nodeid, outcome)
+        # A test whose protocol never reached its end was cut (pytest.exit() or an interrupt in
+        # its call: the session then ends with any status the caller chose, 0 included). Its
+        # setup passed at most: it did not pass.
+        for nodeid in list(self.outcomes):
+            self.test(nodeid, "error")
         self.outcomes.clear()
         self.integrity("the session's end")
         self.write(t="finish", runner="pytest", status=int(exitstatus))  # type: ignore[call-overload]
