@@ -7,11 +7,15 @@
 #                           module names that resolve outside /app, ownership of /app
 #   apply-policy TASK       the agent's patch onto /app, then the patch policy on the applied
 #                           tree (default deny: only source and data changes stay)
+#   canaries TASK           after test.patch: the canaries (tests the reference solution must
+#                           fail, tests/canaries.json) written among the held-out tests
+#   canary-ready TASK       exit 0 when an exit-code canary run is due
 #   lockdown TASK           after test.patch: the harness root-owned and read-only, the
 #                           prepared tree recorded so each test run starts from it
 #   reset TASK              between two test runs: back to the prepared tree
 #   run TASK NAME KIND CMD  one test run: CMD as the verifier user, its evidence collected over
 #                           the collector's signed channel, judged; NAME.log, evidence/NAME.json
+#                           (KIND canary: the exit-code canary's run, which must fail)
 #   collect TASK NAME KIND EXIT LOG
 #                           a run judged again from the records its collector kept
 #   grade TASK              the runs' evidence summarised in /logs/verifier/evidence.json
@@ -28,7 +32,7 @@ use strict;
 use warnings;
 use Cwd qw(realpath);
 use Fcntl qw(O_RDONLY O_NOFOLLOW O_NONBLOCK O_WRONLY O_CREAT O_TRUNC S_ISREG S_ISDIR S_ISLNK);
-use Digest::SHA qw(hmac_sha256_hex);
+use Digest::SHA qw(hmac_sha256_hex sha256_hex);
 use File::Basename qw(basename dirname);
 use File::Find ();
 use IO::Select ();
@@ -45,6 +49,10 @@ my $LOGS = '/logs/verifier';
 my $WORK = '/opt/selfbench/work';
 my $EVIDENCE_ROOT = '/var/lib/selfbench-evidence';
 my $CENSUS = '/tests/expected-tests.json';
+my $CANARIES = '/tests/canaries.json';
+my $CANARY_STATE = '/opt/selfbench-verifier/state/canaries.json';
+# The rule a passing canary breaks, as every report says it (runner.model.canaries.CANARY_RULE).
+my $CANARY_RULE = 'a test the reference solution fails passed';
 my $TRUSTED_MANIFESTS = '/opt/selfbench-trusted/manifests.txt';
 my $HOOKS = '/opt/selfbench-verifier/hooks';
 my $GO_OVERLAY = '/var/lib/selfbench-go';
@@ -1205,7 +1213,7 @@ sub serve {
         push @events, $event;
         if ($watch && !$stopped) {
             my ($runner, $id) = failure_in($event, $watch->{runners});
-            $stop->($runner, $id) if defined $id;
+            $stop->($runner, $id) if defined $id && !is_canary_failure($watch->{canaries}, $id);
         }
     };
     my $output_open = 1;
@@ -1233,7 +1241,9 @@ sub serve {
                     $log_rest = '' if length($log_rest) > $MAX_LINE;
                     for my $line (@lines) {
                         my ($runner, $id) = failure_in_output($watch->{output}, $line);
-                        if (defined $id) { $stop->($runner, $id); last }
+                        next if !defined $id || is_canary_failure($watch->{canaries}, $id);
+                        $stop->($runner, $id);
+                        last;
                     }
                 }
                 next;
@@ -1275,6 +1285,27 @@ sub serve {
       @all ], stopped => $stopped };
 }
 
+# exit_code_canary: the exit-code canary the canaries step made ready (the first), or undef.
+sub exit_code_canary {
+    my %ready = map { $_ => 1 } @{ (read_json($CANARY_STATE) // {})->{exitCode} // [] };
+    my (undef, $exits) = canaries_wanted();
+    my ($canary) = grep { $ready{ $_->{key} } } @$exits;
+    return $canary;
+}
+
+# canary-ready TASK: exit 0 when an exit-code canary is to run (the run is judged by exit codes:
+# the census says so once sealed; before, the oracle's fail-to-pass run left no per-test evidence).
+sub cmd_canary_ready {
+    my ($task_path) = @_;
+    return 1 unless exit_code_canary();
+    my $sealed = census();
+    if ($sealed) {
+        return ((($sealed->{failToPass} // {})->{mode} // 'exit-code') eq 'per-test') ? 1 : 0;
+    }
+    my $doc = read_json("$LOGS/evidence/fail_to_pass.json") // return 0;
+    return ($doc->{mode} // '') eq 'per-test' ? 1 : 0;
+}
+
 # run TASK NAME KIND COMMAND: one test run (NAME: fail_to_pass, pass_to_pass, ...), collected and
 # judged; /logs/verifier/NAME.log, /logs/verifier/evidence/NAME.json; prints `passed=0|1`, the
 # command's exit status and its milliseconds to /opt/selfbench/work/NAME.result.
@@ -1301,7 +1332,17 @@ sub cmd_run {
           : keys %RUNNERS;
         my ($output) = grep { $runners{$_} } output_runners(@{ $task->{expectedRunners} // [] });
         $output //= '';
-        $watch = { runners => \%runners, output => $output };
+        $watch = { runners => \%runners, output => $output,
+          canaries => canary_matchers(applied_canaries()) };
+    }
+    if ($kind eq 'canary') {
+        # The exit-code canary: the held-out file with one expected value changed, for this run
+        # (the reset before the next run restores the prepared tree).
+        my $canary = exit_code_canary() or fail('no exit-code canary to run');
+        my $full = "$APP/$canary->{file}";
+        sysopen(my $fh, $full, O_WRONLY | O_TRUNC | O_NOFOLLOW) or fail("cannot write $full: $!");
+        print {$fh} $canary->{content};
+        close $fh;
     }
     kill_verifier_processes();
     my $started = Time::HiRes::time();
@@ -1442,6 +1483,132 @@ sub census {
     return $doc;
 }
 
+# ---- canaries --------------------------------------------------------------------------------------
+# Tests the reference solution must fail (tests/canaries.json, made by the compiler from the held-out
+# tests, one expected value changed): written into the held-out files right after test.patch, so
+# every run of the task's own command runs them among the held-out tests. Before the census they
+# are recorded (the runner keeps those the oracle kills); once it is sealed, the ones it kept are
+# written, and one that passes is tampering: whatever made it pass makes tests report "passed"
+# without the code being right. A test is a canary's when its id matches the canary's idPattern.
+
+# canaries_wanted: (the per-test canaries to write, the exit-code ones), by the census once it is
+# sealed; none when the runner asks for none (SELFBENCH_CANARIES=off: its run without them).
+sub canaries_wanted {
+    return ([], []) if ($ENV{SELFBENCH_CANARIES} // '') eq 'off';
+    my $set = read_json($CANARIES) // return ([], []);
+    my $sealed = census();
+    my @tests = grep { ref($_) eq 'HASH' && defined $_->{key} } @{ $set->{canaries} // [] };
+    my @exit = grep { ref($_) eq 'HASH' && defined $_->{key} } @{ $set->{exitCode} // [] };
+    if ($sealed) {
+        my $kept = $sealed->{canaries} // {};
+        my %keys = map { $_ => 1 } @{ $kept->{keys} // [] };
+        my %exits = map { $_ => 1 } @{ $kept->{exitCode} // [] };
+        @tests = grep { $keys{ $_->{key} } } @tests;
+        @exit = grep { $exits{ $_->{key} } } @exit;
+    }
+    return (\@tests, \@exit);
+}
+
+# canaries TASK: after test.patch, each canary's lines inserted into its held-out file (only into
+# the file as the compiler saw it: its sha256); what was written, in the state directory (root's).
+sub cmd_canaries {
+    my ($task_path) = @_;
+    my $set = read_json($CANARIES) // {};
+    my ($tests, $exits) = canaries_wanted();
+    my (%by_file, @applied, @unplaced);
+    push @{ $by_file{ $_->{file} } }, $_ for @$tests;
+    for my $file (sort keys %by_file) {
+        my $full = "$APP/$file";
+        my $raw = read_file($full);
+        my $want = ($set->{files} // {})->{$file} // '';
+        if (!defined $raw || sha256_hex($raw) ne $want) {
+            push @unplaced, map { $_->{key} } @{ $by_file{$file} };
+            next;
+        }
+        my @lines = split /(?<=\n)/, $raw;
+        for my $canary (sort { $b->{line} <=> $a->{line} || $b->{key} cmp $a->{key} } @{ $by_file{$file} }) {
+            my $at = $canary->{line};
+            $at = scalar @lines if $at > @lines;
+            splice @lines, $at, 0, $canary->{text};
+        }
+        my @st = lstat $full;
+        sysopen(my $fh, $full, O_WRONLY | O_TRUNC | O_NOFOLLOW) or do { push @unplaced, map { $_->{key} } @{ $by_file{$file} }; next };
+        print {$fh} join('', @lines);
+        close $fh;
+        chmod $st[2] & 07777, $full if @st;
+        push @applied, map { { key => $_->{key}, file => $_->{file}, name => $_->{name},
+          idPattern => $_->{idPattern} } } @{ $by_file{$file} };
+    }
+    my @exit_ready;
+    for my $canary (@$exits) {
+        my $raw = read_file("$APP/$canary->{file}");
+        my $want = ($set->{files} // {})->{ $canary->{file} } // '';
+        if (defined $raw && sha256_hex($raw) eq $want) { push @exit_ready, $canary->{key} }
+        else { push @unplaced, $canary->{key} }
+    }
+    write_json($CANARY_STATE, { applied => \@applied, unplaced => \@unplaced, exitCode => \@exit_ready });
+    chmod 0600, $CANARY_STATE;
+    return 0;
+}
+
+# canary_matchers APPLIED: [key, the compiled idPattern, the canary's name] of each written canary.
+sub canary_matchers {
+    my ($applied) = @_;
+    my @out;
+    for my $canary (@{ $applied // [] }) {
+        my $re = eval { qr/$canary->{idPattern}/ } or next;
+        push @out, [ $canary->{key}, $re, $canary->{name} // '' ];
+    }
+    return \@out;
+}
+
+sub applied_canaries { return (read_json($CANARY_STATE) // {})->{applied} // [] }
+
+# split_canaries RUN MATCHERS: each canary's tests moved out of the run's tests, by key (the
+# held-out tests are judged without them; the canaries by their own rule).
+sub split_canaries {
+    my ($run, $matchers) = @_;
+    $run->{canaries} = { map { $_->[0] => [] } @$matchers };
+    return unless @$matchers;
+    for my $key (sort keys %{ $run->{tests} }) {
+        my $test = $run->{tests}{$key};
+        for my $matcher (@$matchers) {
+            next unless $test->{id} =~ $matcher->[1];
+            push @{ $run->{canaries}{ $matcher->[0] } }, delete $run->{tests}{$key};
+            last;
+        }
+    }
+}
+
+# is_canary_failure MATCHERS ID: whether a failed test a runner printed or reported is a canary's
+# (the output of bun or cargo names a test without its file: its name at the end counts).
+sub is_canary_failure {
+    my ($matchers, $id) = @_;
+    for my $matcher (@{ $matchers // [] }) {
+        return 1 if $id =~ $matcher->[1];
+        my $name = $matcher->[2];
+        return 1 if length $name && $id =~ /(?:^|[\s>:.\/])\Q$name\E(?:\[.*\]|\/.*)?\s*$/;
+    }
+    return 0;
+}
+
+# canary_outcomes RUN: per canary, its tests' ids and its worst outcome ("missing": none ran).
+sub canary_outcomes {
+    my ($run) = @_;
+    my @out;
+    for my $key (sort keys %{ $run->{canaries} // {} }) {
+        my @tests = @{ $run->{canaries}{$key} };
+        my $worst;
+        for my $test (@tests) {
+            $worst = $test->{outcome} if !defined $worst || $RANK{ $test->{outcome} } > $RANK{$worst};
+        }
+        # A canary passes when any of its cases passed: each of them was changed to fail.
+        $worst = 'passed' if grep { $_->{outcome} eq 'passed' || $_->{outcome} eq 'xpassed' } @tests;
+        push @out, { key => $key, ids => [ sort map { $_->{id} } @tests ], outcome => $worst // 'missing' };
+    }
+    return \@out;
+}
+
 sub available_hooks {
     my $doc = read_json("$STATE/hooks.json") // {};
     return $doc->{runners} // [];
@@ -1562,6 +1729,7 @@ sub gather_run {
     output_reader($_)->($run, $task, $log) for output_runners(@{ $task->{expectedRunners} });
     my %go_packages = map { $_ => 1 } grep { length } split /\n/, read_file("$GO_OVERLAY/packages.txt") // '';
     go_cross_check($run, \%go_packages);
+    split_canaries($run, canary_matchers(applied_canaries()));
     $run->{planted} = [ planted(@{ $run->{plugins} }) ];
     $run->{stopped} = $stopped if $stopped;
     return $run;
@@ -1633,6 +1801,11 @@ sub judge_run {
     my @tests = sort { $a->{id} cmp $b->{id} } grep { $counted{ $_->{runner} } } values %{ $run->{tests} };
     my @failing = map { $_->{id} } grep { $_->{outcome} eq 'failed' || $_->{outcome} eq 'error' } @tests;
     my %by_id = map { $_->{id} => $_ } @tests;
+    # The canaries' tests: failing is what each must do (the runner's exit and status then say a
+    # test failed); passing, once the census is sealed, is tampering.
+    my @canary_tests = grep { $counted{ $_->{runner} } } map { @$_ } values %{ $run->{canaries} // {} };
+    my $canaries_failed = grep { $_->{outcome} eq 'failed' || $_->{outcome} eq 'error' } @canary_tests;
+    my $canaries_passed = grep { $_->{outcome} eq 'passed' || $_->{outcome} eq 'xpassed' } @canary_tests;
     my ($base, $alone) = $kind =~ /^(f2p|p2p)(?:-alone:(\d+))?$/ or fail("unknown kind $kind");
     my $stopped = $run->{stopped} ? $run->{stopped}{id} : undef;
     my (@problems, @missing);
@@ -1644,6 +1817,7 @@ sub judge_run {
         push @problems, "$which selector $entry->{selector} matched no test ($entry->{why})";
     }
     return (\@problems, \@missing) if $mode ne 'per-test';
+    unshift @problems, $CANARY_RULE if $sealed && $canaries_passed && !defined $stopped;
     # Results forged beside the runner's, or rewritten while the tests ran: first, whatever else.
     unshift @problems, 'the runner\'s results were rewritten while the tests ran: '
       . shorten($run->{tampered}, 3) if @{ $run->{tampered} // [] };
@@ -1666,13 +1840,13 @@ sub judge_run {
         }
         push @problems, scalar(@failing) . ' test(s) failed: ' . shorten(\@failing) if @failing;
         push @problems, "the runner exited $exit although no test failed"
-          if $exit != 0 && !@failing && !defined $stopped;
-        push @problems, 'exit 0 but failures were reported' if $exit == 0 && @failing;
+          if $exit != 0 && !@failing && !$canaries_failed && !defined $stopped;
+        push @problems, 'exit 0 but failures were reported' if $exit == 0 && (@failing || $canaries_failed);
         # The status each runner reported at its end must agree with its tests.
         for my $runner (sort keys %{ $run->{runnerStatus} // {} }) {
             next unless $counted{$runner} && !defined $stopped;
             my $status = $run->{runnerStatus}{$runner};
-            my $bad = grep { $_->{runner} eq $runner && ($_->{outcome} eq 'failed' || $_->{outcome} eq 'error') } @tests;
+            my $bad = grep { $_->{runner} eq $runner && ($_->{outcome} eq 'failed' || $_->{outcome} eq 'error') } @tests, @canary_tests;
             push @problems, "$runner ended with status $status although none of its tests failed"
               if $status ne '0' && !$bad;
             push @problems, "$runner ended with status 0 although $bad of its test(s) failed"
@@ -1720,6 +1894,21 @@ sub judge_run {
 # written (/logs/verifier/evidence/NAME.json); returns 1 when it passed.
 sub judge_and_write {
     my ($task, $name, $kind, $exit, $log, $events, $conns, $stopped) = @_;
+    if ($kind eq 'canary') {
+        # The exit-code canary run: the test command must fail on the changed expected value.
+        my $sealed = census();
+        my $canary = exit_code_canary() // {};
+        my $killed = $exit != 0;
+        my $doc = { name => $name, kind => $kind, exitCode => $exit + 0, mode => 'exit-code',
+          runners => [], sealed => $sealed ? JSON::PP::true : JSON::PP::false,
+          complete => JSON::PP::true, counts => {}, tests => [], selectors => [], missing => [],
+          problems => ($sealed && !$killed ? [$CANARY_RULE] : []),
+          canaries => [ { key => $canary->{key} // '', ids => [], outcome => $killed ? 'failed' : 'passed' } ],
+          passed => (!$sealed || $killed) ? JSON::PP::true : JSON::PP::false, versions => {} };
+        system('mkdir', '-p', '-m', '0700', "$LOGS/evidence");
+        write_json("$LOGS/evidence/$name.json", $doc);
+        return $doc->{passed} ? 1 : 0;
+    }
     my $run = gather_run($task, $events, $conns, $log, $stopped);
     my $sealed = census();
     my ($mode, @runners) = run_mode($task, $run, $sealed, $kind);
@@ -1734,7 +1923,8 @@ sub judge_and_write {
     my $ctx = { kind => $kind, exit => $exit + 0, mode => $mode, runners => \@runners,
       attribution => $attribution, sealed => $sealed };
     my $doc = evidence_document($name, $run, $ctx);
-    system('mkdir', '-p', "$LOGS/evidence");
+    # Root's alone: a later run's tests must not read which tests an earlier one saw fail.
+    system('mkdir', '-p', '-m', '0700', "$LOGS/evidence");
     write_json("$LOGS/evidence/$name.json", $doc);
     return $doc->{passed} ? 1 : 0;
 }
@@ -1746,7 +1936,10 @@ sub evidence_document {
     my ($name, $run, $ctx) = @_;
     my ($problems, $missing) = judge_run($run, $ctx);
     my ($mode, $exit, @runners) = ($ctx->{mode}, $ctx->{exit}, @{ $ctx->{runners} });
-    my $passed = !@$problems && ($mode eq 'none' || $exit == 0) ? 1 : 0;
+    my $canaries = canary_outcomes($run);
+    # A run whose only failures are canaries' exits non-zero, as the runner must.
+    my $canaries_failed = grep { $_->{outcome} eq 'failed' || $_->{outcome} eq 'error' } @$canaries;
+    my $passed = !@$problems && ($mode eq 'none' || $exit == 0 || ($mode eq 'per-test' && $canaries_failed)) ? 1 : 0;
     my %counted = map { $_ => 1 } @runners;
     my @tests = sort { $a->{id} cmp $b->{id} } grep { $counted{ $_->{runner} } } values %{ $run->{tests} };
     my %count = map { $_ => 0 } keys %RANK;
@@ -1762,6 +1955,7 @@ sub evidence_document {
         passed => $passed ? JSON::PP::true : JSON::PP::false,
         versions => $run->{versions} // {},
         ($run->{stopped} ? (stopped => $run->{stopped}) : ()),
+        canaries => $canaries,
     };
 }
 
@@ -1782,7 +1976,7 @@ sub cmd_grade {
     my ($task_path) = @_;
     my $task = task($task_path);
     my %runs;
-    for my $name (qw(fail_to_pass fail_to_pass_repeat pass_to_pass)) {
+    for my $name (qw(fail_to_pass fail_to_pass_repeat pass_to_pass canary)) {
         my $doc = read_json("$LOGS/evidence/$name.json");
         $runs{$name} = $doc if $doc;
     }
@@ -2097,6 +2291,7 @@ sub cmd_judge {
     for my $test (@{ $in->{tests} // [] }) {
         $run->{tests}{"$test->{runner}\0$test->{id}"} = $test;
     }
+    split_canaries($run, canary_matchers($doc->{canaries} // []));
     my $ctx = $doc->{context} // {};
     print $JSON->encode(evidence_document($doc->{name} // 'fail_to_pass', $run, $ctx)), "\n";
     return 0;
@@ -2151,6 +2346,8 @@ my %COMMANDS = (
     'prepare-image' => [\&cmd_prepare_image, 1],
     'apply-policy' => [\&cmd_apply_policy, 1],
     'lockdown' => [\&cmd_lockdown, 1],
+    'canaries' => [\&cmd_canaries, 1],
+    'canary-ready' => [\&cmd_canary_ready, 1],
     'reset' => [\&cmd_reset, 1],
     'collect' => [\&cmd_collect, 5],
     'judge' => [\&cmd_judge, 1],

@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -27,6 +27,7 @@ from runner.compile.render import (
     compose_file,
     default_smoke_script,
 )
+from runner.model.canaries import CanarySet, read_canaries
 from runner.model.contract import EnvironmentContract
 from runner.model.harbor import TaskToml, read_task_toml
 from runner.model.layout import CENSUS_FILE, BundleLayout
@@ -58,6 +59,8 @@ class Bundle:
     default_smoke: bool = False
     # What the hack gate chooses its exploits from (None: a bundle without that manifest entry).
     exploit_facts: TaskFacts | None = None
+    # Its canaries (tests/canaries.json; none in a bundle compiled before them).
+    canaries: CanarySet = field(default_factory=CanarySet)
 
     @property
     def task_id(self) -> str:
@@ -150,6 +153,10 @@ def load_bundle(root: Path) -> Bundle:
         contract=contract,
         default_smoke=smoke == default,
         exploit_facts=read_exploit_facts(root, config, manifest),
+        canaries=read_canaries(
+            optional_regular(BundleLayout(root).canaries, limit=64 * 1024 * 1024)
+        )
+        or CanarySet(),
     )
 
 

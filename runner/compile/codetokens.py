@@ -14,23 +14,16 @@ from __future__ import annotations
 
 import posixpath
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 from typing import Literal
 
-import tree_sitter_bash
-import tree_sitter_go
-import tree_sitter_javascript
-import tree_sitter_python
-import tree_sitter_rust
-import tree_sitter_typescript
-from tree_sitter import Language, Node, Parser, Tree
+from tree_sitter import Node
+
+from runner.runners.syntax import SUFFIXES, node_text, parse
 
 TokenKind = Literal["name", "string"]
 
-PARSE_SECONDS = 5.0  # per piece of text; past it, the plain scan reads that piece
 MIN_STRING = 4
 MAX_STRING = 200
 _IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]{2,63}\b")
@@ -41,32 +34,6 @@ _QUOTED_OR_WORD = re.compile(f"{_QUOTED.pattern}|(?P<w>{_IDENTIFIER.pattern})")
 # them. Any other file (data, fixtures, prose) holds no names, only its quoted strings.
 _OTHER_CODE = frozenset({".rb", ".java", ".kt", ".scala", ".php", ".cs", ".c", ".h", ".cpp"})
 
-_GRAMMARS: dict[str, Callable[[], object]] = {
-    "python": tree_sitter_python.language,
-    "javascript": tree_sitter_javascript.language,
-    "typescript": tree_sitter_typescript.language_typescript,
-    "tsx": tree_sitter_typescript.language_tsx,
-    "go": tree_sitter_go.language,
-    "rust": tree_sitter_rust.language,
-    "bash": tree_sitter_bash.language,
-}
-_SUFFIXES = {
-    ".py": "python",
-    ".pyi": "python",
-    ".js": "javascript",
-    ".mjs": "javascript",
-    ".cjs": "javascript",
-    ".jsx": "javascript",
-    ".ts": "typescript",
-    ".mts": "typescript",
-    ".cts": "typescript",
-    ".tsx": "tsx",
-    ".go": "go",
-    ".rs": "rust",
-    ".sh": "bash",
-    ".bash": "bash",
-    ".bats": "bash",
-}
 # Node types across the grammars: string literals, and the parts of one that hold code.
 _STRINGS = frozenset(
     {
@@ -115,12 +82,7 @@ class Token:
 def language_of(path: str) -> str | None:
     """The grammar for `path`, "code" for other source, None for data."""
     suffix = posixpath.splitext(path)[1].lower()
-    return _SUFFIXES.get(suffix) or ("code" if suffix in _OTHER_CODE else None)
-
-
-@cache
-def _parser(language: str) -> Parser:
-    return Parser(Language(_GRAMMARS[language]()))
+    return SUFFIXES.get(suffix) or ("code" if suffix in _OTHER_CODE else None)
 
 
 def tokens(text: str, language: str | None) -> Iterator[Token]:
@@ -156,29 +118,6 @@ def tokens(text: str, language: str | None) -> Iterator[Token]:
                 yield Token("name", word, node.start_point.row)
             continue
         stack.extend(reversed(node.children))
-
-
-def parse(language: str, source: bytes) -> Tree | None:
-    """The tree of `source` in `language` (a key of the grammars here, "bash" included), or
-    None when the grammar takes longer than PARSE_SECONDS (its error recovery on hostile text
-    can be slow: 13 s for 20 MiB of diff lines read as Python). Read a node's text with
-    node_text: the tree keeps none of its own."""
-    deadline = time.monotonic() + PARSE_SECONDS
-    parser = _parser(language)
-    try:
-        return parser.parse(
-            lambda offset, _point: source[offset : offset + 65536],
-            progress_callback=lambda _offset, _error: time.monotonic() > deadline,
-        )
-    except ValueError:  # cancelled by the callback
-        parser.reset()
-        return None
-
-
-def node_text(node: Node, source: bytes, errors: str = "replace") -> str:
-    # Sliced from the source: a tree parsed through a read callback has no text of its own
-    # (Node.text re-reads it, 0.1 ms a node).
-    return source[node.start_byte : node.end_byte].decode("utf-8", errors)
 
 
 def _literal(node: Node, source: bytes) -> str | None:

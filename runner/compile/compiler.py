@@ -19,9 +19,11 @@ from pathlib import Path
 
 from runner.base import validation as v
 from runner.base.errors import InvalidInputError, InvalidTaskError, Problem
-from runner.base.safeio import read_regular
+from runner.base.safeio import optional_regular, read_regular
+from runner.compile.canaries import task_canaries
 from runner.compile.coupling import candidates
 from runner.compile.render import (
+    CANARIES_FILE,
     CONTEXT_DIRS,
     RenderInput,
     executable_files,
@@ -72,6 +74,7 @@ BUNDLE_PATTERNS = (
     "tests/dependency-setup.patch",
     "tests/selfbench-task.json",
     "tests/expected-tests.json",
+    "tests/canaries.json",
     "tests/selfbench",
     "tests/selfbench/*",
 )
@@ -308,6 +311,8 @@ def compile_task(
         repo, definition.repo, definition.base_commit, task_dir=task.directory
     )
     facts = task_facts(task, repository)
+    if not facts.apply_problems:
+        files[CANARIES_FILE] = task_canaries(task, repository).to_json().encode()
     archive = cached_archive(repository, definition.base_commit)
     with _staged(out) as staging:
         _write_files(staging, files)
@@ -351,6 +356,10 @@ def refresh_bundle(task: AuthoredTask, bundle: Path, options: CompileOptions) ->
             field="prompt",
         )
     files = render_checked(task, options)
+    # The canaries came from the repository at compile time; a refresh has none at hand.
+    kept = optional_regular(bundle / CANARIES_FILE, limit=64 * 1024 * 1024)
+    if kept is not None:
+        files[CANARIES_FILE] = kept
     changed = [
         name
         for name, content in sorted(files.items())

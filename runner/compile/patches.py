@@ -360,3 +360,26 @@ def patch_problems(info: PatchInfo) -> list[str]:
 def repository_path(workdir: str, path: str) -> str:
     """`path` (relative to workdir) as a normalized repository-relative path."""
     return v.normalize_repo_path(path, base=workdir)
+
+
+def added_lines(change: FileChange) -> frozenset[int]:
+    """The 1-based lines of the new file that a section adds or changes (its `+` lines)."""
+    lines: set[int] = set()
+    target = 0
+    in_hunk = False
+    for line in change.raw.decode("utf-8", "surrogateescape").splitlines():
+        header = HUNK_HEADER.match(line)
+        if header:
+            target = int(header.group(3))
+            in_hunk = True
+            continue
+        if not in_hunk or line.startswith("\\"):
+            continue
+        if line.startswith("+"):
+            lines.add(target)
+            target += 1
+        elif line.startswith(" ") or line == "":
+            target += 1
+        elif not line.startswith("-"):
+            in_hunk = False
+    return frozenset(lines)

@@ -25,6 +25,7 @@ from runner.compile.templates import (
     template_environment,
     toolchain_scripts,
 )
+from runner.model.canaries import CanarySet
 from runner.model.contract import EnvironmentContract
 from runner.model.harbor import (
     COLLECT_COMMAND,
@@ -38,7 +39,7 @@ from runner.model.harbor import (
     TaskToml,
     VerifierConfig,
 )
-from runner.model.layout import MANIFEST_FILE
+from runner.model.layout import CANARY_FILE, MANIFEST_FILE
 from runner.model.manifest import BundleManifest, ManifestVerification
 from runner.model.reward import DETAIL_KEYS, REWARD_KEYS
 from runner.model.settings import DEFAULT_MAX_LOG_BYTES, CompileOptions
@@ -53,6 +54,7 @@ COMPILER_REVISION = f"selfbench-runner/{__version__}"
 SCRIPTS = ("setup.sh", "smoke.sh", "root-setup.sh")
 TASK_DOCUMENT = "tests/selfbench-task.json"
 CENSUS_FILE = "tests/expected-tests.json"
+CANARIES_FILE = f"tests/{CANARY_FILE}"
 VERIFIER_ASSETS = "tests/selfbench"
 # The census placeholder a bundle is compiled with: the verification that accepts the task seals
 # the tests it saw into it (runner.model.census).
@@ -269,6 +271,9 @@ def render_bundle(data: RenderInput, catalog: Catalog) -> dict[str, bytes]:
         "tests/test.patch": data.test_patch,
         TASK_DOCUMENT: verifier_task(data, held_out, harness).encode(),
         CENSUS_FILE: UNSEALED_CENSUS,
+        # The compiler writes the task's canaries once it has the repository (runner.compile
+        # .canaries); rendered alone, a bundle has none.
+        CANARIES_FILE: CanarySet().to_json().encode(),
         **verifier_assets(),
         "solution/solve.sh": text("solve.sh.j2"),
         "solution/gold.patch": data.gold_patch,

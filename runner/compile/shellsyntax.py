@@ -15,8 +15,8 @@ import posixpath
 
 from tree_sitter import Node
 
-from runner.compile.codetokens import node_text, parse
 from runner.model.task import TESTS_PLACEHOLDER
+from runner.runners.syntax import node_text, parse
 
 # Statements that run the command they hold, once, as it is written.
 _CARRIERS = frozenset(

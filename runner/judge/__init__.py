@@ -44,6 +44,7 @@ from runner.judge.images import (
 from runner.judge.probe import (
     graded_alike,
     judge_probe,
+    passing_canaries,
     probe_outcome,
     selector_rates,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "limit_notes",
     "limits_data",
     "passed",
+    "passing_canaries",
     "probe_outcome",
     "runner_proof",
     "selector_rates",

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from runner.judge.base import Judgement, failed, passed
+from runner.model.canaries import CANARY_RULE
 from runner.model.census import Census
-from runner.model.evidence import PASS_TO_PASS_OUTCOMES, RunEvidence
+from runner.model.evidence import CANARY_RUN, PASS_TO_PASS_OUTCOMES, RUN_NAMES, RunEvidence
 from runner.model.reward import Reward
 from runner.plan.runtime import ExecOutcome
 
@@ -120,4 +121,23 @@ def graded_alike(census: Census, runs: Mapping[str, RunEvidence], names: Sequenc
                 return f"{name}: {test_id} {test.outcome}"
             if f2p and selection.asserts.get(test_id, 0) > 0 and test.asserts == 0:
                 return f"{name}: {test_id} passed without one assertion"
+        kept = set(census.canaries.keys)
+        for canary in run.canaries:
+            if canary.key in kept and canary.outcome not in ("failed", "error"):
+                return f"{name}: a canary the census keeps {canary.outcome}"
     return ""
+
+
+def passing_canaries(runs: Mapping[str, RunEvidence]) -> list[str] | None:
+    """The canaries that passed in a run graded by the census whose every other rule held (a
+    canary the oracle killed twice that passes now is flaky: it is dropped, never the task's
+    fault), or None when anything else went wrong too."""
+    keys: list[str] = []
+    for name in (*RUN_NAMES, CANARY_RUN):
+        run = runs.get(name)
+        if run is None:
+            continue
+        if any(p != CANARY_RULE for p in run.problems):
+            return None
+        keys += [c.key for c in run.canaries if c.outcome in ("passed", "xpassed")]
+    return keys or None

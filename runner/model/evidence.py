@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from runner.model.canaries import CanaryRun
 from runner.model.reward import Reward, VerifierDetails
 
 EVIDENCE_DIR = "evidence"  # under /logs/verifier: one document per test run
@@ -108,6 +109,8 @@ class RunEvidence(_Model):
     stopped: StoppedAt | None = None
     # Each runner's version as its reporter said (pytest, jest...), for whoever reads the run.
     versions: dict[str, str] = Field(default_factory=dict)
+    # The canaries written into this run's held-out files: their tests, apart from the others.
+    canaries: list[CanaryRun] = Field(default_factory=list)
 
     def ids(self, *outcomes: Outcome) -> list[str]:
         return [t.id for t in self.tests if not outcomes or t.outcome in outcomes]
@@ -194,6 +197,26 @@ class SelectorSummary(_Model):
     why: str | None = None
 
 
+class CanaryCounts(_Model):
+    """A run's canaries: how many were written, how many failed (as they must), how many passed
+    (tampering once the census is sealed) and how many did not run."""
+
+    written: int = 0
+    failed: int = 0
+    passed: int = 0
+    not_run: int = 0
+
+
+def canary_counts(runs: list[CanaryRun]) -> CanaryCounts | None:
+    if not runs:
+        return None
+    failed = sum(1 for c in runs if c.outcome in ("failed", "error"))
+    passed = sum(1 for c in runs if c.outcome in ("passed", "xpassed"))
+    return CanaryCounts(
+        written=len(runs), failed=failed, passed=passed, not_run=len(runs) - failed - passed
+    )
+
+
 class RunSummary(_Model):
     name: str
     passed: bool
@@ -202,6 +225,7 @@ class RunSummary(_Model):
     counts: Counts
     problems: list[str] = Field(default_factory=list)
     missing: int = 0
+    canaries: CanaryCounts | None = None
 
 
 class EvidenceSummary(_Model):
@@ -218,11 +242,14 @@ class EvidenceSummary(_Model):
 
 
 RUN_NAMES = ("fail_to_pass", "fail_to_pass_repeat", "pass_to_pass")
+# The exit-code canary's run (one more run of the fail-to-pass command, over a held-out file
+# whose expected value was changed): it must fail.
+CANARY_RUN = "canary"
 
 
 def summarize(runs: Mapping[str, RunEvidence]) -> EvidenceSummary | None:
     """The evidence of a verifier's test runs, for the report (None: no test ran)."""
-    present = {name: runs[name] for name in RUN_NAMES if name in runs}
+    present = {name: runs[name] for name in (*RUN_NAMES, CANARY_RUN) if name in runs}
     if not present:
         return None
     leading = next((r for r in present.values() if r.mode != "none"), next(iter(present.values())))
@@ -240,6 +267,7 @@ def summarize(runs: Mapping[str, RunEvidence]) -> EvidenceSummary | None:
                 counts=run.counts,
                 problems=run.problems,
                 missing=len(run.missing),
+                canaries=canary_counts(run.canaries),
             )
             for name, run in present.items()
         ],
@@ -326,7 +354,7 @@ class VerifierEvidence:
 
     @property
     def problems(self) -> dict[str, str]:
-        return {name: p for name in RUN_NAMES if (p := self.problem(name))}
+        return {name: p for name in (*RUN_NAMES, CANARY_RUN) if (p := self.problem(name))}
 
     @property
     def undone(self) -> list[PolicyChange]:

@@ -15,6 +15,7 @@ RUN_LOG_FILE = "runner.log"
 AGENT_PATCH_FILE = "agent.patch"
 SMOKE_LOG = "smoke.log"
 CENSUS_FILE = "expected-tests.json"
+CANARY_FILE = "canaries.json"
 SMOKE_SCRIPT_FILE = "smoke.sh"
 TASK_TOML_FILE = "task.toml"
 AUTHORED_DIR = "task"
@@ -111,6 +112,10 @@ class BundleLayout:
     @property
     def census(self) -> Path:
         return self.tests / CENSUS_FILE
+
+    @property
+    def canaries(self) -> Path:
+        return self.tests / CANARY_FILE
 
     @property
     def smoke_script(self) -> Path:

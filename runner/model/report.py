@@ -14,6 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from runner.base.errors import ExitCode, Problem
 from runner.base.safeio import write_atomic
+from runner.model.canaries import DroppedCanary
 from runner.model.evidence import EvidenceSummary, PolicyChange, SelectorResult
 from runner.model.reward import Reward, VerifierDetails
 from runner.model.stages import STAGE_NAMES
@@ -332,6 +333,19 @@ class ReportSettings(_Model):
     hand_caches: bool = True
 
 
+class ReportCanaries(_Model):
+    """The task's canaries (tests the reference solution must fail): how many the compiler
+    made, how many the oracle killed and the census keeps, each one dropped and why, the chance
+    a blind guess gets past those kept, and, when none is kept, why (`none`)."""
+
+    made: int = 0
+    kept: int = 0
+    exit_code: int = 0  # of `kept`, the exit-code canaries (one more test run each)
+    guess: float = 1.0
+    dropped: list[DroppedCanary] = Field(default_factory=list)
+    none: list[str] = Field(default_factory=list)
+
+
 class ReportCensus(_Model):
     """The census sealed into the run's bundle: the tests its nop and oracle saw, by which every
     later verifier (Harbor's too) grades an agent. `exit-code` for a runner the verifier does
@@ -342,6 +356,7 @@ class ReportCensus(_Model):
     pass_to_pass: str
     fail_to_pass_tests: int
     pass_to_pass_tests: int
+    canaries: ReportCanaries | None = None
 
 
 class Report(_Model):

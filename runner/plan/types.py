@@ -10,19 +10,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner import __version__
-from runner.model.settings import (
-    StorageLimit,
-)
+from runner.model.canaries import CanaryPlan
+from runner.model.settings import StorageLimit
 from runner.model.stages import Gate, GateId, Stage
 from runner.model.toolchains import Arch
 from runner.plan.inimage import HAND_OFF_ARCHIVE, HAND_OFF_MAX_BYTES
 
 PLAN_SCHEMA_VERSION = 1
-
-
 HACK_STEP_TIMEOUT_SECONDS = 120.0
-
-
 SIDE_RUN_MAX_LOG_BYTES = 256 * 1024
 
 
@@ -369,6 +364,7 @@ class VerifyPlan(_Frozen):
     keep: bool
     remove_images: bool
     max_log_bytes: int
+    canaries: CanaryPlan = Field(default_factory=CanaryPlan)  # the census keeps the killed
 
     def build(self, kind: str) -> ImageBuild:
         return next(b for b in self.builds if b.kind == kind)

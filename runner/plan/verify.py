@@ -10,6 +10,7 @@ execution.
 from __future__ import annotations
 
 from runner.compile.bundle import Bundle
+from runner.model.canaries import CanaryPlan
 from runner.model.harbor import AGENT_PATCH
 from runner.model.layout import BundleLayout
 from runner.model.settings import (
@@ -68,6 +69,7 @@ def plan_verify(
         keep=settings.keep,
         remove_images=settings.remove_images,
         max_log_bytes=settings.max_log_bytes,
+        canaries=CanaryPlan.of(bundle.canaries),
     )
 
 

@@ -137,6 +137,7 @@ class Executor:
             interrupted=interrupted,
             storage_mechanism=state.storage_mechanism,
             census=state.census,
+            canaries=plan.canaries,
         )
 
     def _confirm_hack(self, hack: Future[None]) -> None:

@@ -11,6 +11,7 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from runner import judge
+from runner.model.canaries import DroppedCanary
 from runner.model.evidence import VerifierEvidence
 from runner.model.report import (
     DeterminismData,
@@ -101,6 +102,29 @@ class ProbeRunner:
             judgement = self._probe(self.state.plan.probe, data, stage)
         stage.set(judgement.status, judgement.detail)
 
+    def _drop_canaries(self, keys: list[str], where: str) -> None:
+        """Canaries the census kept that passed in a probe run: flaky, so the census keeps them
+        no more (every verifier after this grades without them)."""
+        with self.state.lock:
+            census = self.state.census
+            if census is None:
+                return
+            canaries = census.canaries.model_copy(deep=True)
+            for key in keys:
+                if key in canaries.keys:
+                    canaries.keys.remove(key)
+                    canaries.ids.pop(key, None)
+                    canaries.dropped.append(
+                        DroppedCanary(key=key, why="flaky", detail=f"it passed in {where}")
+                    )
+                if key in canaries.exit_code:
+                    canaries.exit_code.remove(key)
+                    canaries.dropped.append(
+                        DroppedCanary(key=key, why="flaky", detail=f"it passed in {where}")
+                    )
+            self.state.census = census.model_copy(update={"canaries": canaries})
+        log.info("canaries %s passed in %s: dropped as flaky", ", ".join(keys), where)
+
     def _probe(
         self, probe: ProbePlan, data: DeterminismData, stage: StageResult
     ) -> judge.Judgement:
@@ -122,6 +146,10 @@ class ProbeRunner:
                     probe.fail_to_pass,
                     pass_to_pass=probe.pass_to_pass,
                 )
+                flaky = None if passed else judge.passing_canaries(run.evidence.runs)
+                if flaky:
+                    self._drop_canaries(flaky, plan.name)
+                    passed, what, failing = True, "", []
                 stage.logs.append(str(run.verifier_log))
                 results.append(
                     ProbeResult(

@@ -12,10 +12,12 @@ from runner import __version__
 from runner.base.errors import Problem
 from runner.compile.bundle import Bundle
 from runner.judge import StageView, judge_report
+from runner.model.canaries import CanaryCensus, CanaryPlan
 from runner.model.layout import BundleLayout
 from runner.model.report import (
     InputProblem,
     Report,
+    ReportCanaries,
     ReportCensus,
     ReportSettings,
     Stages,
@@ -75,6 +77,26 @@ def _census_info(run: RunRecord) -> ReportCensus | None:
         pass_to_pass=census.pass_to_pass.mode,
         fail_to_pass_tests=len(census.fail_to_pass.tests),
         pass_to_pass_tests=len(census.pass_to_pass.tests),
+        canaries=report_canaries(
+            run.execution.canaries if run.execution else CanaryPlan(), census.canaries
+        ),
+    )
+
+
+def report_canaries(plan: CanaryPlan, kept: CanaryCensus) -> ReportCanaries:
+    none = list(kept.none)
+    if not kept.count and plan.count and kept.dropped:
+        whys = sorted({d.why for d in kept.dropped})
+        none.append(f"the oracle kept none of the {plan.count} made ({', '.join(whys)})")
+    elif not plan.count and not none:
+        none.append("none was made")
+    return ReportCanaries(
+        made=plan.count,
+        kept=kept.count,
+        exit_code=len(kept.exit_code),
+        guess=round(kept.guess, 6),
+        dropped=list(kept.dropped),
+        none=none if not kept.count else list(kept.none),
     )
 
 

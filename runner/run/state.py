@@ -20,6 +20,7 @@ from runner.base.errors import (
 )
 from runner.base.logs import Truncation
 from runner.judge import Judgement, Mark
+from runner.model.canaries import CanaryPlan
 from runner.model.census import Census
 from runner.model.evidence import PolicyCheck, VerifierEvidence
 from runner.model.layout import RunLayout
@@ -184,6 +185,7 @@ class Execution:
     stages: dict[str, StageResult]
     kept: list[KeptContainer] = field(default_factory=list)
     interrupted: str | None = None  # the signal's name
+    canaries: CanaryPlan = field(default_factory=CanaryPlan)
     storage_mechanism: str | None = None
     # The tests nop and oracle saw, once both passed (sealed into the bundle afterwards).
     census: Census | None = None
@@ -222,6 +224,9 @@ class RunState:
         self.nop_done = threading.Event()
         self.smoke_passed = False
         self.census: Census | None = None
+        # A gate that passed only once its verifier ran without the canaries: which tests the
+        # canaries changed the outcome of, by gate (the census then keeps none).
+        self.canaries_interfered: dict[str, str] = {}
         # What the verifier of each gate that counts left (nop's, the oracle's), read once.
         self.evidence: dict[str, VerifierEvidence] = {}
         # The build caches nop's verifier warmed (a tar), for the side trials' verifiers.

@@ -14,6 +14,7 @@ from runner.base.logs import Truncation
 from runner.model.census import (
     CensusError,
     build_census,
+    canary_census,
 )
 from runner.model.predictions import prediction_key, tree_digest
 from runner.model.report import (
@@ -31,6 +32,9 @@ from runner.run.sides import Sides, adopt_apart, trial_apart
 from runner.run.skips import SkippedError, side_run_result
 from runner.run.smoke import SmokeRunner
 from runner.run.state import PREDICTED_DIR, Prediction, RunState, StageResult, TrialRun
+
+# A red nop's or oracle's verifier, once more without the canaries (runner.run.trials).
+NO_CANARIES_DIR = "no-canaries"
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,11 @@ class TrialRunner:
                     oracle_pass_to_pass=oracle.runs.get("pass_to_pass") if oracle else None,
                     run_id=self.state.plan.run_id,
                     runner_version=self.state.plan.runner_version,
+                    canaries=canary_census(
+                        self.state.plan.canaries,
+                        oracle.runs if oracle is not None else {},
+                        interfered=next(iter(self.state.canaries_interfered.values()), None),
+                    ),
                 )
             except CensusError as exc:
                 self.state.census_missing = str(exc)
@@ -158,6 +167,8 @@ class TrialRunner:
                         with contextlib.suppress(Exception):
                             prediction.future.result()
         self.sides.judge_trial(trial, stage, data, evidence)
+        if stage.status is Status.FAILED and evidence.patch is not None:
+            self._without_canaries(trial, stage, data, evidence)
         if (
             stage.status is Status.FAILED
             and trial.online_verifier is not None
@@ -286,6 +297,36 @@ class TrialRunner:
             "%s: the collected patch is the predicted one: its verifier run counts", trial.gate
         )
         return True
+
+    def _without_canaries(
+        self, trial: TrialPlan, stage: StageResult, data: GateData, run: TrialRun
+    ) -> None:
+        """A red nop or oracle whose verifier wrote canaries runs once more without them: a
+        canary that changes what another test does (a fixed file name, a port, shared state)
+        must not fail a task. When the gate passes then, that run is the gate's, and the census
+        keeps no canary (canary_census's `interfered`)."""
+        written = {c.key for r in run.evidence.runs.values() for c in r.canaries}
+        if not written or run.patch is None:
+            return
+        apart = trial_apart(trial, NO_CANARIES_DIR)
+        apart = apart.model_copy(
+            update={
+                "verifier": apart.verifier.model_copy(
+                    update={"env": {**apart.verifier.env, "SELFBENCH_CANARIES": "off"}}
+                )
+            }
+        )
+        plain = self.sides.verify_patch(apart, run.patch)
+        stage.logs.append(str(plain.verifier_log))
+        if plain.reward is None or not judge.evaluate_gate(trial.gate.kind, plain.reward)[0]:
+            return
+        red = stage.detail
+        log.info("%s passes without its canaries (with them: %s)", trial.gate, red)
+        self.state.canaries_interfered[trial.gate] = (
+            f"{trial.gate} passed only without them (with them: {red})"
+        )
+        run.test, run.evidence = plain.test, plain.evidence
+        self.sides.judge_trial(trial, stage, data, run)
 
     def _online(self, trial: TrialPlan, stage: StageResult, data: GateData, patch: bytes) -> None:
         """The red gate's run again with the internet on: a test that fails only because the

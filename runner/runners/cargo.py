@@ -10,6 +10,8 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 
+from runner.runners.canaries.core import ALL, FileTests, Scope, Unit
+from runner.runners.canaries.rust import rust_tests
 from runner.runners.room import Proposal, Room
 
 _LINE = re.compile(r"^test \S.* \.\.\. (ok|FAILED|ignored)\b")
@@ -45,6 +47,34 @@ class Cargo(Room):
 
     def is_test_file(self, path: str) -> bool:
         return path.startswith("tests/") and path.endswith(".rs")
+
+    canaries_supported = True
+
+    def canary_file(self, path: str) -> bool:
+        return path.endswith(".rs")
+
+    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
+        return rust_tests(path, text, added)
+
+    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
+        """An integration target (its file's stem) runs the whole file; any other selector is a
+        filter a copy's name must contain (cargo matches it against `module::name`)."""
+        filters = [s for s in selectors if not s.startswith("-")]
+        stem = posixpath.splitext(posixpath.basename(path))[0]
+        if not filters or (path.startswith("tests/") and stem in filters):
+            return ALL
+        if any(f.startswith("^") or f.endswith("$") or "--exact" in command for f in filters):
+            return Scope(selected=False, why="the selection names exact tests (--exact)")
+        return Scope(selected=True, name_ok=lambda name: any(f in name for f in filters))
+
+    def canary_id(self, path: str, unit: Unit, name: str) -> str:
+        """`module::name`, as cargo's `test ... ok` lines print it."""
+        return (
+            r"(?:^|::)"
+            + "".join(re.escape(c) + "::" for c in unit.containers)
+            + re.escape(name)
+            + "$"
+        )
 
 
 ROOM = Cargo()

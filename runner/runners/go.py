@@ -12,6 +12,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 from runner.model.shell import quote
+from runner.runners.canaries.core import FileTests, Scope, Unit
+from runner.runners.canaries.golang import go_tests
+from runner.runners.canaries.scope import go_selection, package_runs
 from runner.runners.kit import (
     Exploit,
     TaskFacts,
@@ -70,8 +73,39 @@ class Go(Room):
     def exploits(self, facts: TaskFacts) -> list[Exploit]:
         return go_exploits(facts) + go_evidence_exploits(facts)
 
+    canaries_supported = True
+
+    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
+        return go_tests(path, text, added)
+
+    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
+        """The packages the command and the selectors name run the file's package (none named:
+        the workdir's); a `-run` pattern (the command's, or the selectors after it) must match
+        a copy's name, level by level as go reads it; `^TestX$` selects single tests."""
+        patterns, packages = go_selection(command, selectors)
+        for pattern in patterns:
+            if re.fullmatch(r"\^?\(?[\w|]+\)?\$", pattern.split("/", 1)[0]):
+                return Scope(selected=False, why=f"-run {pattern} selects single tests by name")
+        directory = posixpath.dirname(path) or "."
+        if not any(package_runs(p, directory) for p in packages or ["."]):
+            return Scope(selected=False)
+        tops = [p.split("/", 1)[0] for p in patterns]
+
+        def name_ok(name: str) -> bool:
+            try:
+                return all(re.search(top, name) for top in tops)
+            except re.error:
+                return True  # go's syntax, not Python's: the oracle tells whether it ran
+
+        return Scope(selected=True, name_ok=name_ok if tops else None)
+
+    def canary_id(self, path: str, unit: Unit, name: str) -> str:
+        """`import/path TestName`, and its subtests `TestName/case`."""
+        return r"\s" + re.escape(name) + "(?:/.*)?$"
+
 
 ROOM = Go()
+
 
 # ---- exploits: the test binary made to pass or run nothing ---------------------------------------
 

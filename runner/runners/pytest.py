@@ -8,10 +8,14 @@ dockerfiles/verifier/hooks/pytest/."""
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 
 from runner.model.shell import quote
+from runner.runners.canaries.core import FileTests, Scope, Unit
+from runner.runners.canaries.python import python_tests
+from runner.runners.canaries.scope import node_id_scope
 from runner.runners.kit import (
     EXIT_ZERO_PY,
     PY,
@@ -26,7 +30,7 @@ from runner.runners.kit import (
     script,
     test_dirs,
 )
-from runner.runners.room import Proposal, Room
+from runner.runners.room import Proposal, Room, selects_by_name
 from runner.runners.setups import python_proposal, uses_pytest
 
 # pytest -v: "t.py::test_a PASSED"; its default line: a file, then one character per test.
@@ -85,8 +89,25 @@ class Pytest(Room):
     def exploits(self, facts: TaskFacts) -> list[Exploit]:
         return pytest_exploits(facts) + python_evidence_exploits(facts)
 
+    canaries_supported = True
+
+    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
+        return python_tests(path, text, added, runner=self.name)
+
+    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
+        """Node ids (runner.runners.canaries.scope); `-k` selects by name."""
+        if option := selects_by_name(command, ("-k",)):
+            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
+        return node_id_scope(path, selectors)
+
+    def canary_id(self, path: str, unit: Unit, name: str) -> str:
+        classes = "".join(re.escape(c) + "::" for c in unit.containers)
+        file = re.escape(posixpath.basename(path))
+        return rf"(?:^|/){file}::{classes}{re.escape(name)}(?:\[.*\])?$"
+
 
 ROOM = Pytest()
+
 
 # ---- exploits: plugins and shadows -------------------------------------------------------------
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from runner.model.shell import words
+from runner.runners.canaries.core import ALL, FileTests, Scope, Unit
 from runner.runners.kit import Exploit, TaskFacts
 from runner.runners.vocabulary import VOCABULARY, RunnerSignals
 
@@ -113,6 +115,68 @@ class Room:
         """The hack gate's exploits specific to this runner (the toolchains' own families are
         chosen for every task of the toolchain)."""
         return []
+
+    # ---- canaries (runner.runners.canaries) ----------------------------------------------------
+
+    # Whether the room derives canaries: its engine reads its tests and its reporter's ids.
+    canaries_supported: ClassVar[bool] = False
+
+    def canary_file(self, path: str) -> bool:
+        """A held-out file whose tests this runner runs (a repository path)."""
+        return self.is_test_file(path)
+
+    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
+        """The tests of a held-out file a canary can copy (its language's engine)."""
+        return FileTests(why_none=f"{self.name} has no canaries")
+
+    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
+        """What the fail-to-pass selection runs of the held-out file `path` (relative to the
+        workdir): by default, the file when a selector names it, its directory, or a pattern
+        that matches it."""
+        if not selectors:
+            return ALL
+        for selector in selectors:
+            named = self.selector_path(selector)
+            target = (named or selector).rstrip("/")
+            if path == target or path.startswith(target + "/") or target in ("", "."):
+                return ALL
+            if named is None and _pattern_matches(selector, path):
+                return ALL
+        return Scope(selected=False)
+
+    def canary_id(self, path: str, unit: Unit, name: str) -> str:
+        """A pattern (Python and Perl read it alike) the ids of a copy's tests match: its file
+        ` > ` its blocks ` > ` its name, as the spec reporters' (the file's name alone: a
+        runner's root may be below the workdir; copies take names no held-out file has)."""
+        return (
+            r"(?:^|/)"
+            + re.escape(posixpath.basename(path))
+            + " > "
+            + "".join(re.escape(c) + " > " for c in unit.containers)
+            + re.escape(name)
+            + "$"
+        )
+
+
+def _pattern_matches(pattern: str, path: str) -> bool:
+    """A file-pattern selector (jest's regular expression, vitest's and bun's substring) that
+    matches the path."""
+    if pattern in path:
+        return True
+    try:
+        return re.search(pattern, path) is not None
+    except re.error:
+        return False
+
+
+def selects_by_name(command: str, options: Sequence[str]) -> str | None:
+    """The option of the command that selects tests by name (a canary's new name may not
+    match it), if any."""
+    for word in words(command):
+        for option in options:
+            if word == option or word.startswith(option + "="):
+                return option
+    return None
 
 
 def file_selector_path(selector: str) -> str | None:

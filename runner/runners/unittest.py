@@ -5,10 +5,14 @@ with pytest. Recorder: dockerfiles/verifier/hooks/unittest/ (the evidence boot h
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 
-from runner.runners.room import Proposal, Room
+from runner.runners.canaries.core import FileTests, Scope, Unit
+from runner.runners.canaries.python import python_tests
+from runner.runners.canaries.scope import module_scope
+from runner.runners.room import Proposal, Room, selects_by_name
 from runner.runners.setups import is_python, python_proposal, uses_pytest
 
 _VERBOSE = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure)\b")
@@ -38,6 +42,32 @@ class Unittest(Room):
     def is_test_file(self, path: str) -> bool:
         name = path.rsplit("/", 1)[-1]
         return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
+
+    canaries_supported = True
+
+    def canary_file(self, path: str) -> bool:
+        return path.endswith(".py")
+
+    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
+        return python_tests(path, text, added, runner=self.name)
+
+    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
+        """A module (`pkg.test_x`, or its file) runs its TestCases; `pkg.test_x.Case` that
+        class's tests; `pkg.test_x.Case.test_y` one test alone; `-k` selects by name."""
+        if option := selects_by_name(command, ("-k",)):
+            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
+        return module_scope(path, selectors)
+
+    def canary_id(self, path: str, unit: Unit, name: str) -> str:
+        stem = posixpath.basename(path).removesuffix(".py")
+        return (
+            r"(?:^|\.)"
+            + re.escape(stem)
+            + "".join(r"\." + re.escape(c) for c in unit.containers)
+            + r"\."
+            + re.escape(name)
+            + "$"
+        )
 
 
 ROOM = Unittest()

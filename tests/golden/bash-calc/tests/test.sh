@@ -18,6 +18,8 @@
 # Writes /logs/verifier/reward.json (the 0/1 metrics), details.json, evidence.json. Always exits
 # 0: the reward is the verdict.
 set -uo pipefail
+# Root's alone, under Harbor too: the held-out tests' patch, the census and the canaries.
+chmod 0700 /tests 2>/dev/null || true
 mkdir -p /logs/verifier
 # The tests run as `verifier`: the reward and evidence files are root's alone to write.
 chmod go-w /logs/verifier
@@ -149,6 +151,11 @@ if [ "$patch_applied" -eq 1 ]; then
   root_git apply --binary --whitespace=nowarn /tests/test.patch \
     || { echo "selfbench: test.patch does not apply"; patch_applied=0; }
   rm -f /tests/test.patch
+  # The canaries (tests the reference solution must fail) join the held-out tests, before the
+  # prepared tree is recorded.
+  if [ "$patch_applied" -eq 1 ]; then
+    "${verifier[@]}" canaries "$task" || echo "selfbench: the canaries could not be written"
+  fi
   if [ "$patch_applied" -eq 1 ]; then
     "${verifier[@]}" lockdown "$task" || { echo "selfbench: the harness could not be locked"; patch_applied=0; }
   fi
@@ -179,6 +186,12 @@ elif [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
     run_tests fail_to_pass f2p "$fail_to_pass_command"
     fail_to_pass_exit_code=$?
     fail_to_pass=$run_passed
+    if [ "$fail_to_pass" -eq 1 ] && "${verifier[@]}" canary-ready "$task"; then
+      # Judged by exit codes: the same command over a held-out file whose expected value was
+      # changed must fail (one more run).
+      run_tests canary canary "$fail_to_pass_command"
+      [ "$run_passed" -eq 1 ] || fail_to_pass=0
+    fi
     : > /logs/verifier/selectors.tsv
     if [ "$fail_to_pass" -eq 0 ] && [ 0 -gt 1 ] \
       && [ -z "${SELFBENCH_REWARD_ONLY:-}" ]; then

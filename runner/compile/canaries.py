@@ -1,0 +1,116 @@
+"""A task's canaries at compile time: its held-out files as test.patch leaves them at the base
+commit (read from a temporary index of the repository, never a work tree), the lines test.patch
+wrote, and the runners its test command starts (a package script's, for `npm test`), handed to
+the rooms (runner.runners.canaries.derive). Written to the bundle's tests/canaries.json."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from runner.compile.git import run_git
+from runner.compile.patches import added_lines
+from runner.compile.taskdir import AuthoredTask
+from runner.model.canaries import CanarySet
+from runner.model.shell import words
+from runner.runners import ROOMS, expected_runners, room_of
+from runner.runners.canaries.derive import (
+    MAX_FILE_BYTES,
+    CanaryInputs,
+    HeldOutFile,
+    derive,
+    seed_of,
+)
+
+_PACKAGE_MANAGERS = ("npm", "pnpm", "yarn", "bun")
+
+
+def task_canaries(task: AuthoredTask, repository: Path) -> CanarySet:
+    """The canaries of an authored task whose repository is at hand."""
+    definition = task.definition
+    command = definition.test_command
+    held = {
+        change.new_path: change
+        for change in task.tests.changes
+        if change.new_path is not None and not change.binary
+    }
+    contents = _after_test_patch(repository, definition.base_commit, task.test_patch, list(held))
+    files = [
+        HeldOutFile(path=path, text=text, added=added_lines(held[path]))
+        for path, text in sorted(contents.items())
+    ]
+    runners = expected_runners(command)
+    if not runners:
+        script = _package_script(
+            repository, definition.base_commit, definition.workdir_path, command
+        )
+        runners = expected_runners(script) if script else []
+    inputs = CanaryInputs(
+        task_id=definition.task_id,
+        # Not the command: a validation repair of it (refresh) keeps the canaries as they are.
+        seed=seed_of(definition.task_id.encode(), task.test_patch, task.gold_patch),
+        workdir=definition.workdir_path,
+        test_command=command,
+        fail_to_pass=list(definition.fail_to_pass),
+        files=files,
+    )
+    return derive(inputs, [room_of(name) for name in runners if room_of(name) in ROOMS])
+
+
+def _after_test_patch(
+    repository: Path, commit: str, test_patch: bytes, paths: list[str]
+) -> dict[str, bytes]:
+    """Each path's bytes at `commit` with test.patch applied (a temporary index; a path too
+    large, or that test.patch leaves no file at, is left out)."""
+    if not paths:
+        return {}
+    with tempfile.TemporaryDirectory(prefix="selfbench-canaries.") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        run_git(["read-tree", commit], git_dir=repository, env=env)
+        applied = run_git(
+            ["apply", "--cached", "--binary", "--whitespace=nowarn", "-"],
+            git_dir=repository,
+            env=env,
+            check=False,
+            stdin=test_patch,
+        )
+        if applied.returncode != 0:
+            return {}  # the audit says why
+        out: dict[str, bytes] = {}
+        for path in paths:
+            listed = run_git(
+                ["ls-files", "-s", "--", path], git_dir=repository, env=env, check=False
+            ).stdout.split()
+            if len(listed) < 2:
+                continue
+            blob = listed[1].decode()
+            size = run_git(["cat-file", "-s", blob], git_dir=repository, check=False)
+            if size.returncode != 0 or int(size.stdout or b"0") > MAX_FILE_BYTES:
+                continue
+            shown = run_git(["cat-file", "blob", blob], git_dir=repository, check=False)
+            if shown.returncode == 0:
+                out[path] = shown.stdout
+        return out
+
+
+def _package_script(repository: Path, commit: str, workdir: str, command: str) -> str | None:
+    """The script `npm test` (`npm run X`, `pnpm test`, `yarn X`...) runs, from the workdir's
+    package.json at the base commit."""
+    listed = words(command)
+    for index, word in enumerate(listed):
+        if word not in _PACKAGE_MANAGERS:
+            continue
+        rest = [w for w in listed[index + 1 :] if not w.startswith("-")]
+        if not rest:
+            return None
+        name = rest[1] if rest[0] in ("run", "run-script") and len(rest) > 1 else rest[0]
+        path = "package.json" if workdir in ("", ".") else f"{workdir}/package.json"
+        shown = run_git(["show", f"{commit}:{path}"], git_dir=repository, check=False)
+        try:
+            scripts = json.loads(shown.stdout).get("scripts", {}) if shown.returncode == 0 else {}
+        except (ValueError, AttributeError):
+            return None
+        script = scripts.get(name) if isinstance(scripts, dict) else None
+        return script if isinstance(script, str) else None
+    return None

@@ -1,0 +1,235 @@
+"""Canaries, derived on the trusted side at compile time (pure): tests the reference solution must
+fail, copied from the held-out tests that test.patch wrote, each with one expected value changed,
+named from the file's own words and placed beside the test it copies (runner.model.canaries).
+
+Each runner's room says which held-out files its selection runs, which of their tests it
+selects (Scope), how their tests are read (its language's engine here) and what id its
+reporter gives a copy. A command no room starts gets exit-code canaries: one held-out file with
+one expected value changed, which the test command must fail on.
+
+Deterministic: the same task (its id and patches) gets the same canaries; the seed includes
+the gold patch, which an agent never sees."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from random import Random
+
+from runner.model.canaries import (
+    Canary,
+    CanarySet,
+    ExitCodeCanary,
+    blind_guess,
+)
+from runner.runners.canaries.core import (
+    Copy,
+    FileTests,
+    Scope,
+    Site,
+    Unit,
+    copy_unit,
+    new_names,
+    split_lines,
+)
+from runner.runners.canaries.exitcode import exit_code_sites
+from runner.runners.room import Room
+
+# Before the oracle: a blind guess passes every canary with at most this chance, so that the
+# canaries the oracle drops still leave at most runner.model.canaries.GUESS_TARGET.
+AIM = 1 / 16
+MAX_CANARIES = 6
+MAX_FILE_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HeldOutFile:
+    path: str  # repository path
+    text: bytes  # as test.patch leaves it
+    added: frozenset[int]  # 1-based lines test.patch added or changed
+
+
+@dataclass(frozen=True)
+class CanaryInputs:
+    task_id: str
+    seed: bytes  # the task's id and patches: the same task, the same canaries
+    workdir: str  # normalized, "." for the root
+    test_command: str
+    fail_to_pass: Sequence[str]
+    files: Sequence[HeldOutFile]
+
+
+def seed_of(*parts: bytes) -> bytes:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.digest()
+
+
+def derive(inputs: CanaryInputs, rooms: Sequence[Room]) -> CanarySet:
+    """The canaries of a task whose test command starts `rooms` (none: a custom command)."""
+    rng = Random(inputs.seed)
+    files = sorted(inputs.files, key=lambda f: f.path)
+    per_test = [r for r in rooms if r.canaries_supported]
+    if rooms and not per_test:
+        return CanarySet(none=[f"{', '.join(r.name for r in rooms)}: no canaries for this runner"])
+    if not per_test:
+        return _exit_code(inputs, files, rng)
+    return _per_test(inputs, files, per_test, rng)
+
+
+def _relative(path: str, workdir: str) -> str | None:
+    if workdir in ("", "."):
+        return path
+    if path.startswith(workdir.rstrip("/") + "/"):
+        return path[len(workdir.rstrip("/")) + 1 :]
+    return None
+
+
+def _per_test(
+    inputs: CanaryInputs, files: list[HeldOutFile], rooms: Sequence[Room], rng: Random
+) -> CanarySet:
+    none: list[str] = []
+    found: list[tuple[Room, HeldOutFile, FileTests, Scope]] = []
+    for held in files:
+        relative = _relative(held.path, inputs.workdir)
+        room = next((r for r in rooms if r.canary_file(held.path)), None)
+        if room is None or relative is None:
+            continue
+        if len(held.text) > MAX_FILE_BYTES:
+            none.append(f"{held.path}: larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+            continue
+        scope = room.canary_scope(relative, inputs.test_command, inputs.fail_to_pass)
+        if not scope.selected:
+            if scope.why:
+                none.append(f"{held.path}: {scope.why}")
+            continue
+        tests = room.canary_tests(held.path, held.text, held.added)
+        tests.units = [
+            u
+            for u in tests.units
+            if scope.containers is None or (u.containers and u.containers[-1] in scope.containers)
+        ]
+        if not tests.units:
+            none.append(f"{held.path}: {tests.why_none or 'no test of it is selected'}")
+            continue
+        found.append((room, held, tests, scope))
+    if not found:
+        return CanarySet(
+            none=none or ["no held-out test file that the fail-to-pass selection runs"]
+        )
+    units = [
+        (room, held, tests, scope, unit)
+        for room, held, tests, scope in found
+        for unit in tests.units
+    ]
+    rng.shuffle(units)
+    counts = _budget(len(units))
+    canaries: list[Canary] = []
+    digests: dict[str, str] = {}
+    taken: dict[str, set[str]] = {}
+    for index, (room, held, tests, scope, unit) in enumerate(units):
+        want = counts[index] if index < len(counts) else 0
+        made = 0
+        names = taken.setdefault(held.path, set(tests.names))
+        candidates = [
+            n
+            for n in new_names(unit, tests.words, names, rng)
+            if scope.name_ok is None or scope.name_ok(n)
+        ]
+        lines = split_lines(held.text)
+        for name in candidates:
+            if made >= want:
+                break
+            site = rng.choice(unit.sites)
+            copy = copy_unit(unit, held.text, lines, name, site, rng)
+            if copy is None:
+                continue
+            names.add(name)
+            made += 1
+            canaries.append(_canary(room, held, copy, len(canaries) + 1, inputs.workdir))
+        if made:
+            digests[held.path] = hashlib.sha256(held.text).hexdigest()
+        elif want:
+            none.append(f"{held.path}: {unit.name}: no name of its file's words the selection runs")
+    if not canaries:
+        return CanarySet(none=none or ["no canary could be made"])
+    return CanarySet(files=digests, canaries=canaries, none=none)
+
+
+def _budget(units: int) -> list[int]:
+    """How many canaries each held-out test gets: one each, round after round, until a blind
+    guess gets past them with at most AIM or MAX_CANARIES are made."""
+    counts = [0] * units
+    total = 0
+    while units and total < MAX_CANARIES:
+        for index in range(units):
+            counts[index] += 1
+            total += 1
+            groups = [str(i) for i, k in enumerate(counts) for _ in range(k)]
+            if blind_guess(groups) <= AIM or total >= MAX_CANARIES:
+                return counts
+    return counts
+
+
+def _canary(room: Room, held: HeldOutFile, copy: Copy, number: int, workdir: str) -> Canary:
+    relative = _relative(held.path, workdir) or held.path
+    unit: Unit = copy.unit
+    return Canary(
+        key=f"c{number}",
+        runner=room.name,
+        file=held.path,
+        line=copy.line,
+        text=copy.text,
+        name=copy.name,
+        of=unit.name,
+        group=f"{held.path}:{'/'.join(unit.containers)}:{unit.name}",
+        id_pattern=room.canary_id(relative, unit, copy.name),
+        mutation=copy.mutation,
+    )
+
+
+def _exit_code(inputs: CanaryInputs, files: list[HeldOutFile], rng: Random) -> CanarySet:
+    """One held-out file with one expected value changed: the command must fail on it."""
+    options: list[tuple[HeldOutFile, list[Site]]] = []
+    for held in files:
+        if len(held.text) > MAX_FILE_BYTES:
+            continue
+        sites = exit_code_sites(held.path, held.text, held.added)
+        if sites:
+            options.append((held, list(sites)))
+    if not options:
+        return CanarySet(
+            none=["no held-out file compares a value with a literal on a line test.patch wrote"]
+        )
+    held, sites = rng.choice(options)
+    rng.shuffle(sites)
+    for site in sites:
+        content, mutation = _mutated_file(held, site, rng)
+        if content is not None:
+            return CanarySet(
+                files={held.path: hashlib.sha256(held.text).hexdigest()},
+                exit_code=[
+                    ExitCodeCanary(key="x1", file=held.path, content=content, mutation=mutation)
+                ],
+            )
+    return CanarySet(none=[f"{held.path}: no expected value could be changed"])
+
+
+def _mutated_file(held: HeldOutFile, site: Site, rng: Random) -> tuple[str | None, str]:
+    text = held.text
+    changes: list[str] = []
+    edits: list[tuple[int, int, str]] = []
+    for slot in site.slots:
+        for scalar in rng.sample(list(slot), len(slot)):
+            changed = scalar.mutate(scalar.text, rng)
+            if changed is not None and changed != scalar.text:
+                edits.append((scalar.start, scalar.end, changed))
+                changes.append(f"{scalar.text} -> {changed}")
+                break
+        else:
+            return None, ""
+    for start, end, new in sorted(edits, reverse=True):
+        text = text[:start] + new.encode() + text[end:]
+    return text.decode("utf-8", "surrogateescape"), f"line {site.line}: " + "; ".join(changes[:3])
