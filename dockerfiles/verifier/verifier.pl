@@ -53,6 +53,10 @@ my $CANARIES = '/tests/canaries.json';
 my $CANARY_STATE = '/opt/selfbench-verifier/state/canaries.json';
 # The rule a passing canary breaks, as every report says it (runner.model.canaries.CANARY_RULE).
 my $CANARY_RULE = 'a test the reference solution fails passed';
+# Which defences judge (the runner's EvidenceChecks): both; the canaries alone ("canaries": the
+# in-process checks off); the in-process checks alone ("in-process": no canary written). A test
+# mode, to show what each catches by itself; Harbor never sets it.
+my $CHECKS = $ENV{SELFBENCH_EVIDENCE_CHECKS} // 'all';
 my $TRUSTED_MANIFESTS = '/opt/selfbench-trusted/manifests.txt';
 my $HOOKS = '/opt/selfbench-verifier/hooks';
 my $GO_OVERLAY = '/var/lib/selfbench-go';
@@ -1494,7 +1498,7 @@ sub census {
 # canaries_wanted: (the per-test canaries to write, the exit-code ones), by the census once it is
 # sealed; none when the runner asks for none (SELFBENCH_CANARIES=off: its run without them).
 sub canaries_wanted {
-    return ([], []) if ($ENV{SELFBENCH_CANARIES} // '') eq 'off';
+    return ([], []) if ($ENV{SELFBENCH_CANARIES} // '') eq 'off' || $CHECKS eq 'in-process';
     my $set = read_json($CANARIES) // return ([], []);
     my $sealed = census();
     my @tests = grep { ref($_) eq 'HASH' && defined $_->{key} } @{ $set->{canaries} // [] };
@@ -1818,21 +1822,22 @@ sub judge_run {
     }
     return (\@problems, \@missing) if $mode ne 'per-test';
     unshift @problems, $CANARY_RULE if $sealed && $canaries_passed && !defined $stopped;
+    my $in_process = ($ctx->{checks} // 'all') ne 'canaries';
     # Results forged beside the runner's, or rewritten while the tests ran: first, whatever else.
     unshift @problems, 'the runner\'s results were rewritten while the tests ran: '
-      . shorten($run->{tampered}, 3) if @{ $run->{tampered} // [] };
+      . shorten($run->{tampered}, 3) if $in_process && @{ $run->{tampered} // [] };
     push @problems, 'a test was reported twice with two outcomes (a forged record): '
-      . shorten($run->{duplicates}, 3) if @{ $run->{duplicates} // [] };
-    push @problems, @{ $run->{channel_problems} // [] };
+      . shorten($run->{duplicates}, 3) if $in_process && @{ $run->{duplicates} // [] };
+    push @problems, @{ $run->{channel_problems} // [] } if $in_process;
     push @problems, 'a test-runner plugin was loaded from a file that was not in the prepared '
-      . 'tree or changed during the run: ' . shorten($run->{planted}) if @{ $run->{planted} // [] };
+      . 'tree or changed during the run: ' . shorten($run->{planted}) if $in_process && @{ $run->{planted} // [] };
     if (!@tests && !%{ $run->{seen} // {} }) {
         push @problems, 'no per-test results from ' . join(' or ', @{ $ctx->{runners} })
           . ': the suite did not run, or ended before it reported';
     } else {
         my @unfinished = grep { $FINISHING{$_} && !$run->{finished}{$_} } @{ $ctx->{runners} };
         for my $runner (@unfinished) {
-            next if defined $stopped;
+            next if defined $stopped || !$in_process;
             my $abrupt = ($run->{abrupt} // {})->{$runner};
             push @problems, $abrupt
               ? "the ${runner} process ended without shutting down ($abrupt: os._exit, a signal or a crash)"
@@ -1844,7 +1849,7 @@ sub judge_run {
         push @problems, 'exit 0 but failures were reported' if $exit == 0 && (@failing || $canaries_failed);
         # The status each runner reported at its end must agree with its tests.
         for my $runner (sort keys %{ $run->{runnerStatus} // {} }) {
-            next unless $counted{$runner} && !defined $stopped;
+            next unless $counted{$runner} && !defined $stopped && $in_process;
             my $status = $run->{runnerStatus}{$runner};
             my $bad = grep { $_->{runner} eq $runner && ($_->{outcome} eq 'failed' || $_->{outcome} eq 'error') } @tests, @canary_tests;
             push @problems, "$runner ended with status $status although none of its tests failed"
@@ -1878,7 +1883,7 @@ sub judge_run {
         push @problems, scalar(@not_passed) . ' expected test(s) did not pass (only "passed" passes a '
           . 'fail-to-pass test): ' . shorten(\@not_passed) if @not_passed;
         push @problems, scalar(@unasserted) . ' expected test(s) passed without one assertion'
-          . ' (they asserted at the oracle): ' . shorten(\@unasserted) if @unasserted;
+          . ' (they asserted at the oracle): ' . shorten(\@unasserted) if @unasserted && $in_process;
     } elsif ($base eq 'f2p' || defined $alone) {
         push @problems, 'no test passed' if !grep({ $_->{outcome} eq 'passed' } @tests) && !@problems;
         for my $entry (@{ $ctx->{attribution} // [] }) {
@@ -1921,7 +1926,7 @@ sub judge_and_write {
     my $attribution = $mode eq 'none' ? [] : attribute($task, $run, $mode, \@runners, \@selectors,
       (defined $alone || @selectors == 1) ? 1 : 0, $sealed ? undef : $text);
     my $ctx = { kind => $kind, exit => $exit + 0, mode => $mode, runners => \@runners,
-      attribution => $attribution, sealed => $sealed };
+      attribution => $attribution, sealed => $sealed, checks => $CHECKS };
     my $doc = evidence_document($name, $run, $ctx);
     # Root's alone: a later run's tests must not read which tests an earlier one saw fail.
     system('mkdir', '-p', '-m', '0700', "$LOGS/evidence");

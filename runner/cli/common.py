@@ -30,6 +30,7 @@ from runner.model.settings import (
     ENV_TOOLCHAIN_SOURCES,
     BuildEnvironment,
     CompileOptions,
+    EvidenceChecks,
     SharedSettings,
     StorageLimit,
     VerifySettings,
@@ -239,6 +240,7 @@ def settings_of(child: SharedSettings, **per_run: Any) -> VerifySettings:
         probe_pass_to_pass=child.probe_pass_to_pass,
         keep_going=child.keep_going,
         hand_caches=child.hand_caches,
+        evidence_checks=EvidenceChecks(child.evidence_checks),
         **per_run,
     )
 

@@ -26,6 +26,7 @@ from runner.model.settings import (
     ENV_STORAGE_LIMIT,
     ENV_TOOLCHAIN_MIRRORS,
     ENV_TOOLCHAIN_SOURCES,
+    EvidenceChecks,
     HackGate,
     SharedSettings,
     StorageLimit,
@@ -210,6 +211,15 @@ HAND_CACHES = click.option(
 )
 
 
+EVIDENCE_CHECKS = click.option(
+    "--evidence-checks",
+    type=click.Choice([c.value for c in EvidenceChecks]),
+    default=EvidenceChecks.ALL.value,
+    show_default=True,
+    help="Which of the verifier's defences judge: both (all), the canaries alone, or the "
+    "in-process checks alone (a test mode: each shown on its own, docs/gates.md).",
+)
+
 # The options that make a command's SharedSettings (in its field order).
 _SETTINGS_OPTIONS = (
     BASE_IMAGE,
@@ -224,7 +234,7 @@ _SETTINGS_OPTIONS = (
     HACK_GATE,
     NO_HACK_GATE,
 )
-_AFTER_REPEAT = (PROBE_PASS_TO_PASS, KEEP_GOING, HAND_CACHES)
+_AFTER_REPEAT = (PROBE_PASS_TO_PASS, KEEP_GOING, HAND_CACHES, EVIDENCE_CHECKS)
 
 SETTINGS_JSON = click.option(
     "--settings-json",

@@ -28,6 +28,7 @@ from runner.cli.common import (
 from runner.cli.options import (
     BASE_IMAGE,
     BUILD_NETWORK,
+    EVIDENCE_CHECKS,
     EXTRA_CA,
     MAX_LOG_SIZE,
     PIDS_LIMIT,
@@ -44,6 +45,7 @@ from runner.cli.startup import startup_finished
 from runner.model.report import Report, write_report
 from runner.model.settings import (
     ENV_LOGS_ROOT,
+    EvidenceChecks,
     HackGate,
     SharedSettings,
     StorageLimit,
@@ -241,6 +243,7 @@ def _usage_report(error: RunnerError) -> Any:
     help="Grade a bundle whose files do not match its seal (or that has none); the result is "
     "then only as good as those files.",
 )
+@EVIDENCE_CHECKS
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def grade_command(
     target_arg: str,
@@ -258,6 +261,7 @@ def grade_command(
     max_log_size: int,
     storage_limit: str,
     unsealed: bool,
+    evidence_checks: str,
     quiet: bool,
 ) -> int:
     """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
@@ -287,6 +291,7 @@ def grade_command(
         storage_limit=StorageLimit(storage_limit),
         hack_gate=HackGate.OFF,
         repeat=0,
+        evidence_checks=EvidenceChecks(evidence_checks),
     )
     with interrupts():
         report = grade(target, patch_path, settings, progress=output.progress, unsealed=unsealed)

@@ -198,22 +198,23 @@ class SelectorSummary(_Model):
 
 
 class CanaryCounts(_Model):
-    """A run's canaries: how many were written, how many failed (as they must), how many passed
-    (tampering once the census is sealed) and how many did not run."""
+    """A run's canaries that ran: how many, how many failed (as each must), how many passed
+    (tampering once the census is sealed)."""
 
-    written: int = 0
+    ran: int = 0
     failed: int = 0
     passed: int = 0
-    not_run: int = 0
 
 
 def canary_counts(runs: list[CanaryRun]) -> CanaryCounts | None:
-    if not runs:
+    """None when the run ran no canary (it selected none of the held-out files that hold them)."""
+    ran = [c for c in runs if c.outcome != "missing"]
+    if not ran:
         return None
-    failed = sum(1 for c in runs if c.outcome in ("failed", "error"))
-    passed = sum(1 for c in runs if c.outcome in ("passed", "xpassed"))
     return CanaryCounts(
-        written=len(runs), failed=failed, passed=passed, not_run=len(runs) - failed - passed
+        ran=len(ran),
+        failed=sum(1 for c in ran if c.outcome in ("failed", "error")),
+        passed=sum(1 for c in ran if c.outcome in ("passed", "xpassed")),
     )
 
 

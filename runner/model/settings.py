@@ -144,6 +144,18 @@ def cache_root() -> Path:
     return Path(base)
 
 
+class EvidenceChecks(StrEnum):
+    """The verifier's two defences against a patch that makes tests report "passed" without
+    the code being right: the in-process checks (the recorders' signed channel, their sessions,
+    the interpreters' audit hooks, the runner's own statuses) and the canaries (tests the
+    reference solution fails). `all` judges by both; the others, one alone, to show what each
+    catches by itself (a test mode: docs/gates.md)."""
+
+    ALL = "all"
+    CANARIES = "canaries"
+    IN_PROCESS = "in-process"
+
+
 class SharedSettings(BaseModel):
     """The verify options as given (before they are checked into a VerifySettings): what a
     command takes as one value, and what a supervisor (serve, batch, worker) checks once and
@@ -166,6 +178,7 @@ class SharedSettings(BaseModel):
     probe_pass_to_pass: bool = False
     keep_going: bool = False
     hand_caches: bool = True
+    evidence_checks: EvidenceChecks = EvidenceChecks.ALL
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,6 +222,8 @@ class VerifySettings:
     # Build caches nop's verifier warmed (the toolchain catalog's `caches`) go to the verifiers
     # after it, each a private copy (no_hand_caches: every verifier compiles on its own).
     hand_caches: bool = True
+    # Which of the verifier's defences judge (EvidenceChecks): both, by default.
+    evidence_checks: EvidenceChecks = EvidenceChecks.ALL
 
     def outcome_fields(self) -> dict[str, object]:
         """The settings that change a verification's outcome, as a payload digest takes them
@@ -230,4 +245,5 @@ class VerifySettings:
             "hackGate": self.hack_gate,
             "repeat": self.repeat,
             "probePassToPass": self.probe_pass_to_pass,
+            "evidenceChecks": self.evidence_checks.value,
         }

@@ -9,6 +9,7 @@ from runner.compile.render import AGENT_CONTEXT, VERIFIER_CONTEXT, healthcheck_t
 from runner.model.harbor import AGENT_PATCH
 from runner.model.settings import (
     CONTAINER_MARGIN_SECONDS,
+    EvidenceChecks,
     VerifySettings,
 )
 from runner.model.stages import Gate, GateId, Stage
@@ -79,6 +80,11 @@ class Planner:
             env={
                 "HOME": "/home/verifier",
                 "SELFBENCH_MAX_LOG_BYTES": str(settings.max_log_bytes),
+                **(
+                    {"SELFBENCH_EVIDENCE_CHECKS": settings.evidence_checks.value}
+                    if settings.evidence_checks is not EvidenceChecks.ALL
+                    else {}
+                ),
             },
             workdir="/app",
             timeout_seconds=self.verifier_timeout,
