@@ -118,14 +118,16 @@ def into_sources(paths: Sequence[str], payload: str, reason: str) -> list[str]:
     return [*lines, f"changed || na {quote(reason)}"]
 
 
-def in_sources(sources: list[str], table: list[tuple[str, str, str]]) -> list[Exploit]:
+def in_sources(
+    sources: list[str], table: list[tuple[str, str, str]], *, family: str = "evidence"
+) -> list[Exploit]:
     """(name, summary, payload) rows, each payload added to the fix's source files, as
-    exploits of the evidence family."""
+    exploits of `family`."""
     reason = "no fix module to edit"
     return [
         Exploit(
             name=name,
-            family="evidence",
+            family=family,
             summary=summary,
             script=script(*into_sources(sources, payload, reason)),
         )

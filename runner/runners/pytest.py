@@ -406,25 +406,29 @@ except Exception:
     pass
 """
 
-_PY_TRACE = """
+_PY_PYFUNC = """
 
-import sys as _sb_sys
-
-
-def _sb_tracer(frame, event, arg):
-    if event == "call" and frame.f_code.co_name.startswith("test"):
-        def _sb_local(frame, event, arg):
-            if event == "line":
-                try:
-                    frame.f_lineno = frame.f_code.co_firstlineno + 10 ** 6
-                except Exception:
-                    pass
-            return _sb_local
-        return _sb_local
-    return None
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return lambda *args, **kwargs: None
 
 
-_sb_sys.settrace(_sb_tracer)
+def _sb_forge():
+    import gc, sys
+    if "_pytest" not in sys.modules:
+        return
+    import pytest
+
+    class Forger:
+        pytest_pyfunc_call = pytest.hookimpl(tryfirst=True)(lambda self, pyfuncitem: True)
+
+    for obj in gc.get_objects():
+        if type(obj).__name__ == "Config" and hasattr(obj, "pluginmanager"):
+            obj.pluginmanager.register(Forger(), "selfbench-forger")
+
+
+_sb_forge()
 """
 
 _PY_XFAIL = """
@@ -495,10 +499,10 @@ def python_evidence_exploits(facts: TaskFacts) -> list[Exploit]:
                 _PY_DRIVE,
             ),
             (
-                "python-trace-jump",
-                "a trace function set by the fix's modules jumps every test function past its "
-                "assertions",
-                _PY_TRACE,
+                "pytest-pyfunc-forger",
+                "a plugin registered from the fix's modules answers pytest_pyfunc_call first: "
+                "no test body runs, and every test reports passed",
+                _PY_PYFUNC,
             ),
             (
                 "pytest-xfail-from-code",

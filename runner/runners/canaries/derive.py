@@ -39,7 +39,7 @@ from runner.runners.room import Room
 # Before the oracle: a blind guess passes every canary with at most this chance, so that the
 # canaries the oracle drops still leave at most runner.model.canaries.GUESS_TARGET.
 AIM = 1 / 16
-MAX_CANARIES = 6
+MAX_CANARIES = 8
 MAX_FILE_BYTES = 2 * 1024 * 1024
 
 

@@ -1,0 +1,365 @@
+"""Canaries, derived per runner (runner.runners.canaries): copies of the held-out tests that
+test.patch wrote, one expected value changed, named from the file's own words and placed beside
+the test they copy; what a selection cannot run says why; the same task gets the same canaries.
+The files they make still parse, and the verifier's helper judges them (a passing canary, once
+sealed, is tampering; failing canaries are what the runner's exit status says)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.model.canaries import CANARY_RULE, CanarySet, blind_guess
+from runner.runners import expected_runners, room_of
+from runner.runners.canaries.derive import CanaryInputs, HeldOutFile, derive, seed_of
+from runner.runners.syntax import grammar_of, parse
+
+HELPER = Path(__file__).resolve().parents[2] / "dockerfiles" / "verifier" / "verifier.pl"
+
+
+def held(path: str, text: str, added: set[int] | None = None) -> HeldOutFile:
+    data = text.encode()
+    lines = text.count("\n") + 1
+    return HeldOutFile(path=path, text=data, added=frozenset(added or range(1, lines + 1)))
+
+
+def canaries_of(
+    command: str, selectors: list[str], *files: HeldOutFile, workdir: str = ".", seed: str = "t"
+) -> CanarySet:
+    inputs = CanaryInputs(
+        task_id="t",
+        seed=seed_of(seed.encode()),
+        workdir=workdir,
+        test_command=command,
+        fail_to_pass=selectors,
+        files=list(files),
+    )
+    return derive(inputs, [room_of(n) for n in expected_runners(command)])
+
+
+def written(canaries: CanarySet, path: str, text: str) -> str:
+    """The file as the verifier's helper writes it (verifier.pl cmd_canaries): each canary's
+    text inserted before its line, from the bottom up."""
+    lines = text.splitlines(keepends=True)
+    mine = [c for c in canaries.canaries if c.file == path]
+    for canary in sorted(mine, key=lambda c: (c.line, c.key), reverse=True):
+        lines[canary.line : canary.line] = [canary.text]
+    return "".join(lines)
+
+
+PYTEST_FILE = (
+    "import pytest\n\nfrom textkit.truncate import truncate\n\n\n"
+    "def test_short():\n    assert truncate('abc', 5) == 'abc'\n\n\n"
+    "def test_long():\n    assert truncate('abcdefgh', 5) == 'ab...'\n\n\n"
+    "@pytest.mark.parametrize('text, width, expected', [('abcdef', 4, 'a...'), ('xy', 9, 'xy')])\n"
+    "def test_cases(text, width, expected):\n    assert truncate(text, width) == expected\n"
+)
+
+
+def test_pytest_canaries_copy_the_held_out_tests_with_one_expected_value_changed() -> None:
+    found = canaries_of(
+        ".venv/bin/python -m pytest {tests}",
+        ["tests/test_t.py"],
+        held("tests/test_t.py", PYTEST_FILE),
+    )
+    assert found.none == []
+    assert 3 <= len(found.canaries) <= 8
+    assert found.guess <= 1 / 8
+    text = written(found, "tests/test_t.py", PYTEST_FILE)
+    tree = ast.parse(text)  # still Python
+    names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert {"test_short", "test_long", "test_cases"} <= names
+    for canary in found.canaries:
+        assert canary.name in names and canary.name.startswith("test_")
+        assert canary.name not in ("test_short", "test_long", "test_cases")
+        # Its id as pytest gives it, at the file's place whatever the root: the pattern matches.
+        assert re.search(canary.id_pattern, f"tests/test_t.py::{canary.name}")
+        assert re.search(canary.id_pattern, f"pkg/tests/test_t.py::{canary.name}[a-4-b]")
+        assert not re.search(canary.id_pattern, f"tests/test_t.py::{canary.of}")
+        original = next(
+            n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == canary.of
+        )
+        copy = next(
+            n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == canary.name
+        )
+        # The same test, but for one expected value (every case's, for a parametrized one).
+        decorators = [ast.dump(d) for d in copy.decorator_list]
+        assert ast.dump(copy.body[0]) != ast.dump(original.body[0]) or decorators != [
+            ast.dump(d) for d in original.decorator_list
+        ]
+        assert len(copy.body) == len(original.body)
+
+
+def test_a_parametrized_canary_changes_every_case() -> None:
+    found = canaries_of(
+        "pytest {tests}", ["t/test_p.py"], held("t/test_p.py", PYTEST_FILE), seed="many"
+    )
+    text = written(found, "t/test_p.py", PYTEST_FILE)
+    tree = ast.parse(text)
+    for canary in (c for c in found.canaries if c.of == "test_cases"):
+        copy = next(
+            n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == canary.name
+        )
+        rows = ast.literal_eval(copy.decorator_list[0].args[1])  # type: ignore[attr-defined]
+        assert [r[2] for r in rows] != ["a...", "xy"]
+        assert all(a != b for (_, _, a), b in zip(rows, ["a...", "xy"], strict=True))
+
+
+def test_the_same_task_gets_the_same_canaries_and_another_task_others() -> None:
+    args = ("pytest {tests}", ["tests/test_t.py"], held("tests/test_t.py", PYTEST_FILE))
+    assert canaries_of(*args).to_json() == canaries_of(*args).to_json()
+    assert canaries_of(*args).to_json() != canaries_of(*args, seed="other").to_json()
+
+
+def test_only_what_test_patch_wrote_is_copied() -> None:
+    """An assertion test.patch did not write (an old test of a changed file) has an answer the
+    base code gives: no canary copies it."""
+    lines = PYTEST_FILE.splitlines()
+    long_line = next(i for i, line in enumerate(lines, 1) if "ab..." in line)
+    found = canaries_of(
+        "pytest {tests}", ["tests/test_t.py"], held("tests/test_t.py", PYTEST_FILE, {long_line})
+    )
+    assert {c.of for c in found.canaries} == {"test_long"}
+
+
+@pytest.mark.parametrize(
+    ("command", "selectors", "why"),
+    [
+        ("pytest -k long {tests}", ["tests/test_t.py"], "selects tests by name (-k)"),
+        ("pytest {tests}", ["tests/test_t.py::test_long"], "runs single tests"),
+    ],
+)
+def test_a_selection_that_cannot_run_a_canary_says_why(
+    command: str, selectors: list[str], why: str
+) -> None:
+    found = canaries_of(command, selectors, held("tests/test_t.py", PYTEST_FILE))
+    assert found.canaries == []
+    assert any(why in line for line in found.none), found.none
+
+
+def test_a_test_that_knows_its_own_name_is_not_copied() -> None:
+    text = (
+        "def test_snap(snapshot):\n    assert snapshot == 'x'\n\n\n"
+        "def test_named(request):\n    assert request.node.name == 'test_named'\n"
+    )
+    found = canaries_of("pytest {tests}", ["t/test_s.py"], held("t/test_s.py", text))
+    assert found.canaries == [] and found.none
+
+
+UNITTEST_FILE = (
+    "import unittest\n\nfrom units.text import label\n\n\n"
+    "class LabelTest(unittest.TestCase):\n"
+    "    def test_label(self):\n        self.assertEqual(label(3, 'cm'), '3 cm')\n\n"
+    "    def test_bytes(self):\n        self.assertEqual(label(b'3', 'cm'), '3 cm')\n"
+)
+
+
+def test_unittest_canaries_are_methods_of_the_test_case() -> None:
+    found = canaries_of(
+        ".venv/bin/python -m unittest {tests}",
+        ["tests.test_text"],
+        held("tests/test_text.py", UNITTEST_FILE),
+    )
+    assert len(found.canaries) >= 3
+    text = written(found, "tests/test_text.py", UNITTEST_FILE)
+    cls = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef))
+    methods = {m.name for m in cls.body if isinstance(m, ast.FunctionDef)}
+    for canary in found.canaries:
+        assert canary.name in methods
+        assert re.search(canary.id_pattern, f"tests.test_text.LabelTest.{canary.name}")
+    # A single test named by the selector: no canary can join it.
+    single = canaries_of(
+        "python -m unittest {tests}",
+        ["tests.test_text.LabelTest.test_label"],
+        held("tests/test_text.py", UNITTEST_FILE),
+    )
+    assert single.canaries == [] and "runs single tests" in single.none[0]
+
+
+JEST_FILE = (
+    "const { repeat } = require('../src/repeat');\n\n"
+    "describe('repeat', () => {\n"
+    "  test('repeats', () => {\n    expect(repeat('ab', 3)).toBe('ababab');\n  });\n\n"
+    "  it('repeats nothing', () => expect(repeat('x', 0)).toEqual(''));\n\n"
+    "  test('not this', () => { expect(repeat('x', 1)).not.toBe('y'); });\n"
+    "  test('snap', () => { expect(repeat('x', 2)).toMatchSnapshot(); });\n"
+    "});\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("command", "title"),
+    [("npx jest {tests}", "repeat > {name}"), ("npx mocha {tests}", "repeat {name}")],
+)
+def test_javascript_canaries_copy_test_calls_in_their_block(command: str, title: str) -> None:
+    found = canaries_of(command, ["test/repeat.test.js"], held("test/repeat.test.js", JEST_FILE))
+    assert len(found.canaries) >= 3
+    assert {c.of for c in found.canaries} <= {"repeats", "repeats nothing"}
+    text = written(found, "test/repeat.test.js", JEST_FILE)
+    tree = parse("javascript", text.encode())
+    assert tree is not None and not tree.root_node.has_error
+    for canary in found.canaries:
+        assert f"'{canary.name}'" in text
+        assert re.search(
+            canary.id_pattern, "test/repeat.test.js > " + title.format(name=canary.name)
+        )
+
+
+def test_a_jest_name_filter_leaves_no_canary() -> None:
+    found = canaries_of(
+        "npx jest -t repeats {tests}", ["test/r.test.js"], held("test/r.test.js", JEST_FILE)
+    )
+    assert found.canaries == [] and "(-t)" in found.none[0]
+
+
+GO_FILE = (
+    'package mul\n\nimport "testing"\n\n'
+    "func TestMul(t *testing.T) {\n\tif got := Mul(2, 3); got != 6 {\n\t\tt.Fatal(got)\n\t}\n}\n\n"
+    "func TestMulTable(t *testing.T) {\n\tcases := []struct {\n\t\ta, b int\n\t\twant int\n\t}{\n"
+    "\t\t{a: 2, b: 2, want: 4},\n\t\t{3, 3, 9},\n\t}\n"
+    '\tfor _, c := range cases {\n\t\tt.Run("case", func(t *testing.T) {\n'
+    '\t\t\tif got := Mul(c.a, c.b); got != c.want {\n\t\t\t\tt.Errorf("%d", got)\n\t\t\t}\n'
+    "\t\t})\n\t}\n}\n"
+)
+
+
+def test_go_canaries_copy_tests_and_tables() -> None:
+    found = canaries_of("go test {tests}", ["./mul"], held("mul/mul_test.go", GO_FILE))
+    assert len(found.canaries) >= 3
+    text = written(found, "mul/mul_test.go", GO_FILE)
+    tree = parse("go", text.encode())
+    assert tree is not None and not tree.root_node.has_error
+    for canary in found.canaries:
+        assert f"func {canary.name}(t *testing.T)" in text
+        assert re.search(canary.id_pattern, f"example.com/m/mul {canary.name}")
+        assert re.search(canary.id_pattern, f"example.com/m/mul {canary.name}/case#01")
+    tables = [c for c in found.canaries if c.of == "TestMulTable"]
+    assert all(c.mutation.count("->") == 2 for c in tables)  # every case's want
+
+
+def test_go_run_patterns_choose_the_names_or_say_why() -> None:
+    file = held("mul/mul_test.go", GO_FILE)
+    found = canaries_of("go test ./... -run {tests}", ["TestMul"], file)
+    assert found.canaries and all("TestMul" in c.name for c in found.canaries)
+    anchored = canaries_of("go test ./... -run {tests}", ["^TestMul$"], file)
+    assert anchored.canaries == [] and "selects single tests" in anchored.none[0]
+    elsewhere = canaries_of("go test {tests}", ["./add"], file)
+    assert elsewhere.canaries == []
+
+
+def test_cargo_canaries_copy_assert_eq_tests() -> None:
+    text = (
+        "#[cfg(test)]\nmod tests {\n    use super::*;\n\n"
+        "    #[test]\n    fn adds_two() {\n        assert_eq!(add(2, 3), 5);\n    }\n\n"
+        '    #[test]\n    fn names() {\n        assert_eq!("ab", name());\n    }\n}\n'
+    )
+    found = canaries_of("cargo test {tests}", [], held("src/lib.rs", text))
+    assert len(found.canaries) >= 3
+    out = written(found, "src/lib.rs", text)
+    tree = parse("rust", out.encode())
+    assert tree is not None and not tree.root_node.has_error
+    for canary in found.canaries:
+        assert re.search(canary.id_pattern, f"tests::{canary.name}")
+
+
+def test_a_custom_command_gets_one_exit_code_canary() -> None:
+    script = '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ]\n'
+    found = canaries_of(
+        "bash tests/run.sh {tests}", ["tests/test_new.sh"], held("tests/test_new.sh", script)
+    )
+    assert found.canaries == []
+    (canary,) = found.exit_code
+    assert canary.file == "tests/test_new.sh"
+    assert canary.content != script and '"$(shout x)"' in canary.content
+    assert "HELLO X ->" in canary.mutation or '"HELLO X" ->' in canary.mutation
+
+
+def test_a_blind_guess_is_the_product_over_copied_tests() -> None:
+    assert blind_guess(["a", "b", "c"]) == 1 / 8
+    assert blind_guess(["a", "a", "b"]) == 1 / 6
+    assert blind_guess(["a"] * 7) == 1 / 8
+
+
+def test_every_file_the_engines_derive_from_parses_as_its_language() -> None:
+    for path in ("a.py", "a.test.ts", "a.test.js", "a_test.go", "lib.rs", "t.sh"):
+        assert grammar_of(path) is not None
+
+
+# ---- the helper judges canaries (verifier.pl judge) ---------------------------------------------
+
+CANARY = {"key": "c1", "idPattern": r"(?:^|/)t\.py::test_copy$", "name": "test_copy"}
+SEALED: dict[str, Any] = {
+    "sealed": True,
+    "failToPass": {"mode": "per-test", "runners": ["pytest"], "tests": ["t.py::a"]},
+    "passToPass": {"mode": "none"},
+    "canaries": {"keys": ["c1"], "ids": {"c1": ["t.py::test_copy"]}},
+}
+
+
+def judge(
+    tmp_path: Path, outcome: str, *, exit_code: int, sealed: bool, checks: str = "all"
+) -> dict[str, Any]:
+    document = {
+        "canaries": [CANARY],
+        "run": {
+            "seen": {"pytest": 1},
+            "finished": {"pytest": 1},
+            "runnerStatus": {},
+            "tests": [
+                {"runner": "pytest", "id": "t.py::a", "outcome": "passed", "file": "/app/t.py"},
+                {
+                    "runner": "pytest",
+                    "id": "t.py::test_copy",
+                    "outcome": outcome,
+                    "file": "/app/t.py",
+                },
+            ],
+        },
+        "context": {
+            "kind": "f2p",
+            "exit": exit_code,
+            "mode": "per-test",
+            "runners": ["pytest"],
+            "attribution": [],
+            "sealed": SEALED if sealed else None,
+            "checks": checks,
+        },
+    }
+    path = tmp_path / "judge.json"
+    path.write_text(json.dumps(document))
+    result = subprocess.run(
+        ["perl", str(HELPER), "judge", str(path)], capture_output=True, text=True, check=True
+    )
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+def test_a_failing_canary_is_what_the_runner_exit_says(tmp_path: Path) -> None:
+    doc = judge(tmp_path, "failed", exit_code=1, sealed=True)
+    assert doc["passed"] is True and doc["problems"] == []
+    assert [t["id"] for t in doc["tests"]] == ["t.py::a"]  # judged apart from the held-out tests
+    assert doc["canaries"] == [{"key": "c1", "ids": ["t.py::test_copy"], "outcome": "failed"}]
+    # A runner that says success although a canary failed is not believed.
+    lying = judge(tmp_path, "failed", exit_code=0, sealed=True)
+    assert lying["passed"] is False and "exit 0 but failures were reported" in lying["problems"]
+
+
+def test_a_passing_canary_is_tampering_once_sealed(tmp_path: Path) -> None:
+    doc = judge(tmp_path, "passed", exit_code=0, sealed=True)
+    assert doc["passed"] is False
+    assert doc["problems"][0] == CANARY_RULE  # the rule, never which test it was
+    assert "test_copy" not in " ".join(doc["problems"])
+    # With the in-process checks off the canaries still judge; before the census they only
+    # record (the runner drops a canary the oracle does not kill).
+    assert (
+        judge(tmp_path, "passed", exit_code=0, sealed=True, checks="canaries")["problems"][0]
+        == CANARY_RULE
+    )
+    before = judge(tmp_path, "passed", exit_code=0, sealed=False)
+    assert before["passed"] is True and before["canaries"][0]["outcome"] == "passed"
