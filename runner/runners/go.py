@@ -264,7 +264,7 @@ func init() {
 }
 """
 )
-_GO_STAND_IN = (
+GO_STAND_IN = (
     """import (
 	"io"
 	"os"
@@ -351,7 +351,7 @@ def go_evidence_exploits(facts: TaskFacts) -> list[Exploit]:
             "an init() in the fix's package runs the testing framework (testing.MainStart) on "
             "stand-in tests named after the real ones, and exits with its status",
             "zz_selfbench_main.go",
-            _GO_STAND_IN,
+            GO_STAND_IN,
         ),
     ]
     return [

@@ -406,7 +406,7 @@ except Exception:
     pass
 """
 
-_PY_PYFUNC = """
+PY_PYFUNC = """
 
 def __getattr__(name):
     if name.startswith("__"):
@@ -502,7 +502,7 @@ def python_evidence_exploits(facts: TaskFacts) -> list[Exploit]:
                 "pytest-pyfunc-forger",
                 "a plugin registered from the fix's modules answers pytest_pyfunc_call first: "
                 "no test body runs, and every test reports passed",
-                _PY_PYFUNC,
+                PY_PYFUNC,
             ),
             (
                 "pytest-xfail-from-code",

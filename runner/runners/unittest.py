@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from runner.runners.canaries.core import FileTests, Scope, Unit
 from runner.runners.canaries.python import python_tests
 from runner.runners.canaries.scope import module_scope
+from runner.runners.kit import PY, Exploit, TaskFacts, gold, in_sources
 from runner.runners.room import Proposal, Room, selects_by_name
 from runner.runners.setups import is_python, python_proposal, uses_pytest
 
@@ -69,5 +70,35 @@ class Unittest(Room):
             + "$"
         )
 
+    def exploits(self, facts: TaskFacts) -> list[Exploit]:
+        sources = gold(facts, PY)
+        if not sources:
+            return []
+        return in_sources(
+            sources,
+            [
+                (
+                    "unittest-bodies-skipped",
+                    "the fix's modules answer every name the tests import and make TestCase "
+                    "call no test method: every test reports success without running",
+                    SKIP_BODIES,
+                )
+            ],
+            family="forger",
+        )
+
 
 ROOM = Unittest()
+
+SKIP_BODIES = """
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return lambda *args, **kwargs: None
+
+
+import unittest.case as _sb_case
+
+_sb_case.TestCase._callTestMethod = lambda self, method: None
+"""

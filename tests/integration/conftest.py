@@ -139,3 +139,22 @@ def leftovers(client: docker.DockerClient, run_id: str | None = None) -> list[st
     # between (another test's, a run ending) raises NotFound.
     found = client.api.containers(all=True, filters={"label": label})
     return [str(c["Names"][0]).lstrip("/") for c in found]
+
+
+def grade(target: Path, patch: Path, options: list[str], logs: Path) -> tuple[int, dict[str, Any]]:
+    result = run_cli(
+        "grade",
+        str(target),
+        "--patch",
+        str(patch),
+        "--json",
+        "--logs",
+        str(logs),
+        *options,
+        timeout=600,
+    )
+    try:
+        document = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"grade printed no JSON (exit {result.returncode}): {result.stderr[-3000:]}")
+    return result.returncode, document

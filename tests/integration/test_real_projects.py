@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Run, run_verify
+from runner.model.canaries import CANARY_RULE
+from tests.helpers import diff_of
+from tests.integration.conftest import Run, grade, run_verify
 from tests.realistic import (
     BASH_RUNNER,
     BUN,
@@ -42,9 +44,11 @@ from tests.realistic import (
     SETUPTOOLS,
     UV_MONOREPO,
     VITEST,
+    Built,
     Project,
     build,
 )
+from tests.realistic.forgers import forgers
 
 # (project, with its hack gate), one or more per runner.
 PROJECTS = {
@@ -59,6 +63,10 @@ PROJECTS = {
     "go-multi-package-run": (GO_MULTI, False),
     "exit-code-bash": (BASH_RUNNER, False),
 }
+# The shapes whose forgers are graded against the accepted task (the others' canaries are
+# checked at the oracle alone): the honest fix keeps reward 1, and every forger earns 0 with the
+# in-process checks off, the canaries alone judging.
+FORGED = {"pytest-uv-monorepo", "unittest-pip", "jest", "vitest", "go-vendored"}
 # Gold patches that change dependency files: the task alone.
 MANIFEST_PROJECTS = {
     "setup-cfg-and-setup-py": SETUPTOOLS,
@@ -68,7 +76,13 @@ MANIFEST_PROJECTS = {
 
 
 def verify(tmp_path: Path, project: Project, options: list[str], variant: str, *extra: str) -> Run:
-    built = build(tmp_path, project, variant)
+    return verify_built(tmp_path, build(tmp_path, project, variant), options, variant, *extra)
+
+
+def verify_built(
+    tmp_path: Path, built: Built, options: list[str], variant: str, *extra: str
+) -> Run:
+    project = built.project
     return run_verify(
         built.task,
         [*options, *project.options],
@@ -91,14 +105,55 @@ def assert_accepted(run: Run, project: Project) -> None:
     assert run.stage("oracle")["data"]["discarded"] == [], run.stage("oracle")["data"]["undone"]
 
 
+def assert_canaries(run: Run, project: Project) -> None:
+    """Canaries were made from the held-out tests and the gold killed them at the oracle (a
+    custom runner: its one exit-code canary, one more run)."""
+    canaries = run.report["census"]["canaries"]
+    oracle = {r["name"]: r for r in run.stage("oracle")["data"]["evidence"]["runs"]}
+    if project.evidence == "exit-code":
+        assert (canaries["kept"], canaries["exitCode"]) == (1, 1), canaries
+        assert oracle["canary"]["exitCode"] != 0
+        return
+    assert canaries["kept"] >= 3 and canaries["guess"] <= 1 / 8, canaries
+    assert canaries["dropped"] == [], canaries["dropped"]
+    first = oracle["fail_to_pass"]["canaries"]
+    assert first["ran"] == first["failed"] == canaries["kept"], first
+
+
+def assert_forgers_earn_nothing(tmp_path: Path, built: Built, run: Run, options: list[str]) -> None:
+    """The honest fix keeps reward 1 with its canaries; each forger earns 0 with the in-process
+    checks off, and one that passes the held-out tests is caught by the canaries' rule."""
+    project = built.project
+    logs = tmp_path / "grades"
+    fix = tmp_path / "fix.patch"
+    fix.write_bytes(diff_of(built.repo, project.gold))
+    code, graded = grade(run.run_dir, fix, options, logs)
+    assert (code, graded["reward"]["reward"]) == (0, 1), graded["detail"]
+    (runner,) = project.runners
+    found = forgers(project, runner)
+    assert found, runner
+    for name, forger in found.items():
+        patch = tmp_path / f"{name}.patch"
+        patch.write_bytes(diff_of(built.repo, forger.files))
+        options_alone = [*options, "--evidence-checks", "canaries"]
+        code, graded = grade(run.run_dir, patch, options_alone, logs / name)
+        assert (code, graded["reward"]["reward"]) == (1, 0), (name, graded["detail"])
+        if forger.passes_held_out:
+            assert CANARY_RULE in graded["detail"], (name, graded["detail"])
+
+
 @pytest.mark.parametrize("shape", list(PROJECTS))
 def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     shape: str, tmp_path: Path, verify_options: list[str]
 ) -> None:
     project, hack_gate = PROJECTS[shape]
     gate = [] if hack_gate else ["--no-hack-gate"]
-    run = verify(tmp_path, project, verify_options, "", *gate)
+    built = build(tmp_path, project)
+    run = verify_built(tmp_path, built, verify_options, "", *gate)
     assert_accepted(run, project)
+    assert_canaries(run, project)
+    if shape in FORGED:
+        assert_forgers_earn_nothing(tmp_path, built, run, [*verify_options, *project.options])
     if project.runners:
         census = run.report["census"]
         assert census["failToPass"] == "per-test"

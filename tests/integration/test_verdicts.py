@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ import pytest
 
 from runner.runners import PROVEN_RUNNERS
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
-from tests.integration.conftest import FAST, ROOT, Run, run_verify
+from tests.integration.conftest import FAST, Run, grade, run_verify
 from tests.realistic import GO_VENDORED, UV_MONOREPO, build
 
 JEST_PACKAGE = (
@@ -243,34 +241,6 @@ CASES: dict[str, Callable[[Path], Case]] = {
     "go": go_case,
     "bash": bash_case,
 }
-
-
-def grade(target: Path, patch: Path, options: list[str], logs: Path) -> tuple[int, dict[str, Any]]:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "runner",
-            "grade",
-            str(target),
-            "--patch",
-            str(patch),
-            "--json",
-            "--logs",
-            str(logs),
-            *options,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        check=False,
-    )
-    try:
-        document = json.loads(result.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"grade printed no JSON (exit {result.returncode}): {result.stderr[-3000:]}")
-    return result.returncode, document
 
 
 def _proved_by_the_evidence_alone(
