@@ -27,11 +27,14 @@ import pytest
 
 from runner.compile.compiler import compile_task
 from runner.compile.taskdir import load_authored_task
+from runner.model.canaries import CANARY_RULE
 from runner.model.settings import CompileOptions
 from tests.engines import PrivateEngine, private_engine
 from tests.harbor import harbor, harbor_run
-from tests.helpers import bash_task
+from tests.helpers import bash_task, diff_of
 from tests.integration.conftest import HOST_CA, ROOT, run_cli, run_verify
+from tests.realistic import GO_VENDORED
+from tests.realistic.forgers import forgers
 
 pytestmark = pytest.mark.harbor
 STANDIN = "selfbench-test/harbor-standin:ubuntu-24.04"
@@ -230,6 +233,21 @@ def test_a_sealed_bundle_grades_by_its_census_under_harbor(
     assert evidence["oracle"]["mode"] == "per-test" and evidence["oracle"]["sealed"] is True
     assert evidence["oracle"]["runners"] == ["go"]
     assert evidence["nop"]["runs"]["fail_to_pass"]["passed"] is False
+
+    # A forger as Harbor's oracle (the bundle's solution replaced by it, nothing else): a test
+    # main of its own that reports every test in the package's files passed. The sealed
+    # canaries are among them, and the same test.sh gives it 0 by their rule.
+    forged = workdir / "sealed-forged"
+    shutil.copytree(bundle, forged)
+    forger = forgers(GO_VENDORED, "go")["everything-passes"]
+    (forged / "solution" / "gold.patch").write_bytes(diff_of(case.repo, forger.files))
+    run = harbor_run(harbor_image, harbor_engine, workdir, forged, "oracle", jobs, job="forged")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    result = trial(jobs, "forged")
+    assert result["verifier_result"]["rewards"]["reward"] == 0
+    (summary,) = list((jobs / "forged").glob("*/verifier/evidence.json"))
+    problems = json.loads(summary.read_text())["runs"]["fail_to_pass"]["problems"]
+    assert CANARY_RULE in problems, problems
 
 
 def test_the_default_bundle_asks_harbor_for_a_verifier_without_network(
