@@ -263,6 +263,11 @@ def evidence_lines(evidence: EvidenceSummary | None, indent: str = "  ") -> list
             counts = "judged with its selection (its tests are not told apart)"
         lines.append(f"{indent}  {kind} {selector.selector}: {counts}")
     for run in evidence.runs:
+        if run.canaries is not None:
+            lines.append(
+                f"{indent}  {run.name}: canaries ran {run.canaries.ran}, failed "
+                f"{run.canaries.failed}, passed {run.canaries.passed}"
+            )
         for problem in run.problems[:3]:
             lines.append(f"{indent}  {run.name}: {problem}")
     return lines
