@@ -194,11 +194,12 @@ class HackRunner:
         pool: ThreadPoolExecutor,
         stage: StageResult,
     ) -> dict[str, Future[TrialRun]]:
-        """Once nop has passed with per-test evidence, each patch the policy left something of
-        goes to a verifier before the census exists (ungraded by it), beside the oracle: its
+        """Once nop has passed, each patch the policy left something of goes to a verifier
+        before the census exists (ungraded by it), beside the oracle. With per-test evidence its
         fail-to-pass run stops at the first failed test, and a failed test of a runner the
-        census counts makes the reward 0 whatever the census says (runner.run.hack
-        _early_counts). Any other outcome is verified again, graded by the census."""
+        census counts makes the reward 0 whatever the census says; with exit-code evidence a
+        reward 0 is the census's too (runner.run.hack _early_counts). Any other outcome is
+        verified again, graded by the census."""
         if not left_over:
             return {}
         stage.wait(self.state.nop_done)
@@ -206,8 +207,8 @@ class HackRunner:
             return {}
         evidence = self.state.evidence.get(Gate.NOP)
         nop = evidence.runs.get("fail_to_pass") if evidence is not None else None
-        if nop is None or nop.mode != "per-test" or not nop.runners:
-            return {}  # exit-code evidence: a run is never stopped early, so never decided
+        if nop is None or (nop.mode == "per-test" and not nop.runners) or nop.mode == "none":
+            return {}
         if self._proof(nop.mode, nop.runners):
             return {}  # nop's runners prove them: the census most likely will too
         return {
@@ -221,12 +222,29 @@ class HackRunner:
         """The early run as the exploit's run, when it stopped at a failed test of a runner the
         census counts (its logs then move to the exploit's directory); else None."""
         census = self.state.census
-        if future is None or census is None or census.fail_to_pass.mode != "per-test":
+        if future is None or census is None:
             return None
         run = side_run_result(future, f"{exploit.name}: the early run")
         if run is None:
             return None
         evidence = run.evidence.runs.get("fail_to_pass")
+        if census.fail_to_pass.mode == "exit-code":
+            # Judged by exit codes alike before the census and after it (but for the canary run,
+            # which only a sealed census fails): an early reward 0 is the census's too.
+            same_canaries = set(census.canaries.exit_code) == set(
+                self.state.plan.canaries.exit_code
+            )
+            if (
+                run.reward is None
+                or run.reward.reward != 0
+                or evidence is None
+                or evidence.mode != "exit-code"
+                or not same_canaries
+            ):
+                return None
+            return self.sides.adopt_early(exploit.trial, run)
+        if census.fail_to_pass.mode != "per-test":
+            return None
         if (
             run.reward is None
             or run.reward.reward != 0
