@@ -150,6 +150,8 @@ MOCHA = Project(
         "resources": {"memoryMb": 1024},
     },
     options=NODE_OPTIONS,
+    # mocha exits with the number of tests that failed, its canaries' among them.
+    broken="fail-to-pass tests still fail with the gold patch (exit ",
     runners=("mocha",),
 )
 

@@ -237,7 +237,9 @@ def new_names(
         if len(found) >= count or not pool:
             break
         choice = list(parts)
-        moves = ["add"]
+        moves = ["add", "add"]
+        if len(pool) >= 2:
+            moves.append("add two")  # a short name from few words has few one-word variants
         if len(parts) >= 2:
             moves.append("replace")
         if len(parts) >= 3:
@@ -246,6 +248,9 @@ def new_names(
         word = rng.choice(pool)
         if move == "add":
             choice.insert(rng.randint(0, len(choice)), word)
+        elif move == "add two":
+            for extra in rng.sample(pool, 2):
+                choice.insert(rng.randint(0, len(choice)), extra)
         elif move == "replace":
             choice[rng.randrange(len(choice))] = word
         else:

@@ -125,52 +125,52 @@ def _per_test(
         for unit in tests.units
     ]
     rng.shuffle(units)
-    counts = _budget(len(units))
     canaries: list[Canary] = []
-    digests: dict[str, str] = {}
+    made = [0] * len(units)
+    spent = [False] * len(units)  # no name the selection runs is left for it
     taken: dict[str, set[str]] = {}
-    for index, (room, held, tests, scope, unit) in enumerate(units):
-        want = counts[index] if index < len(counts) else 0
-        made = 0
+    # One copy at a time, to the test with the fewest, until a blind guess gets past them with
+    # at most AIM, MAX_CANARIES are made, or no test can take another.
+    while len(canaries) < MAX_CANARIES and _guess(made) > AIM:
+        open_units = [i for i in range(len(units)) if not spent[i]]
+        if not open_units:
+            break
+        index = min(open_units, key=lambda i: made[i])
+        room, held, tests, scope, unit = units[index]
         names = taken.setdefault(held.path, set(tests.names))
-        candidates = [
-            n
-            for n in new_names(unit, tests.words, names, rng)
-            if scope.name_ok is None or scope.name_ok(n)
-        ]
-        lines = split_lines(held.text)
-        for name in candidates:
-            if made >= want:
-                break
-            site = rng.choice(unit.sites)
-            copy = copy_unit(unit, held.text, lines, name, site, rng)
-            if copy is None:
-                continue
-            names.add(name)
-            made += 1
-            canaries.append(_canary(room, held, copy, len(canaries) + 1, inputs.workdir))
-        if made:
-            digests[held.path] = hashlib.sha256(held.text).hexdigest()
-        elif want:
+        copy = _one_copy(unit, held, tests.words, names, scope, rng)
+        if copy is None:
+            spent[index] = True
+            continue
+        names.add(copy.name)
+        made[index] += 1
+        canaries.append(_canary(room, held, copy, len(canaries) + 1, inputs.workdir))
+    for index, (_room, held, _tests, _scope, unit) in enumerate(units):
+        if spent[index] and not made[index]:
             none.append(f"{held.path}: {unit.name}: no name of its file's words the selection runs")
     if not canaries:
         return CanarySet(none=none or ["no canary could be made"])
+    texts = {held.path: held.text for _, held, _, _, _ in units}
+    digests = {c.file: hashlib.sha256(texts[c.file]).hexdigest() for c in canaries}
     return CanarySet(files=digests, canaries=canaries, none=none)
 
 
-def _budget(units: int) -> list[int]:
-    """How many canaries each held-out test gets: one each, round after round, until a blind
-    guess gets past them with at most AIM or MAX_CANARIES are made."""
-    counts = [0] * units
-    total = 0
-    while units and total < MAX_CANARIES:
-        for index in range(units):
-            counts[index] += 1
-            total += 1
-            groups = [str(i) for i, k in enumerate(counts) for _ in range(k)]
-            if blind_guess(groups) <= AIM or total >= MAX_CANARIES:
-                return counts
-    return counts
+def _guess(made: list[int]) -> float:
+    return blind_guess([str(i) for i, k in enumerate(made) for _ in range(k)])
+
+
+def _one_copy(
+    unit: Unit, held: HeldOutFile, words: list[str], taken: set[str], scope: Scope, rng: Random
+) -> Copy | None:
+    """A copy of `unit` under a name its file does not have and the selection runs."""
+    lines = split_lines(held.text)
+    for name in new_names(unit, words, taken, rng, count=48):
+        if scope.name_ok is not None and not scope.name_ok(name):
+            continue
+        copy = copy_unit(unit, held.text, lines, name, rng.choice(unit.sites), rng)
+        if copy is not None:
+            return copy
+    return None
 
 
 def _canary(room: Room, held: HeldOutFile, copy: Copy, number: int, workdir: str) -> Canary:

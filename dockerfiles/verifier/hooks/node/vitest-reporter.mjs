@@ -46,6 +46,7 @@ export default class SelfbenchVitestReporter {
   record(files, errors) {
     if (this.done) return;
     this.done = true;
+    let failed = false;
     for (const task of files || []) {
       const file = relative(task.filepath);
       const out = [];
@@ -53,12 +54,16 @@ export default class SelfbenchVitestReporter {
       const failedToRun =
         task.result && task.result.state === 'fail' && !out.some((t) => t.outcome === 'failed');
       if (failedToRun) out.push({ id: `${file} > [the test file failed to run]`, outcome: 'error' });
-      for (const test of out) write('vitest', { t: 'test', file: absolute(task.filepath), ...test });
+      for (const test of out) {
+        if (test.outcome === 'failed' || test.outcome === 'error') failed = true;
+        write('vitest', { t: 'test', file: absolute(task.filepath), ...test });
+      }
     }
     if (errors && errors.length) {
       write('vitest', { t: 'test', id: '[unhandled errors]', outcome: 'error' });
     }
-    write('vitest', { t: 'finish', status: errors && errors.length ? 1 : 0 });
+    // vitest's exit status: 1 once a test failed or an error went unhandled.
+    write('vitest', { t: 'finish', status: failed || (errors && errors.length) ? 1 : 0 });
   }
 
   onTestRunEnd(testModules, errors) {
