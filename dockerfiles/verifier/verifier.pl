@@ -1171,6 +1171,8 @@ sub test_environment {
         HOME => '/home/verifier', USER => 'verifier', LOGNAME => 'verifier',
         TMPDIR => $scratch, PYTHONPYCACHEPREFIX => "$scratch/pycache",
         SELFBENCH_EVIDENCE_SOCKET => "\@$address",
+        # The test mode with the in-process checks off: the guards inside the runners too.
+        ($CHECKS eq 'canaries' ? (SELFBENCH_GUARDS => 'off') : ()),
         NODE_OPTIONS => "--require $HOOKS/node/preload.cjs" . (defined $ENV{NODE_OPTIONS} ? " $ENV{NODE_OPTIONS}" : ''),
     );
     return \%env;

