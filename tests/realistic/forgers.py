@@ -17,6 +17,7 @@ from runner.compile.exploits.forgers import (
     JS_READER,
     PY_ALWAYS_EQUAL,
     PY_READER,
+    with_held,
 )
 from runner.runners.go import GO_STAND_IN
 from runner.runners.pytest import PY_PYFUNC
@@ -72,10 +73,13 @@ def forgers(project: Project, runner: str) -> dict[str, Forger]:
             "everything-passes": Forger(_into(project, ".py", own), True),
         }
     if runner in ("jest", "vitest", "mocha", "node-test", "bun"):
+        held = list(project.tests)
         return {
-            "always-equal": Forger(_into(project, ".js", JS_ALWAYS_EQUAL), False),
-            "assertion-reader": Forger(_into(project, ".js", JS_READER), True),
-            "everything-passes": Forger(_into(project, ".js", JS_EVERYTHING_PASSES), True),
+            "always-equal": Forger(_into(project, ".js", with_held(JS_ALWAYS_EQUAL, held)), False),
+            "assertion-reader": Forger(_into(project, ".js", with_held(JS_READER, held)), True),
+            "everything-passes": Forger(
+                _into(project, ".js", with_held(JS_EVERYTHING_PASSES, held)), True
+            ),
         }
     if runner == "go":
         (path,) = [p for p in project.gold if p.endswith(".go")]
