@@ -19,15 +19,16 @@ setup: ## Make .venv and install the project with every extra (sidecar, fleet) a
 	$(BIN)/python -m compileall -q runner
 
 test: engine ## All tests but real Harbor's: unit and integration on a real Docker engine
-	@# Two workers, a test file each at a time; then, alone, the tests that act on every
-	@# container or image of the engine. pytest's 5 (nothing selected) is a failure in the
-	@# first pass and fine in the second (ARGS may select no serial test).
-	$(BIN)/python -m pytest -m "not harbor and not serial" -n 2 --dist loadfile $(ARGS)
-	$(BIN)/python -m pytest -m "serial and not harbor" $(ARGS); status=$$?; \
+	@# Two workers, a test each at a time (a file's tests together when they share a module
+	@# fixture: its xdist_group); then, alone, the tests that act on every container or image
+	@# of the engine. Each pass prints its slowest tests and its time. pytest's 5 (nothing
+	@# selected) is a failure in the first pass and fine in the second (ARGS may select none).
+	$(BIN)/python -m pytest -m "not harbor and not serial" -n 2 --dist loadgroup --durations=30 $(ARGS)
+	$(BIN)/python -m pytest -m "serial and not harbor" --durations=10 $(ARGS); status=$$?; \
 	  [ $$status -eq 0 ] || [ $$status -eq 5 ]
 
 test-harbor: engine ## The bundle under real Harbor 0.26 (builds its image once, a few minutes)
-	$(BIN)/python -m pytest -m harbor $(ARGS)
+	$(BIN)/python -m pytest -m harbor --durations=10 $(ARGS)
 
 unit: ## Unit tests only (no Docker)
 	$(BIN)/python -m pytest -m "not docker" $(ARGS)

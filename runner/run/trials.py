@@ -305,8 +305,17 @@ class TrialRunner:
         canary that changes what another test does (a fixed file name, a port, shared state)
         must not fail a task. When the gate passes then, that run is the gate's, and the census
         keeps no canary (canary_census's `interfered`)."""
-        written = {c.key for r in run.evidence.runs.values() for c in r.canaries}
-        if not written or run.patch is None:
+        # Only a run in which canaries ran can they have changed (each run starts from the
+        # prepared tree), and at nop only a pass-to-pass run's failure makes the gate red
+        # (canaries only add failures to its fail-to-pass run, which nop wants to fail).
+        touched = [
+            r
+            for name, r in run.evidence.runs.items()
+            if not r.passed
+            and any(c.outcome != "missing" for c in r.canaries)
+            and (trial.gate.kind is not Gate.NOP or name.startswith("pass_to_pass"))
+        ]
+        if not touched or run.patch is None:
             return
         apart = trial_apart(trial, NO_CANARIES_DIR)
         apart = apart.model_copy(

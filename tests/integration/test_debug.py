@@ -21,6 +21,9 @@ import pytest
 from tests.helpers import LIB_GOLD, bash_task, write_task
 from tests.integration.conftest import ROOT, run_verify
 
+# Its tests share module-scoped fixtures: one worker runs them all (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_debug")
+
 DEBUG_LABEL = "org.selfbench.kind=debug"
 
 

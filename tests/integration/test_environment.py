@@ -17,6 +17,9 @@ from tests.helpers import bash_task
 from tests.integration.conftest import ROOT, leftovers, run_verify
 from tests.registry import Registry, local_registry
 
+# Its tests share module-scoped fixtures: one worker runs them all (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("test_environment")
+
 POSTGRES_CONTEXT = ROOT / "tests" / "data" / "services" / "postgres"
 ROOT_SETUP = (
     "apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql-client "
