@@ -1734,7 +1734,8 @@ sub gather_run {
     read_events($run, $events, $conns);
     output_reader($_)->($run, $task, $log) for output_runners(@{ $task->{expectedRunners} });
     my %go_packages = map { $_ => 1 } grep { length } split /\n/, read_file("$GO_OVERLAY/packages.txt") // '';
-    go_cross_check($run, \%go_packages);
+    # The test mode with the in-process checks off takes the output's word (go_cross_check is one).
+    go_cross_check($run, \%go_packages) unless $CHECKS eq 'canaries';
     split_canaries($run, canary_matchers(applied_canaries()));
     $run->{planted} = [ planted(@{ $run->{plugins} }) ];
     $run->{stopped} = $stopped if $stopped;
