@@ -23,6 +23,7 @@ exploit class of those runners through `grade` as well."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -132,13 +133,25 @@ def assert_forgers_earn_nothing(tmp_path: Path, built: Built, run: Run, options:
     (runner,) = project.runners
     found = forgers(project, runner)
     assert found, runner
+    options_alone = [*options, "--evidence-checks", "canaries"]
+    patches = {}
     for name, forger in found.items():
-        patch = tmp_path / f"{name}.patch"
-        patch.write_bytes(diff_of(built.repo, forger.files))
-        options_alone = [*options, "--evidence-checks", "canaries"]
-        code, graded = grade(run.run_dir, patch, options_alone, logs / name)
+        patches[name] = tmp_path / f"{name}.patch"
+        patches[name].write_bytes(diff_of(built.repo, forger.files))
+    # Two at a time: each is a fresh verifier of its own.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        graded_all = dict(
+            zip(
+                patches,
+                pool.map(
+                    lambda n: grade(run.run_dir, patches[n], options_alone, logs / n), patches
+                ),
+                strict=True,
+            )
+        )
+    for name, (code, graded) in graded_all.items():
         assert (code, graded["reward"]["reward"]) == (1, 0), (name, graded["detail"])
-        if forger.passes_held_out:
+        if found[name].passes_held_out:
             assert CANARY_RULE in graded["detail"], (name, graded["detail"])
 
 
