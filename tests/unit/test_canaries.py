@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-from runner.model.canaries import CANARY_RULE, CanarySet, blind_guess
+from runner.judge.probe import passing_canaries
+from runner.model.canaries import CANARY_RULE, CanaryPlan, CanaryRun, CanarySet, blind_guess
+from runner.model.census import canary_census
+from runner.model.evidence import RunEvidence
 from runner.runners import expected_runners, room_of
 from runner.runners.canaries.derive import CanaryInputs, HeldOutFile, derive, seed_of
 from runner.runners.syntax import grammar_of, parse
@@ -363,3 +366,53 @@ def test_a_passing_canary_is_tampering_once_sealed(tmp_path: Path) -> None:
     )
     before = judge(tmp_path, "passed", exit_code=0, sealed=False)
     assert before["passed"] is True and before["canaries"][0]["outcome"] == "passed"
+
+
+# ---- the census keeps what the oracle killed (runner.model.census.canary_census) ----------------
+
+
+def _run(name: str, *canaries: tuple[str, str]) -> RunEvidence:
+    return RunEvidence(
+        name=name,
+        kind="f2p",
+        exit_code=1,
+        mode="per-test",
+        runners=["pytest"],
+        passed=True,
+        canaries=[CanaryRun(key=k, ids=[f"t.py::{k}"], outcome=o) for k, o in canaries],
+    )
+
+
+def test_the_census_keeps_the_canaries_the_oracle_killed_in_every_run() -> None:
+    plan = CanaryPlan(
+        keys=["c1", "c2", "c3", "c4", "c5"],
+        groups={"c1": "a", "c2": "a", "c3": "b", "c4": "b", "c5": "c"},
+    )
+    runs = {
+        "fail_to_pass": _run(
+            "fail_to_pass", ("c1", "failed"), ("c2", "error"), ("c3", "passed"), ("c4", "failed")
+        ),
+        "fail_to_pass_repeat": _run(
+            "fail_to_pass_repeat", ("c1", "failed"), ("c2", "failed"), ("c4", "passed")
+        ),
+        "pass_to_pass": _run("pass_to_pass", ("c1", "missing")),
+    }
+    census = canary_census(plan, runs)
+    assert census.keys == ["c1", "c2"]
+    assert census.ids == {"c1": ["t.py::c1"], "c2": ["t.py::c2"]}
+    assert {d.key: d.why for d in census.dropped} == {
+        "c3": "passed",
+        "c4": "flaky",
+        "c5": "unplaced",
+    }
+    assert census.guess == 1 / 3  # two copies of one test
+    interfered = canary_census(plan, runs, interfered="oracle passed only without them")
+    assert interfered.keys == [] and {d.why for d in interfered.dropped} == {"interfered"}
+
+
+def test_a_probe_run_whose_only_problem_is_a_canary_drops_it() -> None:
+    clean = _run("fail_to_pass", ("c1", "failed"), ("c2", "passed"))
+    clean.problems = [CANARY_RULE]
+    assert passing_canaries({"fail_to_pass": clean}) == ["c2"]
+    clean.problems = [CANARY_RULE, "1 test(s) failed: t.py::a"]
+    assert passing_canaries({"fail_to_pass": clean}) is None
