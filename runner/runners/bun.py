@@ -7,16 +7,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from runner.runners.canaries.core import FileTests, Scope
-from runner.runners.canaries.javascript import is_script, script_tests
-from runner.runners.room import Proposal, Room, selects_by_name, spec_outcome
+from runner.runners.canaries.javascript import ScriptCanaries
+from runner.runners.room import Proposal, Room, spec_outcome
 
 _PLAIN = re.compile(r"^\s*\((pass|fail|skip|todo)\) ")
 _WORDS = {"pass": "passed", "fail": "failed", "skip": "skipped", "todo": "skipped"}
 _TEST_FILE = re.compile(r"[._](test|spec)\.[cm]?[jt]sx?$")
 
 
-class Bun(Room):
+class Bun(ScriptCanaries, Room):
     name = "bun"
     init_order = 30
 
@@ -41,18 +40,7 @@ class Bun(Room):
     def is_test_file(self, path: str) -> bool:
         return bool(_TEST_FILE.search(path.rsplit("/", 1)[-1]))
 
-    canaries_supported = True
-
-    def canary_file(self, path: str) -> bool:
-        return is_script(path)
-
-    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
-        return script_tests(path, text, added)
-
-    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
-        if option := selects_by_name(command, ("-t", "--test-name-pattern", "--only")):
-            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
-        return super().canary_scope(path, command, selectors)
+    name_options = ("-t", "--test-name-pattern", "--only")
 
 
 ROOM = Bun()

@@ -8,13 +8,13 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 
-from runner.runners.canaries.core import FileTests, Scope, Unit
-from runner.runners.canaries.javascript import is_script, script_tests
-from runner.runners.room import Proposal, Room, selects_by_name
+from runner.runners.canaries.core import Unit
+from runner.runners.canaries.javascript import ScriptCanaries
+from runner.runners.room import Proposal, Room
 from runner.runners.setups import node_dependencies, npm_proposal
 
 
-class Mocha(Room):
+class Mocha(ScriptCanaries, Room):
     name = "mocha"
     init_order = 42
 
@@ -26,18 +26,7 @@ class Mocha(Room):
             return None
         return npm_proposal(files, "npx mocha {tests}", self.name)
 
-    canaries_supported = True
-
-    def canary_file(self, path: str) -> bool:
-        return is_script(path)
-
-    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
-        return script_tests(path, text, added)
-
-    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
-        if option := selects_by_name(command, ("-g", "--grep", "-f", "--fgrep", "-i", "--invert")):
-            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
-        return super().canary_scope(path, command, selectors)
+    name_options = ("-g", "--grep", "-f", "--fgrep", "-i", "--invert")
 
     def canary_id(self, path: str, unit: Unit, name: str) -> str:
         """mocha's reporter names a test by its full title: its blocks and name, spaced."""

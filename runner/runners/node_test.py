@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from runner.runners.canaries.core import FileTests, Scope
-from runner.runners.canaries.javascript import is_script, script_tests
-from runner.runners.room import Proposal, Room, selects_by_name, spec_outcome
+from runner.runners.canaries.javascript import ScriptCanaries
+from runner.runners.room import Proposal, Room, spec_outcome
 from runner.runners.setups import json_object, npm_proposal
 
 _TAP = re.compile(r"^\s*(ok|not ok) \d+\b")
@@ -30,7 +29,7 @@ def tap_outcome(line: str) -> str | None:
     return "passed" if found.group(1) == "ok" else "failed"
 
 
-class NodeTest(Room):
+class NodeTest(ScriptCanaries, Room):
     name = "node-test"
     init_order = 43
 
@@ -51,20 +50,7 @@ class NodeTest(Room):
     def is_test_file(self, path: str) -> bool:
         return bool(_TEST_FILE.search(path.rsplit("/", 1)[-1])) or super().is_test_file(path)
 
-    canaries_supported = True
-
-    def canary_file(self, path: str) -> bool:
-        return is_script(path)
-
-    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
-        return script_tests(path, text, added)
-
-    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
-        if option := selects_by_name(
-            command, ("--test-name-pattern", "--test-skip-pattern", "--test-only")
-        ):
-            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
-        return super().canary_scope(path, command, selectors)
+    name_options = ("--test-name-pattern", "--test-skip-pattern", "--test-only")
 
 
 ROOM = NodeTest()

@@ -30,7 +30,7 @@ from runner.runners.kit import (
     script,
     test_dirs,
 )
-from runner.runners.room import Proposal, Room, selects_by_name
+from runner.runners.room import Proposal, Room
 from runner.runners.setups import python_proposal, uses_pytest
 
 # pytest -v: "t.py::test_a PASSED"; its default line: a file, then one character per test.
@@ -94,10 +94,9 @@ class Pytest(Room):
     def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
         return python_tests(path, text, added, runner=self.name)
 
-    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
-        """Node ids (runner.runners.canaries.scope); `-k` selects by name."""
-        if option := selects_by_name(command, ("-k",)):
-            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
+    name_options = ("-k",)
+
+    def selection_scope(self, path: str, selectors: Sequence[str]) -> Scope:
         return node_id_scope(path, selectors)
 
     def canary_id(self, path: str, unit: Unit, name: str) -> str:

@@ -129,10 +129,19 @@ class Room:
         """The tests of a held-out file a canary can copy (its language's engine)."""
         return FileTests(why_none=f"{self.name} has no canaries")
 
+    # The runner's options that select tests by name: a copy's new name may not match them.
+    name_options: ClassVar[tuple[str, ...]] = ()
+
     def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
         """What the fail-to-pass selection runs of the held-out file `path` (relative to the
-        workdir): by default, the file when a selector names it, its directory, or a pattern
-        that matches it."""
+        workdir): none when the command selects by name, else what its selectors run."""
+        if option := selects_by_name(command, self.name_options):
+            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
+        return self.selection_scope(path, selectors)
+
+    def selection_scope(self, path: str, selectors: Sequence[str]) -> Scope:
+        """By default, the file when a selector names it, its directory, or a pattern that
+        matches it."""
         if not selectors:
             return ALL
         for selector in selectors:

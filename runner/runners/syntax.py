@@ -79,3 +79,15 @@ def node_text(node: Node, source: bytes, errors: str = "replace") -> str:
     # Sliced from the source: a tree parsed through a read callback has no text of its own
     # (Node.text re-reads it, 0.1 ms a node).
     return source[node.start_byte : node.end_byte].decode("utf-8", errors)
+
+
+def texts_of(root: Node, source: bytes, types: frozenset[str] | set[str]) -> list[str]:
+    """The text of every node of these types under `root`, depth first."""
+    found: list[str] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in types:
+            found.append(node_text(node, source))
+        stack.extend(reversed(node.children))
+    return found

@@ -13,7 +13,7 @@ from runner.runners.canaries.core import FileTests, Scope, Unit
 from runner.runners.canaries.python import python_tests
 from runner.runners.canaries.scope import module_scope
 from runner.runners.kit import PY, Exploit, TaskFacts, gold, in_sources
-from runner.runners.room import Proposal, Room, selects_by_name
+from runner.runners.room import Proposal, Room
 from runner.runners.setups import is_python, python_proposal, uses_pytest
 
 _VERBOSE = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure)\b")
@@ -52,11 +52,9 @@ class Unittest(Room):
     def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
         return python_tests(path, text, added, runner=self.name)
 
-    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
-        """A module (`pkg.test_x`, or its file) runs its TestCases; `pkg.test_x.Case` that
-        class's tests; `pkg.test_x.Case.test_y` one test alone; `-k` selects by name."""
-        if option := selects_by_name(command, ("-k",)):
-            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
+    name_options = ("-k",)
+
+    def selection_scope(self, path: str, selectors: Sequence[str]) -> Scope:
         return module_scope(path, selectors)
 
     def canary_id(self, path: str, unit: Unit, name: str) -> str:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from runner.runners.canaries.core import FileTests, Scope
-from runner.runners.canaries.javascript import is_script, script_tests
-from runner.runners.room import Proposal, Room, selects_by_name
+from runner.runners.canaries.javascript import ScriptCanaries
+from runner.runners.room import Proposal, Room
 from runner.runners.setups import node_dependencies, npm_proposal
 
 
-class Vitest(Room):
+class Vitest(ScriptCanaries, Room):
     name = "vitest"
     init_order = 40
 
@@ -25,18 +24,7 @@ class Vitest(Room):
             return None
         return npm_proposal(files, "npx vitest run {tests}", self.name)
 
-    canaries_supported = True
-
-    def canary_file(self, path: str) -> bool:
-        return is_script(path)
-
-    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
-        return script_tests(path, text, added)
-
-    def canary_scope(self, path: str, command: str, selectors: Sequence[str]) -> Scope:
-        if option := selects_by_name(command, ("-t", "--testNamePattern")):
-            return Scope(selected=False, why=f"the test command selects tests by name ({option})")
-        return super().canary_scope(path, command, selectors)
+    name_options = ("-t", "--testNamePattern")
 
 
 ROOM = Vitest()

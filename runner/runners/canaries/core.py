@@ -154,6 +154,16 @@ def mutate_text(body: str, rng: Random) -> str | None:
     return body[:at] + other + body[at + 1 :]
 
 
+def flip_bool(text: str, rng: Random) -> str | None:
+    """true and false (True and False), the other way round."""
+    return {"true": "false", "false": "true", "True": "False", "False": "True"}.get(text)
+
+
+def mutate_string(text: str, rng: Random) -> str | None:
+    """A quoted string literal with one letter or digit of its body changed."""
+    return quoted(mutate_text)(text, rng)
+
+
 def quoted(
     mutate_body: Callable[[str, Random], str | None], prefix: str = ""
 ) -> Callable[[str, Random], str | None]:

@@ -6,8 +6,6 @@ over a literal table, where every case's `want` is changed (each subtest then fa
 
 from __future__ import annotations
 
-from random import Random
-
 from tree_sitter import Node
 
 from runner.runners.canaries.core import (
@@ -15,33 +13,22 @@ from runner.runners.canaries.core import (
     Scalar,
     Site,
     Unit,
+    flip_bool,
     mutate_number,
-    mutate_text,
-    quoted,
+    mutate_string,
     spacing,
     split_lines,
     words_of,
 )
-from runner.runners.syntax import node_text, parse
+from runner.runners.syntax import node_text, parse, texts_of
 
 _LITERALS = frozenset(
     {"int_literal", "float_literal", "interpreted_string_literal", "raw_string_literal", "true",
      "false"}
 )  # fmt: skip
+_NAMES = frozenset({"identifier", "field_identifier", "type_identifier"})
 _REPORTS = frozenset({"Error", "Errorf", "Fatal", "Fatalf", "Fail", "FailNow"})
 _TESTIFY = frozenset({"Equal", "EqualValues", "Exactly"})
-
-
-def _number(text: str, rng: Random) -> str | None:
-    return mutate_number(text, rng)
-
-
-def _bool(text: str, rng: Random) -> str | None:
-    return {"true": "false", "false": "true"}.get(text)
-
-
-def _string(text: str, rng: Random) -> str | None:
-    return quoted(mutate_text)(text, rng)  # a raw string's backslashes are skipped, never changed
 
 
 def _is_literal(node: Node) -> bool:
@@ -90,11 +77,11 @@ def _scalars(node: Node, source: bytes) -> list[Scalar]:
         return _scalars(node.children[1], source)
     text = node_text(node, source)
     if node.type in ("int_literal", "float_literal"):
-        return [Scalar(node.start_byte, node.end_byte, "number", text, _number)]
+        return [Scalar(node.start_byte, node.end_byte, "number", text, mutate_number)]
     if node.type in ("true", "false"):
-        return [Scalar(node.start_byte, node.end_byte, "bool", text, _bool)]
+        return [Scalar(node.start_byte, node.end_byte, "bool", text, flip_bool)]
     if node.type in ("interpreted_string_literal", "raw_string_literal"):
-        return [Scalar(node.start_byte, node.end_byte, "string", text, _string)]
+        return [Scalar(node.start_byte, node.end_byte, "string", text, mutate_string)]
     return []
 
 
@@ -291,14 +278,7 @@ def go_tests(path: str, text: bytes, added: frozenset[int]) -> FileTests:
         found.why_none = "the grammar does not read it without errors"
         return found
     lines = split_lines(text)
-    identifiers: list[str] = []
-    stack = [tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.type in ("identifier", "field_identifier", "type_identifier"):
-            identifiers.append(node_text(node, text))
-        stack.extend(node.children)
-    found.words = words_of(identifiers)
+    found.words = words_of(texts_of(tree.root_node, text, _NAMES))
     for declaration in tree.root_node.named_children:
         if declaration.type != "function_declaration":
             continue

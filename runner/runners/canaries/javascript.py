@@ -7,8 +7,6 @@ and `.to.deep.equal`/`.eql`, node's `assert.equal(got, 3)`, `assert.strictEqual`
 
 from __future__ import annotations
 
-from random import Random
-
 from tree_sitter import Node
 
 from runner.runners.canaries.core import (
@@ -16,14 +14,14 @@ from runner.runners.canaries.core import (
     Scalar,
     Site,
     Unit,
+    flip_bool,
     mutate_number,
-    mutate_text,
-    quoted,
+    mutate_string,
     spacing,
     split_lines,
     words_of,
 )
-from runner.runners.syntax import grammar_of, node_text, parse
+from runner.runners.syntax import grammar_of, node_text, parse, texts_of
 
 TEST_CALLS = frozenset({"test", "it"})
 BLOCK_CALLS = frozenset({"describe", "suite", "context"})
@@ -32,19 +30,8 @@ ASSERTS = frozenset({"equal", "strictEqual", "deepEqual", "deepStrictEqual", "is
 # A test that records what it sees under its own name, or reads its name, behaves differently as
 # a copy (a snapshot is written under the copy's name).
 _SELF_AWARE = ("toMatchSnapshot", "toMatchInlineSnapshot", "toMatchFileSnapshot", "expect.getState")
+_NAMES = frozenset({"identifier", "property_identifier", "shorthand_property_identifier"})
 _FUNCTIONS = frozenset({"arrow_function", "function_expression", "function"})
-
-
-def _number(text: str, rng: Random) -> str | None:
-    return mutate_number(text, rng)
-
-
-def _bool(text: str, rng: Random) -> str | None:
-    return {"true": "false", "false": "true"}.get(text)
-
-
-def _string(text: str, rng: Random) -> str | None:
-    return quoted(mutate_text)(text, rng)
 
 
 def _is_literal(node: Node) -> bool:
@@ -94,11 +81,11 @@ def _scalars(node: Node, source: bytes) -> list[Scalar]:
         return _scalars(node.children[1], source)
     text = node_text(node, source)
     if kind == "number":
-        return [Scalar(node.start_byte, node.end_byte, "number", text, _number)]
+        return [Scalar(node.start_byte, node.end_byte, "number", text, mutate_number)]
     if kind in ("true", "false"):
-        return [Scalar(node.start_byte, node.end_byte, "bool", text, _bool)]
+        return [Scalar(node.start_byte, node.end_byte, "bool", text, flip_bool)]
     if kind in ("string", "template_string"):
-        return [Scalar(node.start_byte, node.end_byte, "string", text, _string)]
+        return [Scalar(node.start_byte, node.end_byte, "string", text, mutate_string)]
     return []
 
 
@@ -175,13 +162,7 @@ def javascript_tests(path: str, text: bytes, added: frozenset[int], *, language:
         found.why_none = "the grammar does not read it without errors"
         return found
     lines = split_lines(text)
-    identifiers: list[str] = []
-    stack = [tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.type in ("identifier", "property_identifier", "shorthand_property_identifier"):
-            identifiers.append(node_text(node, text))
-        stack.extend(node.children)
+    identifiers = texts_of(tree.root_node, text, _NAMES)
 
     def walk(node: Node, containers: tuple[str, ...]) -> None:
         for child in node.named_children:
@@ -293,3 +274,16 @@ def script_tests(path: str, text: bytes, added: frozenset[int]) -> FileTests:
 
 def is_script(path: str) -> bool:
     return grammar_of(path) in ("javascript", "typescript", "tsx")
+
+
+class ScriptCanaries:
+    """The canaries of a runner whose tests are JavaScript or TypeScript files (its room mixes
+    this in before Room, and says its name-selecting options in `name_options`)."""
+
+    canaries_supported = True
+
+    def canary_file(self, path: str) -> bool:
+        return is_script(path)
+
+    def canary_tests(self, path: str, text: bytes, added: frozenset[int]) -> FileTests:
+        return script_tests(path, text, added)

@@ -58,7 +58,3 @@ def python_number(text: str, rng: Random) -> str | None:
         return changed if ast.literal_eval(changed) != ast.literal_eval(text) else None
     except (ValueError, SyntaxError):
         return None
-
-
-def python_bool(text: str, rng: Random) -> str | None:
-    return {"True": "False", "False": "True"}.get(text)

@@ -14,11 +14,12 @@ from runner.runners.canaries.core import (
     Scalar,
     Site,
     Unit,
+    flip_bool,
     spacing,
     split_lines,
     words_of,
 )
-from runner.runners.canaries.pyliterals import python_bool, python_number, string_mutation
+from runner.runners.canaries.pyliterals import python_number, string_mutation
 
 EQUAL_METHODS = frozenset(
     {
@@ -76,7 +77,7 @@ def _scalars(node: ast.expr, source: bytes, offsets: _Offsets) -> list[Scalar]:
     text = source[start:end].decode("utf-8", "surrogateescape")
     value = target.value
     if isinstance(value, bool):
-        return [Scalar(start, end, "bool", text, python_bool)]
+        return [Scalar(start, end, "bool", text, flip_bool)]
     if isinstance(value, int | float):
         return [Scalar(start, end, "number", text, python_number)]
     if isinstance(value, str | bytes):

@@ -13,28 +13,20 @@ from runner.runners.canaries.core import (
     Scalar,
     Site,
     Unit,
+    flip_bool,
     mutate_number,
-    mutate_text,
-    quoted,
+    mutate_string,
     spacing,
     split_lines,
     words_of,
 )
-from runner.runners.syntax import node_text, parse
+from runner.runners.syntax import node_text, parse, texts_of
 
 _MACROS = frozenset({"assert_eq", "pretty_assert_eq"})
 
 
-def _number(text: str, rng: Random) -> str | None:
-    return mutate_number(text, rng)
-
-
-def _bool(text: str, rng: Random) -> str | None:
-    return {"true": "false", "false": "true"}.get(text)
-
-
 def _string(text: str, rng: Random) -> str | None:
-    return None if text.startswith(("r", "b'")) else quoted(mutate_text)(text, rng)
+    return None if text.startswith(("r", "b'")) else mutate_string(text, rng)
 
 
 def _argument_scalar(tokens: list[Node], source: bytes) -> Scalar | None:
@@ -46,9 +38,9 @@ def _argument_scalar(tokens: list[Node], source: bytes) -> Scalar | None:
     token = tokens[0]
     text = node_text(token, source)
     if token.type in ("integer_literal", "float_literal"):
-        return Scalar(token.start_byte, token.end_byte, "number", text, _number)
+        return Scalar(token.start_byte, token.end_byte, "number", text, mutate_number)
     if token.type == "boolean_literal":
-        return Scalar(token.start_byte, token.end_byte, "bool", text, _bool)
+        return Scalar(token.start_byte, token.end_byte, "bool", text, flip_bool)
     if token.type == "string_literal":
         return Scalar(token.start_byte, token.end_byte, "string", text, _string)
     return None
@@ -92,13 +84,10 @@ def rust_tests(path: str, text: bytes, added: frozenset[int]) -> FileTests:
         found.why_none = "the grammar does not read it without errors"
         return found
     lines = split_lines(text)
-    identifiers: list[str] = []
 
     def walk(node: Node, containers: tuple[str, ...]) -> None:
         previous: Node | None = None
         for child in node.named_children:
-            if child.type == "identifier":
-                identifiers.append(node_text(child, text))
             if child.type == "mod_item":
                 name = child.child_by_field_name("name")
                 body = child.child_by_field_name("body")
@@ -115,7 +104,6 @@ def rust_tests(path: str, text: bytes, added: frozenset[int]) -> FileTests:
             return
         name = node_text(name_node, text)
         found.names.add(name)
-        identifiers.append(name)
         if attribute is None or node_text(attribute, text).replace(" ", "") != "#[test]":
             return
         first, last = attribute.start_point.row, function.end_point.row
@@ -140,13 +128,7 @@ def rust_tests(path: str, text: bytes, added: frozenset[int]) -> FileTests:
         )
 
     walk(tree.root_node, ())
-    stack = [tree.root_node]
-    while stack:
-        node = stack.pop()
-        if node.type == "identifier":
-            identifiers.append(node_text(node, text))
-        stack.extend(node.children)
-    found.words = words_of(identifiers)
+    found.words = words_of(texts_of(tree.root_node, text, {"identifier"}))
     if not found.units:
         found.why_none = (
             "no test that test.patch wrote compares a value with a literal at its top level"

@@ -8,7 +8,13 @@ from random import Random
 
 from tree_sitter import Node
 
-from runner.runners.canaries.core import Scalar, Site, mutate_number, mutate_text, quoted
+from runner.runners.canaries.core import (
+    Scalar,
+    Site,
+    mutate_number,
+    mutate_string,
+    mutate_text,
+)
 from runner.runners.syntax import node_text, parse
 
 _EQUALS = frozenset({"=", "==", "-eq"})
@@ -18,14 +24,6 @@ _DYNAMIC = frozenset({"command_substitution", "expansion", "simple_expansion"})
 def _word(text: str, rng: Random) -> str | None:
     changed = mutate_text(text, rng)
     return changed if changed and changed != text else None
-
-
-def _string(text: str, rng: Random) -> str | None:
-    return quoted(mutate_text)(text, rng)
-
-
-def _number(text: str, rng: Random) -> str | None:
-    return mutate_number(text, rng)
 
 
 def _dynamic(node: Node) -> bool:
@@ -43,9 +41,9 @@ def _scalar(node: Node, source: bytes) -> Scalar | None:
         return None
     text = node_text(node, source)
     if node.type == "number":
-        return Scalar(node.start_byte, node.end_byte, "number", text, _number)
+        return Scalar(node.start_byte, node.end_byte, "number", text, mutate_number)
     if node.type in ("string", "raw_string"):
-        return Scalar(node.start_byte, node.end_byte, "string", text, _string)
+        return Scalar(node.start_byte, node.end_byte, "string", text, mutate_string)
     if node.type == "word" and text.isascii() and text.replace("-", "").replace(".", "").isalnum():
         return Scalar(node.start_byte, node.end_byte, "string", text, _word)
     return None
