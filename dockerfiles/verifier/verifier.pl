@@ -1522,7 +1522,9 @@ sub cmd_canaries {
     my $set = read_json($CANARIES) // {};
     my ($tests, $exits) = canaries_wanted();
     my (%by_file, @applied, @unplaced);
-    push @{ $by_file{ $_->{file} } }, $_ for @$tests;
+    # A repository path under /app, never outside it (the bundle's own, but checked all the same).
+    my $inside = sub { my ($file) = @_; defined $file && $file !~ m{^/} && $file !~ m{(?:^|/)\.\.(?:/|$)} };
+    push @{ $by_file{ $_->{file} } }, $_ for grep { $inside->($_->{file}) } @$tests;
     for my $file (sort keys %by_file) {
         my $full = "$APP/$file";
         my $raw = read_file($full);
@@ -1546,7 +1548,7 @@ sub cmd_canaries {
           idPattern => $_->{idPattern} } } @{ $by_file{$file} };
     }
     my @exit_ready;
-    for my $canary (@$exits) {
+    for my $canary (grep { $inside->($_->{file}) } @$exits) {
         my $raw = read_file("$APP/$canary->{file}");
         my $want = ($set->{files} // {})->{ $canary->{file} } // '';
         if (defined $raw && sha256_hex($raw) eq $want) { push @exit_ready, $canary->{key} }

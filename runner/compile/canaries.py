@@ -22,8 +22,10 @@ from runner.runners.canaries.derive import (
     derive,
     seed_of,
 )
+from runner.runners.syntax import grammar_of
 
 _PACKAGE_MANAGERS = ("npm", "pnpm", "yarn", "bun")
+MAX_FILES = 500
 
 
 def task_canaries(task: AuthoredTask, repository: Path) -> CanarySet:
@@ -33,8 +35,11 @@ def task_canaries(task: AuthoredTask, repository: Path) -> CanarySet:
     held = {
         change.new_path: change
         for change in task.tests.changes
-        if change.new_path is not None and not change.binary
+        if change.new_path is not None and not change.binary and grammar_of(change.new_path)
     }
+    # The files a room's engine reads, in path order, up to a bound (a patch of thousands of
+    # fixtures has its tests among them).
+    held = dict(sorted(held.items())[:MAX_FILES])
     contents = _after_test_patch(repository, definition.base_commit, task.test_patch, list(held))
     files = [
         HeldOutFile(path=path, text=text, added=added_lines(held[path]))
@@ -61,8 +66,9 @@ def task_canaries(task: AuthoredTask, repository: Path) -> CanarySet:
 def _after_test_patch(
     repository: Path, commit: str, test_patch: bytes, paths: list[str]
 ) -> dict[str, bytes]:
-    """Each path's bytes at `commit` with test.patch applied (a temporary index; a path too
-    large, or that test.patch leaves no file at, is left out)."""
+    """Each path's bytes at `commit` with test.patch applied (a temporary index; one listing and
+    one batch read for all of them; a path too large, or that test.patch leaves no file at, is
+    left out)."""
     if not paths:
         return {}
     with tempfile.TemporaryDirectory(prefix="selfbench-canaries.") as tmp:
@@ -77,21 +83,48 @@ def _after_test_patch(
         )
         if applied.returncode != 0:
             return {}  # the audit says why
-        out: dict[str, bytes] = {}
-        for path in paths:
-            listed = run_git(
-                ["ls-files", "-s", "--", path], git_dir=repository, env=env, check=False
-            ).stdout.split()
-            if len(listed) < 2:
-                continue
-            blob = listed[1].decode()
-            size = run_git(["cat-file", "-s", blob], git_dir=repository, check=False)
-            if size.returncode != 0 or int(size.stdout or b"0") > MAX_FILE_BYTES:
-                continue
-            shown = run_git(["cat-file", "blob", blob], git_dir=repository, check=False)
-            if shown.returncode == 0:
-                out[path] = shown.stdout
-        return out
+        listed = run_git(
+            ["ls-files", "-s", "-z", "--", *paths],
+            git_dir=repository,
+            env={**env, "GIT_LITERAL_PATHSPECS": "1"},
+            check=False,
+        ).stdout
+        blobs: dict[str, str] = {}
+        for entry in listed.split(b"\0"):
+            meta, _, name = entry.partition(b"\t")
+            fields = meta.split()
+            if len(fields) == 3 and fields[0].startswith(b"100"):
+                blobs[name.decode("utf-8", "surrogateescape")] = fields[1].decode()
+        if not blobs:
+            return {}
+        batch = run_git(
+            ["cat-file", "--batch"],
+            git_dir=repository,
+            check=False,
+            stdin="".join(f"{blob}\n" for blob in blobs.values()).encode(),
+        ).stdout
+    return _read_batch(batch, blobs)
+
+
+def _read_batch(batch: bytes, blobs: dict[str, str]) -> dict[str, bytes]:
+    """`git cat-file --batch` output: each blob's `<sha> blob <size>` line, then its bytes."""
+    contents: dict[str, bytes] = {}
+    by_blob = {blob: path for path, blob in blobs.items()}
+    at = 0
+    while at < len(batch):
+        end = batch.find(b"\n", at)
+        if end < 0:
+            break
+        header = batch[at:end].split()
+        at = end + 1
+        if len(header) != 3 or header[1] != b"blob":
+            continue
+        size = int(header[2])
+        path = by_blob.get(header[0].decode())
+        if path is not None and size <= MAX_FILE_BYTES:
+            contents[path] = batch[at : at + size]
+        at += size + 1
+    return contents
 
 
 def _package_script(repository: Path, commit: str, workdir: str, command: str) -> str | None:

@@ -416,3 +416,42 @@ def test_a_probe_run_whose_only_problem_is_a_canary_drops_it() -> None:
     assert passing_canaries({"fail_to_pass": clean}) == ["c2"]
     clean.problems = [CANARY_RULE, "1 test(s) failed: t.py::a"]
     assert passing_canaries({"fail_to_pass": clean}) is None
+
+
+# ---- compile writes them into the bundle (runner.compile.canaries) ------------------------------
+
+
+def test_compile_derives_the_canaries_from_the_repository_at_the_base(tmp_path: Path) -> None:
+    """The held-out file as test.patch leaves it on a file the base already had (an old test
+    kept: never copied), and the npm script `npm test` runs, are what the rooms read."""
+    from runner.compile.compiler import compile_task
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.settings import CompileOptions
+    from tests.helpers import files_task
+
+    old = "const { add } = require('../src');\ntest('adds', () => expect(add(1, 1)).toBe(2));\n"
+    task = files_task(
+        tmp_path,
+        "canary-compile",
+        base={
+            "package.json": '{"scripts": {"test": "jest"}}\n',
+            "src/index.js": "exports.add = (a, b) => a + b;\n",
+            "test/calc.test.js": old,
+        },
+        tests={
+            "test/calc.test.js": old.replace("require('../src');", "require('../src');\n")
+            + "test('muls', () => expect(mul(2, 3)).toBe(6));\n"
+            + "test('muls zero', () => { expect(mul(0, 3)).toBe(0); });\n"
+        },
+        gold={"src/index.js": "exports.add = (a, b) => a + b;\nexports.mul = (a, b) => a * b;\n"},
+        testCommand="npm test -- {tests}",
+        failToPass=["test/calc.test.js"],
+        toolchains=["node"],
+    )
+    out = tmp_path / "bundle"
+    compile_task(load_authored_task(task), repo=None, out=out, options=CompileOptions())
+    found = CanarySet.model_validate_json((out / "tests" / "canaries.json").read_bytes())
+    assert len(found.canaries) >= 3, found.none
+    assert {c.of for c in found.canaries} == {"muls", "muls zero"}  # 'adds' is the base's
+    assert {c.runner for c in found.canaries} == {"jest"}  # from package.json's test script
+    assert set(found.files) == {"test/calc.test.js"}

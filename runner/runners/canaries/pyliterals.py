@@ -20,7 +20,7 @@ def string_mutation(text: str, rng: Random) -> str | None:
             for t in tokenize.generate_tokens(io.StringIO(text).readline)
             if t.type == tokenize.STRING
         ]
-    except (tokenize.TokenError, SyntaxError, IndentationError):
+    except (tokenize.TokenError, SyntaxError, RecursionError, MemoryError):
         return None
     if not pieces:
         return None
@@ -44,7 +44,7 @@ def string_mutation(text: str, rng: Random) -> str | None:
         try:
             if ast.literal_eval(candidate.strip()) == ast.literal_eval(text.strip()):
                 continue
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, RecursionError, MemoryError):
             continue
         return candidate
     return None
@@ -56,5 +56,5 @@ def python_number(text: str, rng: Random) -> str | None:
         return None
     try:
         return changed if ast.literal_eval(changed) != ast.literal_eval(text) else None
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, RecursionError, MemoryError):
         return None

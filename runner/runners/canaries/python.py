@@ -262,7 +262,7 @@ def python_tests(path: str, text: bytes, added: frozenset[int], *, runner: str) 
     found = FileTests()
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         found.why_none = "it is not Python that Python's parser reads"
         return found
     lines = split_lines(text)
@@ -334,7 +334,7 @@ def python_script_sites(text: bytes, added: frozenset[int]) -> list[Site]:
     test script run by a custom command)."""
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     offsets = _Offsets(split_lines(text))
     sites = []
