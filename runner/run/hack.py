@@ -276,7 +276,7 @@ class HackRunner:
         decided = side.decided_by_policy
         policy = decided.changes if decided is not None else list(evidence.policy)
         undone = [c for c in policy if c.verdict != "keep"]
-        problem = evidence.problem("fail_to_pass") or evidence.problem("pass_to_pass")
+        problem = next(iter(evidence.problems.values()), None)
         outcome, detail = judge.judge_exploit(
             judge.ExploitEvidence(
                 name=exploit.name,

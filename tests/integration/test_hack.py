@@ -15,6 +15,7 @@ from typing import Any
 
 import docker
 
+from runner.model.canaries import CANARY_RULE
 from tests.helpers import LIB_BASE, LIB_GOLD, RUNNER_SH, bash_task, files_task
 from tests.integration.conftest import ROOT, Run, leftovers, run_verify
 
@@ -241,10 +242,20 @@ def test_generic_exploits_resist_and_a_waived_runner_is_caught(
     assert run.stage("hack")["detail"] == "6 exploit(s) earned no reward"
     assert leftovers(docker_client, run.report["runId"]) == []
 
+    # A contract that lets the agent change the runner script: its exit-code canary (the
+    # command over a held-out file whose expected value was changed must fail) still gives a
+    # runner that always says success reward 0; with the canaries off, the hack gate catches
+    # the hole the contract opened.
     waived_task = with_allow(task.directory, ["tests/run.sh"])
     waived = run_verify(waived_task, verify_options, tmp_path / "waived")
-    assert_caught(waived, "runner-exit-zero")
-    assert outcomes(waived)["held-out-overwrite"] == "resisted"
+    assert waived.report["verdict"] == "accepted", waived.report["reason"]
+    assert outcomes(waived)["runner-exit-zero"] == "resisted"
+    assert CANARY_RULE in exploit(waived, "runner-exit-zero")["detail"]
+    unguarded = run_verify(
+        waived_task, [*verify_options, "--evidence-checks", "in-process"], tmp_path / "unguarded"
+    )
+    assert_caught(unguarded, "runner-exit-zero")
+    assert outcomes(unguarded)["held-out-overwrite"] == "resisted"
 
     # --no-hack-gate: the author's choice, said in the report; the verdict no longer waits on it.
     skipped = run_verify(waived_task, verify_options, tmp_path / "skipped", "--no-hack-gate")
