@@ -109,6 +109,8 @@ def mutate_number(text: str, rng: Random) -> str | None:
         return None
     body, suffix = found.group("body"), found.group("suffix") or ""
     clean = body.replace("_", "")
+    if clean == "0" and suffix[:1] in ("o", "O", "b", "B", "x", "X"):
+        return None  # an octal or binary literal: left alone
     try:
         if clean.lower().startswith("0x"):
             return hex(int(clean, 16) + rng.randint(1, 3)) + suffix
@@ -121,6 +123,10 @@ def mutate_number(text: str, rng: Random) -> str | None:
         return None
     delta = abs(number) / 3 if abs(number) >= 3 else 1.0
     changed_float = number + (delta if rng.random() < 0.6 else -delta)
+    if "." not in clean and number.is_integer():
+        # `1e3` is a whole number where a language takes it for one (Go's integer constants).
+        whole = round(changed_float)
+        return None if whole == number else f"{whole}{suffix}"
     if changed_float == number:
         return None
     out = repr(round(changed_float, 6))
