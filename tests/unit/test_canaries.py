@@ -455,3 +455,27 @@ def test_compile_derives_the_canaries_from_the_repository_at_the_base(tmp_path: 
     assert {c.of for c in found.canaries} == {"muls", "muls zero"}  # 'adds' is the base's
     assert {c.runner for c in found.canaries} == {"jest"}  # from package.json's test script
     assert set(found.files) == {"test/calc.test.js"}
+
+
+@pytest.mark.parametrize(
+    ("text", "shape"),
+    [
+        ("5", r"\d+"),
+        ("1e3", r"\d+"),  # a whole number stays one (Go's integer constants)
+        ("1.5", r"-?\d+\.\d+"),
+        ("5u32", r"\d+u32"),
+        ("7n", r"\d+n"),
+        ("0x1F", r"0x[0-9a-f]+"),
+    ],
+)
+def test_a_number_changes_within_its_shape(text: str, shape: str) -> None:
+    from random import Random
+
+    from runner.runners.canaries.core import mutate_number
+
+    for seed in range(20):
+        changed = mutate_number(text, Random(seed))
+        assert changed is not None and changed != text
+        assert re.fullmatch(shape, changed), changed
+    assert mutate_number("0o17", Random(0)) is None  # octal and binary: left alone
+    assert mutate_number("0b101", Random(0)) is None
