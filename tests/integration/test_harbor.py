@@ -234,11 +234,14 @@ def test_a_sealed_bundle_grades_by_its_census_under_harbor(
     assert evidence["oracle"]["runners"] == ["go"]
     assert evidence["nop"]["runs"]["fail_to_pass"]["passed"] is False
 
-    # A forger as Harbor's oracle (the bundle's solution replaced by it, nothing else): a test
-    # main of its own that reports every test in the package's files passed. The sealed
-    # canaries are among them, and the same test.sh gives it 0 by their rule.
+    # A forger as Harbor's oracle (the bundle's solution replaced by it): a test main of its own
+    # that reports every test in the package's files passed. The sealed canaries are among them,
+    # and the same test.sh gives it 0 by their rule alone: the in-process checks (which catch
+    # this one too) are off through Harbor's own verifier env, as `--evidence-checks canaries`.
     forged = workdir / "sealed-forged"
     shutil.copytree(bundle, forged)
+    with (forged / "task.toml").open("a") as toml:
+        toml.write('\n[verifier.env]\nSELFBENCH_EVIDENCE_CHECKS = "canaries"\n')
     forger = forgers(GO_VENDORED, "go")["everything-passes"]
     (forged / "solution" / "gold.patch").write_bytes(diff_of(case.repo, forger.files))
     run = harbor_run(harbor_image, harbor_engine, workdir, forged, "oracle", jobs, job="forged")
