@@ -4,9 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 TASK   ?=
 ARGS   ?=
+N      ?= 5
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-harbor unit lint verify engine base-image bench bench-batch bench-worker bench-hack clean
+.PHONY: help setup test test-harbor flake unit lint verify engine base-image bench bench-batch bench-worker bench-hack clean
 
 help: ## Show the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,6 +30,10 @@ test: engine ## All tests but real Harbor's: unit and integration on a real Dock
 
 test-harbor: engine ## The bundle under real Harbor 0.26 (builds its image once, a few minutes)
 	$(BIN)/python -m pytest -m harbor --durations=10 $(ARGS)
+
+flake: engine ## Run chosen tests N times, two at a time as CI does, and name each unstable one: make flake ARGS="tests/integration/test_x.py -k y" [N=5]
+	@test -n "$(ARGS)" || { echo 'usage: make flake ARGS="<tests to check>" [N=5]' >&2; exit 2; }
+	$(BIN)/python scripts/flake.py --count $(N) $(ARGS)
 
 unit: ## Unit tests only (no Docker)
 	$(BIN)/python -m pytest -m "not docker" $(ARGS)

@@ -264,6 +264,32 @@ class RunState:
         else:
             stage.skipped(Skip.SETTLED, self.settled_by)
 
+    def _raised(self, name: str, stage: StageResult, exc: Exception) -> None:
+        """What a stage's body raised, judged: after its containers were removed under it (a
+        settled verdict, an interrupt) it says nothing and goes to runner.log only (the board
+        once printed a FileNotFoundError of the hack gate's agent side over a red verdict); a
+        broken engine connection is infrastructure; anything else a bug of the runner."""
+        with self.lock:
+            stopped = name in self.cut or self.interrupted.is_set()
+        if stopped:
+            log.info("stage %s raised after the run stopped it", name, exc_info=exc)
+            stage.set(Status.ERROR, f"stopped: {type(exc).__name__} once its containers were gone")
+        elif isinstance(exc, ConnectionError):
+            # The transport to the engine broke under a call (a pipe, a reset, an ssh
+            # connection gone): an infrastructure failure, not a bug of the runner.
+            log.warning("stage %s: the connection to the Docker engine broke: %r", name, exc)
+            stage.set(
+                Status.ERROR,
+                f"the connection to the Docker engine broke: {type(exc).__name__}: {exc}",
+            )
+        else:
+            log.error("internal error in stage %s", name, exc_info=exc)
+            stage.set(
+                Status.ERROR,
+                f"internal error: {type(exc).__name__}: {exc}; the traceback is in "
+                f"{self.layout.runner_log}",
+            )
+
     def run_stage(
         self, name: Stage, body: Callable[[StageResult], None], *, resume: bool = False
     ) -> None:
@@ -292,21 +318,8 @@ class RunState:
             stage.set(Status.FAILED, exc.one_line())
         except RunnerError as exc:
             stage.set(Status.ERROR, exc.one_line())
-        except ConnectionError as exc:
-            # The transport to the engine broke under a call (a pipe, a reset, an ssh
-            # connection gone): an infrastructure failure, not a bug of the runner.
-            log.warning("stage %s: the connection to the Docker engine broke: %r", name, exc)
-            stage.set(
-                Status.ERROR,
-                f"the connection to the Docker engine broke: {type(exc).__name__}: {exc}",
-            )
         except Exception as exc:
-            log.exception("internal error in stage %s", name)
-            stage.set(
-                Status.ERROR,
-                f"internal error: {type(exc).__name__}: {exc}; the traceback is in "
-                f"{self.layout.runner_log}",
-            )
+            self._raised(name, stage, exc)
         finally:
             elapsed = time.monotonic() - started
             # A skipped stage's seconds are its own work, not its waits on others.

@@ -4,6 +4,7 @@ failure, error -> status mapping, unexpected exceptions, interrupts, --keep, one
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from runner.base.errors import EngineError, ExitCode, Interrupted
-from runner.cli.common import interrupts
+from runner.cli.common import _stderr_logging, interrupts
 from runner.model.predictions import PatchPredictions
 from runner.model.report import Status, Verdict
 from runner.model.settings import BuildEnvironment, HackGate, VerifySettings
@@ -252,6 +253,42 @@ def test_unexpected_exception_is_infrastructure_with_the_traceback_logged(tmp_pa
     assert outcome.run_dir is not None
     log = (outcome.run_dir / "runner.log").read_text()
     assert "Traceback (most recent call last)" in log and "RuntimeError: boom" in log
+    assert engine.live == set()
+
+
+def test_an_error_of_a_stage_cut_by_a_settled_verdict_is_logged_never_printed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A red oracle settles the verdict while the hack gate's agent side runs; its container
+    removed, the side raises (a FileNotFoundError once reached the board as "internal error in
+    stage hack" with its traceback). The traceback goes to runner.log only, the stage is
+    skipped for the verdict, and the verdict is the oracle's."""
+
+    def gone_under_it(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        runs_until_removed(60)(container, step)
+        raise FileNotFoundError(2, "No such file or directory", "/tmp/hack/agent.patch")
+
+    red = {**ORACLE_REWARD, "fail_to_pass": 0}
+    engine = FakeEngine(
+        Script(actions={"hack/driver": gone_under_it, "oracle/verifier": writes_reward(red)})
+    )
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    _stderr_logging(False)  # the CLI's stderr: warnings and errors
+    try:
+        outcome = run(tmp_path, engine)
+    finally:
+        for handler in set(root.handlers) - set(handlers):
+            root.removeHandler(handler)
+        root.setLevel(level)
+    printed = capfd.readouterr().err
+    report = outcome.report
+    assert report.verdict is Verdict.REJECTED and report.reason.startswith("oracle:"), report
+    assert report.stages.hack.detail == "skipped: verdict settled by oracle", report.stages.hack
+    assert "Traceback" not in printed and "internal error" not in printed, printed
+    assert outcome.run_dir is not None
+    log = (outcome.run_dir / "runner.log").read_text()
+    assert "FileNotFoundError" in log and "stage hack raised after the run stopped it" in log
     assert engine.live == set()
 
 
