@@ -98,6 +98,8 @@ def test_patch_from_tree(
     problems (each naming its path)."""
     if not tree.is_dir():
         raise RepositoryError(f"--tree {tree} is not a directory")
+    # git runs in the runner's scratch repository: a relative --work-tree would be read there.
+    tree = tree.absolute()
     problems: list[Problem] = []
     chosen: set[str] = set()
     with scratch_repository() as git_dir:

@@ -330,6 +330,23 @@ def test_a_tree_with_the_gold_patch_applied_is_no_edit_and_a_rejected_fix_is_not
     assert taken.returncode == 2 and "exists and is not an empty directory" in taken.stderr
 
 
+def test_a_relative_tree_is_the_one_below_the_current_directory(tmp_path: Path) -> None:
+    """`fix --tree repo` from the directory that holds it (git once read the relative path
+    from the runner's scratch repository: "must be run in a work tree")."""
+    task, tree, _ = uv_monorepo_task(tmp_path)
+    (tree / "pkg/tests/test_sub.py").write_text(NEW_TEST)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "fix", str(task), "--tree", tree.name, "-o", "fixed"],
+        capture_output=True,
+        text=True,
+        cwd=tree.parent,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "work tree" not in done.stderr
+    assert (tree.parent / "fixed" / "test.patch").read_bytes() == (task / "test.patch").read_bytes()
+
+
 # ---- the sidecar's fixOf -------------------------------------------------------------------
 
 
