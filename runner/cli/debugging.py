@@ -20,6 +20,7 @@ from runner.cli.options import (
     REPO,
     TOOLCHAIN_MIRROR,
     TOOLCHAIN_SOURCE,
+    Choice,
     logs_root_option,
 )
 from runner.cli.output import Output
@@ -116,7 +117,7 @@ def _docker_output(argv: list[str]) -> str:
 @click.argument("target_arg", metavar="TARGET")
 @click.option(
     "--stage",
-    type=click.Choice(list(DEBUGGABLE_STAGES)),
+    type=Choice(list(DEBUGGABLE_STAGES)),
     help="The stage to open (default: the first red one).",
 )
 @click.option(
@@ -237,7 +238,7 @@ def _enter(session: DebugSession) -> None:
 @click.argument("run_dir_arg", metavar="RUN_DIR")
 @click.option(
     "--stage",
-    type=click.Choice(list(STAGE_NAMES)),
+    type=Choice(list(STAGE_NAMES)),
     help="Only this stage's logs.",
 )
 @click.option(

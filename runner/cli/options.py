@@ -3,6 +3,7 @@ settings' set handed to a command as one `SharedSettings`, and sizes (20MB, 512K
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 from collections.abc import Callable
@@ -34,6 +35,20 @@ from runner.model.settings import (
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+
+
+class Choice(click.Choice):  # type: ignore[type-arg]
+    """click's Choice that names the closest choice to a mistyped one ("did you mean 'oracle'?"),
+    as git and click's own command names do."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            close = difflib.get_close_matches(str(value), [str(c) for c in self.choices], n=1)
+            if not close:
+                raise
+            self.fail(f"{exc.message.rstrip('.')}; did you mean {close[0]!r}?", param, ctx)
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]
@@ -146,7 +161,7 @@ MAX_LOG_SIZE = click.option(
 
 STORAGE_LIMIT = click.option(
     "--storage-limit",
-    type=click.Choice([s.value for s in StorageLimit]),
+    type=Choice([s.value for s in StorageLimit]),
     envvar=ENV_STORAGE_LIMIT,
     default=StorageLimit.AUTO.value,
     show_default=True,
@@ -157,7 +172,7 @@ STORAGE_LIMIT = click.option(
 
 HACK_GATE = click.option(
     "--hack-gate",
-    type=click.Choice([mode.value for mode in HackGate]),
+    type=Choice([mode.value for mode in HackGate]),
     is_flag=False,
     flag_value=HackGate.TASK.value,
     default=HackGate.TASK.value,
@@ -213,7 +228,7 @@ HAND_CACHES = click.option(
 
 EVIDENCE_CHECKS = click.option(
     "--evidence-checks",
-    type=click.Choice([c.value for c in EvidenceChecks]),
+    type=Choice([c.value for c in EvidenceChecks]),
     default=EvidenceChecks.ALL.value,
     show_default=True,
     help="Which of the verifier's defences judge: both (all), the canaries alone, or the "

@@ -305,6 +305,18 @@ def test_click_usage_errors_are_one_line_in_the_runners_format(tmp_path: Path) -
     assert code == 2 and "--agent-allowed-host" in err
 
 
+def test_a_mistyped_choice_names_the_closest_one(tmp_path: Path) -> None:
+    code, _, err = run("logs", str(tmp_path), "--stage", "orcale")
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.endswith("'hack'; did you mean 'oracle'? (see `selfbench-runner logs --help`)")
+    code, _, err = run("verify", str(tmp_path), "--hack-gate", "ful")
+    assert code == 2 and "did you mean 'full'?" in err
+    # Nothing close: the choices alone.
+    code, _, err = run("logs", str(tmp_path), "--stage", "zzz")
+    assert code == 2 and "is not one of" in err and "did you mean" not in err
+
+
 def test_verify_plan_prints_the_plan_without_docker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
