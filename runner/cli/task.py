@@ -76,6 +76,13 @@ def audit_command(task_dir: Path, repo: str | None, as_json: bool) -> int:
             click.echo(f"blocker: {blocker}")
         for hint in result.hints:
             click.echo(f"note: {hint}")
+        # What `audit --json` gives as `coupling`: each held-out test line that names what
+        # only the gold patch brings (a reviewer's first look at a task that leaks its fix).
+        for item in result.coupling:
+            click.echo(
+                f"coupling: {item.kind} {item.name!r}: {item.test_file}:{item.test_line} "
+                f"-> {item.gold_file}:{item.gold_line}"
+            )
         if result.accepted:
             click.echo("audit: accepted")
         else:

@@ -23,7 +23,15 @@ def test_audit_accepted(tmp_path: Path) -> None:
     assert code == 0
     assert out.splitlines() == [
         "demo-task: 1 implementation file(s), 22 changed line(s), 1 test file(s)",
+        # The coupling evidence `audit --json` gives: the held-out test calls what only the
+        # gold brings (the instruction never names it).
+        "coupling: gold-only-name 'shout': tests/test_new.sh:2 -> lib.sh:24",
         "audit: accepted",
+    ]
+    code, out, _ = run("audit", str(task.directory), "--json")
+    assert code == 0
+    assert [(c["kind"], c["name"]) for c in json.loads(out)["coupling"]] == [
+        ("gold-only-name", "shout")
     ]
 
 
