@@ -423,3 +423,41 @@ def test_code_under_test_cannot_rewrite_the_harness_while_it_runs(
     assert (code, graded["reward"]["reward"]) == (1, 0), graded["detail"]
     log = Path(graded["runDir"]) / "grade" / "logs" / "verifier" / "fail_to_pass.log"
     assert "FAIL tests/test_new.sh" in log.read_text()
+
+
+# Reads a pyc's header (PEP 552): the flags word says checked hash (0b11); then tries to write
+# beside it.
+_PYCACHE_PROBE = r"""
+import glob, sys
+pattern = "/opt/selfbench-pycache/**/_pytest/python.*.pyc"
+found = glob.glob(pattern, recursive=True, include_hidden=True)
+assert found, "no pytest module in the trusted cache"
+flags = int.from_bytes(open(found[0], "rb").read(8)[4:8], "little")
+print("flags", flags)
+try:
+    open(found[0] + ".planted", "wb").write(b"x")
+    print("written")
+except PermissionError:
+    print("refused")
+"""
+
+
+def test_python_imports_through_a_trusted_bytecode_cache_no_run_can_write(
+    tmp_path: Path, verify_options: list[str], docker_client: Any
+) -> None:
+    """The verifier image holds its Python modules compiled once (checked-hash .pyc, validated
+    against each source's bytes), root's: the verifier's user reads them and cannot add one."""
+    case = pytest_case(tmp_path)
+    run = run_verify(case.task, [*verify_options, *case.options], tmp_path / "run", *FAST)
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    image = run.report["stages"]["build"]["data"]["images"]["verifier"]["tag"]
+    out = docker_client.containers.run(
+        image,
+        ["packages/textkit/.venv/bin/python", "-c", _PYCACHE_PROBE],
+        user="verifier",
+        working_dir="/app",
+        network_mode="none",
+        remove=True,
+        labels={"org.selfbench.runner": "1", "org.selfbench.run": f"pycache-{tmp_path.name}"},
+    ).decode()
+    assert out.split() == ["flags", "3", "refused"], out
