@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,12 @@ def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard
     if changed_since is not None:
         tasks = _changed_tasks(tasks, changed_since)
     entries = [_matrix_entry(t) for t in tasks]
+    # A fixed task keeps its id (`fix -o tasks/x-r2`): job names, and what the workflow names
+    # after them, must still differ, so a repeated id is named with its directory too.
+    repeated = Counter(e["name"] for e in entries)
+    for entry in entries:
+        if repeated[entry["name"]] > 1:
+            entry["name"] = f"{entry['name']} ({entry['task']})"
     if len(entries) <= shard_size:
         document: dict[str, Any] = {"include": entries}
     else:

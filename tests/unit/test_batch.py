@@ -150,6 +150,16 @@ def test_matrix_finds_tasks_shards_and_follows_changes(tmp_path: Path) -> None:
     assert changed == {"include": [{"task": "tasks/group-1/t3", "name": "task-3"}]}
     bad = run_cli("matrix", "tasks", "--changed-since", "--output=x", cwd=repo)
     assert bad.returncode == 2
+    # A fixed task keeps its id: the two legs are still named apart, by their directories.
+    fixed = repo / "tasks" / "group-1" / "t3-r2"
+    fixed.mkdir()
+    (fixed / "definition.json").write_text(json.dumps({"taskId": "task-3"}))
+    both = json.loads(run_cli("matrix", "tasks/group-1", cwd=repo).stdout)["include"]
+    assert [e["name"] for e in both] == [
+        "task-1",
+        "task-3 (tasks/group-1/t3)",
+        "task-3 (tasks/group-1/t3-r2)",
+    ]
 
 
 @dataclass(frozen=True)
