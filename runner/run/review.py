@@ -208,4 +208,19 @@ def _index_md(index: dict[str, Any]) -> str:
     ]
     if index["omitted"]:
         lines += ["", "Not copied:", *(f"- `{o['path']}`: {o['why']}" for o in index["omitted"])]
+    lines += ["", "## Handing back a fix", "", *HAND_BACK]
     return "\n".join(lines) + "\n"
+
+
+# What index.md tells the reviewer to hand back (docs/orchestrator.md, the verification round).
+HAND_BACK = (
+    "Edit the held-out tests in a work tree of the repository at the task's base commit with",
+    "`test.patch` applied; put only the changed contract fields (those of `environment.json`) in",
+    "`fix/definition.json`, or a whole new test patch in `fix/test.patch`. Then:",
+    "",
+    "    selfbench-runner fix TASK_DIR --tree WORKTREE [--fix fix] -o NEW_TASK_DIR",
+    "",
+    "writes the fixed task (every change outside the held-out tests and the contract is refused,",
+    "named, with nothing written), ready for `selfbench-runner verify NEW_TASK_DIR`. A sidecar",
+    "takes the same fix as a request with `fixOf` naming this verification.",
+)

@@ -417,3 +417,19 @@ def test_the_sidecar_checks_a_fix_against_the_green_verification_it_names(
     lying = request_of(task, id="fix-5", round=2, verify=5, fixOf="green", fixOfTask=crossing.task)
     with pytest.raises(RequestRefusedError, match="fixOfTask is not the task"):
         service.submit(lying, source="http")
+
+
+def test_the_review_index_says_how_to_hand_back_a_fix() -> None:
+    """index.md ends with the hand-back: the `fix` command with options it really has."""
+    import runner.cli.main  # noqa: F401  (registers every command)
+    from runner.cli.common import cli
+    from runner.run.review import _index_md
+
+    index = {"taskId": "t", "runId": "r", "verdict": "accepted", "reason": ""}
+    text = _index_md({**index, "items": [], "omitted": []})
+    assert "## Handing back a fix" in text
+    (command,) = [line.strip() for line in text.splitlines() if "selfbench-runner fix" in line]
+    fix = cli.commands["fix"]
+    options = {name for param in fix.params for name in getattr(param, "opts", [])}
+    for option in ("--tree", "--fix", "-o"):
+        assert option in command and option in options, option
