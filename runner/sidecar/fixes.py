@@ -30,7 +30,12 @@ def task_files(task: TaskPayload) -> dict[str, Any]:
     runner.sidecar.verification writes them the same way)."""
     return {
         DEFINITION_FILE: task.definition,
-        INSTRUCTION_FILE: task.instruction,
+        # Without instruction.md a task's instruction is its prompt (runner.compile.taskdir).
+        INSTRUCTION_FILE: (
+            task.instruction
+            if task.instruction is not None
+            else str(task.definition.get("prompt", ""))
+        ),
         FIX_TEST_PATCH: task.test_patch.encode("utf-8", "surrogatepass"),
         GOLD_FILE: task.gold_patch.encode("utf-8", "surrogatepass"),
     }

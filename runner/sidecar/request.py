@@ -68,7 +68,11 @@ class TaskPayload(_Document):
     definition: dict[str, Any] = Field(
         description="definition.json: the schemaVersion 1 object with its environment contract"
     )
-    instruction: str = Field(description="instruction.md")
+    instruction: str | None = Field(
+        default=None,
+        description="instruction.md; optional, as in a task directory (the definition's prompt "
+        "stands for it)",
+    )
     test_patch: str = Field(description="test.patch (held out from the agent)")
     gold_patch: str = Field(description="gold.patch (the reference solution)")
 

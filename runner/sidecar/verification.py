@@ -19,7 +19,7 @@ from runner.sidecar.answers import Answers
 from runner.sidecar.engineops import EngineOps
 from runner.sidecar.jobs import Job
 from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
-from runner.sidecar.request import JobState, VerificationResponse
+from runner.sidecar.request import JobState, TaskPayload, VerificationResponse
 from runner.sidecar.store import Store
 from runner.supervise.job import VERIFY_CODES, ChildResult, VerifyJob
 from runner.supervise.launcher import Child, Launcher
@@ -29,6 +29,19 @@ POLL_SECONDS = 0.25
 # Temporal worker's caller, final for serve's).
 LOST_SERVER_RUNS = 3
 _STAGE_STATUSES = frozenset({"running", "passed", "failed", "error", "skipped", PROGRESS})
+
+
+def task_directory_files(task: TaskPayload) -> dict[str, str]:
+    """A request's task as the task directory verify loads: instruction.md only when the request
+    has one (else the definition's prompt stands for it, as in an authored task)."""
+    files = {
+        "definition.json": json.dumps(task.definition, indent=2, ensure_ascii=False) + "\n",
+        "test.patch": task.test_patch,
+        "gold.patch": task.gold_patch,
+    }
+    if task.instruction is not None:
+        files["instruction.md"] = task.instruction
+    return files
 
 
 class Verification:
@@ -62,16 +75,9 @@ class Verification:
         task.mkdir(parents=True)
         request = job.request
         write_atomic(archive / "request.json", request.to_json())
-        definition = json.dumps(request.task.definition, indent=2, ensure_ascii=False) + "\n"
         # surrogatepass: text that is not UTF-8 reaches verify as the bytes it stands for, and
         # verify names the file that is not UTF-8 (as it would for an authored task).
-        files = {
-            "definition.json": definition,
-            "instruction.md": request.task.instruction,
-            "test.patch": request.task.test_patch,
-            "gold.patch": request.task.gold_patch,
-        }
-        for name, text in files.items():
+        for name, text in task_directory_files(request.task).items():
             (task / name).write_bytes(text.encode("utf-8", "surrogatepass"))
         return archive
 

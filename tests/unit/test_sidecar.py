@@ -949,3 +949,37 @@ def test_an_early_refusal_reaches_a_client_still_sending(served: Served) -> None
     for _ in range(10):
         refused = httpx.post(post, content=b"x" * (900 * 1024))
         assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+
+
+def test_a_request_may_omit_the_instruction_as_a_task_directory_may(tmp_path: Path) -> None:
+    """Without `task.instruction` the request is valid, its archive has no instruction.md, and
+    verify's loader takes the definition's prompt, as for an authored task; a fix compares the
+    same instruction."""
+    from runner.compile.taskdir import load_authored_task, normalize_instruction
+    from runner.sidecar.fixes import task_files
+    from runner.sidecar.verification import task_directory_files
+    from tests.helpers import bash_task
+
+    authored = bash_task(tmp_path)
+    definition = json.loads((authored.directory / "definition.json").read_text())
+    doc = request_doc()
+    doc["task"] = {
+        "definition": definition,
+        "testPatch": (authored.directory / "test.patch").read_text(),
+        "goldPatch": (authored.directory / "gold.patch").read_text(),
+    }
+    request = VerificationRequest.model_validate(doc)
+    assert request.task.instruction is None
+    files = task_directory_files(request.task)
+    assert "instruction.md" not in files
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    for name, text in files.items():
+        (archive / name).write_text(text)
+    loaded = load_authored_task(archive)
+    assert loaded.instruction == normalize_instruction(definition["prompt"])
+    assert task_files(request.task)["instruction.md"] == definition["prompt"]
+    doc["task"]["instruction"] = "Do it."
+    assert task_directory_files(VerificationRequest.model_validate(doc).task)["instruction.md"] == (
+        "Do it."
+    )
