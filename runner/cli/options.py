@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import difflib
 import functools
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
+import pydantic
 from click.core import ParameterSource
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from runner.base import validation as v
 from runner.model.settings import (
@@ -34,7 +34,7 @@ from runner.model.settings import (
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_SIZE = re.compile(r"^\s*(\d+)\s*([kKmMgGtT]?)(i?[bB])?\s*$")
+_BYTE_SIZE: TypeAdapter[pydantic.ByteSize] = TypeAdapter(pydantic.ByteSize)
 
 
 class Choice(click.Choice):  # type: ignore[type-arg]
@@ -57,11 +57,12 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return int(value)
-        match = _SIZE.match(str(value))
-        if not match:
+        # pydantic's ByteSize: SI and IEC units as they are defined (20MB is 20,000,000 bytes,
+        # 20MiB 20,971,520), a plain number of bytes, a decimal point, any case.
+        try:
+            size = int(_BYTE_SIZE.validate_python(str(value).strip()))
+        except ValidationError:
             self.fail(f"{value!r} is not a size (e.g. 20MB, 512KiB, 1048576)", param, ctx)
-        number, unit = int(match.group(1)), match.group(2).upper()
-        size = number * 1024 ** " KMGT".index(unit or " ")
         if not 64 * 1024 <= size <= 1024**4:
             self.fail("must be between 64KiB and 1TiB", param, ctx)
         return int(size)

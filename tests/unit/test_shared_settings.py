@@ -44,7 +44,7 @@ def test_every_setting_has_its_option_and_reaches_the_command() -> None:
     result = CliRunner().invoke(
         command,
         ["--base-image", "b:1", "--toolchain-source", "uv=registry", "--pids-limit", "99",
-         "--max-log-size", "1MB", "--storage-limit", "watchdog", "--no-hack-gate",
+         "--max-log-size", "1MiB", "--storage-limit", "watchdog", "--no-hack-gate",
          "--keep-going", "--no-hand-caches", "--agent-allowed-host", "h.invalid"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -155,3 +155,21 @@ def test_no_hack_gate_beside_a_settings_document_is_refused() -> None:
     command, _ = _parsing(repeat=1, from_json=True)
     result = CliRunner().invoke(command, ["--settings-json", "{}", "--no-hack-gate"])
     assert result.exit_code == 2 and "drop --no-hack-gate" in result.output
+
+
+def test_sizes_mean_what_their_units_say() -> None:
+    """20MB is 20,000,000 bytes and 20MiB 20,971,520 (pydantic's ByteSize, not a table of our
+    own that once read MB as MiB); out of range or not a size: a usage error."""
+    import click
+
+    from runner.cli.options import ByteSize
+
+    size = ByteSize()
+    assert size.convert("20MB", None, None) == 20_000_000
+    assert size.convert("20MiB", None, None) == 20 * 1024 * 1024
+    assert size.convert("1.5GB", None, None) == 1_500_000_000
+    assert size.convert(" 512 kib ", None, None) == 512 * 1024
+    assert size.convert("1048576", None, None) == 1_048_576
+    for bad in ("20 apples", "-5", "1KB", "2TiB"):
+        with pytest.raises(click.BadParameter):
+            size.convert(bad, None, None)
