@@ -36,7 +36,13 @@ from runner.sidecar.request import (
     VerificationStatus,
 )
 from runner.sidecar.service import SOURCE_HTTP, Service
-from runner.sidecar.transport import BODY_IDLE_SECONDS, AccessLog, Guard, error_json
+from runner.sidecar.transport import (
+    BODY_IDLE_SECONDS,
+    OPEN_PATHS,
+    AccessLog,
+    Guard,
+    error_json,
+)
 
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
 _ID = re.compile(NAME_PATTERN)
@@ -58,6 +64,10 @@ def create_app(
         version=__version__,
         description="Verify SelfBench tasks: compile, audit, build, and the smoke, nop, oracle, "
         "determinism and hack gates. The same requests as the mailbox protocol.",
+        # Swagger UI and ReDoc load their scripts from a public CDN: blank offline. The spec
+        # (/openapi.json) is what a client generator or any OpenAPI viewer reads.
+        docs_url=None,
+        redoc_url=None,
     )
     errors: Responses = {
         422: {
@@ -90,10 +100,31 @@ def create_app(
     _submit_route(app, service, errors)
     _read_routes(app, service, job_or_404, errors)
     _cancel_route(app, service, job_or_404, errors)
-    _service_routes(app, service, metrics)
+    _service_routes(app, service, metrics, {k: v for k, v in errors.items() if k == 401})
+    if token is not None:
+        _declare_bearer(app)
     return AccessLog(
         Guard(app, token=token, max_body=max_body, body_idle_seconds=body_idle_seconds)
     )
+
+
+def _declare_bearer(app: FastAPI) -> None:
+    """The spec says what Guard does: every operation needs the bearer token but the open ones
+    (OPEN_PATHS: a liveness probe, the spec itself)."""
+    made = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = made()  # FastAPI's, made once and kept in app.openapi_schema
+        schema.setdefault("components", {})["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"}
+        }
+        schema["security"] = [{"bearer": []}]
+        for path in OPEN_PATHS:
+            for operation in schema.get("paths", {}).get(path, {}).values():
+                operation["security"] = []
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -296,8 +327,10 @@ def _cancel_route(app: FastAPI, service: Service, job_or_404: Any, errors: Respo
     del cancel
 
 
-def _service_routes(app: FastAPI, service: Service, metrics: Metrics) -> None:
-    """Health and metrics."""
+def _service_routes(
+    app: FastAPI, service: Service, metrics: Metrics, unauthorized: Responses
+) -> None:
+    """Health (open: OPEN_PATHS) and metrics (the token's, `unauthorized` documents it)."""
 
     @app.get("/healthz", response_model=Health, response_model_by_alias=True)
     def health() -> Health:
@@ -314,7 +347,10 @@ def _service_routes(app: FastAPI, service: Service, metrics: Metrics) -> None:
     @app.get(
         "/metrics",
         response_class=Response,
-        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text"}},
+        responses={
+            200: {"content": {"text/plain": {}}, "description": "Prometheus text"},
+            **unauthorized,
+        },
     )
     def prometheus() -> Response:
         """Prometheus text: verifications by verdict, stage durations, queue depth, reuse."""

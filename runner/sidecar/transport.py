@@ -83,6 +83,15 @@ class AccessLog:
         await self.app(scope, receive, answered)
 
 
+# Read without the token (GET or HEAD): a liveness or readiness probe (a kubelet's carries no
+# secret) and the API's own description; nothing about a verification.
+OPEN_PATHS = ("/healthz", "/openapi.json")
+
+
+def _open(scope: Scope) -> bool:
+    return scope.get("method") in ("GET", "HEAD") and scope.get("path") in OPEN_PATHS
+
+
 class Guard:
     """Pure ASGI middleware in front of everything: the bearer token, then the body.
 
@@ -112,7 +121,7 @@ class Guard:
         headers = dict(raw_headers)
         lengths = {v.strip() for k, v in raw_headers if k == b"content-length"}
         chunked = b"transfer-encoding" in headers
-        if not self._authorized(headers):
+        if not self._authorized(headers) and not _open(scope):
             await self._linger(receive, lengths, chunked=chunked)
             response = error_json(
                 401,

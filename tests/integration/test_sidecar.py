@@ -218,8 +218,10 @@ def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
         f"{sidecar.url}/v1/verifications", json=changed, timeout=30, headers=sidecar.headers
     )
     assert posted.status_code == 202
-    # The token is the state directory's, which no other local user can read.
-    assert httpx.get(f"{sidecar.url}/healthz").status_code == 401
+    # The token is the state directory's, which no other local user can read; a verification
+    # is read with it only (the liveness probe and the spec are open).
+    assert httpx.get(f"{sidecar.url}/v1/verifications/h1").status_code == 401
+    assert httpx.get(f"{sidecar.url}/healthz").status_code == 200
     assert (sidecar.state / "token").stat().st_mode & 0o777 == 0o600
     assert sidecar.state.stat().st_mode & 0o777 == 0o700
     seen: list[tuple[str, str]] = []

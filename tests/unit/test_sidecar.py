@@ -983,3 +983,22 @@ def test_a_request_may_omit_the_instruction_as_a_task_directory_may(tmp_path: Pa
     assert task_directory_files(VerificationRequest.model_validate(doc).task)["instruction.md"] == (
         "Do it."
     )
+
+
+def test_a_probe_and_the_spec_need_no_token_and_the_spec_says_what_does(served: Served) -> None:
+    """A kubelet's probe carries no secret: /healthz answers without the token, and so does the
+    spec, which declares the bearer scheme every other operation needs. No page loads its
+    scripts from a CDN (it was blank offline)."""
+    assert httpx.get(f"{served.url}/healthz").status_code == 200
+    assert httpx.head(f"{served.url}/healthz").status_code in (200, 405)
+    spec = httpx.get(f"{served.url}/openapi.json").json()
+    assert spec["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
+    assert spec["security"] == [{"bearer": []}]
+    assert spec["paths"]["/healthz"]["get"]["security"] == []
+    assert "security" not in spec["paths"]["/v1/verifications"]["post"]
+    for closed in ("/metrics", "/v1/verifications/nobody"):
+        refused = httpx.get(f"{served.url}{closed}")
+        assert refused.status_code == 401, closed
+    assert httpx.post(f"{served.url}/healthz").status_code == 401  # only reads are open
+    for page in ("/docs", "/redoc"):
+        assert httpx.get(f"{served.url}{page}", headers=AUTH).status_code == 404
