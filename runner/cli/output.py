@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.base.errors import Problem
+from runner.model.stages import STAGE_NAMES
 
 if TYPE_CHECKING:  # the report's models and rich load only when a run has something to show
     from runner.model.evidence import EvidenceSummary
@@ -79,7 +80,10 @@ class _Board:
 
         table = Table.grid(padding=(0, 1))
         now = time.monotonic()
-        for name, row in self.rows.items():
+        # In the pipeline's order, as the final table: gates start beside each other, and a
+        # row that moved when another started was hard to follow.
+        order = {name: index for index, name in enumerate(STAGE_NAMES)}
+        for name, row in sorted(self.rows.items(), key=lambda item: order.get(item[0], 99)):
             style = STATUS_STYLE.get(row.status, "cyan")
             elapsed = (row.ended or now) - row.started
             table.add_row(

@@ -165,3 +165,16 @@ def test_the_terminal_board_shows_each_stage_its_clock_and_what_it_does() -> Non
     assert lines[1].split()[:2] == ["nop", "running"]
     assert lines[1].rstrip().endswith("fail_to_pass: 2 failed")
     assert " s " in lines[1]
+    # Rows in the pipeline's order, as the final table, whichever started first.
+    board.event("hack", "running", "")
+    board.event("oracle", "running", "")
+    board.event("smoke", "passed", "ok")
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(board)
+    assert [line.split()[0] for line in out.getvalue().splitlines()] == [
+        "build",
+        "smoke",
+        "nop",
+        "oracle",
+        "hack",
+    ]
