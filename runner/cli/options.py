@@ -65,7 +65,7 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]
             self.fail(f"{value!r} is not a size (e.g. 20MB, 512KiB, 1048576)", param, ctx)
         if not 64 * 1024 <= size <= 1024**4:
             self.fail("must be between 64KiB and 1TiB", param, ctx)
-        return int(size)
+        return size
 
 
 TASK_DIR = click.argument("task_dir", type=click.Path(path_type=Path))

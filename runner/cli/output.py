@@ -52,6 +52,9 @@ class _Row:
     status: str = "running"
 
 
+_STAGE_ORDER = {name: index for index, name in enumerate(STAGE_NAMES)}
+
+
 class _Board:
     """The live view of a run on a terminal: one row per stage (its status, its elapsed time,
     what it is doing now), redrawn twice a second, so a stage whose tests take minutes still
@@ -82,8 +85,8 @@ class _Board:
         now = time.monotonic()
         # In the pipeline's order, as the final table: gates start beside each other, and a
         # row that moved when another started was hard to follow.
-        order = {name: index for index, name in enumerate(STAGE_NAMES)}
-        for name, row in sorted(self.rows.items(), key=lambda item: order.get(item[0], 99)):
+        rows = sorted(self.rows.items(), key=lambda item: _STAGE_ORDER.get(item[0], 99))
+        for name, row in rows:
             style = STATUS_STYLE.get(row.status, "cyan")
             elapsed = (row.ended or now) - row.started
             table.add_row(

@@ -69,19 +69,26 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
+    # Every operation but OPEN_PATHS's answers 401 without the token (when there is one).
+    unauthorized: Responses = (
+        {
+            401: {
+                "model": ErrorEnvelope,
+                "description": "Token missing or wrong",
+                "content": JSON_ERROR,
+            }
+        }
+        if token is not None
+        else {}
+    )
     errors: Responses = {
         422: {
             "model": ErrorEnvelope,
             "description": "The request is not valid",
             "content": JSON_ERROR,
         },
+        **unauthorized,
     }
-    if token is not None:
-        errors[401] = {
-            "model": ErrorEnvelope,
-            "description": "Token missing or wrong",
-            "content": JSON_ERROR,
-        }
 
     def job_or_404(
         verification_id: Annotated[str, PathParam(max_length=256)],
@@ -100,7 +107,7 @@ def create_app(
     _submit_route(app, service, errors)
     _read_routes(app, service, job_or_404, errors)
     _cancel_route(app, service, job_or_404, errors)
-    _service_routes(app, service, metrics, {k: v for k, v in errors.items() if k == 401})
+    _service_routes(app, service, metrics, unauthorized)
     if token is not None:
         _declare_bearer(app)
     return AccessLog(

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runner.base.safeio import write_atomic
+from runner.compile.taskdir import DEFINITION, GOLD_PATCH, INSTRUCTION, TEST_PATCH
 from runner.model.layout import REPORT_FILE
 from runner.model.settings import SharedSettings, child_environment
 from runner.model.stages import STAGE_NAMES
@@ -35,12 +36,12 @@ def task_directory_files(task: TaskPayload) -> dict[str, str]:
     """A request's task as the task directory verify loads: instruction.md only when the request
     has one (else the definition's prompt stands for it, as in an authored task)."""
     files = {
-        "definition.json": json.dumps(task.definition, indent=2, ensure_ascii=False) + "\n",
-        "test.patch": task.test_patch,
-        "gold.patch": task.gold_patch,
+        DEFINITION: json.dumps(task.definition, indent=2, ensure_ascii=False) + "\n",
+        TEST_PATCH: task.test_patch,
+        GOLD_PATCH: task.gold_patch,
     }
     if task.instruction is not None:
-        files["instruction.md"] = task.instruction
+        files[INSTRUCTION] = task.instruction
     return files
 
 
