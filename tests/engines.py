@@ -178,15 +178,17 @@ def private_engine(
                         + (root / "dockerd.log").read_text()[-2000:]
                     ) from None
                 time.sleep(0.5)
-        for image_ref in images:
-            saved = subprocess.Popen(["docker", "save", image_ref], stdout=subprocess.PIPE)
+        if images:
+            # One stream: the layers the images share are sent and stored once.
+            saved = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE)
             subprocess.run(
                 ["docker", "-H", engine.url, "load", "-q"],
                 stdin=saved.stdout,
                 check=True,
                 capture_output=True,
             )
-            saved.wait()
+            if saved.wait() != 0:
+                raise RuntimeError(f"docker save {' '.join(images)} failed")
         yield engine
     finally:
         if process is not None and process.poll() is None:

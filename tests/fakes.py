@@ -99,6 +99,7 @@ class Script:
     build_fails: str | None = None  # the kind whose build fails (task at fault)
     service_states: dict[str, list[str]] = field(default_factory=dict)  # health, in turn
     create_raises: dict[str, BaseException] = field(default_factory=dict)  # by container role/gate
+    said: dict[str, str] = field(default_factory=dict)  # what a `<gate>/<step>` prints, its log's
 
     def action(self, gate: str, step: str) -> Action:
         if f"{gate}/{step}" in self.actions:
@@ -158,6 +159,7 @@ class FakeContainer:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a") as handle:
             handle.write(f"ran {' '.join(step.argv)}\n")
+            handle.write(self.engine.script.said.get(f"{gate}/{step.name}", ""))
         return outcome
 
     def connect(self, network: str) -> None:

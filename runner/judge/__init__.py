@@ -54,6 +54,7 @@ from runner.judge.trials import (
     judge_determinism,
     judge_selectors,
     judge_trial,
+    network_sign,
     tests_failed,
 )
 from runner.judge.verdict import (
@@ -97,6 +98,7 @@ __all__ = [
     "judge_trial",
     "limit_notes",
     "limits_data",
+    "network_sign",
     "passed",
     "passing_canaries",
     "probe_outcome",

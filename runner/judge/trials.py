@@ -3,6 +3,7 @@ the determinism gate."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -100,6 +101,32 @@ def tests_failed(gate: Gate, reward: Reward) -> bool:
     if gate is Gate.NOP:
         return reward.pass_to_pass != 1
     return reward.fail_to_pass != 1 or reward.pass_to_pass != 1
+
+
+# What a process prints when it reached for the network in a container that has none (only
+# loopback): the C library's resolver errors and the kernel's ENETUNREACH as each ecosystem words
+# them (glibc, Python's gaierror and urllib3, Node's getaddrinfo codes and undici's "fetch
+# failed", Go's "dial tcp", curl and git, Rust's hyper and std, Java). A red nop or oracle is run
+# again with the network on only when its log shows one of these: without such a sign the re-run
+# cost as much as the gate itself (a real vitest task's red nop: 25 s against 9 s, measured) and
+# told nothing.
+NETWORK_SIGNS = re.compile(
+    r"temporary failure in name resolution|name or service not known"
+    r"|no address associated with hostname|nodename nor servname"
+    r"|network is unreachable|network unreachable|no route to host"
+    r"|\b(?:EAI_AGAIN|ENOTFOUND|ENETUNREACH|EHOSTUNREACH)\b|getaddrinfo|gaierror"
+    r"|could(?: not|n't) resolve|failed to resolve|failed to lookup address|dns error"
+    r"|\bdial (?:tcp|udp)\b|lookup \S+ on \S+:53|fetch failed|failed to establish a new connection"
+    r"|urlopen error|UnknownHostException",
+    re.IGNORECASE,
+)
+
+
+def network_sign(log: str) -> str | None:
+    """The first words in a test log that say a process reached for a network it did not have
+    (None: no sign of it), the reason a red gate is run again with the network on."""
+    found = NETWORK_SIGNS.search(log)
+    return found.group(0) if found else None
 
 
 @dataclass(frozen=True, kw_only=True)

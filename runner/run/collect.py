@@ -170,6 +170,18 @@ def last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
+def log_text(path: Path, size: int = 32 * 1024 * 1024) -> str:
+    """A log the runner wrote (capped at the run's max log bytes, its head and tail), as text:
+    at most its last `size` bytes; empty when it cannot be read."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, 2)
+            handle.seek(max(0, handle.tell() - size))
+            return handle.read(size).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def tail_lines(path: Path, size: int = 64 * 1024) -> list[str]:
     try:
         with path.open("rb") as handle:

@@ -26,6 +26,7 @@ from runner.plan.runtime import (
     Container,
 )
 from runner.plan.types import TrialPlan
+from runner.run.collect import log_text
 from runner.run.handoff import hand_off
 from runner.run.probe import ProbeRunner
 from runner.run.sides import Sides, adopt_apart, trial_apart
@@ -176,7 +177,7 @@ class TrialRunner:
             and evidence.reward is not None
             and judge.tests_failed(trial.gate.kind, evidence.reward)
         ):
-            self._online(trial, stage, data, evidence.patch)
+            self._online(trial, stage, data, evidence)
 
     def _prediction_key(self, trial: TrialPlan) -> str | None:
         """What makes the agent side's patch: the agent image (its tag, a digest of its build
@@ -337,10 +338,14 @@ class TrialRunner:
         run.test, run.evidence = plain.test, plain.evidence
         self.sides.judge_trial(trial, stage, data, run)
 
-    def _online(self, trial: TrialPlan, stage: StageResult, data: GateData, patch: bytes) -> None:
-        """The red gate's run again with the internet on: a test that fails only because the
-        network is off is said to be one (the task must then declare testsNetwork: public)."""
-        assert trial.online_verifier is not None
+    def _online(self, trial: TrialPlan, stage: StageResult, data: GateData, red: TrialRun) -> None:
+        """The red gate's run again with the internet on when its log shows a process reaching
+        for it: a test that fails only for that is said to (declare testsNetwork: public)."""
+        assert trial.online_verifier is not None and red.patch is not None
+        sign = judge.network_sign(log_text(red.verifier_log))
+        log.info("%s is red; a sign of the network in its log: %s", trial.gate, sign or "none")
+        if sign is None:
+            return
         online = trial.model_copy(
             update={
                 "gate": f"{trial.gate}/online",
@@ -350,7 +355,7 @@ class TrialRunner:
                 "online_services": None,
             }
         )
-        run = self.sides.verify_patch(online, patch)
+        run = self.sides.verify_patch(online, red.patch)
         stage.logs.append(str(run.verifier_log))
         passed = run.reward is not None and judge.evaluate_gate(trial.gate.kind, run.reward)[0]
         data.passes_online = passed

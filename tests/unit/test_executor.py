@@ -605,6 +605,11 @@ def test_a_perturbed_run_that_fails_is_retried_per_dimension(tmp_path: Path) -> 
     )
 
 
+def online_runs(engine: FakeEngine) -> int:
+    """The containers made with the network on (the red gate's run again online)."""
+    return sum(e.startswith("network of ") and e.endswith(": bridge") for e in engine.events)
+
+
 def test_a_red_oracle_is_retried_online_to_tell_a_test_that_needs_the_network(
     tmp_path: Path,
 ) -> None:
@@ -614,23 +619,36 @@ def test_a_red_oracle_is_retried_online_to_tell_a_test_that_needs_the_network(
         online = container.plan.network == "bridge"
         return writes_reward(ORACLE_REWARD if online else NOP_REWARD)(container, step)
 
-    engine = FakeEngine(Script(actions={"oracle/verifier": online_only}))
+    # What a test that downloads prints with the network off (urllib3 2, glibc's resolver).
+    said = {
+        "oracle/verifier": "requests.exceptions.ConnectionError: Failed to resolve 'example.org' "
+        "([Errno -3] Temporary failure in name resolution)\n"
+    }
+    engine = FakeEngine(Script(actions={"oracle/verifier": online_only}, said=said))
     report = run(tmp_path, engine).report
     oracle = report.stages.oracle
     assert oracle.status is Status.FAILED
     assert oracle.data.passes_online is True
+    assert online_runs(engine) == 1
     assert oracle.detail.startswith("fail-to-pass tests still fail with the gold patch")
     assert (
         "the tests ran with the network off, and pass with it on: they need the network "
         '(declare environment.testsNetwork: "public")' in oracle.detail
     )
     # A red that is not the network's stays as it was, said to fail online too.
-    engine = FakeEngine(Script(actions={"oracle/verifier": writes_reward(NOP_REWARD)}))
+    engine = FakeEngine(Script(actions={"oracle/verifier": writes_reward(NOP_REWARD)}, said=said))
     report = run(tmp_path / "again", engine).report
     assert report.stages.oracle.data.passes_online is False
     assert "network" not in report.stages.oracle.detail
     # nop: only a red pass-to-pass is the tests'; nop's other reds are not retried.
     assert report.stages.nop.data.passes_online is None
+    # A red whose log shows no process reaching for the network is not run again online: that
+    # run would cost as much as the gate and tell nothing.
+    engine = FakeEngine(Script(actions={"oracle/verifier": online_only}))
+    report = run(tmp_path / "quiet", engine).report
+    assert report.stages.oracle.status is Status.FAILED
+    assert report.stages.oracle.data.passes_online is None
+    assert online_runs(engine) == 0
 
 
 def test_repeat_zero_turns_the_probe_off(tmp_path: Path) -> None:

@@ -873,3 +873,40 @@ def test_a_proved_exploit_says_for_which_runner_and_version_and_counts_as_no_rew
         "3 exploit(s) earned no reward (2 proved for this task's runner by this runner version, "
         "1 decided on this task)"
     )
+
+
+@pytest.mark.parametrize(
+    ("log", "sign"),
+    [
+        # glibc's resolver, as Python, Rust's std and uv word it
+        (
+            "E   socket.gaierror: [Errno -3] Temporary failure in name resolution",
+            "gaierror",
+        ),
+        (
+            "Failed to resolve 'files.example.org' ([Errno -2] Name or service not known)",
+            "Failed to resolve",
+        ),
+        ("error: failed to lookup address information: Try again", "failed to lookup address"),
+        # Node: getaddrinfo's codes; undici's fetch hides its cause
+        ("Error: getaddrinfo EAI_AGAIN registry.example.org", "getaddrinfo"),
+        ("npm error code ENOTFOUND", "ENOTFOUND"),
+        ("    TypeError: fetch failed", "fetch failed"),
+        # Go's net package
+        ('Get "https://example.org/x": dial tcp: lookup example.org on 10.0.0.2:53', "dial tcp"),
+        # the kernel's ENETUNREACH, a connect to an address
+        ("OSError: [Errno 101] Network is unreachable", "Network is unreachable"),
+        ("curl: (6) Could not resolve host: example.org", "Could not resolve"),
+        ("fatal: unable to access 'https://x/': Couldn't resolve host 'x'", "Couldn't resolve"),
+        ("java.net.UnknownHostException: example.org", "UnknownHostException"),
+        # no sign: a plain failure, a local service that refused, words that only look alike
+        ("AssertionError: assert 5 == 6", None),
+        ("Error: connect ECONNREFUSED 127.0.0.1:5432", None),
+        ("FAIL tests/network.test.js > resolves the route table", None),
+    ],
+)
+def test_a_red_gate_goes_online_only_on_a_sign_of_the_network_in_its_log(
+    log: str, sign: str | None
+) -> None:
+    found = gates.network_sign(f"selfbench: running fail_to_pass: make test\n{log}\n")
+    assert found == sign
