@@ -41,7 +41,10 @@ def answers(run_report: dict[str, object]) -> str:
 
 def test_go_bun_uv_from_registries(tmp_path: Path, verify_options: list[str]) -> None:
     task = bash_task(tmp_path, name="go-bun-uv", toolchains=["go", "bun", "uv"])
-    run = run_verify(task.directory, [*verify_options, *REGISTRY], tmp_path / "run")
+    # The toolchains are the subject (smoke's answers): no hack gate.
+    run = run_verify(
+        task.directory, [*verify_options, *REGISTRY], tmp_path / "run", "--no-hack-gate"
+    )
     assert run.code == 0, run.stderr
     smoke = answers(run.report)
     assert "go version go1.25.0 linux/" in smoke
@@ -207,7 +210,7 @@ def mirrored_run(
             "--toolchain-source",
             f"{item.split('=')[0]}=upstream",
         ]
-    return run_verify(task.directory, options, tmp_path / "run")
+    return run_verify(task.directory, options, tmp_path / "run", "--no-hack-gate")
 
 
 FAKE_RUSTUP = (
@@ -339,7 +342,7 @@ def _prepare_then_verify(tmp_path: Path, verify_options: list[str]) -> None:
     assert prepared.stdout.strip().startswith("selfbench/toolchains:")
     assert "built: uv, go" in prepared.stderr
     task = bash_task(tmp_path, name="after-prepare", toolchains=["go", "uv"])
-    run = run_verify(task.directory, options, tmp_path / "run")
+    run = run_verify(task.directory, options, tmp_path / "run", "--no-hack-gate")
     assert run.code == 0, run.stderr[-3000:]
     log = (tmp_path / "run" / "build" / "agent.log").read_text().splitlines()
     for toolchain in ("uv", "go"):
