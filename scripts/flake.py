@@ -1,11 +1,12 @@
-"""Flake check: run chosen tests N times each, two at a time as CI runs them, and report each
+"""Flake check: run chosen tests N times each, as many at a time as CI runs them, and report each
 test whose outcome was not the same passing one every time.
 
 Each copy of a test is a separate pytest item (pytest-repeat's `--count`), handed out by
-pytest-xdist to two workers, so every run of a test shares the machine and the engine with
-another test, as in CI's main pass. A test passes the check when all its runs passed; one
-that failed some runs is "unstable", one that failed or skipped every run "failing" or
-"skipped". Exit 0 when every chosen test is stable and passing, 1 otherwise, 2 on bad usage.
+pytest-xdist to the workers CI's main pass has (`make flake` passes the Makefile's WORKERS),
+so every run of a test shares the machine and the engine with others, as in that pass. A test
+passes the check when all its runs passed; one that failed some runs is "unstable", one that
+failed or skipped every run "failing" or "skipped". Exit 0 when every chosen test is stable
+and passing, 1 otherwise, 2 on bad usage.
 
 Usage: python scripts/flake.py [--count N] [--workers W] [pytest selection and options...]
   e.g. python scripts/flake.py --count 5 tests/integration/test_real_projects.py -k node
@@ -79,7 +80,7 @@ def read_report(xml: Path) -> dict[str, Runs]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=5, help="runs of each test (default 5)")
-    parser.add_argument("--workers", type=int, default=2, help="tests at a time (default 2)")
+    parser.add_argument("--workers", type=int, default=3, help="tests at a time (default 3)")
     options, selection = parser.parse_known_args(argv)
     if options.count < 2 or options.workers < 1:
         parser.error("--count must be at least 2 and --workers at least 1")
