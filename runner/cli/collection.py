@@ -69,10 +69,20 @@ def _matrix_entry(task: Path) -> dict[str, str]:
     show_default=True,
     help="Entries per matrix.",
 )
-def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard_size: int) -> int:
+@click.option(
+    "--legs",
+    type=click.IntRange(1, MATRIX_LIMIT),
+    help="At most this many legs, however many tasks: more tasks share legs (in order), and "
+    "each leg's `tasks` holds its task directories one per line. Prints "
+    '{"include": [{"task", "tasks", "name"}, ...], "count": N} (N: the tasks).',
+)
+def matrix_command(
+    task_dirs: tuple[Path, ...], changed_since: str | None, shard_size: int, legs: int | None
+) -> int:
     """Print a GitHub Actions matrix for fromJSON(): {"include": [{"task", "name"}, ...]}. More
-    tasks than --shard-size: {"shards": [matrix, ...], "count": N}. TASK_DIRs may be parents:
-    every directory below holding a definition.json is a task."""
+    tasks than --shard-size: {"shards": [matrix, ...], "count": N}; with --legs, one matrix
+    whatever the count. TASK_DIRs may be parents: every directory below holding a
+    definition.json is a task."""
     tasks = _find_tasks(list(task_dirs) or [Path(".")])
     if changed_since is not None:
         tasks = _changed_tasks(tasks, changed_since)
@@ -83,8 +93,11 @@ def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard
     for entry in entries:
         if repeated[entry["name"]] > 1:
             entry["name"] = f"{entry['name']} ({entry['task']})"
-    if len(entries) <= shard_size:
-        document: dict[str, Any] = {"include": entries}
+    document: dict[str, Any]
+    if legs is not None:
+        document = {"include": matrix_legs(entries, legs), "count": len(entries)}
+    elif len(entries) <= shard_size:
+        document = {"include": entries}
     else:
         shards = [
             {"include": entries[i : i + shard_size]} for i in range(0, len(entries), shard_size)
@@ -92,6 +105,28 @@ def matrix_command(task_dirs: tuple[Path, ...], changed_since: str | None, shard
         document = {"shards": shards, "count": len(entries)}
     click.echo(json.dumps(document, separators=(",", ":")))
     return 0
+
+
+def matrix_legs(entries: list[dict[str, str]], legs: int) -> list[dict[str, str]]:
+    """The entries spread over at most `legs` legs, in order, as evenly as they go (300 tasks on
+    256 legs: 44 legs of two, then 212 of one). A leg names its first task, and how many more it
+    verifies."""
+    count = min(legs, len(entries))
+    out: list[dict[str, str]] = []
+    start = 0
+    for index in range(count):
+        size = len(entries) // count + (1 if index < len(entries) % count else 0)
+        part = entries[start : start + size]
+        start += size
+        more = f" (+{len(part) - 1} more)" if len(part) > 1 else ""
+        out.append(
+            {
+                "task": part[0]["task"],
+                "tasks": "\n".join(e["task"] for e in part),
+                "name": part[0]["name"] + more,
+            }
+        )
+    return out
 
 
 # ---- gc ----------------------------------------------------------------------------------

@@ -146,6 +146,15 @@ def test_matrix_finds_tasks_shards_and_follows_changes(tmp_path: Path) -> None:
     assert [e["name"] for e in listed["include"]] == [f"task-{i}" for i in (0, 2, 4, 1, 3)]
     sharded = json.loads(run_cli("matrix", "tasks", "--shard-size", "2", cwd=repo).stdout)
     assert sharded["count"] == 5 and [len(s["include"]) for s in sharded["shards"]] == [2, 2, 1]
+    # --legs: one matrix whatever the count, legs sharing tasks in order past the limit.
+    legs = json.loads(run_cli("matrix", "tasks", "--legs", "2", cwd=repo).stdout)
+    assert legs["count"] == 5
+    assert [(leg["name"], leg["tasks"].splitlines()) for leg in legs["include"]] == [
+        ("task-0 (+2 more)", ["tasks/group-0/t0", "tasks/group-0/t2", "tasks/group-0/t4"]),
+        ("task-1 (+1 more)", ["tasks/group-1/t1", "tasks/group-1/t3"]),
+    ]
+    one_each = json.loads(run_cli("matrix", "tasks", "--legs", "256", cwd=repo).stdout)
+    assert [leg["tasks"] for leg in one_each["include"]] == [e["task"] for e in listed["include"]]
     changed = json.loads(run_cli("matrix", "tasks", "--changed-since", base, cwd=repo).stdout)
     assert changed == {"include": [{"task": "tasks/group-1/t3", "name": "task-3"}]}
     bad = run_cli("matrix", "tasks", "--changed-since", "--output=x", cwd=repo)
