@@ -27,6 +27,8 @@ def evaluate_gate(
     reward: Reward,
     details: VerifierDetails | None = None,
     problems: Mapping[str, str] | None = None,
+    *,
+    pass_to_pass: bool = True,
 ) -> tuple[bool, str]:
     """The seeds' pass criteria, with one sentence saying why. A run that exited 0 and still did
     not pass failed a rule of the verifier's evidence, and says so with that rule (`problems`:
@@ -57,6 +59,8 @@ def evaluate_gate(
                 "pass-to-pass tests fail on the base snapshot",
             )
         code = f" (exit {f2p_exit})" if f2p_exit is not None else ""
+        if not pass_to_pass:
+            return True, f"fail-to-pass fails{code} on the base (the task selects no pass-to-pass)"
         return True, f"fail-to-pass fails{code} and pass-to-pass passes on the base"
     if gate is Gate.ORACLE:
         if reward.patch_applied != 1:
@@ -79,6 +83,10 @@ def evaluate_gate(
                 p2p_exit,
                 "with the gold patch",
                 "pass-to-pass tests fail with the gold patch",
+            )
+        if not pass_to_pass:
+            return True, (
+                "the gold patch applies and fail-to-pass passes (the task selects no pass-to-pass)"
             )
         return True, "the gold patch applies and every selected test passes"
     if reward.deterministic != 1:
@@ -152,6 +160,8 @@ class TrialEvidence:
     last_lines: Mapping[str, str] = field(default_factory=dict)
     # The first problem the per-test evidence found in each run (a red gate says it first).
     problems: Mapping[str, str] = field(default_factory=dict)
+    # False: the task selects no pass-to-pass test (its run was judged as "none").
+    pass_to_pass: bool = True
 
 
 def _quote(
@@ -219,7 +229,9 @@ def judge_trial(evidence: TrialEvidence) -> Judgement:
         return errored(
             f"the verifier wrote no reward.json (exit {e.test.exit_code}); see {e.verifier_log}"
         )
-    ok, detail = evaluate_gate(e.gate.kind, e.reward, e.details, e.problems)
+    ok, detail = evaluate_gate(
+        e.gate.kind, e.reward, e.details, e.problems, pass_to_pass=e.pass_to_pass
+    )
     if not ok:
         detail += _quote(e.reward, e.gate.kind, e.last_lines, e.problems)
     detail = with_limit_notes(detail, e.limits, **notes)

@@ -358,6 +358,12 @@ class VerifierEvidence:
         return {name: p for name in (*RUN_NAMES, CANARY_RUN) if (p := self.problem(name))}
 
     @property
+    def selects_pass_to_pass(self) -> bool:
+        """False when the task selects no pass-to-pass test: its run was judged as "none"."""
+        run = self.runs.get("pass_to_pass")
+        return run is None or run.mode != "none"
+
+    @property
     def undone(self) -> list[PolicyChange]:
         return [c for c in self.policy if c.verdict != "keep"]
 

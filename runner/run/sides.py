@@ -317,6 +317,7 @@ class Sides:
                 verifier_log=str(run.verifier_log),
                 last_lines=run.evidence.last_lines,
                 problems=run.evidence.problems,
+                pass_to_pass=run.evidence.selects_pass_to_pass,
             )
         )
         evidence = run.evidence

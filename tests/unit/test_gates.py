@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -138,6 +138,18 @@ def test_gate_criteria(
     gate: str, got: Reward, extra: dict[str, int], ok: bool, detail: str
 ) -> None:
     assert evaluate_gate(Gate(gate), got, details(**extra)) == (ok, detail)
+
+
+def test_a_task_without_pass_to_pass_is_not_said_to_pass_it() -> None:
+    """An empty passToPass selects nothing: nop and the oracle say so, not that it passed."""
+    assert evaluate_gate(Gate.NOP, NOP_OK, details(), pass_to_pass=False) == (
+        True,
+        "fail-to-pass fails (exit 1) on the base (the task selects no pass-to-pass)",
+    )
+    assert evaluate_gate(Gate.ORACLE, ORACLE_OK, details(), pass_to_pass=False) == (
+        True,
+        "the gold patch applies and fail-to-pass passes (the task selects no pass-to-pass)",
+    )
 
 
 def test_gate_without_details_says_no_exit_code() -> None:
@@ -910,3 +922,15 @@ def test_a_red_gate_goes_online_only_on_a_sign_of_the_network_in_its_log(
 ) -> None:
     found = gates.network_sign(f"selfbench: running fail_to_pass: make test\n{log}\n")
     assert found == sign
+
+
+def test_the_evidence_says_when_no_pass_to_pass_was_selected() -> None:
+    from runner.model.evidence import RunEvidence, VerifierEvidence
+
+    def p2p(mode: Literal["per-test", "exit-code", "none"]) -> VerifierEvidence:
+        run = RunEvidence(name="pass_to_pass", kind="p2p", exit_code=0, mode=mode, passed=True)
+        return VerifierEvidence(runs={"pass_to_pass": run})
+
+    assert p2p("none").selects_pass_to_pass is False
+    assert p2p("exit-code").selects_pass_to_pass is True
+    assert VerifierEvidence().selects_pass_to_pass is True  # no evidence: the old words
