@@ -99,9 +99,9 @@ class _Board:
 
 
 class Output:
-    """Progress and summaries on stderr. Called from several threads while gates run
-    concurrently, so each line is written whole. `live`: on a terminal, a board redrawn in
-    place (_Board) instead of a line per change."""
+    """Progress on stderr, and the summary (on stdout when it is the command's result). Called
+    from several threads while gates run concurrently, so each line is written whole. `live`: on
+    a terminal, a board redrawn in place (_Board) instead of a line per change."""
 
     def __init__(self, *, quiet: bool = False, live: bool = False) -> None:
         self.quiet = quiet
@@ -172,27 +172,33 @@ class Output:
             print("::endgroup::", file=self.file, flush=True)
             self._group = None
 
-    def summary(self, report: Report) -> None:
+    def summary(self, report: Report, *, result: bool = False) -> None:
+        """The run's summary: on stdout when it is the command's result (no --json there), else
+        on stderr with the progress."""
         self.close()
         with self._lock:
             self._end_group()
-        if self.terminal:
-            self._rich_summary(report)
+        out = sys.stdout if result else self.file
+        if out.isatty():
+            self._rich_summary(report, out)
         else:
             for line in summary_lines(report):
-                print(line, file=self.file)
+                print(line, file=out)
         if self.github:
             self._github(report)
 
-    def grade_summary(self, report: GradeReport) -> None:
+    def grade_summary(self, report: GradeReport, *, result: bool = False) -> None:
         with self._lock:
             self._end_group()
         for line in grade_lines(report):
-            print(line, file=self.file)
+            print(line, file=sys.stdout if result else self.file)
 
-    def _rich_summary(self, report: Report) -> None:
+    def _rich_summary(self, report: Report, out: Any) -> None:
+        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
+
+        console = self.console if out is self.file else Console(file=out, highlight=False)
 
         table = Table(
             title=f"{report.task_id or '?'}: {report.verdict.value}",
@@ -209,11 +215,11 @@ class Output:
                 f"{stage.seconds:.1f}",
                 escape(stage.detail),
             )
-        self.console.print(table)
+        console.print(table)
         for error in report.errors:
-            self.console.print(f"[red]error[/]: {escape(_problem_line(error))}")
+            console.print(f"[red]error[/]: {escape(_problem_line(error))}")
         if report.run_dir:
-            self.console.print(f"logs and report: {report.run_dir}")
+            console.print(f"logs and report: {report.run_dir}")
 
     def _github(self, report: Report) -> None:
         if report.verdict.value != "accepted":

@@ -186,7 +186,7 @@ def _print_report(
     if as_json:
         click.echo(report.to_json(), nl=False)
     if not quiet or not as_json:
-        output.summary(report)
+        output.summary(report, result=not as_json)
     for kept in report.kept:
         click.echo(f"kept {kept.label} ({kept.name}): {kept.enter}", err=True)
     if report.kept:
@@ -298,5 +298,5 @@ def grade_command(
     if as_json:
         click.echo(report.to_json(), nl=False)
     if not quiet or not as_json:
-        output.grade_summary(report)
+        output.grade_summary(report, result=not as_json)
     return int(report.exit_code)

@@ -148,3 +148,24 @@ def test_an_internal_error_lands_on_the_first_stage_that_never_ran() -> None:
     assert report.stages.smoke.status is Status.ERROR
     assert report.stages.smoke.detail.startswith("internal error: KeyError")
     assert report.stages.nop.detail == "not run"
+
+
+def test_the_summary_is_the_result_on_stdout_unless_json_is(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --json the summary is what `verify` answers (stdout, as for every command);
+    with --json stdout holds the JSON alone and the summary goes with the progress."""
+    from runner.cli.output import Output
+    from runner.cli.verify import _print_report
+
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    result = report(**ALL_PASSED)
+    result.verdict = Verdict.ACCEPTED
+    assert _print_report(result, Output(), None, as_json=False, quiet=False) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == "t: accepted" and "nop" in out
+    assert err == ""
+    _print_report(result, Output(), None, as_json=True, quiet=False)
+    out, err = capsys.readouterr()
+    assert json.loads(out)["verdict"] == "accepted"
+    assert err.splitlines()[0] == "t: accepted"
