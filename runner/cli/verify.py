@@ -74,7 +74,10 @@ from runner.model.settings import (
     ),
     click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout."),
     click.option(
-        "--plan", "plan_only", is_flag=True, help="Print the verify plan as JSON; run no Docker."
+        "--plan",
+        "plan_only",
+        is_flag=True,
+        help="Print the verify plan as JSON; run no Docker, keep no run directory (but --run-dir).",
     ),
     click.option("--keep", is_flag=True, help="Keep containers and print how to enter them."),
     click.option(

@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import os
 import secrets
+import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -245,7 +246,20 @@ def verify(
     if run.run_dir is not None and not plan_only:
         write_report(RunLayout(run.run_dir).report, report)
         _write_html(run.run_dir, report)
+    if plan_only and plan is not None and settings.run_dir is None and run.run_dir is not None:
+        # A plan is printed, not kept (as `terraform plan` without -out): the bundle it was made
+        # from goes with its scratch run directory. --run-dir keeps it; a plan that could not be
+        # made keeps its runner.log.
+        _remove_run_dir(run.run_dir)
+        return VerifyOutcome(report=report, plan=plan, run_dir=None)
     return VerifyOutcome(report=report, plan=plan, run_dir=run.run_dir)
+
+
+def _remove_run_dir(run_dir: Path) -> None:
+    """A run directory the runner made, and its task's directory when that is left empty."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        run_dir.parent.rmdir()
 
 
 def _write_html(run_dir: Path, report: Report) -> None:

@@ -344,6 +344,12 @@ def test_verify_plan_prints_the_plan_without_docker(
     assert nop["agent"] is None and nop["collect"] is None
     assert oracle["agent"]["image"] == plan["builds"][0]["tag"]
     assert plan["smoke"]["container"] is None
+    # The plan is printed, not kept: no run directory is left under --logs; --run-dir keeps it.
+    assert not (tmp_path / "r").exists() or list((tmp_path / "r").iterdir()) == []
+    kept = tmp_path / "kept"
+    code, out, _ = run("verify", str(task.directory), "--plan", "--run-dir", str(kept))
+    assert code == 0 and (kept / "plan.json").is_file()
+    assert json.loads((kept / "plan.json").read_text()) == json.loads(out)
 
 
 def test_a_smoke_command_or_an_edited_smoke_script_gets_its_own_container(
