@@ -211,7 +211,7 @@ def export_command(
     those exact files under --logs, a batch's runs included). A run may be named by its store
     address (`<store>/runs/<key>`), and a fleet's batch.json names its runs so."""
     from runner.cli.common import _find_run, local_run
-    from runner.present.export import accepted_run, batch_runs, check, export
+    from runner.present.export import NotAcceptedError, accepted_run, batch_runs, check, export
 
     if check_path is not None:
         manifest = check(check_path)
@@ -220,12 +220,14 @@ def export_command(
     if output is None or not input_args:
         raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
     runs = []
+    left = 0
     for item in (local_run(a, field="INPUTS") for a in input_args):
         if item.suffix == ".json" and item.name != REPORT_FILE:
             batch = batch_runs(item, functools.partial(local_run, field=f"{item}: runDir"))
             runs.extend(batch.accepted)
             for words in batch.left:
                 click.echo(f"{item}: not exported, {words}", err=True)
+            left += len(batch.left)
             continue
         run_dir = item.parent if item.name == REPORT_FILE else item
         if (run_dir / "definition.json").is_file() and not RunLayout(run_dir).report.is_file():
@@ -236,7 +238,18 @@ def export_command(
                     path=str(item),
                 )
             run_dir = found
-        runs.append(accepted_run(run_dir))
+        try:
+            runs.append(accepted_run(run_dir))
+        except NotAcceptedError as exc:
+            # As a batch's red tasks: named, and the accepted ones still exported.
+            click.echo(f"{item}: not exported, {exc.words}", err=True)
+            left += 1
+    if not runs:
+        raise UsageError(
+            f"no accepted run among the inputs ({left} not accepted; export takes accepted "
+            "tasks only): nothing exported",
+            field="INPUTS",
+        )
     manifest = export(runs, output)
     click.echo(f"{output}: {len(manifest['tasks'])} task(s), manifest digest {manifest['digest']}")
     return 0

@@ -44,6 +44,15 @@ class Accepted:
     run_id: str
 
 
+class NotAcceptedError(UsageError):
+    """A run whose verdict is not accepted: `export` names it and goes on with the others, as it
+    does with a batch's red tasks."""
+
+    def __init__(self, words: str, *, path: str) -> None:
+        super().__init__(f"{words}; export takes accepted tasks only", path=path)
+        self.words = words
+
+
 def accepted_run(run_dir: Path) -> Accepted:
     """The run's bundle, if the run was accepted; a clear refusal otherwise."""
     try:
@@ -55,10 +64,9 @@ def accepted_run(run_dir: Path) -> Accepted:
     verdict = report.get("verdict")
     if verdict != "accepted":
         reason = report.get("reason") or ""
-        raise UsageError(
-            f"{report.get('taskId') or run_dir} was {verdict}, not accepted"
-            + (f" ({reason[:200]})" if reason else "")
-            + "; export takes accepted tasks only",
+        raise NotAcceptedError(
+            f"{report.get('taskId') or run_dir}: {verdict}"
+            + (f" ({' '.join(str(reason).split())[:200]})" if reason else ""),
             path=str(run_dir),
         )
     task_id = report.get("taskId")

@@ -399,6 +399,28 @@ def test_export_takes_every_accepted_task_of_a_batch_json(tmp_path: Path) -> Non
     )
 
 
+def test_export_of_run_directories_skips_the_red_ones_as_a_batch_does(tmp_path: Path) -> None:
+    """One green and one red run directory: the green one is exported, the red one named (as
+    `export batch.json` does); only red ones: nothing written, exit 2."""
+    _, out = _batch_dir(tmp_path)
+    green = out / "runs" / "0000-exp-task" / "attempt-1"
+    red = tmp_path / "red-run"
+    red.mkdir()
+    (red / "report.json").write_text(
+        json.dumps({"verdict": "rejected", "taskId": "red-task", "reason": "nop:\n red"})
+    )
+    archive = tmp_path / "both.tar.gz"
+    done = run_cli("export", str(green), str(red), "-o", str(archive))
+    assert done.returncode == 0, done.stderr
+    assert f"{red}: not exported, red-task: rejected (nop: red)" in done.stderr
+    assert done.stdout.startswith(f"{archive}: 1 task(s)")
+    assert [t["taskId"] for t in check(archive)["tasks"]] == ["exp-task"]
+    alone = run_cli("export", str(red), "-o", str(tmp_path / "none.tar.gz"))
+    assert alone.returncode == 2
+    assert "no accepted run among the inputs (1 not accepted" in alone.stderr
+    assert not (tmp_path / "none.tar.gz").exists()
+
+
 @pytest.mark.parametrize(
     ("text", "words", "field"),
     [
