@@ -13,7 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from runner.compile.templatecache import bytecode_cache
-from runner.model.report import Report, Status
+from runner.model.report import GateData, Report, Status
 from runner.model.stages import Stage
 
 # Where a failing build step comes from, by what its text runs.
@@ -67,11 +67,25 @@ class BuildSource:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Failure:
+    """What the page opens on for a red run (runner.present.failure reads it)."""
+
+    stage: str  # the first red stage
+    detail: str
+    run: str | None = None  # the test run whose failure made it red (fail_to_pass, ...)
+    tests: list[str] = field(default_factory=list)  # its failing tests
+    excerpt: list[str] = field(default_factory=list)  # its output where it says why
+    excerpt_path: str | None = None  # that output's file, relative to the run directory
+    links: list[tuple[str, str]] = field(default_factory=list)  # (label, relative href)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReportView:
     report: Report
     excerpts: dict[str, list[Excerpt]] = field(default_factory=dict)  # by stage
     build_source: BuildSource | None = None
     smoke_script: list[str] = field(default_factory=list)  # tests/smoke.sh, when smoke is red
+    failure: Failure | None = None
 
 
 def step_source(step: str) -> str:
@@ -157,6 +171,10 @@ EXPECTED_REWARD: dict[str, dict[str, int | None]] = {
 }
 
 
+def _gate_shown(data: GateData) -> bool:
+    return bool(data.reward or data.details or data.evidence or data.undone)
+
+
 def render_html(view: ReportView) -> str:
     report = view.report
     stages = report.stages.items()
@@ -165,6 +183,14 @@ def render_html(view: ReportView) -> str:
         max((s.seconds for _, s in stages if s.status is not Status.SKIPPED), default=0.0) or 1.0
     )
     red = [name for name, stage in stages if stage.status in (Status.FAILED, Status.ERROR)]
+    # The stages with a section of their own below the table (their names link to it).
+    sections = {
+        "nop": _gate_shown(report.stages.nop.data),
+        "oracle": _gate_shown(report.stages.oracle.data),
+        "determinism": bool(report.stages.determinism.data.probe),
+        "hack": bool(report.stages.hack.data.exploits),
+    }
+    gate_sections = {name for name, shown in sections.items() if shown}
     return (
         _environment()
         .get_template("report.html.j2")
@@ -173,6 +199,7 @@ def render_html(view: ReportView) -> str:
             stages=stages,
             longest=longest,
             red=red,
+            gate_sections=gate_sections,
             view=view,
             gate_commands=GATE_COMMANDS,
             reward_keys=[

@@ -193,6 +193,8 @@ def report_view(report: Report) -> ReportView:
             if path.suffix != ".log":
                 continue
             lines, cut = tail_lines(path, EXCERPT_LINES)
+            if not any(line.strip() for line in lines):
+                continue  # an empty box says nothing and pushes the rest down
             shown = str(path)
             if run_dir is not None and path.is_relative_to(run_dir):
                 shown = path.relative_to(run_dir).as_posix()
@@ -214,6 +216,12 @@ def report_view(report: Report) -> ReportView:
     smoke_script: list[str] = []
     if report.stages.smoke.status.value in RED and report.bundle:
         smoke_script, _ = tail_lines(BundleLayout(Path(report.bundle)).smoke_script, 200)
+    from runner.present.failure import failure_view
+
     return ReportView(
-        report=report, excerpts=excerpts, build_source=source, smoke_script=smoke_script
+        report=report,
+        excerpts=excerpts,
+        build_source=source,
+        smoke_script=smoke_script,
+        failure=failure_view(report, run_dir),
     )

@@ -386,3 +386,56 @@ def test_report_html_for_every_kind_in_headless_chromium(runs: Runs, tmp_path: P
             assert f'data-stage="{stage}"' in dom, (kind, stage)
         for text in texts:
             assert text in dom, (kind, text)
+
+
+# Run in a copy of the page (the page itself has no script): where the failing assertion's text
+# ends, in CSS pixels from the top of the page as a 1280x800 window first shows it.
+MEASURE = """<script>
+const box = document.getElementById("failure");
+const walker = document.createTreeWalker(box || document.body, NodeFilter.SHOW_TEXT);
+let bottom = -1;
+for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+  if (node.textContent.includes(WANTED)) {
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    bottom = Math.ceil(range.getBoundingClientRect().bottom);
+    break;
+  }
+}
+document.body.setAttribute("data-assertion-bottom", String(bottom));
+</script>"""
+
+
+def test_a_red_report_html_shows_the_failing_assertion_on_its_first_screen(
+    runs: Runs, tmp_path: Path
+) -> None:
+    """Opened in headless Chromium at 1280x800, a red oracle's report.html shows the failing
+    test's output (the assertion) without scrolling, and links to the log it comes from."""
+    browser = chromium()
+    page = runs.dirs["oracle"] / "report.html"
+    source = page.read_text()
+    assert '<a href="oracle/logs/verifier/fail_to_pass.log">' in source
+    measured = tmp_path / "measured.html"
+    wanted = "FAIL tests/test_new.sh"
+    measured.write_text(
+        source.replace("</body>", MEASURE.replace("WANTED", json.dumps(wanted)) + "</body>")
+    )
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,800"]
+    shot = tmp_path / "first-screen.png"
+    subprocess.run(
+        [browser, *flags, f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", measured.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    found = re.search(r'data-assertion-bottom="(-?\d+)"', dom)
+    assert found is not None, dom[-2000:]
+    assert 0 < int(found.group(1)) <= 800, (found.group(1), dom[:3000])

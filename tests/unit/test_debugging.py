@@ -364,3 +364,100 @@ def test_report_html_colours_what_each_gate_wants_and_draws_no_bar_for_a_skipped
     assert '<div class="bar' not in determinism_row
     nop_row = timeline[timeline.index(">nop<") :]
     assert '<div class="bar passed"' in nop_row[: nop_row.index("</tr>")]
+
+
+VITEST_RED = """
+ RUN  v3.2.7 /app
+
+ \u276f test/repeat.test.js (4 tests | 4 failed) 31ms
+   \u00d7 repeat repeats zero 13ms
+   \u00d7 repeats 2ms
+
+⎯⎯⎯⎯⎯⎯⎯ Failed Tests 4 ⎯⎯⎯⎯⎯⎯⎯
+
+ FAIL  test/repeat.test.js > repeat repeats zero
+AssertionError: expected 'ab' to be 'ababqb' // Object.is equality
+
+ FAIL  test/repeat.test.js > repeats
+AssertionError: expected 'ab' to be 'ababab' // Object.is equality
+
+\x1b[32m- Expected\x1b[39m
+"""
+
+
+def red_run(tmp_path: Path) -> Report:
+    """A rejected run as the pipeline leaves it: a red oracle whose fail-to-pass run failed
+    (one test, beside a canary of its own), a verifier log, and an empty agent log."""
+    run_dir = tmp_path / "run"
+    logs = run_dir / "oracle" / "logs" / "verifier"
+    (logs / "evidence").mkdir(parents=True)
+    (logs / "fail_to_pass.log").write_text(VITEST_RED)
+    (logs / "evidence" / "fail_to_pass.json").write_text(
+        json.dumps(
+            {
+                "name": "fail_to_pass",
+                "kind": "f2p",
+                "exitCode": 1,
+                "mode": "per-test",
+                "passed": False,
+                "tests": [{"id": "test/repeat.test.js > repeats", "outcome": "failed"}],
+            }
+        )
+    )
+    (logs / "evidence" / "pass_to_pass.json").write_text("{not json")  # a verifier's forgery
+    (run_dir / "oracle" / "agent.log").write_text("")
+    (run_dir / "oracle" / "verifier.log").write_text("selfbench: running fail_to_pass\n")
+    made = report(
+        nop=(Status.PASSED, "fail-to-pass fails"),
+        oracle=(Status.FAILED, "fail-to-pass tests still fail with the gold patch"),
+    )
+    made.run_dir = str(run_dir)
+    made.stages.oracle.logs = [str(run_dir / "oracle" / n) for n in ("agent.log", "verifier.log")]
+    return made
+
+
+def test_a_red_report_opens_on_the_failing_test_and_why(tmp_path: Path) -> None:
+    from runner.present.runlogs import report_view
+
+    made = red_run(tmp_path)
+    view = report_view(made)
+    failure = view.failure
+    assert failure is not None
+    assert (failure.stage, failure.run, failure.tests) == (
+        "oracle",
+        "fail_to_pass",
+        ["test/repeat.test.js > repeats"],
+    )
+    # The excerpt starts where the failing test (not its canary) is named, and says why.
+    assert failure.excerpt[1].endswith("FAIL  test/repeat.test.js > repeats")
+    assert "expected 'ab' to be 'ababab'" in failure.excerpt[2]
+    assert failure.links[0] == ("oracle/logs/verifier/fail_to_pass.log",) * 2
+    # No empty log box: the agent's empty log is not shown.
+    assert [e.path for e in view.excerpts["oracle"]] == ["oracle/verifier.log"]
+    page = render_html(view)
+    assert EXTERNAL.search(page) is None
+    # The failure comes first: before the stage table, with the failing assertion.
+    assert page.index('id="failure"') < page.index('id="stages"')
+    assert page.index("to be &#x27;ababab&#x27;") < page.index('id="stages"')
+    assert '<a href="oracle/logs/verifier/fail_to_pass.log">' in page
+    assert '<a href="#stage-oracle">oracle</a>' in page
+
+
+def test_the_failure_excerpt_finds_each_runner_s_words() -> None:
+    from runner.present.failure import excerpt
+
+    pytest_log = [
+        "tests/test_calc.py::test_add PASSED",
+        "=================================== FAILURES ===",
+        "___________________________ test_mul ___________________________",
+        "    def test_mul():",
+        ">       assert mul(2, 3) == 6",
+        "E       assert 5 == 6",
+    ]
+    assert excerpt(pytest_log, ["tests/test_calc.py::test_mul"])[0] == pytest_log[1]
+    assert "E       assert 5 == 6" in excerpt(pytest_log, ["tests/test_calc.py::test_mul"])
+    go_log = ["=== RUN   TestMul", "    mul_test.go:8: got 5, want 6", "--- FAIL: TestMul (0.00s)"]
+    assert excerpt(go_log, ["example.com/calc/mul.TestMul"])[-1] == go_log[-1]
+    # No test named: the first line that says why; nothing at all: nothing.
+    assert excerpt(["selfbench: running", "ok", "Error: boom"], [])[-1] == "Error: boom"
+    assert excerpt(["all good"], ["x"]) == []
