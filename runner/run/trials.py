@@ -305,10 +305,8 @@ class TrialRunner:
         """A red nop or oracle whose verifier wrote canaries runs once more without them: a
         canary that changes what another test does (a fixed file name, a port, shared state)
         must not fail a task. When the gate passes then, that run is the gate's, and the census
-        keeps no canary (canary_census's `interfered`)."""
-        # Only a run in which canaries ran can they have changed (each run starts from the
-        # prepared tree), and at nop only a pass-to-pass run's failure makes the gate red
-        # (canaries only add failures to its fail-to-pass run, which nop wants to fail).
+        keeps no canary (canary_census's `interfered`). Only a run in which canaries ran can
+        they have changed, and at nop only a pass-to-pass run's failure makes the gate red."""
         touched = [
             r
             for name, r in run.evidence.runs.items()
@@ -326,6 +324,7 @@ class TrialRunner:
                 )
             }
         )
+        self.state.progress(trial.gate.kind.value, "red with its canaries; running it without")
         plain = self.sides.verify_patch(apart, run.patch)
         stage.logs.append(str(plain.verifier_log))
         if plain.reward is None or not judge.evaluate_gate(trial.gate.kind, plain.reward)[0]:
@@ -343,9 +342,11 @@ class TrialRunner:
         for it: a test that fails only for that is said to (declare testsNetwork: public)."""
         assert trial.online_verifier is not None and red.patch is not None
         sign = judge.network_sign(log_text(red.verifier_log))
-        log.info("%s is red; a sign of the network in its log: %s", trial.gate, sign or "none")
         if sign is None:
+            log.info("%s is red with no sign of the network in its log: not run online", trial.gate)
             return
+        words = f"red; running it again with the network on (its log says {sign!r})"
+        self.state.progress(trial.gate.kind.value, words)
         online = trial.model_copy(
             update={
                 "gate": f"{trial.gate}/online",

@@ -4,7 +4,9 @@ driver is on) is said as a progress line whenever it changes (runner.runners.pro
 
 A new phase (another log, another selection, another exploit) is said at once; a change of the
 counts alone at most every QUIET_SECONDS per stage, so that a suite of thousands of tests gives
-a line every few seconds, not one per test.
+a line every few seconds, not one per test. A phase that shows nothing new is said again every
+STILL_SECONDS with how long it has run and how long its log has been quiet: a piped verify was
+silent for 101 s, and a board that does not change looks stuck.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 QUIET_SECONDS = 2.0
+STILL_SECONDS = 15.0
 MAX_DEPTH = 2  # <stage>/<exploit or run>/<its logs>
 READ_BYTES = 1 << 20  # per stage and poll: a log that grows faster is caught up over polls
 # What a stage is doing, from the name of the log it writes, until that log says more.
@@ -47,6 +50,8 @@ class _Followed:
     said: str = ""
     phase: str = ""
     said_at: float = 0.0
+    since: float = 0.0  # when its phase began
+    grew_at: float = 0.0  # when its log last grew
 
 
 class ProgressWatcher:
@@ -85,24 +90,39 @@ class ProgressWatcher:
                 continue
             followed = self._followed.get(name)
             if followed is None or followed.path != path:
-                followed = self._followed[name] = _Followed(path=path)
-            self._read(followed)
+                followed = self._followed[name] = _Followed(path=path, since=now, grew_at=now)
+            if self._read(followed):
+                followed.grew_at = now
             phase, words = _words(followed)
             quiet = now - followed.said_at < QUIET_SECONDS
             if words != followed.said and (phase != followed.phase or not quiet):
+                if phase != followed.phase:
+                    followed.since = now
                 followed.said, followed.phase, followed.said_at = words, phase, now
                 self.state.progress(name, words)
+            elif followed.said and now - followed.said_at >= STILL_SECONDS:
+                followed.said_at = now
+                self.state.progress(name, _still(followed, now))
 
     @staticmethod
-    def _read(followed: _Followed) -> None:
+    def _read(followed: _Followed) -> bool:
+        """Whether the log grew."""
         try:
             with followed.path.open("rb") as handle:
                 handle.seek(followed.offset)
                 data = handle.read(READ_BYTES)
         except OSError:
-            return
+            return False
         followed.offset += len(data)
         followed.tally.feed(data.decode("utf-8", errors="replace"))
+        return bool(data)
+
+
+def _still(followed: _Followed, now: float) -> str:
+    """The phase said again: it goes on, for how long, and whether its log still grows."""
+    quiet = now - followed.grew_at
+    silence = f", no new output for {quiet:.0f} s" if quiet >= STILL_SECONDS else ""
+    return f"{followed.said} (still at it: {now - followed.since:.0f} s{silence})"
 
 
 def _current_log(directory: Path) -> Path | None:

@@ -14,7 +14,7 @@ import pytest
 from runner.model.layout import RunLayout
 from runner.model.stages import Stage
 from runner.run.state import RunState
-from runner.run.watch import QUIET_SECONDS, ProgressWatcher
+from runner.run.watch import QUIET_SECONDS, STILL_SECONDS, ProgressWatcher
 from runner.runners.progress import Tally, outcome_of
 
 
@@ -178,3 +178,31 @@ def test_the_terminal_board_shows_each_stage_its_clock_and_what_it_does() -> Non
         "oracle",
         "hack",
     ]
+
+
+def test_a_phase_that_shows_nothing_new_is_said_again_with_how_long(tmp_path: Path) -> None:
+    """No wait goes unsaid for long: a test run that prints nothing for a while is said again
+    every STILL_SECONDS, with how long it has run and how long its log has been quiet."""
+    state = _State(layout=RunLayout(tmp_path))
+    watcher = ProgressWatcher(cast(RunState, state))
+    log = tmp_path / "oracle" / "verifier.log"
+    log.parent.mkdir()
+    log.write_text("selfbench: running fail_to_pass: pytest tests/test_slow.py\n")
+    state.running.add(Stage.ORACLE)
+    watcher.poll(now=100.0)
+    assert state.said == [("oracle", "fail_to_pass: running")]
+    watcher.poll(now=100.0 + STILL_SECONDS - 1)
+    assert len(state.said) == 1
+    watcher.poll(now=100.0 + STILL_SECONDS)
+    assert state.said[-1] == (
+        "oracle",
+        f"fail_to_pass: running (still at it: {STILL_SECONDS:.0f} s, no new output for "
+        f"{STILL_SECONDS:.0f} s)",
+    )
+    with log.open("a") as handle:
+        handle.write("tests/test_slow.py::test_one still going\n")
+    watcher.poll(now=100.0 + 2 * STILL_SECONDS)  # output, but no count: the log is not quiet
+    assert state.said[-1] == (
+        "oracle",
+        f"fail_to_pass: running (still at it: {2 * STILL_SECONDS:.0f} s)",
+    )
