@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -439,3 +440,33 @@ def test_a_red_report_html_shows_the_failing_assertion_on_its_first_screen(
     found = re.search(r'data-assertion-bottom="(-?\d+)"', dom)
     assert found is not None, dom[-2000:]
     assert 0 < int(found.group(1)) <= 800, (found.group(1), dom[:3000])
+
+
+def test_a_red_verify_on_a_terminal_shows_no_traceback_and_no_frame_stands_still(
+    runs: Runs, tmp_path: Path, tmux: list[Tmux], verify_options: list[str]
+) -> None:
+    """`verify` of a red task on a terminal, as a person runs it (tmux): no frame of the live
+    board stays unchanged for more than 5 s while it runs (each running stage's row keeps its
+    clock, and a wait says what it waits for), and it ends on the verdict with no traceback."""
+    options = " ".join(shlex.quote(o) for o in verify_options)
+    command = (
+        f"cd {ROOT} && {sys.executable} -m runner verify {runs.tasks['oracle']} {options} "
+        f"--logs {tmp_path / 'logs'}; echo VERIFY-EXITED $?; sleep 600"
+    )
+    session = Tmux(f"red-{uuid.uuid4().hex[:8]}", command)
+    tmux.append(session)
+    last, since, longest = "", time.monotonic(), 0.0
+    deadline = time.monotonic() + 600
+    while True:
+        screen, now = session.screen(), time.monotonic()
+        if screen != last:
+            longest = max(longest, now - since)
+            last, since = screen, now
+        if "VERIFY-EXITED" in screen:
+            break
+        assert now < deadline, screen
+        time.sleep(0.2)
+    assert "VERIFY-EXITED 1" in screen, screen
+    assert "rejected" in screen and "fail-to-pass tests still fail" in screen, screen
+    assert "Traceback" not in screen and "internal error" not in screen, screen
+    assert longest <= 5.0, (longest, screen)
