@@ -350,6 +350,28 @@ def chromium() -> str:
     return path
 
 
+def in_chromium(
+    browser: str, page: Path, shot: Path, size: str, *, dom_of: Path | None = None
+) -> str:
+    """A screenshot of `page` in headless Chromium at `size`, and the DOM of `dom_of` (default:
+    the page) once its scripts ran."""
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", f"--window-size={size}"]
+    subprocess.run(
+        [browser, *flags, f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return subprocess.run(
+        [browser, *flags, "--dump-dom", (dom_of or page).as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+
+
 def test_report_html_for_every_kind_in_headless_chromium(runs: Runs, tmp_path: Path) -> None:
     browser = chromium()
     expected = {
@@ -364,23 +386,9 @@ def test_report_html_for_every_kind_in_headless_chromium(runs: Runs, tmp_path: P
         page = runs.dirs[kind] / "report.html"
         source = page.read_text()
         assert EXTERNAL.search(source) is None, kind
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1600"]
         shot = tmp_path / f"{kind}.png"
-        subprocess.run(
-            [browser, *flags, f"--screenshot={shot}", page.as_uri()],
-            capture_output=True,
-            timeout=120,
-            check=True,
-        )
+        dom = in_chromium(browser, page, shot, "1280,1600")
         assert shot.stat().st_size > 10_000
-        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        dom = subprocess.run(
-            [browser, *flags, "--dump-dom", page.as_uri()],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        ).stdout
         verdict_text = re.search(r'id="verdict">([^<]+)<', dom)
         assert verdict_text is not None and verdict_text.group(1).strip() == verdict, kind
         for stage in ("compile", "audit", "build", "smoke", "nop", "oracle", "determinism"):
@@ -421,22 +429,7 @@ def test_a_red_report_html_shows_the_failing_assertion_on_its_first_screen(
     measured.write_text(
         source.replace("</body>", MEASURE.replace("WANTED", json.dumps(wanted)) + "</body>")
     )
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,800"]
-    shot = tmp_path / "first-screen.png"
-    subprocess.run(
-        [browser, *flags, f"--screenshot={shot}", page.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    dom = subprocess.run(
-        [browser, *flags, "--dump-dom", measured.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    dom = in_chromium(browser, page, tmp_path / "first-screen.png", "1280,800", dom_of=measured)
     found = re.search(r'data-assertion-bottom="(-?\d+)"', dom)
     assert found is not None, dom[-2000:]
     assert 0 < int(found.group(1)) <= 800, (found.group(1), dom[:3000])

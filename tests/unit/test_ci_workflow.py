@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.actions import Runner, environ, stand_in
+from tests.helpers import git
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "selfbench.yml"
@@ -53,16 +53,6 @@ if [ "$1 $2" = "-m venv" ]; then
 fi
 exec {sys.executable} "$@"
 """
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@e", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
 
 
 def tasks_repo(tmp_path: Path, count: int) -> tuple[Path, str]:
