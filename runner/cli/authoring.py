@@ -23,8 +23,9 @@ from runner.cli.options import out_directory
     "test_globs",
     multiple=True,
     metavar="GLOB",
-    help="A changed file matching it is a test and goes to test.patch (repeatable; replaces "
-    "the default rules: test_*.py, *_test.go, *.test.*, tests/**, ...).",
+    help="A changed file matching it is a test and goes to test.patch (repeatable; read as a "
+    ".gitignore line: * within a path component, ** across them; replaces the default rules: "
+    "test_*.py, *_test.go, *.test.*, tests/**, ...).",
 )
 @click.option("--task-id", help="The task's id (default: the repository's name and the head).")
 @click.option("--source-url", help="The pull request's URL.")

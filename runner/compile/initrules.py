@@ -6,9 +6,11 @@ difficulty the audit would give. runner.compile.init reads the repository and wr
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
+
+import pathspec
 
 from runner.compile.audit import PROFILES
 from runner.model.task import Difficulty
@@ -19,20 +21,21 @@ from runner.runners.vocabulary import VOCABULARY
 PR_NUMBER = re.compile(r"(?:Merge pull request #|\(#)(\d{1,9})\b")
 
 
-def _glob_match(path: str, pattern: str) -> bool:
-    if pattern.startswith("**/"):
-        rest = pattern[3:]
-        return fnmatch.fnmatchcase(path, rest) or fnmatch.fnmatchcase(path, pattern)
-    return fnmatch.fnmatchcase(path, pattern)
+@functools.lru_cache(maxsize=64)
+def _globs(globs: tuple[str, ...]) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(globs)
 
 
 def is_test_path(path: str, globs: Sequence[str] = ()) -> bool:
     """Whether a changed file is a test (or a test fixture): it goes to test.patch. By the
-    author's globs when given (`*` crosses `/`, a `**/` prefix matches at any depth, the root
-    included), else by the vocabulary the patch policy judges tests by: a file inside a test
-    directory, named as a test file, or a test-runner hook (conftest.py)."""
+    author's globs when given, read as .gitignore reads its lines (pathspec): `*` stays within a
+    path component and `**` spans them, a glob without `/` matches a name at any depth, and one
+    that matches a directory takes what is below it (so `src/test_utils/helpers.py` is no match
+    for `**/test_*.py`, where fnmatch's `*` crossed `/`); else by the vocabulary the patch
+    policy judges tests by: a file inside a test directory, named as a test file, or a
+    test-runner hook (conftest.py)."""
     if globs:
-        return any(_glob_match(path, g) for g in globs)
+        return _globs(tuple(globs)).match_file(path)
     return VOCABULARY.is_test_path(path)
 
 

@@ -231,3 +231,21 @@ def test_the_difficulty_is_the_highest_whose_minimums_the_change_meets() -> None
     assert difficulty(2, 50, 1) is Difficulty.MEDIUM
     assert difficulty(2, 50, 0) is Difficulty.EASY
     assert difficulty(3, 100, 2) is Difficulty.HARD
+
+
+@pytest.mark.parametrize(
+    ("glob", "path", "test"),
+    [
+        ("**/test_*.py", "src/test_utils/helpers.py", False),  # fnmatch's * crossed /
+        ("**/test_*.py", "test_root.py", True),
+        ("**/test_*.py", "a/b/test_deep.py", True),
+        ("test_*.py", "pkg/sub/test_any_depth.py", True),  # no /: a name at any depth
+        ("tests/*.py", "tests/unit/test_x.py", False),  # * stays in its component
+        ("tests/**", "tests/unit/data/in.json", True),
+        ("spec", "spec/models/user_spec.rb", True),  # a directory takes what is below it
+        ("/uv.lock", "sub/uv.lock", False),  # a leading / anchors at the root
+        ("uv.lock", "uv.lock", True),
+    ],
+)
+def test_test_globs_read_as_gitignore_lines(glob: str, path: str, test: bool) -> None:
+    assert is_test_path(path, [glob]) is test
