@@ -31,12 +31,15 @@ from runner.compile.initrules import (
     selectors,
 )
 from runner.compile.patches import PatchParseError, parse_patch
-from runner.compile.repository import is_remote, resolve_repository
+from runner.compile.repository import is_remote, resolve_repository, revision_commit
 from runner.compile.taskaudit import TaskAudit, audit_task
 from runner.compile.taskdir import DEFINITION, GOLD_PATCH, TEST_PATCH, load_authored_task
 from runner.runners import Proposal
 
 _SHA = re.compile(r"[0-9a-f]{40}")
+_SHORT = re.compile(r"[0-9a-f]{4,39}")
+# A revision init reads: a name or an id, then parents and ancestors (`main~2`, `1a2b3c4^`).
+_REVISION = re.compile(r"(?P<base>[A-Za-z0-9][A-Za-z0-9._/-]*)(?P<walk>(?:[~^][0-9]{0,4})*)")
 MAX_PROPOSAL_FILE = 1 << 20
 MAX_PASS_TO_PASS = 5
 TODO = "TODO"
@@ -57,12 +60,37 @@ class InitResult:
 
 
 def resolve_ref(spec: str, ref: str) -> str:
-    """A commit id for `ref` in the repository `spec`: a full id as it is, else a branch, tag or
-    HEAD the repository advertises (`git ls-remote`, which reads its refs only)."""
+    """A commit id for `ref` in the repository `spec`: a full id as it is; a branch, tag or HEAD
+    the repository advertises (`git ls-remote`, which reads its refs only); else what git makes
+    of it as a revision, in a local repository: a short id, `REV^`, `REV~N` (runner.compile.
+    repository.revision_commit, which lends its objects to a repository of the runner's own)."""
     if _SHA.fullmatch(ref.lower()):
         return ref.lower()
     if ref.startswith("-") or not ref:
         raise UsageError(f"{ref!r} is not a commit id or a ref name", field="--base/--head")
+    named = _advertised(spec, ref)
+    if named is not None:
+        return named
+    parsed = _REVISION.fullmatch(ref)
+    if parsed is None:
+        raise UsageError(
+            f"{ref!r} is neither a commit id nor a branch or tag of {spec!r}",
+            field="--base/--head",
+        )
+    base, walk = parsed["base"], parsed["walk"]
+    start = base.lower() if _SHA.fullmatch(base.lower()) else None
+    if start is None and walk:
+        start = _advertised(spec, base)
+    if start is None and not _SHORT.fullmatch(base.lower()):
+        raise UsageError(
+            f"{base!r} is neither a commit id nor a branch or tag of {spec!r}",
+            field="--base/--head",
+        )
+    return revision_commit(spec, f"{start or base.lower()}{walk}")
+
+
+def _advertised(spec: str, ref: str) -> str | None:
+    """The commit a branch, tag or HEAD named `ref` points at, as the repository lists it."""
     source = spec if is_remote(spec) else str(Path(spec).expanduser().resolve())
     listed = run_git(["ls-remote", "--", source], check=False)
     if listed.returncode != 0:
@@ -76,10 +104,7 @@ def resolve_ref(spec: str, ref: str) -> str:
     for name in (f"refs/tags/{ref}^{{}}", *wanted):  # an annotated tag's commit first
         if name in found:
             return found[name]
-    raise UsageError(
-        f"{ref!r} is neither a full commit id nor a branch or tag of {spec!r}",
-        field="--base/--head",
-    )
+    return None
 
 
 def _show(store: Path, commit: str, path: str) -> bytes | None:

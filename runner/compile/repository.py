@@ -199,6 +199,35 @@ def _lent(path: Path, commit: str, *, label: str) -> Iterator[Path]:
         yield lend
 
 
+def revision_commit(spec: str, expression: str) -> str:
+    """The commit id git gives `expression` (a short id, `REV^`, `REV~N`) in the local repository
+    `spec`, without running git there: its objects are lent to a repository of the runner's own.
+    A usage error when it names no commit, or names one ambiguously."""
+    path = Path(spec[len("file://") :] if spec.startswith("file://") else spec).expanduser()
+    if is_remote(spec) or not path.is_dir():
+        raise UsageError(
+            f"{expression!r}: a short commit id or a revision expression is read in a "
+            "repository on this disk; for this one name a full commit id, a branch or a tag",
+            field="--base/--head",
+        )
+    objects = _objects_of(path, label=spec)
+    with tempfile.TemporaryDirectory(prefix="lend.", dir=git_root()) as tmp:
+        lend = Path(tmp) / "lend.git"
+        _new_repository(lend, alternate=objects)
+        done = run_git(
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{expression}^{{commit}}"],
+            git_dir=lend,
+            check=False,
+        )
+    commit = done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0 or not _SHA.fullmatch(commit):
+        raise UsageError(
+            f"{expression!r} names no commit of {spec!r} (unknown, or an ambiguous short id)",
+            field="--base/--head",
+        )
+    return commit
+
+
 def _take_bundle(path: Path, commit: str, *, label: str) -> None:
     digest = hashlib.sha256()
     with path.open("rb") as handle:

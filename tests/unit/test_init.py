@@ -159,7 +159,7 @@ def test_init_refuses_what_it_cannot_split_and_writes_nothing(
     assert code == 2 and "--test-glob" in err and not out.exists()
     # A ref the repository does not have.
     code, _, err = run("init", str(repo), "--base", "nope", "--head", "feature", "-o", str(out))
-    assert code == 2 and "'nope' is neither a full commit id nor a branch or tag" in err
+    assert code == 2 and "'nope' is neither a commit id nor a branch or tag" in err
     assert not out.exists()
     # An id the contract refuses: refused before anything is in place.
     code, _, err = run(
@@ -249,3 +249,29 @@ def test_the_difficulty_is_the_highest_whose_minimums_the_change_meets() -> None
 )
 def test_test_globs_read_as_gitignore_lines(glob: str, path: str, test: bool) -> None:
     assert is_test_path(path, [glob]) is test
+
+
+def test_init_takes_any_revision_git_takes_in_a_local_repository(tmp_path: Path) -> None:
+    """A short id, `REV^`, `REV~N`, `branch~1` and a full id all name the same commits (as the
+    help's own `--base 1a2b3c4` example); an unknown one is a usage error naming it."""
+    from runner.base.errors import UsageError
+    from runner.compile.init import resolve_ref
+    from runner.compile.repository import revision_commit
+
+    repo, base = make_repo(tmp_path / "revs", {"a.txt": "a\n"})
+    middle = commit(repo, {"b.txt": "b\n"}, "second")
+    head = commit(repo, {"c.txt": "c\n"}, "third")
+    git(repo, "branch", "-f", "feature", head)
+    spec = str(repo)
+    assert resolve_ref(spec, head[:7]) == head
+    assert resolve_ref(spec, f"{head[:9]}^") == middle
+    assert resolve_ref(spec, f"{head}~2") == base
+    assert resolve_ref(spec, "feature~1") == middle
+    assert resolve_ref(spec, "feature^^") == base
+    assert resolve_ref(spec, base) == base
+    with pytest.raises(UsageError, match="names no commit"):
+        resolve_ref(spec, "0000000")
+    with pytest.raises(UsageError, match="neither a commit id nor a branch or tag"):
+        resolve_ref(spec, "no-such-branch~1")
+    with pytest.raises(UsageError, match="repository on this disk"):
+        revision_commit("https://example.invalid/r.git", "1a2b3c4")
