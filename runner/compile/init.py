@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.base.errors import RepositoryError, UsageError
-from runner.base.safeio import staged_directory
+from runner.base.errors import RepositoryError, RunnerError, UsageError
+from runner.base.safeio import read_regular, staged_directory
 from runner.compile.git import run_git
 from runner.compile.initrules import (
     difficulty,
@@ -232,12 +233,13 @@ def _definition(
     info = parse_patch(gold_patch)
     # As the audit counts them (runner.compile.audit): every file of the gold patch.
     level = difficulty(len(info.changes), info.changed_lines, len(pass_to_pass))
-    name = task_id or _task_id(spec, head)
+    repo, origin = portable_repo(spec)
+    name = task_id or _task_id(repo, head)
     document: dict[str, Any] = {
         "schemaVersion": 1,
         "difficulty": level.value,
         "taskId": name,
-        "repo": spec,
+        "repo": repo,
         "baseCommit": base,
         "workdir": ".",
         "setupCommand": proposal.setup_command if proposal else "true",
@@ -247,13 +249,17 @@ def _definition(
         "testPaths": test_paths,
         "toolchains": proposal.toolchains if proposal else ["uv"],
         "sourcePr": pr or 1,
-        "sourceUrl": source_url or _source_url(spec, pr),
+        "sourceUrl": source_url or _source_url(repo, pr),
         "prompt": prompt
         or f"{TODO}: what the agent is asked to do (the behaviour, not the fix). The "
         f"change's commit messages:\n\n{messages.strip()[:4000] or '(none)'}",
         "timeouts": {"setupSeconds": 600, "agentSeconds": 1800, "testsSeconds": 600},
         "resources": {"cpus": 1, "memoryMb": 2048, "storageMb": 4096},
     }
+    if origin:
+        notes.append(f"repo: the local repository's origin, {repo} (its commits are in the store)")
+    elif not is_remote(repo):
+        notes.append(f"repo: a path on this machine ({repo}); name its URL to share the task")
     if prompt is None:
         notes.append("prompt: marked TODO; write what the agent is asked to do (--prompt)")
     if proposal is None:
@@ -276,6 +282,33 @@ def _definition(
         notes.append("sourceUrl: guessed from the repository; set it (--source-url)")
     notes.append(f"difficulty: {level.value}, from the change's size (the audit's minimums)")
     return document, notes
+
+
+_ORIGIN = re.compile(r'^\s*\[remote\s+"origin"\]\s*$((?:\n(?!\s*\[).*)*)', re.MULTILINE)
+_URL = re.compile(r"^\s*url\s*=\s*(\S+)\s*$", re.MULTILINE)
+
+
+def portable_repo(spec: str) -> tuple[str, bool]:
+    """What definition.repo says of the repository `spec`: a URL as it is; a local repository's
+    `origin` URL when its config names one (read as text, never by running git there; any
+    credentials in it dropped), so the task means the same on another machine; else the path.
+    The flag: the origin was taken."""
+    if is_remote(spec):
+        return spec, False
+    path = Path(spec[len("file://") :] if spec.startswith("file://") else spec).expanduser()
+    for config in (path / ".git" / "config", path / "config"):
+        try:
+            text = read_regular(config, limit=1 << 20).decode("utf-8", "replace")
+        except RunnerError:
+            continue
+        section = _ORIGIN.search(text)
+        url = _URL.search(section.group(1)) if section else None
+        if url and is_remote(url.group(1)):
+            parts = urllib.parse.urlsplit(url.group(1))
+            if parts.scheme and "@" in parts.netloc:
+                parts = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])
+            return urllib.parse.urlunsplit(parts) if parts.scheme else url.group(1), True
+    return spec, False
 
 
 def _task_id(spec: str, head: str) -> str:

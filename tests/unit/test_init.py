@@ -275,3 +275,27 @@ def test_init_takes_any_revision_git_takes_in_a_local_repository(tmp_path: Path)
         resolve_ref(spec, "no-such-branch~1")
     with pytest.raises(UsageError, match="repository on this disk"):
         revision_commit("https://example.invalid/r.git", "1a2b3c4")
+
+
+def test_init_names_a_local_repository_by_its_origin_without_credentials(tmp_path: Path) -> None:
+    """definition.repo means the same on another machine: a local clone's origin URL (its
+    credentials dropped, the task id from its name), else the path with a note to name it."""
+    from runner.compile.init import portable_repo
+
+    repo, base = make_repo(tmp_path / "checkout", {"a.txt": "a\n"})
+    assert portable_repo(str(repo)) == (str(repo), False)
+    git(repo, "remote", "add", "origin", "https://user:s3cret@forge.example/team/calc.git")
+    assert portable_repo(str(repo)) == ("https://forge.example/team/calc.git", True)
+    git(repo, "remote", "set-url", "origin", "git@forge.example:team/calc.git")
+    assert portable_repo(str(repo)) == ("git@forge.example:team/calc.git", True)
+    assert portable_repo("https://forge.example/x.git") == ("https://forge.example/x.git", False)
+    head = commit(repo, {"tests/test_a.py": "def test_a(): pass\n", "a.py": "x = 1\n"}, "a")
+    out = tmp_path / "task"
+    code, stdout, _ = run(
+        "init", str(repo), "--base", base, "--head", head, "-o", str(out), "--json"
+    )
+    assert code == 1  # written; the prompt is the author's
+    definition = json.loads(stdout)["definition"]
+    assert definition["repo"] == "git@forge.example:team/calc.git"
+    assert definition["taskId"] == f"calc-{head[:8]}"
+    assert "s3cret" not in (out / "definition.json").read_text()
