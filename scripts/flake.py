@@ -80,7 +80,7 @@ def read_report(xml: Path) -> dict[str, Runs]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=5, help="runs of each test (default 5)")
-    parser.add_argument("--workers", type=int, default=3, help="tests at a time (default 3)")
+    parser.add_argument("--workers", type=int, default=2, help="tests at a time (default 2)")
     options, selection = parser.parse_known_args(argv)
     if options.count < 2 or options.workers < 1:
         parser.error("--count must be at least 2 and --workers at least 1")

@@ -102,8 +102,11 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
         process.wait(10)
 
 
-def masters() -> list[int]:
-    """The pids of the runner's ssh master connections (their control sockets are its own)."""
+def masters(sshd: Sshd) -> list[int]:
+    """The pids of the runner's ssh master connections to this test's sshd (its client config
+    is the test's own): never another test's, which a parallel worker may hold open (CI saw
+    one counted here, and this test's cut would have killed it)."""
+    config = str(sshd.client_config).encode()
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -115,6 +118,7 @@ def masters() -> list[int]:
                 argv[:1] == [b"ssh"]
                 and b"ControlMaster=yes" in argv
                 and any(b"/sb-ssh." in a for a in argv)
+                and config in argv
             ):
                 found.append(int(entry.name))
     return found
@@ -136,7 +140,7 @@ def test_a_batch_over_ssh_beside_the_local_engine_logs_in_once(
     assert all(t["verdict"] == "accepted" for t in document["tasks"])
     # One login for the whole batch: the ping, the task's every API call, its cleanup.
     assert sshd.logins() == 1, sshd.log.read_text()[-2000:]
-    assert masters() == []  # the connection ends with the batch
+    assert masters(sshd) == []  # the connection ends with the batch
     for task in document["tasks"]:
         assert leftovers(docker_client, task["report"]["runId"]) == []
 
@@ -169,7 +173,7 @@ def test_an_ssh_engine_lost_mid_run_is_cleaned_when_it_answers_again(
                 filters={"label": f"org.selfbench.task={task_id}", "status": "running"}
             )
             mine = [c["Labels"]["org.selfbench.run"] for c in running]
-            pids = masters()
+            pids = masters(sshd)
             if mine and pids:
                 cut.append(mine[0])
                 for pid in pids:
@@ -200,7 +204,7 @@ def test_an_ssh_engine_lost_mid_run_is_cleaned_when_it_answers_again(
     assert ssh_engine["removedAfterLoss"] >= 1, (document["engines"], result.stderr[-3000:])
     assert leftovers(docker_client, cut[0]) == []
     assert "answers again" in result.stderr
-    assert masters() == []
+    assert masters(sshd) == []
 
 
 def test_docker_contexts_are_resolved_as_the_cli_does(
