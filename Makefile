@@ -37,7 +37,8 @@ test-harbor: engine ## The bundle under real Harbor 0.26 (builds its image once,
 	$(BIN)/python -m pytest -m harbor --durations=10 $(ARGS)
 
 flake: engine ## Run chosen tests N times, as many at a time as CI does, and name each unstable one: make flake ARGS="tests/integration/test_x.py -k y" [N=5]
-	@test -n "$(ARGS)" || { echo 'usage: make flake ARGS="<tests to check>" [N=5]' >&2; exit 2; }
+	@# A make-level check: ARGS may hold quotes of its own (-k "a or b"), which a shell test breaks on.
+	$(if $(strip $(ARGS)),,$(error usage: make flake ARGS="<tests to check>" [N=5]))
 	$(BIN)/python scripts/flake.py --count $(N) --workers $(WORKERS) $(ARGS)
 
 unit: ## Unit tests only (no Docker)
