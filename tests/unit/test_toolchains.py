@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +192,32 @@ def test_go_s_build_cache_is_the_one_handed_on() -> None:
         "GOCACHE=/opt/selfbench-cache/go-build"
         in (dockerfiles_dir() / "toolchains.Dockerfile.j2").read_text()
     )
+
+
+def test_a_cpython_download_that_fails_names_the_download_and_the_way_around(
+    tmp_path: Path,
+) -> None:
+    """Where no host serves CPython, uv says "dns error" and nothing more: the python layer
+    adds what it was downloading and what to do instead, as its last line (the build's tail)."""
+    script = render_all_layers()["python"]
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name, body in {
+        "apt-get": "exit 0",
+        "uv": 'echo "error: Request failed: dns error" >&2; exit 2',
+    }.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    lib = (dockerfiles_dir() / "toolchains" / "lib.sh").read_text()
+    (tmp_path / "layer.sh").write_text(script.replace(". /opt/selfbench-toolchains/lib.sh", lib))
+    done = subprocess.run(
+        ["bash", str(tmp_path / "layer.sh")],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{stubs}:/usr/bin:/bin"},
+        check=False,
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("selfbench: toolchain python: uv could not install CPython 3.11, 3.12")
+    assert "--toolchain-mirror python=URL" in last and "base image" in last
