@@ -65,7 +65,7 @@ def read_regular(path: Path, *, limit: int) -> bytes:
                     f"is {file_kind(mode)}; expected a regular file", path=str(path)
                 ) from None
         raise InvalidTaskError(_os_error(exc), path=str(path)) from None
-    return _read_opened(fd, str(path), limit)
+    return read_opened(fd, str(path), limit)
 
 
 def size_words(size: int) -> str:
@@ -76,7 +76,7 @@ def size_words(size: int) -> str:
     return f"{size} bytes"
 
 
-def _read_opened(fd: int, where: str, limit: int) -> bytes:
+def read_opened(fd: int, where: str, limit: int) -> bytes:
     """The bytes of an opened file that must be regular and at most `limit` bytes; closes it."""
     try:
         info = os.fstat(fd)
@@ -304,7 +304,7 @@ class DirectoryHandle:
                 kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else file_kind(info.st_mode)
                 raise InvalidTaskError(f"is {kind}; expected a regular file", path=where) from None
             raise InvalidTaskError(_os_error(exc), path=where) from None
-        return _read_opened(fd, where, limit)
+        return read_opened(fd, where, limit)
 
     def _temporary(self, name: str, data: bytes, mode: int) -> str:
         tmp = f".{name[:80]}.{os.getpid()}.{time.time_ns()}.tmp"

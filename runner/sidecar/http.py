@@ -22,6 +22,7 @@ from starlette.routing import Match
 
 from runner import __version__
 from runner.run.state import PROGRESS
+from runner.sidecar.files import run_file_routes
 from runner.sidecar.jobs import JobSummary
 from runner.sidecar.metrics import Metrics
 from runner.sidecar.policy import RequestRefusedError
@@ -107,6 +108,7 @@ def create_app(
     _submit_route(app, service, errors)
     _read_routes(app, service, job_or_404, errors)
     _cancel_route(app, service, job_or_404, errors)
+    run_file_routes(app, job_or_404, errors)
     _service_routes(app, service, metrics, unauthorized)
     if token is not None:
         _declare_bearer(app)

@@ -1002,3 +1002,57 @@ def test_a_probe_and_the_spec_need_no_token_and_the_spec_says_what_does(served: 
     assert httpx.post(f"{served.url}/healthz").status_code == 401  # only reads are open
     for page in ("/docs", "/redoc"):
         assert httpx.get(f"{served.url}{page}", headers=AUTH).status_code == 404
+
+
+def test_a_run_s_report_and_logs_are_served_below_its_run_directory_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GET /v1/verifications/{id}/run/<path>: report.html and the logs its relative links name;
+    never a link out of the run directory, a FIFO, a directory, `..`, or past the size cap."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from runner.sidecar import files
+    from runner.sidecar.jobs import JobSummary
+    from runner.sidecar.request import JobState
+
+    archive = tmp_path / "archives" / "job-1"
+    run = archive / "run"
+    (run / "oracle" / "logs" / "verifier").mkdir(parents=True)
+    (run / "report.html").write_text('<a href="oracle/logs/verifier/fail_to_pass.log">log</a>')
+    (run / "oracle" / "logs" / "verifier" / "fail_to_pass.log").write_text("E   assert 5 == 6\n")
+    (run / "oracle" / "leak.log").symlink_to("/etc/passwd")
+    (run / "oracle" / "linked").symlink_to("/etc")
+    os.mkfifo(run / "oracle" / "pipe.log")
+    (run / "big.log").write_bytes(b"x" * 2048)
+    monkeypatch.setattr(files, "MAX_FILE", 1024)
+    job = JobSummary(
+        id="job-1", source="http", archive=archive, task_id="t", digest=None,
+        state=JobState.DONE, run_id="r", pid=None, attempts=1, cancel=False, created=0.0,
+        started=None, finished=None, verdict="rejected", response=None,
+    )  # fmt: skip
+    from runner.sidecar.http import _error_handlers
+
+    app = FastAPI()
+    _error_handlers(app)
+    files.run_file_routes(app, lambda: job, {})
+    client = TestClient(app)
+    page = client.get("/v1/verifications/job-1/run/report.html")
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    log = client.get("/v1/verifications/job-1/run/oracle/logs/verifier/fail_to_pass.log")
+    assert log.status_code == 200 and log.text == "E   assert 5 == 6\n"
+    for path, words in {
+        "oracle/leak.log": "symbolic link",
+        "oracle/linked/passwd": "symbolic link",
+        "oracle/pipe.log": "FIFO",
+        "oracle": "directory",
+        "big.log": "too large",
+        "missing.log": "no file",
+    }.items():
+        refused = client.get(f"/v1/verifications/job-1/run/{path}")
+        assert refused.status_code == 404, path
+        assert words in str(refused.json()), (path, refused.json())
+    climbing = client.get("/v1/verifications/job-1/run/%2E%2E/%2E%2E/etc/passwd")
+    assert climbing.status_code == 404

@@ -1,0 +1,67 @@
+"""Reading one file below a root that others may have written (a run directory: its logs came
+out of containers): every component is opened relative to the one above it and never through
+a link, so no name below the root leads out of it, and the file must be regular and within a
+size limit before a byte of it is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from pathlib import Path, PurePosixPath
+
+from runner.base.errors import InvalidTaskError
+from runner.base.safeio import file_kind, read_opened
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def relative_parts(relative: str) -> list[str]:
+    """The components of a relative path as a URL or a report names it; InvalidTaskError for
+    one that is absolute, climbs (`..`), or is empty."""
+    path = PurePosixPath(relative)
+    parts = [p for p in path.parts if p not in ("", ".")]
+    if path.is_absolute() or not parts or ".." in parts or "\0" in relative:
+        raise InvalidTaskError("is not a path below the run directory", path=relative)
+    return parts
+
+
+def read_below(root: Path, relative: str, *, limit: int) -> bytes:
+    """The bytes of the regular file `relative` below `root` (the root itself may be reached
+    through links: it is the runner's choice). FileNotFoundError when nothing is there;
+    InvalidTaskError for a link, a FIFO, a device, a directory or a file over `limit`."""
+    parts = relative_parts(relative)
+    fd = os.open(root, _DIRECTORY & ~os.O_NOFOLLOW)
+    try:
+        for name in parts[:-1]:
+            try:
+                inner = os.open(name, _DIRECTORY, dir_fd=fd)
+            except OSError as exc:
+                _refuse(fd, name, relative, exc)
+                raise
+            os.close(fd)
+            fd = inner
+        try:
+            file_fd = os.open(parts[-1], _FILE, dir_fd=fd)
+        except OSError as exc:
+            _refuse(fd, parts[-1], relative, exc)
+            raise
+    finally:
+        os.close(fd)
+    return read_opened(file_fd, relative, limit)
+
+
+def _refuse(fd: int, name: str, relative: str, exc: OSError) -> None:
+    """A name that is there but may not be followed is refused by what it is (a link says so);
+    an entry that is not there stays FileNotFoundError."""
+    if isinstance(exc, FileNotFoundError):
+        return
+    mode = None
+    with contextlib.suppress(OSError):
+        mode = os.lstat(name, dir_fd=fd).st_mode
+    if mode is not None and stat.S_ISLNK(mode):
+        raise InvalidTaskError(f"{name} is a symbolic link; it is not followed", path=relative)
+    what = file_kind(mode) if mode is not None else "not readable"
+    raise InvalidTaskError(f"{name} is {what}", path=relative) from None
