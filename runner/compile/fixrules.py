@@ -30,6 +30,7 @@ from pydantic.alias_generators import to_camel
 from runner.base import validation as v
 from runner.base.errors import Problem
 from runner.compile.patches import FileChange, PatchInfo, PatchParseError, parse_patch
+from runner.runners import expected_runners, selector_path
 
 # definition.json's fields a fix may change: the environment contract and what describes the
 # held-out tests (their command, selection, paths, toolchains, timeouts and resources).
@@ -126,7 +127,29 @@ def merge_definition(
             merged[key] = {**old, **value}
         else:
             merged[key] = value
+    problems.extend(selector_escapes(merged, file=file))
     return merged, problems
+
+
+def selector_escapes(definition: Mapping[str, Any], *, file: str) -> list[Problem]:
+    """A selector whose path (as each runner the test command starts reads it) is absolute or
+    leaves the repository: a fix's `failToPass` naming `../../../etc/passwd` selects nothing of
+    the task, and names a file of whatever reads it."""
+    command = str(definition.get("testCommand") or "")
+    workdir = str(definition.get("workdir") or ".")
+    runners: list[str | None] = [*expected_runners(command)] or [None]
+    problems: list[Problem] = []
+    for key in ("failToPass", "passToPass"):
+        selectors = definition.get(key)
+        for index, selector in enumerate(selectors if isinstance(selectors, list) else []):
+            paths = {selector_path(r, str(selector)) for r in runners} - {None}
+            if "/" in str(selector) and not any(c.isspace() for c in str(selector)):
+                paths.add(str(selector))  # a custom command's selector that reads as a path
+            if any(v.path_problem(str(path), base=workdir) for path in paths):
+                problems.append(
+                    _problem(file, f"{key}[{index}]", "names a path outside the repository")
+                )
+    return problems
 
 
 def _problem(file: str, field: str | None, message: str) -> Problem:

@@ -74,6 +74,28 @@ def test_fields_merge_one_by_one_and_fixed_or_unknown_ones_are_refused() -> None
         ("", False, False),
     ],
 )
+@pytest.mark.parametrize(
+    ("command", "selector", "escapes"),
+    [
+        ("pytest {tests}", "../../../etc/passwd", True),
+        ("pytest {tests}", "/etc/passwd", True),
+        ("pytest {tests}", "tests/test_a.py::test_b", False),
+        ("go test {tests}", "../other", True),
+        ("go test {tests}", "./mul", False),
+        ("bash tests/run.sh {tests}", "../../etc/shadow", True),  # a custom runner's, too
+        ("bash tests/run.sh {tests}", "tests/a.sh", False),
+    ],
+)
+def test_a_fix_cannot_select_a_path_outside_the_repository(
+    command: str, selector: str, escapes: bool
+) -> None:
+    green = {"testCommand": command, "workdir": ".", "failToPass": ["x"], "passToPass": []}
+    _, problems = merge_definition(green, {"passToPass": [selector]}, file="fix/d.json")
+    assert [(p.field, p.message) for p in problems] == (
+        [("passToPass[0]", "names a path outside the repository")] if escapes else []
+    )
+
+
 def test_held_out_and_beside(path: str, held: bool, beside: bool) -> None:
     tests = parse_patch(
         b"diff --git a/pkg/tests/test_new.py b/pkg/tests/test_new.py\n"
