@@ -62,19 +62,6 @@ def test_fields_merge_one_by_one_and_fixed_or_unknown_ones_are_refused() -> None
 
 
 @pytest.mark.parametrize(
-    ("path", "held", "beside"),
-    [
-        ("pkg/tests/test_new.py", True, True),
-        ("pkg/tests/fixtures/data.json", False, True),  # a new file below a held-out one's dir
-        ("pkg/tests/data/deep/x.txt", True, True),  # inside a testPaths directory
-        ("pkg/src/app.py", False, False),
-        ("conftest.py", False, False),  # the root is beside no test in a directory
-        ("pkg/tests/../src/app.py", False, False),  # normalized first
-        ("/etc/passwd", False, False),
-        ("", False, False),
-    ],
-)
-@pytest.mark.parametrize(
     ("command", "selector", "escapes"),
     [
         ("pytest {tests}", "../../../etc/passwd", True),
@@ -96,6 +83,19 @@ def test_a_fix_cannot_select_a_path_outside_the_repository(
     )
 
 
+@pytest.mark.parametrize(
+    ("path", "held", "beside"),
+    [
+        ("pkg/tests/test_new.py", True, True),
+        ("pkg/tests/fixtures/data.json", False, True),  # a new file below a held-out one's dir
+        ("pkg/tests/data/deep/x.txt", True, True),  # inside a testPaths directory
+        ("pkg/src/app.py", False, False),
+        ("conftest.py", False, False),  # the root is beside no test in a directory
+        ("pkg/tests/../src/app.py", False, False),  # normalized first
+        ("/etc/passwd", False, False),
+        ("", False, False),
+    ],
+)
 def test_held_out_and_beside(path: str, held: bool, beside: bool) -> None:
     tests = parse_patch(
         b"diff --git a/pkg/tests/test_new.py b/pkg/tests/test_new.py\n"
