@@ -31,6 +31,7 @@ from runner.model.settings import (
     HackGate,
     SharedSettings,
     StorageLimit,
+    environment_list,
 )
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -274,6 +275,11 @@ def verify_options(*, repeat: int, from_json: bool = False) -> Callable[[_F], _F
             if kwargs.pop("no_hack_gate"):
                 given["hack_gate"] = HackGate.OFF
             document = kwargs.pop("settings_json", None) if from_json else None
+            # The variables' toolchain sources and mirrors travel with the options: the
+            # children of batch, serve and worker start without them (child_environment), and
+            # an option given beside a variable still wins (it comes later).
+            given["sources"] = (*environment_list(ENV_TOOLCHAIN_SOURCES), *given["sources"])
+            given["mirrors"] = (*environment_list(ENV_TOOLCHAIN_MIRRORS), *given["mirrors"])
             child = SharedSettings(**given) if document is None else _settings_from_json(document)
             return function(child=child, **kwargs)
 

@@ -173,3 +173,32 @@ def test_sizes_mean_what_their_units_say() -> None:
     for bad in ("20 apples", "-5", "1KB", "2TiB"):
         with pytest.raises(click.BadParameter):
             size.convert(bad, None, None)
+
+
+def test_the_toolchain_variables_travel_with_the_settings_a_supervisor_hands_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """batch, serve and worker start each verify without the runner's variables
+    (child_environment): SELFBENCH_TOOLCHAIN_SOURCES and _MIRRORS must be in the settings they
+    hand on, as verify honours them, with an option beside them still winning."""
+    from runner.model.settings import child_environment
+    from runner.model.task import Toolchain
+    from runner.model.toolchains import Source, settings_from
+
+    seen: list[SharedSettings] = []
+
+    @click.command()
+    @verify_options(repeat=0)
+    def command(child: SharedSettings) -> None:
+        seen.append(child)
+
+    monkeypatch.setenv("SELFBENCH_TOOLCHAIN_SOURCES", "uv=registry,node=upstream")
+    monkeypatch.setenv("SELFBENCH_TOOLCHAIN_MIRRORS", "go=https://mirror.example/go")
+    result = CliRunner().invoke(command, ["--toolchain-source", "node=registry"])
+    assert result.exit_code == 0, result.output
+    (child,) = seen
+    assert child.sources == ("uv=registry,node=upstream", "node=registry")
+    assert child.mirrors == ("go=https://mirror.example/go",)
+    assert "SELFBENCH_TOOLCHAIN_SOURCES" not in child_environment()
+    chosen = settings_from(child.sources, child.mirrors)
+    assert chosen.sources[Toolchain("node")] is Source.REGISTRY  # the option wins
