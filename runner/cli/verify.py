@@ -42,7 +42,7 @@ from runner.cli.options import (
 )
 from runner.cli.output import Output
 from runner.cli.startup import startup_finished
-from runner.model.report import Report, write_report
+from runner.model.report import Report, Verdict, write_report
 from runner.model.settings import (
     ENV_LOGS_ROOT,
     EvidenceChecks,
@@ -189,7 +189,9 @@ def _print_report(
     if as_json:
         click.echo(report.to_json(), nl=False)
     if not quiet or not as_json:
-        output.summary(report, result=not as_json)
+        # The summary is the answer on stdout, but for input that is not valid: its problems
+        # are errors, on stderr with every other error line (exit 2).
+        output.summary(report, result=not as_json and report.verdict is not Verdict.INVALID)
     for kept in report.kept:
         click.echo(f"kept {kept.label} ({kept.name}): {kept.enter}", err=True)
     if report.kept:
@@ -201,7 +203,7 @@ def _print_report(
 
 def _usage_report(error: RunnerError) -> Any:
     """The report a program gets for a run refused before it started (bad options)."""
-    from runner.model.report import InputProblem, Report, Verdict
+    from runner.model.report import InputProblem
     from runner.run.pipeline import new_run_id
 
     return Report(

@@ -216,16 +216,7 @@ def _definition(
     runner = proposal.runner if proposal else ""
     held_out = [p for p in test_paths if is_test_file(p, runner)] or test_paths
     fail_to_pass = selectors(held_out, runner) or held_out
-    listed = run_git(["ls-tree", "-r", "--name-only", "-z", base], git_dir=store).stdout
-    at_base = [p.decode(errors="replace") for p in listed.split(b"\0") if p]
-    directories = {posixpath.dirname(p) for p in held_out}
-    beside = [
-        p
-        for p in at_base
-        if posixpath.dirname(p) in directories and is_test_file(p, runner) and p not in held_out
-    ]
-    pass_to_pass = [s for s in selectors(beside, runner) if s not in fail_to_pass]
-    pass_to_pass = pass_to_pass[:MAX_PASS_TO_PASS]
+    pass_to_pass = _beside(store, base, held_out, runner, fail_to_pass)
     messages = run_git(
         ["log", "--format=%B", f"{base}..{head}"], git_dir=store, check=False
     ).stdout.decode(errors="replace")
@@ -256,10 +247,7 @@ def _definition(
         "timeouts": {"setupSeconds": 600, "agentSeconds": 1800, "testsSeconds": 600},
         "resources": {"cpus": 1, "memoryMb": 2048, "storageMb": 4096},
     }
-    if origin:
-        notes.append(f"repo: the local repository's origin, {repo} (its commits are in the store)")
-    elif not is_remote(repo):
-        notes.append(f"repo: a path on this machine ({repo}); name its URL to share the task")
+    notes.extend(_repo_note(repo, origin))
     if prompt is None:
         notes.append("prompt: marked TODO; write what the agent is asked to do (--prompt)")
     if proposal is None:
@@ -272,10 +260,11 @@ def _definition(
             f"setupCommand, testCommand, toolchains: proposed from {', '.join(proposal.found)}; "
             "check them against the project's CI"
         )
-    if not pass_to_pass:
-        notes.append("passToPass: no test beside the held-out ones at the base; name some")
-    else:
-        notes.append("passToPass: tests beside the held-out ones at the base; check they pass")
+    notes.append(
+        "passToPass: tests beside the held-out ones at the base; check they pass"
+        if pass_to_pass
+        else "passToPass: no test beside the held-out ones at the base; name some"
+    )
     if pr is None and source_pr is None:
         notes.append("sourcePr: not named by the commit messages; set it (--source-pr)")
     if source_url is None:
@@ -309,6 +298,30 @@ def portable_repo(spec: str) -> tuple[str, bool]:
                 parts = parts._replace(netloc=parts.netloc.rsplit("@", 1)[1])
             return urllib.parse.urlunsplit(parts) if parts.scheme else url.group(1), True
     return spec, False
+
+
+def _beside(
+    store: Path, base: str, held_out: list[str], runner: str, fail_to_pass: list[str]
+) -> list[str]:
+    """passToPass: up to MAX_PASS_TO_PASS selectors of the tests beside the held-out ones at the
+    base (their directories)."""
+    listed = run_git(["ls-tree", "-r", "--name-only", "-z", base], git_dir=store).stdout
+    at_base = [p.decode(errors="replace") for p in listed.split(b"\0") if p]
+    directories = {posixpath.dirname(p) for p in held_out}
+    beside = [
+        p
+        for p in at_base
+        if posixpath.dirname(p) in directories and is_test_file(p, runner) and p not in held_out
+    ]
+    return [s for s in selectors(beside, runner) if s not in fail_to_pass][:MAX_PASS_TO_PASS]
+
+
+def _repo_note(repo: str, origin: bool) -> list[str]:
+    if origin:
+        return [f"repo: the local repository's origin, {repo} (its commits are in the store)"]
+    if not is_remote(repo):
+        return [f"repo: a path on this machine ({repo}); name its URL to share the task"]
+    return []
 
 
 def _task_id(spec: str, head: str) -> str:

@@ -185,10 +185,10 @@ def render_html(view: ReportView) -> str:
     red = [name for name, stage in stages if stage.status in (Status.FAILED, Status.ERROR)]
     # The stages with a section of their own below the table (their names link to it).
     sections = {
-        "nop": _gate_shown(report.stages.nop.data),
-        "oracle": _gate_shown(report.stages.oracle.data),
-        "determinism": bool(report.stages.determinism.data.probe),
-        "hack": bool(report.stages.hack.data.exploits),
+        Stage.NOP.value: _gate_shown(report.stages.nop.data),
+        Stage.ORACLE.value: _gate_shown(report.stages.oracle.data),
+        Stage.DETERMINISM.value: bool(report.stages.determinism.data.probe),
+        Stage.HACK.value: bool(report.stages.hack.data.exploits),
     }
     gate_sections = {name for name, shown in sections.items() if shown}
     return (
