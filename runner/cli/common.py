@@ -26,8 +26,6 @@ from runner.cli.output import print_problems
 from runner.cli.startup import startup_finished
 from runner.model.layout import RunLayout
 from runner.model.settings import (
-    ENV_TOOLCHAIN_MIRRORS,
-    ENV_TOOLCHAIN_SOURCES,
     BuildEnvironment,
     CompileOptions,
     EvidenceChecks,
@@ -35,7 +33,6 @@ from runner.model.settings import (
     StorageLimit,
     VerifySettings,
     cache_root,
-    environment_list,
     proxy_environment,
 )
 
@@ -133,10 +130,8 @@ def _toolchain_settings(sources: tuple[str, ...], mirrors: tuple[str, ...]) -> A
         problem = v.control_character(mirror)
         if problem:
             raise UsageError(f"mirror {problem}", field="--toolchain-mirror")
-    return settings_from(
-        [*environment_list(ENV_TOOLCHAIN_SOURCES), *sources],
-        [*environment_list(ENV_TOOLCHAIN_MIRRORS), *mirrors],
-    )
+    # The variables are in the options' values already (runner.cli.options._after_variable).
+    return settings_from(sources, mirrors)
 
 
 def _build_environment(

@@ -97,10 +97,22 @@ AGENT_ALLOWED_HOST = click.option(
 )
 
 
+def _after_variable(variable: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A repeatable option's values after its variable's (comma-separated) ones: the later
+    wins, so an option beats the variable, and the variable is in the value every command hands
+    on (the children of batch, serve and worker start without it: child_environment)."""
+
+    def callback(_context: click.Context, _param: click.Parameter, value: Any) -> Any:
+        return (*environment_list(variable), *value)
+
+    return callback
+
+
 TOOLCHAIN_SOURCE = click.option(
     "--toolchain-source",
     "sources",
     multiple=True,
+    callback=_after_variable(ENV_TOOLCHAIN_SOURCES),
     metavar="NAME=upstream|registry",
     help=f"Where a toolchain comes from at build time (repeatable, or comma-separated; env "
     f"{ENV_TOOLCHAIN_SOURCES}). Default upstream.",
@@ -111,6 +123,7 @@ TOOLCHAIN_MIRROR = click.option(
     "--toolchain-mirror",
     "mirrors",
     multiple=True,
+    callback=_after_variable(ENV_TOOLCHAIN_MIRRORS),
     metavar="NAME=URL",
     help=f"Mirror replacing a toolchain's upstream download base (repeatable; env "
     f"{ENV_TOOLCHAIN_MIRRORS}).",
@@ -275,11 +288,6 @@ def verify_options(*, repeat: int, from_json: bool = False) -> Callable[[_F], _F
             if kwargs.pop("no_hack_gate"):
                 given["hack_gate"] = HackGate.OFF
             document = kwargs.pop("settings_json", None) if from_json else None
-            # The variables' toolchain sources and mirrors travel with the options: the
-            # children of batch, serve and worker start without them (child_environment), and
-            # an option given beside a variable still wins (it comes later).
-            given["sources"] = (*environment_list(ENV_TOOLCHAIN_SOURCES), *given["sources"])
-            given["mirrors"] = (*environment_list(ENV_TOOLCHAIN_MIRRORS), *given["mirrors"])
             child = SharedSettings(**given) if document is None else _settings_from_json(document)
             return function(child=child, **kwargs)
 
