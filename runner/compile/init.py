@@ -32,7 +32,12 @@ from runner.compile.initrules import (
     selectors,
 )
 from runner.compile.patches import PatchParseError, parse_patch
-from runner.compile.repository import is_remote, resolve_repository, revision_commit
+from runner.compile.repository import (
+    is_remote,
+    local_path,
+    resolve_repository,
+    revision_commit,
+)
 from runner.compile.taskaudit import TaskAudit, audit_task
 from runner.compile.taskdir import DEFINITION, GOLD_PATCH, TEST_PATCH, load_authored_task
 from runner.runners import Proposal
@@ -69,7 +74,8 @@ def resolve_ref(spec: str, ref: str) -> str:
         return ref.lower()
     if ref.startswith("-") or not ref:
         raise UsageError(f"{ref!r} is not a commit id or a ref name", field="--base/--head")
-    named = _advertised(spec, ref)
+    refs = _advertised(spec)
+    named = _named(refs, ref)
     if named is not None:
         return named
     parsed = _REVISION.fullmatch(ref)
@@ -81,7 +87,7 @@ def resolve_ref(spec: str, ref: str) -> str:
     base, walk = parsed["base"], parsed["walk"]
     start = base.lower() if _SHA.fullmatch(base.lower()) else None
     if start is None and walk:
-        start = _advertised(spec, base)
+        start = _named(refs, base)
     if start is None and not _SHORT.fullmatch(base.lower()):
         raise UsageError(
             f"{base!r} is neither a commit id nor a branch or tag of {spec!r}",
@@ -90,21 +96,24 @@ def resolve_ref(spec: str, ref: str) -> str:
     return revision_commit(spec, f"{start or base.lower()}{walk}")
 
 
-def _advertised(spec: str, ref: str) -> str | None:
-    """The commit a branch, tag or HEAD named `ref` points at, as the repository lists it."""
-    source = spec if is_remote(spec) else str(Path(spec).expanduser().resolve())
+def _advertised(spec: str) -> dict[str, str]:
+    """The refs the repository lists (`git ls-remote`, which reads its refs only), by name."""
+    source = spec if is_remote(spec) else str(local_path(spec).resolve())
     listed = run_git(["ls-remote", "--", source], check=False)
     if listed.returncode != 0:
         raise RepositoryError(f"cannot list the refs of {spec!r}: {listed.stderr.decode()[-300:]}")
-    wanted = (ref, f"refs/heads/{ref}", f"refs/tags/{ref}", f"refs/tags/{ref}^{{}}")
-    found: dict[str, str] = {}
+    refs: dict[str, str] = {}
     for line in listed.stdout.decode(errors="replace").splitlines():
         sha, _, name = line.partition("\t")
-        if name in wanted:
-            found[name] = sha
-    for name in (f"refs/tags/{ref}^{{}}", *wanted):  # an annotated tag's commit first
-        if name in found:
-            return found[name]
+        refs[name] = sha
+    return refs
+
+
+def _named(refs: dict[str, str], ref: str) -> str | None:
+    """The commit a branch, tag or HEAD named `ref` points at (an annotated tag's commit)."""
+    for name in (f"refs/tags/{ref}^{{}}", ref, f"refs/heads/{ref}", f"refs/tags/{ref}"):
+        if name in refs:
+            return refs[name]
     return None
 
 
@@ -284,7 +293,7 @@ def portable_repo(spec: str) -> tuple[str, bool]:
     The flag: the origin was taken."""
     if is_remote(spec):
         return spec, False
-    path = Path(spec[len("file://") :] if spec.startswith("file://") else spec).expanduser()
+    path = local_path(spec)
     for config in (path / ".git" / "config", path / "config"):
         try:
             text = read_regular(config, limit=1 << 20).decode("utf-8", "replace")

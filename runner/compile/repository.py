@@ -199,11 +199,16 @@ def _lent(path: Path, commit: str, *, label: str) -> Iterator[Path]:
         yield lend
 
 
+def local_path(spec: str) -> Path:
+    """The path a repository spec names on this disk (`file://` taken off, `~` expanded)."""
+    return Path(spec.removeprefix("file://")).expanduser()
+
+
 def revision_commit(spec: str, expression: str) -> str:
     """The commit id git gives `expression` (a short id, `REV^`, `REV~N`) in the local repository
     `spec`, without running git there: its objects are lent to a repository of the runner's own.
     A usage error when it names no commit, or names one ambiguously."""
-    path = Path(spec[len("file://") :] if spec.startswith("file://") else spec).expanduser()
+    path = local_path(spec)
     if is_remote(spec) or not path.is_dir():
         raise UsageError(
             f"{expression!r}: a short commit id or a revision expression is read in a "
@@ -283,13 +288,12 @@ def resolve_repository(
     if not _SHA.fullmatch(commit):
         raise RepositoryError(f"base commit {commit!r} is not a full 40-character commit id")
     spec = repository_spec(repo_option, definition_repo, task_dir)
-    if spec.startswith("file://"):
-        spec = spec[len("file://") :]
+    spec = spec.removeprefix("file://")
     if is_remote(spec):
         key = hashlib.sha256(spec.encode()).hexdigest()[:24]
         _take(spec, commit, label=spec, key=key)
         return store()
-    path = Path(spec).expanduser()
+    path = local_path(spec)
     try:
         info = os.stat(path)
     except (OSError, ValueError):
