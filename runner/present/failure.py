@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
-from runner.base.safeio import read_regular
+from runner.base.treeread import read_below
 from runner.model.evidence import RunEvidence
 from runner.model.layout import RunLayout
 from runner.model.report import Report, Status, Verdict
@@ -37,15 +37,16 @@ _HEADER = re.compile(r"_{3,}|={3,}|\u25cf")
 _ID_PARTS = re.compile(r"::| > | \u203a |/|\.")
 
 
-def _read(path: Path) -> bytes | None:
+def _read(run_dir: Path, relative: str) -> bytes | None:
+    """A file below the run directory, through the one reader of files others wrote there."""
     try:
-        return read_regular(path, limit=MAX_READ)
-    except RunnerError:
+        return read_below(run_dir, relative, limit=MAX_READ)
+    except (RunnerError, OSError):
         return None
 
 
-def _evidence(logs: Path, run: str) -> RunEvidence | None:
-    data = _read(logs / "evidence" / f"{run}.json")
+def _evidence(run_dir: Path, logs: str, run: str) -> RunEvidence | None:
+    data = _read(run_dir, f"{logs}/evidence/{run}.json")
     if data is None:
         return None
     try:
@@ -104,29 +105,27 @@ def failure_view(report: Report, run_dir: Path | None) -> Failure | None:
     if red is None:
         return None
     name, stage = red
-    links: list[tuple[str, str]] = []
-    for raw in stage.logs:
-        path = Path(raw)
-        if run_dir is not None and path.is_relative_to(run_dir) and path.is_file():
-            relative = path.relative_to(run_dir).as_posix()
-            links.append((relative, relative))
+    links = [
+        Path(raw).relative_to(run_dir).as_posix()
+        for raw in stage.logs
+        if run_dir is not None and Path(raw).is_relative_to(run_dir) and Path(raw).is_file()
+    ]
     failure = Failure(stage=name, detail=stage.detail, links=links)
     if run_dir is None or name not in RED_RUNS:
         return failure
-    logs = RunLayout(run_dir).verifier_logs(name)
+    logs = RunLayout(run_dir).verifier_logs(name).relative_to(run_dir).as_posix()
     for run in RED_RUNS[name]:
-        evidence = _evidence(logs, run)
-        log = logs / f"{run}.log"
+        evidence = _evidence(run_dir, logs, run)
         if evidence is not None and evidence.passed:
             continue
-        data = _read(log)
+        log_link = f"{logs}/{run}.log"
+        data = _read(run_dir, log_link)
         if evidence is None and data is None:
             continue
         tests = [] if evidence is None else evidence.ids("failed", "error")[:MAX_TESTS]
         lines = (data or b"").decode("utf-8", "replace").splitlines()
-        log_link = log.relative_to(run_dir).as_posix()
-        if (log_link, log_link) not in links and data is not None:
-            links.insert(0, (log_link, log_link))
+        if log_link not in links and data is not None:
+            links.insert(0, log_link)
         return Failure(
             stage=name,
             detail=stage.detail,

@@ -76,7 +76,7 @@ class Failure:
     tests: list[str] = field(default_factory=list)  # its failing tests
     excerpt: list[str] = field(default_factory=list)  # its output where it says why
     excerpt_path: str | None = None  # that output's file, relative to the run directory
-    links: list[tuple[str, str]] = field(default_factory=list)  # (label, relative href)
+    links: list[str] = field(default_factory=list)  # its logs, relative to the run directory
 
 
 @dataclass(frozen=True, kw_only=True)

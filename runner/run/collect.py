@@ -183,12 +183,4 @@ def log_text(path: Path, size: int = 32 * 1024 * 1024) -> str:
 
 
 def tail_lines(path: Path, size: int = 64 * 1024) -> list[str]:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(0, 2)
-            end = handle.tell()
-            handle.seek(max(0, end - size))
-            data = handle.read()
-    except OSError:
-        return []
-    return data.decode("utf-8", "replace").splitlines()
+    return log_text(path, size).splitlines()

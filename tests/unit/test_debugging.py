@@ -431,7 +431,7 @@ def test_a_red_report_opens_on_the_failing_test_and_why(tmp_path: Path) -> None:
     # The excerpt starts where the failing test (not its canary) is named, and says why.
     assert failure.excerpt[1].endswith("FAIL  test/repeat.test.js > repeats")
     assert "expected 'ab' to be 'ababab'" in failure.excerpt[2]
-    assert failure.links[0] == ("oracle/logs/verifier/fail_to_pass.log",) * 2
+    assert failure.links[0] == "oracle/logs/verifier/fail_to_pass.log"
     # No empty log box: the agent's empty log is not shown.
     assert [e.path for e in view.excerpts["oracle"]] == ["oracle/verifier.log"]
     page = render_html(view)
@@ -441,6 +441,13 @@ def test_a_red_report_opens_on_the_failing_test_and_why(tmp_path: Path) -> None:
     assert page.index("to be &#x27;ababab&#x27;") < page.index('id="stages"')
     assert '<a href="oracle/logs/verifier/fail_to_pass.log">' in page
     assert '<a href="#stage-oracle">oracle</a>' in page
+    # A log the verifier left as a link (out of the run directory) is not read.
+    log = tmp_path / "run" / "oracle" / "logs" / "verifier" / "fail_to_pass.log"
+    (tmp_path / "elsewhere.log").write_bytes(log.read_bytes())
+    log.unlink()
+    log.symlink_to(tmp_path / "elsewhere.log")
+    linked = report_view(made).failure
+    assert linked is not None and linked.excerpt == [] and linked.tests == failure.tests
 
 
 def test_the_failure_excerpt_finds_each_runner_s_words() -> None:
