@@ -199,15 +199,13 @@ def _lent(path: Path, commit: str, *, label: str) -> Iterator[Path]:
         yield lend
 
 
-def local_path(spec: str) -> Path:
-    """The path a repository spec names on this disk (`file://` taken off, `~` expanded)."""
+def local_path(spec: str) -> Path:  # `file://` taken off, `~` expanded
     return Path(spec.removeprefix("file://")).expanduser()
 
 
 def revision_commit(spec: str, expression: str) -> str:
-    """The commit id git gives `expression` (a short id, `REV^`, `REV~N`) in the local repository
-    `spec`, without running git there: its objects are lent to a repository of the runner's own.
-    A usage error when it names no commit, or names one ambiguously."""
+    """The commit git gives `expression` (a short id, `REV^`, `REV~N`) in the local repository
+    `spec`, without running git there: its objects are lent to a repository of the runner's."""
     path = local_path(spec)
     if is_remote(spec) or not path.is_dir():
         raise UsageError(
