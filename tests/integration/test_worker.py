@@ -264,9 +264,10 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
         other = start_worker(server, tmp_path / "b", queue, options, jobs=1, env=second.environ())
         try:
             # Three different payloads (no report of one answers another), each slow enough to
-            # be killed in the middle of.
+            # be killed in the middle of: every test run of its smoke, nop and oracle gates
+            # holds its containers for a second or more, and the loop below looks every 0.2 s.
             requests = [
-                payload(f"f-{i}", 10 + i, testCommand=f"sleep {5 + i}; bash tests/run.sh {{tests}}")
+                payload(f"f-{i}", 10 + i, testCommand=f"sleep {1 + i}; bash tests/run.sh {{tests}}")
                 for i in range(3)
             ]
             batch = {"requests": requests, "concurrency": 3, "heartbeat_timeout_seconds": 10}
@@ -312,11 +313,15 @@ def test_a_worker_killed_mid_verification_hands_its_activity_to_the_other(
             stop_worker(other)
             first = start_worker(server, tmp_path / "a", queue, options, jobs=1)
             assert "handed back 1 verification(s) the last stop left unfinished" in first.text()
-            time.sleep(3)
-            with sqlite3.connect(first.state / "jobs.sqlite3") as db:
-                state, response = db.execute(
-                    "SELECT state, response FROM jobs WHERE id = ?", (victim,)
-                ).fetchone()
+            deadline = time.monotonic() + 60
+            while True:
+                with sqlite3.connect(first.state / "jobs.sqlite3") as db:
+                    state, response = db.execute(
+                        "SELECT state, response FROM jobs WHERE id = ?", (victim,)
+                    ).fetchone()
+                if state != "running" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             assert state == "error" and '"handed-back"' in response, (state, response)
             assert runner_containers(docker_client, job_run_id(first.state, victim)) == []
             assert "runs the verification again" not in first.text(), first.text()
