@@ -8,7 +8,8 @@ through npx, go test, a bash runner script) and per class of attack:
   on the task where the task decides (exit-code evidence, `--hack-gate full`), else proved for
   the runner (PROVEN_RUNNERS);
 - `grade` gives each exploit's collected patch reward 0 through a fresh verifier (for the
-  runners of PROVEN_RUNNERS, this is the proof the default gate relies on), the real fix
+  runners of PROVEN_RUNNERS through a bundle whose policy keeps every change: the proof the
+  default gate relies on; under `--hack-gate full`, the gate's own verifiers), the real fix
   reward 1, and a real fix that also changes what an agent must not (a conftest fixture, a
   pyproject dependency, its own _test.go, a package.json script, the runner script) reward 1,
   with those changes undone and reported;
@@ -261,7 +262,9 @@ def _proved_by_the_evidence_alone(
         assert graded["undone"] == [] or all(
             c["verdict"] == "held-out" for c in graded["undone"]
         ), (name, graded["undone"])
-        assert (code, graded["reward"]["reward"]) == (1, 0), (name, graded["detail"])
+        assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
+        assert graded["reward"]["reward"] == 0
+        assert graded["census"] == "sealed"
 
 
 def grade_patches(
@@ -336,22 +339,26 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     else:
         assert "proved" not in outcomes
 
-    # The same patches through `grade`: reward 0, each. Under --hack-gate full the gate has
-    # just graded each one through a fresh verifier of this bundle (resisted, asserted above),
-    # the path `grade` takes; `grade` itself on these exploits of this runner is the jest-npm
-    # case's (the same patches, 15 verifiers and ~100 s of a CI run saved).
+    # The same patches through `grade`: reward 0, each, and each verdict "not-rewarded" on the
+    # sealed census.
+    # - On a proved runner, through a bundle whose policy keeps every change but the held-out
+    #   tests' (below): the evidence alone must give 0, which is what `proved` claims and more
+    #   than the task's own policy asks (it undoes some of those changes first).
+    # - Under --hack-gate full the gate has just graded each through a fresh verifier of this
+    #   bundle (resisted, asserted above), the path `grade` takes.
+    # - Else (exit-code evidence), through this bundle and its policy.
     logs = tmp_path / "grades"
-    names = sorted(case.classes | {n for n, e in exploits.items() if e["outcome"] == "proved"})
-    for name, (code, graded) in grade_patches(
-        run.run_dir, exploits, [] if full else names, options, logs
-    ):
-        assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
-        assert graded["reward"]["reward"] == 0
-        assert graded["census"] == "sealed"
-
     if proved:  # every exploit with a patch, whatever this task's policy made of it
         patched = sorted(n for n, e in exploits.items() if e["outcome"] in ("resisted", "proved"))
+        assert set(case.classes) <= set(patched)
         _proved_by_the_evidence_alone(case, exploits, patched, options, tmp_path)
+    elif not full:
+        for name, (code, graded) in grade_patches(
+            run.run_dir, exploits, sorted(case.classes), options, logs
+        ):
+            assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
+            assert graded["reward"]["reward"] == 0
+            assert graded["census"] == "sealed"
 
     # The real fix: reward 1, with the evidence per selector.
     fix = patch_of(case.repo, case.fix, tmp_path / "fix.patch")
