@@ -36,7 +36,7 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
-from runner.worker.workflows import VERDICTS, limits_problem, request_problem
+from runner.worker.workflows import VERDICTS, limits_problem, request_problem, single_input
 
 POOL_WORKFLOW = "selfbench.pool"
 TASK_WORKFLOW = "selfbench.task"
@@ -163,7 +163,8 @@ def summary_of_failure(name: str, error: BaseException) -> dict[str, Any]:
 @workflow.defn(name=TASK_WORKFLOW)
 class TaskWorkflow:
     @workflow.run
-    async def run(self, raw: Any) -> dict[str, Any]:
+    async def run(self, *given: Any) -> dict[str, Any]:
+        raw = single_input(TASK_WORKFLOW, given)
         reference = raw.get("reference") if isinstance(raw, dict) else None
         problem = request_problem(reference)
         name = str(reference.get("id")) if isinstance(reference, dict) else "?"
@@ -214,8 +215,8 @@ class PoolWorkflow:
         }
 
     @workflow.run
-    async def run(self, raw: Any) -> PoolSummary:
-        pool, problem = pool_input(raw)
+    async def run(self, *given: Any) -> PoolSummary:
+        pool, problem = pool_input(single_input(POOL_WORKFLOW, given))
         if pool is None:
             raise ApplicationError(f"the pool cannot run: {problem}", type="InvalidRequest")
         if pool.cursor == 0 and workflow.patched(BOUNDS_PATCH):

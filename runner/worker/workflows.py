@@ -89,6 +89,20 @@ def limits_problem(
     return None
 
 
+def single_input(kind: str, given: tuple[Any, ...]) -> Any:
+    """The one input a workflow run takes. Declared as `*given`: a run started with no input
+    or with two would otherwise fail its workflow task on the signature, which Temporal retries
+    without end; here it fails the workflow, once, saying why."""
+    if len(given) != 1:
+        raise ApplicationError(
+            f"the {kind} workflow takes one input (a JSON object); it was started with "
+            f"{len(given)}",
+            type="InvalidRequest",
+            non_retryable=True,
+        )
+    return given[0]
+
+
 def batch_input(raw: Any) -> tuple[BatchInput, str | None]:
     """The workflow's input as given (any JSON), as a BatchInput, and why its settings are
     refused (None when they are not). Requests are checked one by one as they run."""
@@ -129,10 +143,10 @@ class BatchWorkflow:
         return list(self._done)
 
     @workflow.run
-    async def run(self, raw: Any) -> BatchSummary:
+    async def run(self, *given: Any) -> BatchSummary:
         # The input is read as plain JSON and checked here: one that does not decode into
         # BatchInput, or a bad setting, would otherwise fail every workflow task.
-        batch, problem = batch_input(raw)
+        batch, problem = batch_input(single_input(BATCH_WORKFLOW, given))
         bound = asyncio.Semaphore(max(1, batch.concurrency))
         retry = RetryPolicy(
             maximum_attempts=max(1, batch.max_attempts),

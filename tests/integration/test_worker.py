@@ -518,3 +518,48 @@ def test_worker_and_batch_reach_a_frontend_that_asks_for_mutual_tls(
         finally:
             stop_worker(worker)
         assert ": accepted in " in worker.text(), worker.text()
+
+
+@pytest.mark.parametrize("inputs", [0, 2])
+def test_a_workflow_started_with_no_input_or_two_ends_saying_so(server: str, inputs: int) -> None:
+    """Each workflow takes one JSON input. Started with none or with two (as `temporal workflow
+    start` without --input, or a client passing two args, does), the run fails once, naming
+    the count, instead of failing its workflow task on the signature, which Temporal retries
+    forever. The real workflow code on a real server; no activity is reached."""
+    import asyncio
+    from datetime import timedelta
+
+    from temporalio.client import Client, WorkflowFailureError
+    from temporalio.worker import Worker as TemporalWorker
+
+    from runner.worker.pool import POOL_WORKFLOW, TASK_WORKFLOW, PoolWorkflow, TaskWorkflow
+    from runner.worker.workflows import BATCH_WORKFLOW, BatchWorkflow
+
+    async def scenario() -> dict[str, str]:
+        client = await Client.connect(server)
+        queue = f"inputs-{uuid.uuid4().hex[:8]}"
+        said: dict[str, str] = {}
+        async with TemporalWorker(
+            client, task_queue=queue, workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow]
+        ):
+            for kind in (BATCH_WORKFLOW, POOL_WORKFLOW, TASK_WORKFLOW):
+                args: list[Any] = [{"requests": []}] * inputs
+                handle = await client.start_workflow(
+                    kind,
+                    args=args,
+                    id=f"{kind}-{uuid.uuid4().hex[:8]}",
+                    task_queue=queue,
+                    # A bound on the test, not on the behaviour: a workflow task that fails
+                    # on its signature is retried until this ends it as timed out.
+                    execution_timeout=timedelta(seconds=60),
+                )
+                with pytest.raises(WorkflowFailureError) as raised:
+                    await handle.result()
+                said[kind] = str(getattr(raised.value.cause, "message", raised.value.cause))
+        return said
+
+    said = asyncio.run(scenario())
+    for kind, message in said.items():
+        assert message == (
+            f"the {kind} workflow takes one input (a JSON object); it was started with {inputs}"
+        ), (kind, message)
