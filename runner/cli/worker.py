@@ -182,6 +182,15 @@ STORE = click.option(
     "under this size, the least recently used removed first; a running verification's stay. "
     "[default: 20GiB]",
 )
+@click.option(
+    "--max-infrastructure-attempts",
+    type=click.IntRange(1, 100),
+    default=3,
+    show_default=True,
+    help="Infrastructure failures in a row (on any worker) after which a verification is not "
+    "retried, whatever the caller's retry policy: its activity fails for good with the last "
+    "reason and build log. An attempt lost with its worker does not count.",
+)
 @CHILD_VERIFY_OPTIONS
 @click.option("-v", "--verbose", is_flag=True, help="Log each activity's stages.")
 def worker_command(
@@ -199,6 +208,7 @@ def worker_command(
     cache_budget: int | None,
     keep_runs: bool,
     store_cache_budget: int,
+    max_infrastructure_attempts: int,
     child: SharedSettings,
     verbose: bool,
 ) -> int:
@@ -207,7 +217,7 @@ def worker_command(
     `selfbench.batch` workflows fan them out. With --store, tasks by reference too: the
     `selfbench.pool` and `selfbench.task` workflows, their task files, repositories and runs
     in the shared artifact store. Rejected and invalid are results; an infrastructure failure
-    is a retryable error.
+    is a retryable error, final at the third in a row (--max-infrastructure-attempts).
 
     \b
     Example:
@@ -247,6 +257,7 @@ def worker_command(
         cache_budget=cache_budget,
         keep_runs=keep_runs,
         store_cache_budget=store_cache_budget,
+        max_infrastructure_attempts=max_infrastructure_attempts,
     )
     _stderr_logging(verbose)
     if not verbose:

@@ -7,7 +7,11 @@ What Temporal sees:
 - rejected and invalid verdicts are results, never errors;
 - an infrastructure failure raises a retryable ApplicationError (type `InfrastructureFailure`)
   carrying the reason, the run id, the archive and the build log's tail (small enough for
-  Temporal to keep whole); the retry runs the verification again;
+  Temporal to keep whole); the retry runs the verification again, whatever retry policy the
+  caller gave: the third infrastructure failure in a row (max_infrastructure_attempts) is
+  final, the seed's count of infrastructure rounds. The count travels in the heartbeat
+  details, which Temporal hands to the next attempt on any worker; an attempt lost with its
+  worker (heartbeat timeout) does not count;
 - a malformed request raises a non-retryable ApplicationError (`InvalidRequest`) naming the
   field, and so does a request the worker's repository policy refuses;
 - heartbeats carry the stage events, so a worker that dies is noticed within the heartbeat
@@ -38,6 +42,11 @@ log = logging.getLogger(__name__)
 
 SOURCE_TEMPORAL = "temporal"
 POLL_SECONDS = 0.5
+INFRASTRUCTURE = "InfrastructureFailure"
+# Infrastructure failures in a row after which an activity is not retried (the seed marks a
+# candidate infrastructure_failed after three consecutive infrastructure rounds).
+MAX_INFRASTRUCTURE_ATTEMPTS = 3
+FAILURES_KEY = "infrastructureFailures"  # the count, in every heartbeat's details
 # Codes of a sidecar error that no retry can mend (the request, not the machine).
 FINAL_CODES = frozenset({"repository-refused", "conflict", "invalid"})
 # The error code of a verification this worker parked for Temporal to retry (park_queued).
@@ -85,7 +94,7 @@ def outcome(job: Job) -> dict[str, Any]:
     raise ApplicationError(
         clip(reason, MAX_REASON_BYTES),
         failure_details(document, tail),
-        type="InvalidRequest" if code in FINAL_CODES else "InfrastructureFailure",
+        type="InvalidRequest" if code in FINAL_CODES else INFRASTRUCTURE,
         non_retryable=code in FINAL_CODES,
     )
 
@@ -132,11 +141,49 @@ def _infrastructure_words(job: Job) -> tuple[str, list[str]]:
     return str(report.get("reason") or "infrastructure failure"), tail
 
 
+def failures_before(details: Any) -> int:
+    """The infrastructure failures in a row before this attempt: what the previous attempt's
+    last heartbeat said (0 on a first attempt, or details this worker did not write)."""
+    last = details[-1] if isinstance(details, (list, tuple)) and details else None
+    count = last.get(FAILURES_KEY) if isinstance(last, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def counted(error: ApplicationError, failures: int, limit: int) -> ApplicationError:
+    """An attempt's error once `failures` infrastructure failures in a row (this one included)
+    are counted: final at `limit`, saying so; any other error as it is."""
+    if error.type != INFRASTRUCTURE or error.non_retryable or failures < limit:
+        return error
+    return ApplicationError(
+        f"{error.message} (infrastructure failure {failures} in a row: not retried)",
+        *error.details,
+        type=INFRASTRUCTURE,
+        non_retryable=True,
+    )
+
+
 class VerifyActivities:
     """The activities of one worker: each call runs through its service."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(
+        self, service: Service, *, max_infrastructure_attempts: int = MAX_INFRASTRUCTURE_ATTEMPTS
+    ) -> None:
         self.service = service
+        self.max_infrastructure_attempts = max_infrastructure_attempts
+
+    def answer(self, job: Job, failed: ApplicationError | None = None) -> dict[str, Any]:
+        """A finished job's result, or the error this attempt ends with, counted against the
+        bound (`failed`: the error to raise in place of outcome()'s, the same type)."""
+        try:
+            return outcome(job)
+        except ApplicationError as error:
+            error = failed or error
+            if error.type != INFRASTRUCTURE or error.non_retryable:
+                raise error from None
+            failures = failures_before(activity.info().heartbeat_details) + 1
+            # The next attempt, here or on another worker, reads the count from this.
+            activity.heartbeat({FAILURES_KEY: failures})
+            raise counted(error, failures, self.max_infrastructure_attempts) from None
 
     def park_queued(self) -> int:
         """Every verification queued in this store is Temporal's to retry, never this store's
@@ -195,12 +242,13 @@ class VerifyActivities:
             name = request.get("id") if isinstance(request, dict) else None
             log.info("%s: invalid (%s)", str(name)[:80], error.message)
             raise error from None
-        return outcome(await self.follow(parsed))
+        return self.answer(await self.follow(parsed))
 
     async def follow(self, parsed: VerificationRequest) -> Job:
         """Run a request through the service until its job ends, heartbeating its stages; the
         ended job. A cancellation stops the verification; a worker's shutdown hands it back."""
         info = activity.info()
+        failures = failures_before(info.heartbeat_details)
         started = time.monotonic()
         job = await asyncio.to_thread(self._submit, parsed, info.attempt)
         after, last = 0, job
@@ -214,10 +262,10 @@ class VerifyActivities:
                 if events:
                     after = events[-1].seq
                 fold_stages(stages, events)
-                activity.heartbeat({"seq": after, "stages": _beat(stages)})
+                activity.heartbeat({"seq": after, "stages": _beat(stages), FAILURES_KEY: failures})
                 current = await asyncio.to_thread(self.service.store.get, job.id)
                 if current is None:
-                    raise ApplicationError(f"job {job.id} is gone", type="InfrastructureFailure")
+                    raise ApplicationError(f"job {job.id} is gone", type=INFRASTRUCTURE)
                 last = current
                 if current.state.finished:
                     break

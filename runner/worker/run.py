@@ -21,7 +21,7 @@ from runner.artifacts.cachebound import BoundedBlobs
 from runner.artifacts.store import open_store
 from runner.model.settings import SharedSettings
 from runner.sidecar.run import open_service
-from runner.worker.activities import VerifyActivities
+from runner.worker.activities import MAX_INFRASTRUCTURE_ATTEMPTS, VerifyActivities
 from runner.worker.client import connect
 from runner.worker.pool import PoolWorkflow, TaskWorkflow
 from runner.worker.stored import StoredActivities
@@ -54,6 +54,8 @@ class WorkerOptions:
     cache_budget: int | None = None  # bytes of task images kept (runner.engine.cachebudget)
     keep_runs: bool = False  # a published run's archive stays in the state directory too
     store_cache_budget: int = DEFAULT_STORE_CACHE_BYTES  # fetched blobs kept (LRU)
+    # Infrastructure failures in a row after which an activity is final (activities.py).
+    max_infrastructure_attempts: int = MAX_INFRASTRUCTURE_ATTEMPTS
 
 
 def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> int:
@@ -68,7 +70,9 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
             options, allow_repo_roots=(*options.allow_repo_roots, blobs.directory)
         )
     store, service, metrics = open_service(options)
-    activities = VerifyActivities(service)
+    activities = VerifyActivities(
+        service, max_infrastructure_attempts=options.max_infrastructure_attempts
+    )
     stored = None
     if artifacts is not None:
         stored = StoredActivities(activities, artifacts, keep_runs=options.keep_runs, blobs=blobs)

@@ -466,6 +466,38 @@ def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
         stop_worker(healthy)
 
 
+def test_a_deterministic_infrastructure_failure_ends_after_three_attempts(
+    server: str, tmp_path: Path
+) -> None:
+    """A worker that cannot build (its engine does not answer) under a caller that would retry
+    a hundred times: the third infrastructure failure in a row is final, the workflow ends
+    with infrastructure_failed and the reason, and no fourth attempt starts."""
+    queue = f"selfbench-{uuid.uuid4().hex[:8]}"
+    broken = start_worker(
+        server,
+        tmp_path / "a",
+        queue,
+        [],
+        jobs=1,
+        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"},
+    )
+    try:
+        batch = {"requests": [payload("w-bound", 31)], "concurrency": 1, "max_attempts": 100}
+        started = batch_workflow(server, queue, "batch-bound", batch, wait=False)
+        assert started.returncode == 0, started.stderr
+        summary = await_workflow(server, "batch-bound", timeout=300, what=broken.text)
+    finally:
+        stop_worker(broken)
+    (task,) = summary["tasks"]
+    assert task["verdict"] == "infrastructure_failed", task
+    assert task["error"].startswith("build: no Docker engine answers at unix://"), task
+    assert task["error"].endswith("(infrastructure failure 3 in a row: not retried)"), task
+    assert task["error_type"] == "InfrastructureFailure", task
+    text = broken.text()
+    assert text.count("w-bound: infrastructure_failed in ") == 3, text
+    assert "(attempt 3," in text and "(attempt 4," not in text, text
+
+
 def test_worker_and_batch_reach_a_frontend_that_asks_for_mutual_tls(
     server: str, tmp_path: Path, verify_options: list[str]
 ) -> None:

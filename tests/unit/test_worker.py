@@ -26,6 +26,8 @@ from runner.worker.activities import (
     MAX_REASON_BYTES,
     MAX_TAIL_LINE_BYTES,
     VerifyActivities,
+    counted,
+    failures_before,
     invalid_request,
     outcome,
 )
@@ -311,3 +313,33 @@ def test_what_a_stop_left_queued_is_parked_for_temporal_and_runs_only_when_given
     # Given back (another workflow, its first attempt): it runs again.
     given = again._submit(request, attempt=1)
     assert given.state is JobState.QUEUED and given.response is None
+
+
+@pytest.mark.parametrize(
+    ("details", "count"),
+    [
+        ((), 0),  # a first attempt
+        (({"seq": 4, "stages": {}, "infrastructureFailures": 2},), 2),  # a lost attempt's beat
+        (({"infrastructureFailures": 1},), 1),  # the beat a failed attempt ends with
+        (({"infrastructureFailures": True},), 0),  # not this worker's
+        (({"infrastructureFailures": -3},), 0),
+        (("text",), 0),
+        (None, 0),
+    ],
+)
+def test_the_failures_in_a_row_are_read_from_the_last_heartbeat(details: Any, count: int) -> None:
+    assert failures_before(details) == count
+
+
+def test_the_third_infrastructure_failure_in_a_row_is_final_and_others_pass() -> None:
+    error = ApplicationError("build: no engine", {"runId": "r"}, type="InfrastructureFailure")
+    assert counted(error, 2, 3) is error
+    final = counted(error, 3, 3)
+    assert final.non_retryable and final.type == "InfrastructureFailure"
+    assert final.message == "build: no engine (infrastructure failure 3 in a row: not retried)"
+    assert final.details == ({"runId": "r"},)
+    for other in (
+        ApplicationError("stop", type="WorkerStopping"),
+        ApplicationError("bad", type="InvalidRequest", non_retryable=True),
+    ):
+        assert counted(other, 9, 3) is other
