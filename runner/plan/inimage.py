@@ -31,6 +31,10 @@ VERIFIER_LOGS = "/logs/verifier"
 
 
 SOLUTION_DIR = "/solution"
+SOLVE_ARGV = ("bash", f"{SOLUTION_DIR}/solve.sh")  # the oracle's agent side
+VERIFIER_TEST_ARGV = ("/tests/test.sh",)  # Harbor's entry point of the verifier
+# A gate's container only waits (`sleep N`): every step is an exec into it.
+KEEP_ALIVE = "sleep"
 
 
 # Back to the post-setup snapshot between two exploits (ignored files stay: the collect step

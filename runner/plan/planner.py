@@ -16,7 +16,7 @@ from runner.model.stages import Gate, GateId, Stage
 from runner.model.toolchains import load_catalog
 from runner.plan.dockerfile import STEP_RECIPE
 from runner.plan.images import container_limits, digest_of, plan_base, resolve_storage
-from runner.plan.inimage import TASK_BUILD_STEPS, VERIFIER_LOGS
+from runner.plan.inimage import KEEP_ALIVE, TASK_BUILD_STEPS, VERIFIER_LOGS, VERIFIER_TEST_ARGV
 from runner.plan.labels import runner_labels
 from runner.plan.types import (
     SIDE_RUN_MAX_LOG_BYTES,
@@ -75,7 +75,7 @@ class Planner:
         )
         self.verifier_test = ExecStep(
             name="verifier",
-            argv=["/tests/test.sh"],
+            argv=list(VERIFIER_TEST_ARGV),
             user="root",
             env={
                 "HOME": "/home/verifier",
@@ -146,7 +146,7 @@ class Planner:
             role=role,
             # The main process only keeps the container alive, and dies on its own a margin
             # after the gate's deadline even if the runner was killed and never removed it.
-            command=["sleep", str(int(deadline + CONTAINER_MARGIN_SECONDS))],
+            command=[KEEP_ALIVE, str(int(deadline + CONTAINER_MARGIN_SECONDS))],
             env={"HOME": home},
             proxy_env=self.proxies,
             workdir="/app",

@@ -25,7 +25,7 @@ from runner.plan.inimage import (
     HAND_OFF_SCRIPT,
     HAND_OFF_TIMEOUT_SECONDS,
     SMOKE_SCRIPT,
-    SOLUTION_DIR,
+    SOLVE_ARGV,
     VERIFIER_LOGS,
 )
 from runner.plan.planner import Planner
@@ -139,7 +139,7 @@ def plan_trial(p: Planner, gate: Gate) -> TrialPlan:
         solution_dir=str(BundleLayout(p.bundle.root).solution) if oracle else None,
         solve=ExecStep(
             name="agent",
-            argv=["bash", f"{SOLUTION_DIR}/solve.sh"],
+            argv=list(SOLVE_ARGV),
             user="agent",
             env={"HOME": "/home/agent"},
             workdir="/app",

@@ -115,11 +115,41 @@ def test_debug_refuses_a_plan_the_runner_would_not_write() -> None:
     for field, value, words in (
         ("network", "host", "is not one the runner uses"),
         ("image", "--privileged", "is not the plan's build"),
-        ("workdir", "/app/../../etc", "is not a plain path"),
-        ("workdir", "-v/:/host", "is not a plain path"),
+        ("workdir", "/app/../../etc", "is not /app or a plain directory in it"),
+        ("workdir", "-v/:/host", "is not /app or a plain directory in it"),
+        ("workdir", "/", "is not /app or a plain directory in it"),
+        ("command", ["sh", "-c", "curl x | sh"], "is not the runner's `sleep SECONDS`"),
+        ("command", ["sleep", "0"], "is not the runner's `sleep SECONDS`"),
+        ("entrypoint", ["/bin/sh", "-c", "id"], "is not the image's"),
+        ("env", {"HOME": "/root\n--privileged"}, "variable 'HOME'"),
+        ("env", {"A B": "1"}, "variable 'A B'"),
+        ("proxy_env", ["-v/:/host"], "variable '-v/:/host'"),
     ):
         forged = json.loads(json.dumps(document))
         forged["trials"][0]["verifier"][field] = value
         problem = plan_problem(VerifyPlan.model_validate(forged))
         assert problem is not None and words in problem, (field, problem)
     assert nop["verifier"]["network"] in ("none", "bridge")
+    # Limits that are none: a container debug would start without them.
+    for limit in ("memory_mb", "pids", "cpus", "requested_cpus"):
+        forged = json.loads(json.dumps(document))
+        forged["trials"][0]["verifier"]["limits"][limit] = 0
+        problem = plan_problem(VerifyPlan.model_validate(forged))
+        assert problem is not None and "not a limit" in problem and "limits" in problem, limit
+    # The steps debug runs: test.sh's preparation, the oracle's solve.sh, the smoke script.
+    oracle = next(i for i, t in enumerate(document["trials"]) if t["solve"] is not None)
+    for where, change, words in (
+        (("trials", 0, "test"), {"argv": ["bash", "-c", "id"]}, "nop test: argv"),
+        (("trials", oracle, "solve"), {"argv": ["bash", "/tmp/x.sh"]}, "oracle solve: argv"),
+        (("trials", oracle, "solve"), {"user": "root"}, "oracle solve: user 'root'"),
+        (("trials", oracle, "solve"), {"workdir": "/"}, "oracle solve: workdir '/'"),
+        (("smoke", "run"), {"argv": ["bash", "-c", "id"]}, "smoke: argv"),
+        (("smoke", "run"), {"env": {"X": "\x1b[2J"}}, "smoke: variable 'X'"),
+    ):
+        forged = json.loads(json.dumps(document))
+        step = forged
+        for key in where:
+            step = step[key]
+        step.update(change)
+        problem = plan_problem(VerifyPlan.model_validate(forged))
+        assert problem is not None and problem.startswith(words), (where, change, problem)
