@@ -7,9 +7,11 @@ size limit before a byte of it is read.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from runner.base.errors import InvalidTaskError
 from runner.base.safeio import file_kind, read_opened
@@ -32,6 +34,36 @@ def read_below(root: Path, relative: str, *, limit: int) -> bytes:
     """The bytes of the regular file `relative` below `root` (the root itself may be reached
     through links: it is the runner's choice). FileNotFoundError when nothing is there;
     InvalidTaskError for a link, a FIFO, a device, a directory or a file over `limit`."""
+    return read_opened(open_below(root, relative), relative, limit)
+
+
+def read_json_below(root: Path, relative: str, *, limit: int) -> Any:
+    """The JSON document in the regular file `relative` below `root` (read_below's rules);
+    InvalidTaskError for one that does not parse, naming the file."""
+    data = read_below(root, relative, limit=limit)
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise InvalidTaskError(f"is not JSON ({exc})", path=relative) from None
+
+
+def within(root: Path, path: Path) -> str | None:
+    """`path` as a path below `root` (for read_below), or None when it is not below it: a
+    path a report recorded is read only where it is inside the run directory."""
+    try:
+        relative = path.relative_to(root) if path.is_absolute() else path
+    except ValueError:
+        return None
+    try:
+        return "/".join(relative_parts(relative.as_posix()))
+    except InvalidTaskError:
+        return None
+
+
+def open_below(root: Path, relative: str) -> int:
+    """A descriptor of the regular file `relative` below `root`, opened through no link (the
+    caller closes it). FileNotFoundError when nothing is there; InvalidTaskError for a link, a
+    FIFO, a device or a directory."""
     parts = relative_parts(relative)
     fd = os.open(root, _DIRECTORY & ~os.O_NOFOLLOW)
     try:
@@ -50,7 +82,11 @@ def read_below(root: Path, relative: str, *, limit: int) -> bytes:
             raise
     finally:
         os.close(fd)
-    return read_opened(file_fd, relative, limit)
+    mode = os.fstat(file_fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(file_fd)
+        raise InvalidTaskError(f"is {file_kind(mode)}; expected a regular file", path=relative)
+    return file_fd
 
 
 def _refuse(fd: int, name: str, relative: str, exc: OSError) -> None:

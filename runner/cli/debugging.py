@@ -52,22 +52,29 @@ def clean_command(images: bool, run_id: str | None) -> int:
 def _load_run(run_dir: Path) -> tuple[Any, Any]:
     from pydantic import ValidationError
 
-    from runner.model.report import load_report
+    from runner.base.errors import InvalidTaskError
+    from runner.base.treeread import read_below
+    from runner.model.report import Report
     from runner.plan.types import VerifyPlan
+    from runner.present.runlogs import MAX_REPORT_BYTES
 
+    layout = RunLayout(run_dir)
     try:
-        report = load_report(RunLayout(run_dir).report)
-    except (OSError, ValueError, ValidationError) as exc:
+        report = Report.model_validate_json(
+            read_below(run_dir, layout.report.name, limit=MAX_REPORT_BYTES)
+        )
+    except (OSError, ValueError, ValidationError, InvalidTaskError) as exc:
         raise UsageError(
             f"not a run directory with a readable report.json ({type(exc).__name__})",
             path=str(run_dir),
         ) from None
     plan = None
-    if RunLayout(run_dir).plan.is_file():
-        try:
-            plan = VerifyPlan.model_validate_json(RunLayout(run_dir).plan.read_text())
-        except (OSError, ValueError, ValidationError):
-            plan = None
+    try:
+        plan = VerifyPlan.model_validate_json(
+            read_below(run_dir, layout.plan.name, limit=MAX_REPORT_BYTES)
+        )
+    except (OSError, ValueError, ValidationError, InvalidTaskError):
+        plan = None
     if plan is not None:
         problem = plan_problem(plan)
         if problem is not None:
@@ -287,7 +294,7 @@ def logs_command(run_dir_arg: str, stage: str | None, lines: int, follow: bool) 
         detail = f": {entry.detail}" if entry.detail else ""
         click.echo(f"== {entry.stage}{status}{detail}")
         for path in entry.files:
-            text, cut = tail_lines(path, lines)
+            text, cut = tail_lines(run_dir, path, lines)
             more = f" (last {lines} lines; {cut} earlier)" if cut else ""
             click.echo(f"-- {path}{more}")
             for line in text:

@@ -55,12 +55,11 @@ class NotAcceptedError(UsageError):
 
 def accepted_run(run_dir: Path) -> Accepted:
     """The run's bundle, if the run was accepted; a clear refusal otherwise."""
-    try:
-        report = json.loads(RunLayout(run_dir).report.read_text())
-    except (OSError, ValueError):
-        raise UsageError(
-            "no readable report.json: not a run directory", path=str(run_dir)
-        ) from None
+    from runner.present.runlogs import run_report
+
+    report = run_report(run_dir)
+    if report is None:
+        raise UsageError("no readable report.json: not a run directory", path=str(run_dir))
     verdict = report.get("verdict")
     if verdict != "accepted":
         reason = report.get("reason") or ""
@@ -69,8 +68,9 @@ def accepted_run(run_dir: Path) -> Accepted:
             + (f" ({' '.join(str(reason).split())[:200]})" if reason else ""),
             path=str(run_dir),
         )
-    task_id = report.get("taskId")
-    problem = check_task_id(task_id) if isinstance(task_id, str) else "is not a string"
+    given = report.get("taskId")
+    task_id = given if isinstance(given, str) else ""
+    problem = check_task_id(task_id) if isinstance(given, str) else "is not a string"
     if problem is not None:
         # The id names the archive's entry: never a path of its own.
         raise UsageError(f"taskId {problem}", path=str(RunLayout(run_dir).report), field="taskId")

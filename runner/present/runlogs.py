@@ -6,13 +6,15 @@ the sidecar or a batch. Nothing here prints: the CLI does.
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.base.errors import InvalidTaskError
+from runner.base.treeread import open_below, read_below, read_json_below, within
 from runner.model.layout import BundleLayout, RunLayout
 from runner.model.report import Report
 from runner.model.stages import STAGE_NAMES, Stage
@@ -24,6 +26,10 @@ ORDER = STAGE_NAMES
 RED = ("failed", "error")
 SHOWN = (".log", ".json")
 MAX_FOLLOW_FILES = 1000
+# What is read of a run directory another user or host may have written: a report, or a log
+# (the runner caps the logs it writes far below this: --max-log-bytes).
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+MAX_LOG_READ = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,20 +40,29 @@ class StageLogs:
     files: list[Path] = field(default_factory=list)
 
 
-def _report(run_dir: Path) -> dict[str, object] | None:
+def run_report(run_dir: Path) -> dict[str, object] | None:
+    """A run directory's report.json as a JSON object, read as input (a regular file below the
+    run directory, bounded); None when there is none or it is not one."""
     try:
-        data = json.loads(RunLayout(run_dir).report.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = read_json_below(run_dir, RunLayout(run_dir).report.name, limit=MAX_REPORT_BYTES)
+    except (OSError, InvalidTaskError):
         return None
     return data if isinstance(data, dict) else None
 
 
 def _files_under(directory: Path) -> list[Path]:
+    """The regular files below `directory` that `logs` shows (no link, FIFO or device: what a
+    forged run directory could put there to lead a reader out or make it wait)."""
     found: list[Path] = []
     for root, dirnames, filenames in os.walk(directory):
         dirnames.sort()
         for name in sorted(filenames):
-            if name.endswith(SHOWN):
+            with_mode = Path(root) / name
+            try:
+                regular = stat.S_ISREG(os.lstat(with_mode).st_mode)
+            except OSError:
+                regular = False
+            if regular and name.endswith(SHOWN):
                 found.append(Path(root) / name)
     return found
 
@@ -55,7 +70,7 @@ def _files_under(directory: Path) -> list[Path]:
 def stage_logs(run_dir: Path, *, stage: str | None = None) -> list[StageLogs]:
     """Each stage's log files (the report's list, or what is on disk for a run without a
     report yet), red stages first, then the pipeline's order."""
-    report = _report(run_dir)
+    report = run_report(run_dir)
     stages: list[StageLogs] = []
     recorded = report.get("stages") if report is not None else None
     if isinstance(recorded, dict):
@@ -92,10 +107,17 @@ def stage_logs(run_dir: Path, *, stage: str | None = None) -> list[StageLogs]:
     return sorted(stages, key=lambda s: (s.status not in RED, rank.get(s.stage, len(ORDER))))
 
 
-def tail_lines(path: Path, lines: int) -> tuple[list[str], int]:
-    """The last `lines` lines of a file (all when 0) and how many were left out."""
+def tail_lines(root: Path, path: Path, lines: int) -> tuple[list[str], int]:
+    """The last `lines` lines (all when 0) of a file below `root` (a run directory: read as
+    input, through no link, bounded) and how many were left out; one bracketed line saying why
+    for a file that cannot or may not be read (outside `root`, a link, a FIFO, too large)."""
+    relative = within(root, path)
+    if relative is None:
+        return [f"[not read: {path} is not in {root}]"], 0
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_below(root, relative, limit=MAX_LOG_READ).decode(errors="replace")
+    except InvalidTaskError as exc:
+        return [f"[not read: {exc.one_line()}]"], 0
     except OSError as exc:
         return [f"[cannot read {path}: {exc.strerror or exc}]"], 0
     all_lines = text.splitlines()
@@ -127,13 +149,13 @@ def follow(
             read = -1
             while offsets.get(path, 0) != read:  # to its end; an unfinished line comes whole
                 read = offsets.get(path, 0)
-                backlog = [*backlog, *_new_lines(path, offsets, partial)][-lines:]
+                backlog = [*backlog, *_new_lines(run_dir, path, offsets, partial)][-lines:]
             for line in backlog:
                 emit(path.relative_to(run_dir).as_posix(), line)
     while True:
         done = RunLayout(run_dir).report.is_file()
         for path in _followed(run_dir, stage):
-            for line in _new_lines(path, offsets, partial):
+            for line in _new_lines(run_dir, path, offsets, partial):
                 emit(path.relative_to(run_dir).as_posix(), line)
         if done:
             for path, unfinished in partial.items():
@@ -159,19 +181,29 @@ def _followed(run_dir: Path, stage: str | None) -> Iterator[Path]:
                 yield path
 
 
-def _new_lines(path: Path, offsets: dict[Path, int], partial: dict[Path, bytes]) -> list[str]:
+def _new_lines(
+    run_dir: Path, path: Path, offsets: dict[Path, int], partial: dict[Path, bytes]
+) -> list[str]:
+    relative = within(run_dir, path)
+    if relative is None:
+        return []
     try:
-        size = path.stat().st_size
+        fd = open_below(run_dir, relative)  # a regular file, through no link
+    except (OSError, InvalidTaskError):
+        return []
+    try:
+        size = os.fstat(fd).st_size
         start = offsets.get(path, 0)
         if size < start:  # capped or rewritten: start over
             start, partial[path] = 0, b""
         if size == start:
             return []
-        with path.open("rb") as handle:
-            handle.seek(start)
-            data = handle.read(min(size - start, 4 * 1024 * 1024))
+        os.lseek(fd, start, os.SEEK_SET)
+        data = os.read(fd, min(size - start, 4 * 1024 * 1024))
     except OSError:
         return []
+    finally:
+        os.close(fd)
     offsets[path] = start + len(data)
     data = partial.get(path, b"") + data
     *complete, rest = data.split(b"\n")
@@ -192,7 +224,9 @@ def report_view(report: Report) -> ReportView:
             path = Path(raw)
             if path.suffix != ".log":
                 continue
-            lines, cut = tail_lines(path, EXCERPT_LINES)
+            if run_dir is None:
+                continue
+            lines, cut = tail_lines(run_dir, path, EXCERPT_LINES)
             if not any(line.strip() for line in lines):
                 continue  # an empty box says nothing and pushes the rest down
             shown = str(path)
@@ -201,12 +235,13 @@ def report_view(report: Report) -> ReportView:
             excerpts.setdefault(name, []).append(Excerpt(path=shown, lines=lines, cut=cut))
     source = None
     data = report.stages.build.data
-    if data.failed_step and report.bundle:
+    bundle = _bundle_in(run_dir, report)
+    if data.failed_step and bundle is not None and run_dir is not None:
         context = "environment" if data.failed_image == "agent" else "tests"
-        dockerfile = BundleLayout(Path(report.bundle)).dockerfile(context)
+        dockerfile = within(run_dir, BundleLayout(bundle).dockerfile(context))
         try:
-            text = dockerfile.read_text(encoding="utf-8")
-        except OSError:
+            text = read_below(run_dir, dockerfile or "", limit=MAX_LOG_READ).decode()
+        except (OSError, InvalidTaskError, UnicodeDecodeError):
             text = ""
         source = BuildSource(
             dockerfile=f"{context}/Dockerfile",
@@ -214,8 +249,8 @@ def report_view(report: Report) -> ReportView:
             field=step_source(data.failed_step),
         )
     smoke_script: list[str] = []
-    if report.stages.smoke.status.value in RED and report.bundle:
-        smoke_script, _ = tail_lines(BundleLayout(Path(report.bundle)).smoke_script, 200)
+    if report.stages.smoke.status.value in RED and bundle is not None and run_dir is not None:
+        smoke_script, _ = tail_lines(run_dir, BundleLayout(bundle).smoke_script, 200)
     from runner.present.failure import failure_view
 
     return ReportView(
@@ -225,3 +260,12 @@ def report_view(report: Report) -> ReportView:
         smoke_script=smoke_script,
         failure=failure_view(report, run_dir),
     )
+
+
+def _bundle_in(run_dir: Path | None, report: Report) -> Path | None:
+    """The report's bundle where it is in this run directory (a run moved since names it under
+    the directory it ran in); None for one elsewhere: report.html reads only the run's own."""
+    if run_dir is None or not report.bundle:
+        return None
+    path = RunLayout(run_dir).here(report.bundle, report.run_dir)
+    return path if within(run_dir, path) is not None else None

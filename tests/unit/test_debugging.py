@@ -117,6 +117,54 @@ def test_logs_put_red_stages_first(tmp_path: Path) -> None:
     assert [s.stage for s in stage_logs(tmp_path, stage="build")] == ["build"]
 
 
+def test_logs_read_a_forged_run_directory_as_input(tmp_path: Path) -> None:
+    """A run directory is files anyone may have written: a report naming a host file as a
+    stage log, a log that is a link out, a FIFO in a stage directory or as report.json, a
+    report too large to read: each is refused within bounded bytes, nothing hangs, and no byte
+    from outside the run directory is shown."""
+    import os
+
+    from runner.present.runlogs import MAX_REPORT_BYTES, run_report, tail_lines
+
+    secret = tmp_path / "secret.log"
+    secret.write_text("the reader's own secret\n")
+    run = tmp_path / "run"
+    (run / "nop").mkdir(parents=True)
+    (run / "nop" / "verifier.log").symlink_to(secret)
+    os.mkfifo(run / "nop" / "stuck.log")
+    (run / "nop" / "agent.log").write_text("own line\n")
+    doc = json.loads(report(nop=(Status.FAILED, "red")).to_json())
+    doc["stages"]["nop"]["logs"] = [
+        str(secret),
+        str(run / "nop" / "verifier.log"),
+        str(run / "nop" / "stuck.log"),
+        str(run / "nop" / "agent.log"),
+    ]
+    (run / "report.json").write_text(json.dumps(doc))
+    (nop,) = [s for s in stage_logs(run) if s.stage == "nop"]
+    said = {path.name: tail_lines(run, path, 0)[0] for path in nop.files}
+    assert said["secret.log"] == [f"[not read: {secret} is not in {run}]"]
+    assert said["verifier.log"][0].startswith("[not read: ") and "symbolic link" in (
+        said["verifier.log"][0]
+    )
+    assert said["stuck.log"][0].startswith("[not read: ") and "FIFO" in said["stuck.log"][0]
+    assert said["agent.log"] == ["own line"]
+    assert all("secret" not in line for lines in said.values() for line in lines[1:])
+    # A run in progress (no report yet): only its regular files are listed and followed.
+    (run / "report.json").unlink()
+    listed = [p.name for s in stage_logs(run) for p in s.files]
+    assert listed == ["agent.log"]
+    seen: list[tuple[str, str]] = []
+    os.mkfifo(run / "report.json")  # `logs --follow` waits for a report: a FIFO is none
+    assert run_report(run) is None
+    assert not follow(run, lambda n, line: seen.append((n, line)), timeout=1)
+    assert seen == [("nop/agent.log", "own line")]
+    (run / "report.json").unlink()
+    with (run / "report.json").open("wb") as big:  # sparse: no disk is spent
+        big.truncate(MAX_REPORT_BYTES + 1)
+    assert run_report(run) is None
+
+
 def test_follow_sees_new_files_and_lines_until_the_report(tmp_path: Path) -> None:
     seen: list[tuple[str, str]] = []
 
