@@ -268,7 +268,7 @@ def _find_run(target: Path, logs_root: Path) -> Path | None:
 
     for run in (report.parent for report in sorted(candidates, key=newest_first)):
         try:
-            manifest = read_manifest(run / "bundle")
+            manifest = read_manifest(RunLayout(run).bundle)
         except RunnerError:
             continue
         if manifest.sha256 == wanted and RunLayout(run).report.is_file():

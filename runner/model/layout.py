@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.base.errors import UsageError
 from runner.model.stages import Gate, Stage
 
 REPORT_FILE = "report.json"
@@ -23,6 +24,7 @@ AUTHORED_DIR = "task"
 MANIFEST_FILE = ".selfbench-manifest.json"
 INSTRUCTION_FILE = "instruction.md"
 DOCKERFILE = "Dockerfile"
+BUNDLE_DIR = "bundle"  # a run's sealed bundle, in its run directory
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,26 @@ class RunLayout:
             if path.is_relative_to(old) and old != self.root:
                 return self.root / path.relative_to(old)
         return path
+
+    @property
+    def bundle(self) -> Path:
+        return self.root / BUNDLE_DIR
+
+    def own_bundle(self, named: object, recorded_root: object) -> Path:
+        """The run's own bundle (<run>/bundle), whatever its report names. A report.json is a
+        file anyone may edit: one naming a bundle elsewhere that is there (a host directory,
+        another run's bundle) is refused, UsageError on field `bundle`; one that is gone is a
+        run moved since, whose bundle is its own."""
+        own = self.bundle
+        if isinstance(named, str) and named:
+            path = self.here(named, recorded_root)
+            if path.exists() and path.resolve() != own.resolve():
+                raise UsageError(
+                    f"names a bundle outside its run directory ({str(path)[:200]})",
+                    path=str(self.report),
+                    field="bundle",
+                )
+        return own
 
     @property
     def report_html(self) -> Path:

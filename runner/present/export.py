@@ -74,17 +74,8 @@ def accepted_run(run_dir: Path) -> Accepted:
     if problem is not None:
         # The id names the archive's entry: never a path of its own.
         raise UsageError(f"taskId {problem}", path=str(RunLayout(run_dir).report), field="taskId")
-    # The bundle is the run's own (run_dir/bundle): a report.json is a file anyone may edit, and
-    # one pointing at a host directory would export that directory.
-    bundle = run_dir / "bundle"
-    named = RunLayout(run_dir).here(str(report.get("bundle") or bundle), report.get("runDir"))
-    if named.exists() and named.resolve() != bundle.resolve():
-        # (A named bundle that is gone is a run directory moved since: its own bundle is used.)
-        raise UsageError(
-            f"names a bundle outside its run directory ({str(named)[:200]})",
-            path=str(RunLayout(run_dir).report),
-            field="bundle",
-        )
+    # One pointing at a host directory would export that directory.
+    bundle = RunLayout(run_dir).own_bundle(report.get("bundle"), report.get("runDir"))
     if bundle.is_symlink() or not BundleLayout(bundle).task_toml.is_file():
         raise UsageError(f"the accepted run's bundle is gone ({bundle})", path=str(run_dir))
     return Accepted(run_dir=run_dir, bundle=bundle, task_id=task_id, run_id=str(report["runId"]))

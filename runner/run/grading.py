@@ -94,15 +94,13 @@ def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
             report = json.loads(read_regular(RunLayout(target).report, limit=64 * 1024 * 1024))
         except (ValueError, InvalidTaskError):
             raise UsageError("report.json is not readable", path=str(target)) from None
-        where = report.get("bundle") if isinstance(report, dict) else None
+        if not isinstance(report, dict):
+            raise UsageError("report.json is not an object", path=str(target))
         # A run fetched from a fleet's store (or unpacked from a CI artifact) names the bundle
-        # where it ran: it is in this copy now, never in whatever that path holds here.
-        named = (
-            RunLayout(target).here(where, report.get("runDir"))
-            if isinstance(where, str) and where
-            else None
-        )
-        if named is None or not is_bundle(named):
+        # where it ran: it is in this copy now, never in whatever that path holds here; and a
+        # report naming another bundle on this host is refused.
+        named = RunLayout(target).own_bundle(report.get("bundle"), report.get("runDir"))
+        if named.is_symlink() or not is_bundle(named):
             raise UsageError(
                 "the run's bundle is gone (its report names none that exists)", path=str(target)
             )

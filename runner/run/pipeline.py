@@ -141,7 +141,7 @@ def _compile_and_audit(run: RunRecord, task: AuthoredTask | None) -> None:
         run.audit.skipped(Skip.BUNDLE)
         _event(run, Stage.COMPILE, run.compile)
         return
-    out = run.run_dir / "bundle"
+    out = RunLayout(run.run_dir).bundle
     result = compile_task(
         task, repo=run.settings.repo, out=out, options=run.settings.compile_options
     )
@@ -378,7 +378,7 @@ def _seal(run: RunRecord) -> None:
         return
     assert run.run_dir is not None
     try:
-        run.sealed = seal(run.bundle.root, execution.census, run.run_dir / "bundle")
+        run.sealed = seal(run.bundle.root, execution.census, RunLayout(run.run_dir).bundle)
     except OSError as exc:
         log.warning("the census could not be sealed into the bundle: %s", exc)
 

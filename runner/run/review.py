@@ -131,14 +131,9 @@ def write_review(run_dir: Path, out: Path, *, task_dir: Path | None = None) -> d
             f"the task ({task.definition.task_id}) is not the run's ({report.task_id})",
             path=str(task.directory),
         )
-    bundle = (
-        RunLayout(run_dir).here(report.bundle, report.run_dir)
-        if report.bundle
-        else run_dir / "bundle"
-    )
-    if not bundle.is_dir():
-        bundle = run_dir / "bundle"
-    if not bundle.is_dir():
+    # One naming /etc would put the host's files in the hand-off directory an agent receives.
+    bundle = RunLayout(run_dir).own_bundle(report.bundle, report.run_dir)
+    if bundle.is_symlink() or not bundle.is_dir():
         raise UsageError(f"{run_dir}: the run's bundle is gone ({bundle})", path=str(bundle))
     with staged_directory(out) as staged:
         return _fill(staged, run_dir, document, report, task, bundle)

@@ -313,3 +313,60 @@ def test_a_moved_run_is_graded_with_its_own_bundle_never_the_path_it_ran_at(
     assert sealed.is_dir()
     with pytest.raises(UsageError, match="the run's bundle is gone"):
         resolve_target(moved)
+
+
+def test_grade_review_and_export_take_the_run_s_own_bundle_never_one_its_report_names(
+    tmp_path: Path,
+) -> None:
+    """A report.json is a file anyone may edit: naming /etc as its bundle, `review` copied the
+    host's files into the reviewer's hand-off directory; naming another sealed bundle on this
+    host, `grade` graded with it. Each reader now takes <run>/bundle or refuses, naming the
+    field."""
+    from runner.compile.taskdir import load_authored_task, write_authored
+    from runner.model.layout import RunLayout
+    from runner.model.report import Report, Verdict
+    from runner.present.export import accepted_run
+    from runner.run.grading import resolve_target
+    from runner.run.review import write_review
+
+    task = bash_task(tmp_path / "t")
+    authored = load_authored_task(task.directory)
+    run = tmp_path / "run"
+    own = seal(
+        compiled(authored, repo=None, out=tmp_path / "b"), exit_code_census(), run / "bundle"
+    )
+    write_authored(authored, RunLayout(run).authored)
+    other = seal(
+        compiled(authored, repo=None, out=tmp_path / "b2"), exit_code_census(), tmp_path / "o"
+    )
+    host = tmp_path / "host"  # stands for /etc: a directory that is no bundle at all
+    host.mkdir()
+    (host / "shadow").write_text("root:secret\n")
+    made = Report(
+        task_id=authored.definition.task_id,
+        verdict=Verdict.ACCEPTED,
+        runner_version="x",
+        run_id="r1",
+        started_at="now",
+        run_dir=str(run),
+    )
+    for named in (host, other):
+        made.bundle = str(named)
+        (run / "report.json").write_text(made.to_json())
+        out = tmp_path / f"review-{named.name}"
+        for read in (
+            lambda: resolve_target(run),
+            lambda: write_review(run, out),  # noqa: B023 (called within this iteration)
+            lambda: accepted_run(run),
+        ):
+            with pytest.raises(UsageError, match="outside its run directory") as raised:
+                read()
+            assert raised.value.field == "bundle"
+        assert not out.exists()
+    made.bundle = str(own)
+    (run / "report.json").write_text(made.to_json())
+    assert resolve_target(run).bundle.root == own
+    index = write_review(run, tmp_path / "review")
+    assert index["taskId"] == authored.definition.task_id
+    assert not any("shadow" in p.name for p in (tmp_path / "review").rglob("*"))
+    assert accepted_run(run).bundle == own

@@ -144,8 +144,9 @@ def test_logs_read_a_forged_run_directory_as_input(tmp_path: Path) -> None:
     (nop,) = [s for s in stage_logs(run) if s.stage == "nop"]
     said = {path.name: tail_lines(run, path, 0)[0] for path in nop.files}
     assert said["secret.log"] == [f"[not read: {secret} is not in {run}]"]
-    assert said["verifier.log"][0].startswith("[not read: ") and "symbolic link" in (
-        said["verifier.log"][0]
+    assert (
+        said["verifier.log"][0].startswith("[not read: ")
+        and "symbolic link" in (said["verifier.log"][0])
     )
     assert said["stuck.log"][0].startswith("[not read: ") and "FIFO" in said["stuck.log"][0]
     assert said["agent.log"] == ["own line"]
