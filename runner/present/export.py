@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tarfile
+import tempfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,6 @@ from typing import IO, Any
 
 from runner import __version__
 from runner.base.errors import InvalidTaskError, UsageError
-from runner.base.safeio import write_atomic
 from runner.base.validation import check_task_id
 from runner.model.harbor import read_task_toml
 from runner.model.layout import BundleLayout, RunLayout
@@ -133,18 +133,22 @@ def _located(run_dir: Path, batch_dir: Path) -> Path:
     return run_dir  # accepted_run says what is missing
 
 
-def _gzip(data: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as out:
-        out.write(data)
-    return buffer.getvalue()
+# One archive member: its name, and its bytes, a regular file to stream them from, or None for
+# a directory; and whether it is executable.
+_Member = tuple[str, bytes | Path | None, bool]
 
 
-def _tar(entries: list[tuple[str, bytes | None, bool]]) -> bytes:
-    """A tar of (name, content or None for a directory, executable), normalised."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, content, executable in sorted(entries, key=lambda e: e[0]):
+def _write_tar_gz(out: IO[bytes], members: list[_Member]) -> None:
+    """A gzipped tar of `members` on `out`, normalised (sorted, no times, no owners) and
+    streamed: a file's bytes go from its file to `out` a chunk at a time, so memory holds no
+    member whole (a bundle's repository snapshot can be gigabytes). Deflate's output does not
+    depend on how its input is cut, so these are the bytes the whole archive compressed at
+    once gives."""
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as packed,
+        tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name, content, executable in sorted(members, key=lambda m: m[0]):
             info = tarfile.TarInfo(name)
             info.mtime = 0
             info.uid = info.gid = 0
@@ -153,20 +157,29 @@ def _tar(entries: list[tuple[str, bytes | None, bool]]) -> bytes:
                 info.type = tarfile.DIRTYPE
                 info.mode = 0o755
                 tar.addfile(info)
-            else:
+                continue
+            info.mode = 0o755 if executable else 0o644
+            if isinstance(content, bytes):
                 info.size = len(content)
-                info.mode = 0o755 if executable else 0o644
                 tar.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
+                continue
+            fd = os.open(content, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as source:
+                status = os.fstat(source.fileno())
+                if not stat.S_ISREG(status.st_mode):
+                    raise InvalidTaskError("a bundle holds regular files only", path=str(content))
+                info.size = status.st_size
+                tar.addfile(info, source)  # exactly info.size bytes, or tarfile raises
 
 
-def bundle_archive(bundle: Path, task_id: str) -> bytes:
-    entries: list[tuple[str, bytes | None, bool]] = []
+def bundle_members(bundle: Path, task_id: str) -> list[_Member]:
+    """A bundle's files under `task_id/`, each a regular file read when it is archived."""
+    members: list[_Member] = []
     for root, dirnames, filenames in os.walk(bundle, followlinks=False):
         dirnames.sort()
         relative = Path(root).relative_to(bundle)
         if relative != Path("."):
-            entries.append((f"{task_id}/{relative.as_posix()}", None, True))
+            members.append((f"{task_id}/{relative.as_posix()}", None, True))
         for name in sorted(filenames):
             path = Path(root) / name
             info = os.lstat(path)
@@ -174,60 +187,73 @@ def bundle_archive(bundle: Path, task_id: str) -> bytes:
                 raise InvalidTaskError("a bundle holds regular files only", path=str(path))
             if info.st_size > MAX_MEMBER_BYTES:
                 raise InvalidTaskError("larger than 4 GiB", path=str(path))
-            entries.append(
-                (
-                    f"{task_id}/{(relative / name).as_posix()}",
-                    path.read_bytes(),
-                    bool(info.st_mode & 0o111),
-                )
+            members.append(
+                (f"{task_id}/{(relative / name).as_posix()}", path, bool(info.st_mode & 0o111))
             )
-    return _gzip(_tar(entries))
+    return members
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _file_sha256(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            sha.update(chunk)
+    return sha.hexdigest()
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
     body = {k: v for k, v in manifest.items() if k != "digest"}
-    return _digest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
+    """The archive of `runs` at `out` (written whole or not at all): each task's bundle as its
+    own .tar.gz, staged in a directory beside `out` and streamed, then the manifest."""
     seen: dict[str, Path] = {}
-    files: list[tuple[str, bytes | None, bool]] = [("tasks", None, True)]
-    tasks = []
-    for run in sorted(runs, key=lambda r: r.task_id):
+    for run in runs:
         if run.task_id in seen:
             raise UsageError(
                 f"task {run.task_id!r} is given twice ({seen[run.task_id]} and {run.run_dir})",
                 path=str(run.run_dir),
             )
         seen[run.task_id] = run.run_dir
-        config = read_task_toml(run.bundle)
-        data = bundle_archive(run.bundle, run.task_id)
-        name = f"tasks/{run.task_id}.tar.gz"
-        files.append((name, data, False))
-        metadata = config.metadata
-        tasks.append(
-            {
-                "taskId": run.task_id,
-                "difficulty": metadata.difficulty.value,
-                "sourcePr": metadata.source_pr,
-                "sourceUrl": metadata.source_url,
-                "file": name,
-                "sha256": _digest(data),
-                "runId": run.run_id,
-            }
-        )
-    manifest: dict[str, Any] = {
-        "schemaVersion": 1,
-        "runnerVersion": __version__,
-        "tasks": tasks,
-    }
-    manifest["digest"] = manifest_digest(manifest)
-    files.append((MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), False))
-    write_atomic(out, _gzip(_tar(files)))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as staging:
+        members: list[_Member] = [("tasks", None, True)]
+        tasks = []
+        for run in sorted(runs, key=lambda r: r.task_id):
+            config = read_task_toml(run.bundle)
+            inner = Path(staging) / f"{run.task_id}.tar.gz"
+            with inner.open("wb") as handle:
+                _write_tar_gz(handle, bundle_members(run.bundle, run.task_id))
+            name = f"tasks/{run.task_id}.tar.gz"
+            members.append((name, inner, False))
+            metadata = config.metadata
+            tasks.append(
+                {
+                    "taskId": run.task_id,
+                    "difficulty": metadata.difficulty.value,
+                    "sourcePr": metadata.source_pr,
+                    "sourceUrl": metadata.source_url,
+                    "file": name,
+                    "sha256": _file_sha256(inner),
+                    "runId": run.run_id,
+                }
+            )
+        manifest: dict[str, Any] = {
+            "schemaVersion": 1,
+            "runnerVersion": __version__,
+            "tasks": tasks,
+        }
+        manifest["digest"] = manifest_digest(manifest)
+        members.append((MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), False))
+        whole = Path(staging) / "export.tar.gz"
+        with whole.open("wb") as handle:
+            _write_tar_gz(handle, members)
+        whole.chmod(0o644)
+        os.replace(whole, out)
     return manifest
 
 
