@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base import validation as v
 from runner.base.errors import RepositoryError, RunnerError, UsageError
-from runner.base.safeio import read_regular, staged_directory
-from runner.compile.git import run_git
+from runner.base.safeio import read_regular, size_words, staged_directory
+from runner.compile.git import OutputTooLargeError, git_output_bounded, run_git
 from runner.compile.initrules import (
     difficulty,
     is_test_file,
@@ -159,11 +160,22 @@ def init_task(
     base_sha, head_sha = resolve_ref(spec, base), resolve_ref(spec, head)
     store = resolve_repository(spec, spec, base_sha)
     resolve_repository(spec, spec, head_sha)
-    diff = run_git(
-        ["diff", "--binary", "--full-index", "--no-renames", "--no-ext-diff", "--no-textconv",
-         base_sha, head_sha],
-        git_dir=store,
-    ).stdout  # fmt: skip
+    # A task's test and gold patches are each at most MAX_PATCH_BYTES: a diff over twice that
+    # cannot make one, and is refused before it is read whole.
+    limit = 2 * v.MAX_PATCH_BYTES
+    try:
+        diff = git_output_bounded(
+            ["diff", "--binary", "--full-index", "--no-renames", "--no-ext-diff",
+             "--no-textconv", base_sha, head_sha],
+            git_dir=store,
+            limit=limit,
+        )  # fmt: skip
+    except OutputTooLargeError:
+        raise UsageError(
+            f"the change {base}..{head} is over {size_words(limit)} as a patch: a task's test "
+            f"and gold patches are each at most {size_words(v.MAX_PATCH_BYTES)}",
+            field="--head",
+        ) from None
     if not diff.strip():
         raise UsageError(f"no change between {base} and {head}", field="--head")
 

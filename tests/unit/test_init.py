@@ -173,6 +173,36 @@ def test_init_refuses_what_it_cannot_split_and_writes_nothing(
     assert code == 2 and "exists and is not an empty directory" in err
 
 
+def test_a_change_too_large_to_be_a_task_is_refused_before_it_is_read_whole(
+    uv_project: tuple[Path, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The diff is read a chunk at a time and stopped past twice the patch limit (the test and
+    gold patches are each at most that): a 500 MB change took 4.8 GB and 143 s to be refused.
+    The limit is lowered here so that a 16 MiB change stands for a huge one."""
+    import tracemalloc
+
+    from runner.base import validation
+
+    repo, base, _ = uv_project
+    git(repo, "checkout", "-q", "feature")
+    line = "0123456789abcdef" * 4 + "\n"
+    head = commit(repo, {"data/big.csv": line * (16 * 1024 * 1024 // len(line))}, "Big data")
+    git(repo, "checkout", "-q", "main")
+    monkeypatch.setattr(validation, "MAX_PATCH_BYTES", 1024 * 1024)
+    out = tmp_path / "task"
+    tracemalloc.start()
+    try:
+        code, _, err = run("init", str(repo), "--base", base, "--head", head, "-o", str(out))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert code == 2, err
+    assert f"the change {base}..{head} is over 2 MiB as a patch" in err, err
+    assert "each at most 1 MiB" in err and "--head" in err, err
+    assert not out.exists()
+    assert peak < 8 * 1024 * 1024, peak  # never the 16 MiB diff whole
+
+
 def test_the_author_s_globs_replace_the_default_rules(
     uv_project: tuple[Path, str, str], tmp_path: Path
 ) -> None:
