@@ -39,9 +39,11 @@ from runner.sidecar.request import (
 from runner.sidecar.service import SOURCE_HTTP, Service
 from runner.sidecar.transport import (
     BODY_IDLE_SECONDS,
+    MAX_CONNECTIONS,
     OPEN_PATHS,
     AccessLog,
     Guard,
+    StreamBound,
     error_json,
 )
 
@@ -59,6 +61,7 @@ def create_app(
     token: str | None = None,
     max_body: int = DEFAULT_MAX_BODY,
     body_idle_seconds: float = BODY_IDLE_SECONDS,
+    max_streams: int = MAX_CONNECTIONS // 2,
 ) -> Any:
     app = FastAPI(
         title="selfbench-runner sidecar",
@@ -113,7 +116,12 @@ def create_app(
     if token is not None:
         _declare_bearer(app)
     return AccessLog(
-        Guard(app, token=token, max_body=max_body, body_idle_seconds=body_idle_seconds)
+        Guard(
+            StreamBound(app, limit=max_streams),
+            token=token,
+            max_body=max_body,
+            body_idle_seconds=body_idle_seconds,
+        )
     )
 
 
@@ -265,6 +273,11 @@ def _read_routes(app: FastAPI, service: Service, job_or_404: Any, errors: Respon
         response_class=EventSourceResponse,
         responses={
             404: {"model": ErrorEnvelope, "description": "Unknown id", "content": JSON_ERROR},
+            429: {
+                "model": ErrorEnvelope,
+                "description": "As many event streams are open as the sidecar keeps",
+                "content": JSON_ERROR,
+            },
             **errors,
         },
     )

@@ -189,6 +189,7 @@ def _start_http(
         token=options.token,
         max_body=options.max_body,
         body_idle_seconds=3 * options.header_timeout,
+        max_streams=options.max_connections // 2,
     )
     config = uvicorn.Config(
         app,

@@ -92,6 +92,40 @@ def _open(scope: Scope) -> bool:
     return scope.get("method") in ("GET", "HEAD") and scope.get("path") in OPEN_PATHS
 
 
+class StreamBound:
+    """Pure ASGI middleware: at most `limit` event streams (GET .../events) open at once, past
+    it a 429 with Retry-After. A stream holds its connection for as long as its job runs: a
+    token holder that opened one per connection (190 were measured) left every connection
+    busy, and then each new client was reset. The default bound is half of --max-connections,
+    so requests that end always find a connection."""
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = max(1, limit)
+        self.open = 0  # one event loop: no lock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        if scope["type"] != "http" or not path.endswith("/events"):
+            await self.app(scope, receive, send)
+            return
+        if self.open >= self.limit:
+            refused = error_json(
+                429,
+                "too-many-streams",
+                f"{self.open} event streams are open, the most this sidecar keeps: close one, "
+                "or poll the status",
+                headers={"Retry-After": "5"},
+            )
+            await refused(scope, receive, send)
+            return
+        self.open += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open -= 1
+
+
 class Guard:
     """Pure ASGI middleware in front of everything: the bearer token, then the body.
 

@@ -876,6 +876,63 @@ def test_http_records_once_conflicts_and_cancels(served: Served, silent_git: str
     assert "/v1/verifications/{verification_id}/events" in spec["paths"]
 
 
+def test_event_streams_are_bounded_so_other_requests_find_a_connection(
+    served: Served, silent_git: str
+) -> None:
+    """A token holder opened a stream per connection (190 were measured) and every new client
+    was reset. At most half of --max-connections (8 of 16 here) streams are open at once; the
+    next gets 429 with Retry-After, other requests are served, and a stream closed makes room."""
+    task = request_doc()["task"]
+    task["definition"]["baseCommit"] = "ab" * 20  # waits on the silent fetch: the job stays
+    posted = httpx.post(
+        f"{served.url}/v1/verifications",
+        json=request_doc(id="s1", repo=silent_git, task=task),
+        headers=AUTH,
+    )
+    assert posted.status_code == 202
+    host, port = served.url.removeprefix("http://").split(":")
+    ask = (
+        "GET /v1/verifications/s1/events HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: {AUTH['Authorization']}\r\n\r\n"
+    ).encode()
+
+    def stream() -> tuple[socket.socket, bytes]:
+        sock = socket.create_connection((host, int(port)), timeout=10)
+        sock.sendall(ask)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            assert chunk, head
+            head += chunk
+        return sock, head
+
+    opened = [stream() for _ in range(8)]
+    try:
+        assert all(head.startswith(b"HTTP/1.1 200") for _, head in opened)
+        refused = httpx.get(f"{served.url}/v1/verifications/s1/events", headers=AUTH, timeout=5)
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "5"
+        assert refused.json()["error"]["code"] == "too-many-streams"
+        assert httpx.get(f"{served.url}/healthz", headers=AUTH, timeout=5).status_code == 200
+        status = httpx.get(f"{served.url}/v1/verifications/s1", headers=AUTH, timeout=5)
+        assert status.status_code == 200
+        # A stream whose client went away is noticed at its next poll: its place is free.
+        first, _ = opened.pop(0)
+        first.close()
+        deadline = time.monotonic() + 10
+        while True:
+            again, head = stream()
+            if head.startswith(b"HTTP/1.1 200"):
+                opened.append((again, head))
+                break
+            again.close()
+            assert time.monotonic() < deadline, head
+            time.sleep(0.2)
+    finally:
+        for sock, _ in opened:
+            sock.close()
+        httpx.delete(f"{served.url}/v1/verifications/s1", headers=AUTH)
+
+
 def test_serve_refuses_a_public_bind_without_a_token(tmp_path: Path) -> None:
     result = subprocess.run(
         [
