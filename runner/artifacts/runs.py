@@ -75,6 +75,33 @@ def run_record(store: ArtifactStore, key: str) -> dict[str, Any]:
     return record
 
 
+REQUEST_FILE = "request.json"  # the request a sidecar's archive holds (its task, its id)
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
+
+def published_request(store: ArtifactStore, key: str) -> tuple[bytes, dict[str, Any]] | None:
+    """The request a published run verified (request.json from its archive, read alone and
+    bounded) and the run's record; None when the store holds no such run or its archive has
+    no readable request (a fix is then checked against nothing: refused)."""
+    try:
+        record = run_record(store, key)
+        blob = store.fetch(str(record["archive"]))
+    except StoreError:
+        return None
+    try:
+        with tarfile.open(blob, "r:gz") as tar:
+            for member in tar:
+                if member.name.lstrip("./") != REQUEST_FILE:
+                    continue
+                if not member.isfile() or member.size > MAX_REQUEST_BYTES:
+                    return None
+                handle = tar.extractfile(member)
+                return (handle.read(), record) if handle is not None else None
+    except (tarfile.TarError, OSError, EOFError):
+        return None
+    return None
+
+
 def fetch_run(store: ArtifactStore, key: str, cache: Path) -> Path:
     """The run `key` unpacked on this host: its archive directory (in `cache`)."""
     record = run_record(store, key)

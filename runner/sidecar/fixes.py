@@ -44,31 +44,31 @@ def task_files(task: TaskPayload) -> dict[str, Any]:
 def check_fix(request: VerificationRequest, known: TaskPayload | None, verdict: str | None) -> None:
     """Refuse (RequestRefusedError, code `fix-refused`) a fix of no green verification, or one
     that crosses the boundary, naming every field at fault. `known`: the task of the request
-    fixOf names, when this service verified it (`verdict` its verdict); otherwise the request's
-    fixOfTask is the green task, on the orchestrator's word."""
+    fixOf names as this service knows it (its own store, or its fleet's published run), and
+    `verdict` its verdict. The request's own copy (fixOfTask) is never the reference: a fix that
+    named an unknown id and sent its own edited task as the green one vouched for itself."""
     fix_of = request.fix_of
     assert fix_of is not None
-    green = known if known is not None else request.fix_of_task
-    if green is None:
+    if known is None:
         raise RequestRefusedError(
             "fix-refused",
-            f"fixOf: no verification {fix_of!r} is known here (give fixOfTask, the green task)",
+            f"fixOf: no verification {fix_of!r} is known here (a fix names a green "
+            "verification this sidecar, or its fleet's store, holds)",
             field="fixOf",
         )
-    if known is not None:
-        if request.fix_of_task is not None and request.fix_of_task != known:
-            raise RequestRefusedError(
-                "fix-refused",
-                f"fixOfTask is not the task of verification {fix_of!r}",
-                field="fixOfTask",
-            )
-        if verdict != "accepted":
-            raise RequestRefusedError(
-                "fix-refused",
-                f"fixOf: verification {fix_of!r} is not green (its verdict: "
-                f"{verdict or 'none yet'})",
-                field="fixOf",
-            )
+    green = known
+    if request.fix_of_task is not None and request.fix_of_task != known:
+        raise RequestRefusedError(
+            "fix-refused",
+            f"fixOfTask is not the task of verification {fix_of!r}",
+            field="fixOfTask",
+        )
+    if verdict != "accepted":
+        raise RequestRefusedError(
+            "fix-refused",
+            f"fixOf: verification {fix_of!r} is not green (its verdict: {verdict or 'none yet'})",
+            field="fixOf",
+        )
     fix = request.task
     problems = fixed_task_problems(task_files(green), task_files(fix))
     if not problems:

@@ -115,9 +115,9 @@ class VerificationRequest(_Document):
 
     fix_of_task: TaskPayload | None = Field(
         default=None,
-        description="The green task fixOf names, as the orchestrator recorded it: the fix is "
-        "checked against it where this service did not verify fixOf itself (another worker of "
-        "a fleet); where it did, the two must be the same task",
+        description="The green task fixOf names, as the orchestrator recorded it: when given, "
+        "it must be that verification's task as this service knows it (its own store, or the "
+        "fleet's published run). Never the reference the fix is checked against",
     )
 
     def archive_path(self) -> PurePosixPath:

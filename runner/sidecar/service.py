@@ -19,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from runner.sidecar.jobs import ConflictError, Job
 from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
 from runner.sidecar.request import (
     JobState,
+    TaskPayload,
     VerificationRequest,
 )
 from runner.sidecar.store import Store
@@ -116,6 +118,10 @@ class Service:
             stopping=lambda: self.stopping,
             started=self._started,
         )
+        # Where a fix's green verification is looked up when this store does not hold it: a
+        # fleet's worker reads the run another worker published to the shared artifact store
+        # (runner.worker.stored). (task, verdict), or None when it is not there either.
+        self.green_elsewhere: Callable[[str], tuple[TaskPayload, str | None] | None] | None = None
         self._wake = threading.Condition()
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
@@ -223,12 +229,7 @@ class Service:
                 "fix-refused", "fixOfTask is the task of fixOf: give fixOf too", field="fixOfTask"
             )
         if request.fix_of is not None:
-            green = self.store.get(request.fix_of)
-            check_fix(
-                request,
-                green.request.task if green is not None else None,
-                green.verdict if green is not None else None,
-            )
+            check_fix(request, *self._green(request.fix_of))
         archive = self.config.state_dir / request.archive_path()
         try:
             job, new = self.store.add(request, source=source, archive=archive)
@@ -238,6 +239,16 @@ class Service:
             self.answers.event(job.id, "queued")
             self._notify()
         return job
+
+    def _green(self, fix_of: str) -> tuple[TaskPayload | None, str | None]:
+        """The task and verdict of the verification `fix_of` names, as this service knows it:
+        its own store's, else the fleet's (green_elsewhere); (None, None) when unknown. Never
+        the requester's copy (fixOfTask): a fix does not vouch for itself."""
+        green = self.store.get(fix_of)
+        if green is not None:
+            return green.request.task, green.verdict
+        found = self.green_elsewhere(fix_of) if self.green_elsewhere is not None else None
+        return found if found is not None else (None, None)
 
     def repository(self, request: VerificationRequest) -> str | None:
         """The repository this request may use (runner.sidecar.policy)."""

@@ -76,6 +76,9 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
     stored = None
     if artifacts is not None:
         stored = StoredActivities(activities, artifacts, keep_runs=options.keep_runs, blobs=blobs)
+        # A fix whose green verification ran on another worker: its published run is the
+        # reference, never the request's own copy.
+        service.green_elsewhere = stored.green
     metrics_server: Any = None
     started = False
 

@@ -26,10 +26,16 @@ from temporalio.exceptions import ApplicationError
 
 from runner.artifacts.address import DIGEST
 from runner.artifacts.cachebound import BoundedBlobs
-from runner.artifacts.runs import publish_run, run_record
+from runner.artifacts.runs import publish_run, published_request, run_record
 from runner.artifacts.store import ArtifactStore, StoreError
 from runner.sidecar.jobs import Job
-from runner.sidecar.request import ARCHIVE_GLOB, ARCHIVES, JobState, VerificationRequest
+from runner.sidecar.request import (
+    ARCHIVE_GLOB,
+    ARCHIVES,
+    JobState,
+    TaskPayload,
+    VerificationRequest,
+)
 from runner.worker.activities import (
     MAX_REASON_BYTES,
     VerifyActivities,
@@ -113,6 +119,23 @@ class StoredActivities:
         if self.blobs is None:
             return contextlib.nullcontext()
         return self.blobs.using(d for d in digests if isinstance(d, str))
+
+    def green(self, fix_of: str) -> tuple[TaskPayload, str | None] | None:
+        """The task and verdict of verification `fix_of` as the fleet published it (its run
+        in the shared store, by the worker that verified it): where a fix's green verification
+        ran on another worker. None when the store holds none."""
+        found = published_request(self.store, fix_of)
+        if found is None:
+            return None
+        raw, record = found
+        try:
+            request = VerificationRequest.model_validate_json(raw)
+        except ValidationError:
+            return None
+        if request.id != fix_of:
+            return None
+        verdict = record.get("verdict")
+        return request.task, verdict if isinstance(verdict, str) else None
 
     def _prune(self) -> None:
         if self.blobs is None:

@@ -259,8 +259,9 @@ def test_the_temporal_activity_refuses_a_fix_that_crosses_the_boundary(
     crossing["fixOf"] = "t-green"
     fix = fix_payload("t-fix", 3)
     fix["fixOf"] = "t-green"
-    # A fleet's orchestrator sends the green task along: another worker checks against it.
-    elsewhere = fix_payload("t-elsewhere", 4, instruction="Another request.\n")
+    # A fix of a verification this worker (and its fleet's store: none here) does not hold is
+    # refused, whatever green task it carries: the requester's copy is never the reference.
+    elsewhere = fix_payload("t-elsewhere", 4)
     elsewhere.update(fixOf="on-another-worker", fixOfTask=green["task"])
     batch = {"requests": [crossing, fix, elsewhere], "concurrency": 3}
     ran = batch_workflow(
@@ -268,8 +269,11 @@ def test_the_temporal_activity_refuses_a_fix_that_crosses_the_boundary(
     )
     assert ran.returncode == 0, ran.stderr + running.text()
     tasks = {t["id"]: t for t in workflow_result(json.loads(ran.stdout))["tasks"]}
-    for name in ("t-bad", "t-elsewhere"):
+    for name, words in (
+        ("t-bad", "task.instruction: a fix never changes the instruction"),
+        ("t-elsewhere", "fixOf: no verification 'on-another-worker' is known here"),
+    ):
         bad = tasks[name]
         assert bad["response"] is None and bad["error_type"] == "InvalidRequest", bad
-        assert "task.instruction: a fix never changes the instruction" in bad["error"], bad
+        assert words in bad["error"], bad
     assert tasks["t-fix"]["verdict"] == "accepted", tasks["t-fix"]

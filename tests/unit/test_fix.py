@@ -429,13 +429,25 @@ def test_the_sidecar_checks_a_fix_against_the_green_verification_it_names(
     assert service.store.get("fix-2") is None  # nothing recorded, nothing built
 
     unknown = request_of(task, id="fix-3", verify=3, fixOf="nobody")
-    with pytest.raises(RequestRefusedError, match="give fixOfTask"):
+    with pytest.raises(RequestRefusedError, match="no verification 'nobody' is known here"):
         service.submit(unknown, source="http")
-    # A fleet's other worker: the green task travels with the request.
-    carried = request_of(
-        task, id="fix-4", round=2, verify=4, fixOf="elsewhere", fixOfTask=green.task
-    )
-    assert service.submit(carried, source="temporal").id == "fix-4"
+    # A fix that vouches for itself: an unknown id, and its own edited task sent as the green
+    # one (the gold patch changed in both). The requester's copy is never the reference.
+    forged = crossing.task.model_copy(update={"gold_patch": crossing.task.gold_patch + "\n"})
+    vouching = request_of(task, id="fix-4", round=2, verify=4, fixOf="elsewhere")
+    vouching = vouching.model_copy(update={"task": forged, "fix_of_task": forged})
+    with pytest.raises(RequestRefusedError, match="no verification 'elsewhere' is known"):
+        service.submit(vouching, source="temporal")
+    assert service.store.get("fix-4") is None
+    # A fleet's other worker finds the green run its fleet published (green_elsewhere): that,
+    # not the request's copy, is what the fix is checked against.
+    service.green_elsewhere = lambda name: (green.task, "accepted") if name == "far" else None
+    carried = request_of(task, id="fix-6", round=2, verify=6, fixOf="far")
+    assert service.submit(carried, source="temporal").id == "fix-6"
+    far_crossing = request_of(task, id="fix-7", round=2, verify=7, fixOf="far")
+    far_crossing = far_crossing.model_copy(update={"task": forged, "fix_of_task": forged})
+    with pytest.raises(RequestRefusedError, match="fixOfTask is not the task"):
+        service.submit(far_crossing, source="temporal")
     lying = request_of(task, id="fix-5", round=2, verify=5, fixOf="green", fixOfTask=crossing.task)
     with pytest.raises(RequestRefusedError, match="fixOfTask is not the task"):
         service.submit(lying, source="http")

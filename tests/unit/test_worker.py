@@ -343,3 +343,28 @@ def test_the_third_infrastructure_failure_in_a_row_is_final_and_others_pass() ->
         ApplicationError("bad", type="InvalidRequest", non_retryable=True),
     ):
         assert counted(other, 9, 3) is other
+
+
+def test_a_fix_s_green_task_is_read_from_the_run_the_fleet_published(tmp_path: Path) -> None:
+    """A fleet's worker that did not verify fixOf reads that verification's request from the
+    run its worker published to the shared store, with the verdict the record holds; a run
+    the store does not hold, or whose archive holds no request of that id, is no reference."""
+    from runner.artifacts.runs import publish_run
+
+    request = make_request(repo="https://git.invalid/x.git")
+    archive = tmp_path / "archive"
+    (archive / "run").mkdir(parents=True)
+    (archive / "request.json").write_text(request.to_json())
+    store = open_store(f"file://{tmp_path}/store", cache=tmp_path / "cache")
+    publish_run(store, request.id, archive, {"id": request.id, "verdict": "accepted"})
+    activities = VerifyActivities(service_for(tmp_path / "w"))
+    stored = StoredActivities(activities, store)
+    assert stored.green(request.id) == (request.task, "accepted")
+    assert stored.green("never-published") is None
+    # A run published under another id than its request's: not that verification's task.
+    publish_run(store, "renamed", archive, {"id": "renamed", "verdict": "accepted"})
+    assert stored.green("renamed") is None
+    # An archive without its request.
+    (archive / "request.json").unlink()
+    publish_run(store, "bare", archive, {"id": "bare", "verdict": "accepted"})
+    assert stored.green("bare") is None
