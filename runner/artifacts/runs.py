@@ -15,6 +15,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,32 @@ def published_request(store: ArtifactStore, key: str) -> tuple[bytes, dict[str, 
     return None
 
 
+# What one run archive may unpack to: a gzip bomb (2 MB that inflate to gigabytes) or an archive
+# of a million empty files stops here, not when the reader's disk is full.
+MAX_UNPACKED_BYTES = 32 << 30
+MAX_UNPACKED_MEMBERS = 200_000
+
+
+def _bounded_filter(
+    where: str,
+) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo | None]:
+    """tarfile's `data` filter (PEP 706: no absolute names, no `..`, no links out, no devices)
+    that also counts: StoreError past MAX_UNPACKED_MEMBERS members or MAX_UNPACKED_BYTES of
+    them, before the member that passes the bound is written."""
+    seen = {"members": 0, "bytes": 0}
+
+    def bounded(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+        seen["members"] += 1
+        seen["bytes"] += max(0, member.size)
+        if seen["members"] > MAX_UNPACKED_MEMBERS:
+            raise StoreError(f"{where}: its archive holds over {MAX_UNPACKED_MEMBERS} members")
+        if seen["bytes"] > MAX_UNPACKED_BYTES:
+            raise StoreError(f"{where}: its archive unpacks to over {MAX_UNPACKED_BYTES} bytes")
+        return tarfile.data_filter(member, path)
+
+    return bounded
+
+
 def fetch_run(store: ArtifactStore, key: str, cache: Path) -> Path:
     """The run `key` unpacked on this host: its archive directory (in `cache`)."""
     record = run_record(store, key)
@@ -116,7 +143,7 @@ def fetch_run(store: ArtifactStore, key: str, cache: Path) -> Path:
     staged = Path(tempfile.mkdtemp(prefix=".unpack.", dir=target.parent))
     try:
         with tarfile.open(blob, "r:gz") as tar:
-            tar.extractall(staged, filter="data")
+            tar.extractall(staged, filter=_bounded_filter(store.url.run_address(key)))
         (staged / ".complete").write_text(key + "\n")
         if target.exists():
             shutil.rmtree(target)

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -32,6 +33,11 @@ from runner.base.safeio import private_dir
 BLOBS = "blobs/sha256"
 # A record is a pointer, never a payload: what a reader takes whole into memory.
 MAX_RECORD_BYTES = 1 << 20
+# The largest blob a reader takes (a repository bundle, a run's archive): a store another host
+# writes is input, and a blob that never ends (a link to /dev/zero in a shared directory, an
+# object that grows) is stopped here, not when the reader's disk is full.
+MAX_BLOB_BYTES = 64 << 30
+_CHUNK = 1 << 20
 CHUNK = 1 << 20
 
 
@@ -66,8 +72,9 @@ class ArtifactStore(ABC):
     def _upload(self, key: str, source: Path) -> None: ...
 
     @abstractmethod
-    def _download(self, key: str, destination: Path) -> bool:
-        """Whether `key` was there (and is now at `destination`)."""
+    def _download(self, key: str, destination: Path, limit: int) -> bool:
+        """Whether `key` was there (and is now at `destination`); StoreError for an object
+        over `limit` bytes, or not a regular file, with nothing more than `limit` copied."""
 
     @abstractmethod
     def _exists(self, key: str) -> bool: ...
@@ -97,14 +104,16 @@ class ArtifactStore(ABC):
         """A JSON document as a blob (sorted keys: the same document, the same digest)."""
         return self.put_bytes(json.dumps(document, sort_keys=True, separators=(",", ":")).encode())
 
-    def fetch(self, digest: str) -> Path:
-        """A blob as a local file (from the cache, else downloaded and checked): its path. The
-        file is the cache's: read it, never change it."""
+    def fetch(self, digest: str, *, limit: int = MAX_BLOB_BYTES) -> Path:
+        """A blob as a local file (from the cache, else downloaded, at most `limit` bytes, and
+        checked): its path. The file is the cache's: read it, never change it."""
         key = _blob_key(digest)
         if self.cache is None:
             raise StoreError("this store has no local cache to fetch into")
         target = self.cache / "blobs" / digest.removeprefix("sha256:")
         if target.is_file():
+            if target.stat().st_size > limit:
+                raise StoreError(f"{digest} is over {limit} bytes")
             with contextlib.suppress(OSError):
                 os.utime(target)  # recently used: the last a bounded cache removes
             return target
@@ -113,7 +122,7 @@ class ArtifactStore(ABC):
         os.close(fd)
         partial = Path(tmp)
         try:
-            if not self._download(key, partial):
+            if not self._download(key, partial, limit):
                 raise StoreError(f"{digest} is not in the store {self.url}")
             got = file_digest(partial)
             if got != digest:
@@ -127,7 +136,9 @@ class ArtifactStore(ABC):
         return target
 
     def get_bytes(self, digest: str, *, limit: int) -> bytes:
-        path = self.fetch(digest)
+        # Bounded before it is fetched: a 900 MiB blob asked for as a 1 MiB document is
+        # refused after 1 MiB, not copied whole first.
+        path = self.fetch(digest, limit=limit)
         if path.stat().st_size > limit:
             raise StoreError(f"{digest} is over {limit} bytes")
         return path.read_bytes()
@@ -150,10 +161,8 @@ class ArtifactStore(ABC):
     def get_record(self, key: str) -> dict[str, Any] | None:
         with tempfile.TemporaryDirectory(prefix="record.") as tmp:
             path = Path(tmp) / "record.json"
-            if not self._download(f"{key}.json", path):
+            if not self._download(f"{key}.json", path, MAX_RECORD_BYTES):
                 return None
-            if path.stat().st_size > MAX_RECORD_BYTES:
-                raise StoreError(f"{self.url}/{key}.json is over {MAX_RECORD_BYTES} bytes")
             try:
                 document = json.loads(path.read_bytes())
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -189,13 +198,29 @@ class DirectoryStore(ArtifactStore):
         except OSError as exc:
             raise StoreError(f"cannot write {key} to {self.url}: {exc}") from None
 
-    def _download(self, key: str, destination: Path) -> bool:
+    def _download(self, key: str, destination: Path, limit: int) -> bool:
+        # Never through a link (one to /dev/zero, or out of the store), never a FIFO or a
+        # device, and never more than `limit` bytes, whatever the file says its size is.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            shutil.copyfile(self._path(key), destination)
+            fd = os.open(self._path(key), flags)
         except FileNotFoundError:
             return False
         except OSError as exc:
             raise StoreError(f"cannot read {key} from {self.url}: {exc}") from None
+        with os.fdopen(fd, "rb") as source:
+            info = os.fstat(source.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreError(f"{key} in {self.url} is not a regular file")
+            if info.st_size > limit:
+                raise StoreError(f"{key} in {self.url} is over {limit} bytes")
+            copied = 0
+            with destination.open("wb") as out:
+                while chunk := source.read(_CHUNK):
+                    copied += len(chunk)
+                    if copied > limit:
+                        raise StoreError(f"{key} in {self.url} is over {limit} bytes")
+                    out.write(chunk)
         return True
 
     def _exists(self, key: str) -> bool:
@@ -241,14 +266,24 @@ class S3Store(ArtifactStore):
             lambda: self.client.upload_file(str(source), self.bucket, self._key(key)),
         )
 
-    def _download(self, key: str, destination: Path) -> bool:
-        # A missing key comes back as a 404 ClientError from download_file's HEAD.
+    def _download(self, key: str, destination: Path, limit: int) -> bool:
+        # Sized before a byte is fetched; a missing key is a 404 from the HEAD.
+        head = self._call(
+            f"cannot look up {key} in",
+            lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(key)),
+        )
+        if head is None:
+            return False
+        if int(head.get("ContentLength", 0)) > limit:
+            raise StoreError(f"{key} in {self.url} is over {limit} bytes")
         answer = self._call(
             f"cannot read {key} from",
             lambda: (
                 self.client.download_file(self.bucket, self._key(key), str(destination)) or True
             ),
         )
+        if answer is True and destination.stat().st_size > limit:  # replaced in between
+            raise StoreError(f"{key} in {self.url} is over {limit} bytes")
         return answer is True
 
     def _exists(self, key: str) -> bool:

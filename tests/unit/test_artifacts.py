@@ -158,6 +158,51 @@ def test_a_hostile_archive_is_refused_and_leaves_nothing(
         fetch_run(store, "missing", cache)
 
 
+def test_a_store_is_read_in_bounded_bytes_and_never_through_a_link(
+    store: DirectoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared directory store is written by other hosts: a record or blob that is a link to
+    /dev/zero, or a FIFO, was copied until the reader's disk was full (or hung); a 900 MiB
+    record was copied whole before its 1 MiB limit applied; a small gzip bomb unpacked without
+    end. Each is refused within its bound, and nothing of it stays in the reader's cache."""
+    import os
+
+    from runner.artifacts import runs
+
+    store.put_record("runs/fine", {"archive": "sha256:" + "0" * 64})
+    record = store.root / "runs" / "fine.json"
+    record.unlink()
+    record.symlink_to("/dev/zero")
+    with pytest.raises(StoreError, match=r"cannot read runs/fine\.json"):
+        store.get_record("runs/fine")
+    record.unlink()
+    os.mkfifo(record)
+    with pytest.raises(StoreError, match="not a regular file"):
+        store.get_record("runs/fine")
+    record.unlink()
+    record.write_bytes(b" " * (2 << 20))  # a record over 1 MiB
+    with pytest.raises(StoreError, match="over 1048576 bytes"):
+        store.get_record("runs/fine")
+    # A blob asked for as a small document: refused at its limit, not fetched whole first.
+    big = store.put_bytes(b"x" * (3 << 20))
+    reader = open_store(store.url, cache=tmp_path / "reader")
+    with pytest.raises(StoreError, match="over 1048576 bytes"):
+        reader.get_bytes(big, limit=1 << 20)
+    assert not list((tmp_path / "reader" / "blobs").glob("*"))
+    # A bomb: a member that inflates past the bound (lowered here to 1 MiB) is not written.
+    monkeypatch.setattr(runs, "MAX_UNPACKED_BYTES", 1 << 20)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("run/report.json")
+        info.size = 8 << 20
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    assert len(buffer.getvalue()) < 64 * 1024  # 8 MiB of zeros in a few KB
+    store.put_record("runs/bomb", {"archive": store.put_bytes(buffer.getvalue())})
+    with pytest.raises(StoreError, match="unpacks to over 1048576 bytes"):
+        fetch_run(store, "bomb", tmp_path / "bomb-cache")
+    assert [p.name for p in (tmp_path / "bomb-cache" / "runs").iterdir()] == []
+
+
 def test_a_reference_resolves_to_its_task_and_a_bundle_in_the_cache(
     store: DirectoryStore, tmp_path: Path
 ) -> None:
