@@ -16,7 +16,6 @@ command-running setting switched off on the command line, no inherited `GIT_*` v
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gzip
 import hashlib
 import os
@@ -27,6 +26,8 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from filelock import FileLock
 
 from runner.base.errors import RepositoryError, UsageError
 from runner.base.safeio import file_kind, read_regular
@@ -56,12 +57,8 @@ def is_remote(spec: str) -> bool:
 @contextlib.contextmanager
 def _store_lock() -> Iterator[None]:
     """One writer of the store at a time (fetches update its shallow file and refs)."""
-    fd = os.open(git_root() / "store.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with FileLock(git_root() / "store.lock", mode=0o600):
         yield
-    finally:
-        os.close(fd)
 
 
 def _new_repository(path: Path, *, alternate: Path | None = None) -> None:

@@ -17,7 +17,6 @@ again).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -25,6 +24,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from filelock import FileLock
 
 from runner.base.children import process_start
 from runner.model.settings import cache_root
@@ -58,12 +59,8 @@ class Collection:
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with (path.parent / f".{path.name}.lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with FileLock(path.parent / f".{path.name}.lock"):
+        yield
 
 
 def _use_file(root: Path | None) -> Path:

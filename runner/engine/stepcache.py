@@ -12,7 +12,6 @@ a remembered image is inspected before use."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -22,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from runner.base.safeio import write_atomic
 from runner.model.settings import cache_root
@@ -70,17 +71,13 @@ def claim_scan(engine: str, *, now: float | None = None) -> bool:
     marker = cache_root() / STEP_INDEX / f".scanned-{name}"
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)
-        with (marker.parent / ".scan.lock").open("a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                with contextlib.suppress(FileNotFoundError):
-                    if 0 <= now - marker.stat().st_mtime < SCAN_INTERVAL_SECONDS:
-                        return False
-                marker.touch()
-                os.utime(marker, (now, now))
-                return True
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with FileLock(marker.parent / ".scan.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                if 0 <= now - marker.stat().st_mtime < SCAN_INTERVAL_SECONDS:
+                    return False
+            marker.touch()
+            os.utime(marker, (now, now))
+            return True
     except OSError:
         return False  # an index that cannot be written cannot remember a reading either
 
