@@ -34,8 +34,19 @@ def report(**stages: tuple[Status, str]) -> Report:
 
 def test_ansi_colours_become_spans_and_everything_else_is_escaped() -> None:
     out = ansi_html("\x1b[31mFAIL\x1b[0m <b>&\x1b[2K")
-    assert out == '<span style="color:#c0392b">FAIL</span> &lt;b&gt;&amp;'
-    assert ansi_html("\x1b[1;32mok") == '<span style="font-weight:bold;color:#1e8449">ok</span>'
+    assert out == (
+        '<span style="color: #c0392b; text-decoration-color: #c0392b">FAIL</span> &lt;b&gt;&amp;'
+    )
+    assert ansi_html("\x1b[1;32mok") == (
+        '<span style="color: #1e8449; text-decoration-color: #1e8449; font-weight: bold">ok</span>'
+    )
+    # 256 and true colour; a window title (ending with BEL) and a hyperlink are dropped: a log
+    # is the task's output, and its link could be `javascript:`.
+    shown = ansi_html(
+        "\x1b[38;5;208ma\x1b[0m\x1b]0;title\x07 \x1b]8;;javascript:alert(1)\x1b\\x\x1b]8;;\x1b\\"
+    )
+    assert shown == '<span style="color: #ff8700; text-decoration-color: #ff8700">a</span> x'
+    assert ansi_html("<i>plain</i>") == "&lt;i&gt;plain&lt;/i&gt;"
 
 
 def test_a_failing_step_is_found_in_its_dockerfile_and_named_by_its_source() -> None:
