@@ -13,6 +13,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from runner.base.validation import MAX_ENV_VALUE, check_env_key, check_text
+from runner.model.stages import Stage
 from runner.plan.inimage import KEEP_ALIVE, SMOKE_SCRIPT, SOLVE_ARGV, VERIFIER_TEST_ARGV
 from runner.plan.labels import LABEL_RUNNER
 from runner.plan.types import ContainerPlan, ExecStep, TrialPlan, VerifyPlan
@@ -57,7 +58,7 @@ def plan_problem(plan: VerifyPlan) -> str | None:
         if problem is not None:
             return f"{container.name}: {problem}"
     steps: list[tuple[str, ExecStep, tuple[str, ...], str]] = [
-        ("smoke", plan.smoke.run, _SMOKE_ARGV, "verifier")
+        (Stage.SMOKE.value, plan.smoke.run, _SMOKE_ARGV, "verifier")
     ]
     for trial in _all(plan, TrialPlan):  # the gates', the exploits', the probe's, grade's
         steps.append((f"{trial.gate} test", trial.test, VERIFIER_TEST_ARGV, "root"))

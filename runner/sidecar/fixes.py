@@ -4,6 +4,7 @@ here a fix arrives as a whole task, and each problem names the request field at 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from runner.compile.fixrules import (
@@ -15,6 +16,7 @@ from runner.compile.fixrules import (
 )
 from runner.sidecar.policy import RequestRefusedError
 from runner.sidecar.request import ErrorDetail, TaskPayload, VerificationRequest
+from runner.sidecar.store import Store
 
 # Where each of a task's files is in a request.
 REQUEST_FIELDS = {
@@ -39,6 +41,23 @@ def task_files(task: TaskPayload) -> dict[str, Any]:
         FIX_TEST_PATCH: task.test_patch.encode("utf-8", "surrogatepass"),
         GOLD_FILE: task.gold_patch.encode("utf-8", "surrogatepass"),
     }
+
+
+# Where a fix's green verification is found when this service's store lacks it: (its task,
+# its verdict), or None (runner.worker.stored reads a fleet's published run).
+Elsewhere = Callable[[str], tuple[TaskPayload, str | None] | None]
+
+
+def green_of(
+    store: Store, fix_of: str, elsewhere: Elsewhere | None
+) -> tuple[TaskPayload | None, str | None]:
+    """The task and verdict of verification `fix_of` as this service knows it (its store's,
+    else its fleet's), never the requester's copy: a fix does not vouch for itself."""
+    green = store.get(fix_of)
+    if green is not None:
+        return green.request.task, green.verdict
+    found = elsewhere(fix_of) if elsewhere is not None else None
+    return found if found is not None else (None, None)
 
 
 def check_fix(request: VerificationRequest, known: TaskPayload | None, verdict: str | None) -> None:

@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,11 @@ from runner.model.settings import SharedSettings
 from runner.sidecar.answers import Answers, Listener
 from runner.sidecar.digests import PayloadDigests
 from runner.sidecar.engineops import EngineOps
-from runner.sidecar.fixes import check_fix
+from runner.sidecar.fixes import Elsewhere, check_fix, green_of
 from runner.sidecar.jobs import ConflictError, Job
 from runner.sidecar.policy import RepositoryPolicy, RequestRefusedError
 from runner.sidecar.request import (
     JobState,
-    TaskPayload,
     VerificationRequest,
 )
 from runner.sidecar.store import Store
@@ -118,10 +116,8 @@ class Service:
             stopping=lambda: self.stopping,
             started=self._started,
         )
-        # Where a fix's green verification is looked up when this store does not hold it: a
-        # fleet's worker reads the run another worker published to the shared artifact store
-        # (runner.worker.stored). (task, verdict), or None when it is not there either.
-        self.green_elsewhere: Callable[[str], tuple[TaskPayload, str | None] | None] | None = None
+        # A fix's green verification where this store lacks it (a fleet's published run).
+        self.green_elsewhere: Elsewhere | None = None
         self._wake = threading.Condition()
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
@@ -229,7 +225,7 @@ class Service:
                 "fix-refused", "fixOfTask is the task of fixOf: give fixOf too", field="fixOfTask"
             )
         if request.fix_of is not None:
-            check_fix(request, *self._green(request.fix_of))
+            check_fix(request, *green_of(self.store, request.fix_of, self.green_elsewhere))
         archive = self.config.state_dir / request.archive_path()
         try:
             job, new = self.store.add(request, source=source, archive=archive)
@@ -239,16 +235,6 @@ class Service:
             self.answers.event(job.id, "queued")
             self._notify()
         return job
-
-    def _green(self, fix_of: str) -> tuple[TaskPayload | None, str | None]:
-        """The task and verdict of the verification `fix_of` names, as this service knows it:
-        its own store's, else the fleet's (green_elsewhere); (None, None) when unknown. Never
-        the requester's copy (fixOfTask): a fix does not vouch for itself."""
-        green = self.store.get(fix_of)
-        if green is not None:
-            return green.request.task, green.verdict
-        found = self.green_elsewhere(fix_of) if self.green_elsewhere is not None else None
-        return found if found is not None else (None, None)
 
     def repository(self, request: VerificationRequest) -> str | None:
         """The repository this request may use (runner.sidecar.policy)."""
