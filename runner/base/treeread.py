@@ -49,9 +49,12 @@ def read_json_below(root: Path, relative: str, *, limit: int) -> Any:
 
 def within(root: Path, path: Path) -> str | None:
     """`path` as a path below `root` (for read_below), or None when it is not below it: a
-    path a report recorded is read only where it is inside the run directory."""
+    path a report recorded is read only where it is inside the run directory. Both are taken
+    from the current directory as they are spelled (a run directory given relative, its logs
+    joined to it), `..` folded as text, never through a link: what is read is then opened
+    below `root` component by component (read_below), so it is inside whatever the text said."""
     try:
-        relative = path.relative_to(root) if path.is_absolute() else path
+        relative = Path(os.path.abspath(path)).relative_to(os.path.abspath(root))
     except ValueError:
         return None
     try:

@@ -177,6 +177,29 @@ def test_logs_read_a_forged_run_directory_as_input(tmp_path: Path) -> None:
     assert run_report(run) is None
 
 
+def test_logs_of_a_run_directory_given_relative_read_its_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`logs runs/t/<id>` from the directory above: the report's absolute log paths are this
+    run's, and a relative run directory reads them as an absolute one does."""
+    from runner.present.runlogs import tail_lines
+
+    run = tmp_path / "runs" / "t" / "r1"
+    (run / "nop").mkdir(parents=True)
+    (run / "nop" / "verifier.log").write_text("one\ntwo\n")
+    doc = json.loads(report(nop=(Status.FAILED, "red")).to_json())
+    doc["runDir"] = str(run)
+    doc["stages"]["nop"]["logs"] = [str(run / "nop" / "verifier.log")]
+    (run / "report.json").write_text(json.dumps(doc))
+    monkeypatch.chdir(tmp_path)
+    relative = Path("runs/t/r1")
+    (nop,) = [s for s in stage_logs(relative) if s.stage == "nop"]
+    assert [tail_lines(relative, path, 1) for path in nop.files] == [(["two"], 1)]
+    seen: list[tuple[str, str]] = []
+    assert follow(relative, lambda n, line: seen.append((n, line)), lines=1, timeout=5)
+    assert seen == [("nop/verifier.log", "two")]
+
+
 def test_follow_sees_new_files_and_lines_until_the_report(tmp_path: Path) -> None:
     seen: list[tuple[str, str]] = []
 
