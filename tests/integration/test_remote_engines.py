@@ -169,8 +169,14 @@ def test_an_ssh_engine_lost_mid_run_is_cleaned_when_it_answers_again(
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and not cut:
             # The raw listing (no inspect of each): containers come and go meanwhile.
+            # The nop gate's containers: a build step's container carries the task's label too,
+            # and a cut during the build left nothing on the engine to remove once it answered
+            # (CI at ffbc81d: removedAfterLoss 0).
             running = docker_client.api.containers(
-                filters={"label": f"org.selfbench.task={task_id}", "status": "running"}
+                filters={
+                    "label": [f"org.selfbench.task={task_id}", "org.selfbench.kind=nop"],
+                    "status": "running",
+                }
             )
             mine = [c["Labels"]["org.selfbench.run"] for c in running]
             pids = masters(sshd)
