@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -156,11 +158,9 @@ def git_output_bounded(
 ) -> bytes:
     """What a git command prints, read a chunk at a time and stopped past `limit` bytes
     (OutputTooLargeError): a diff of a huge change is never held whole before it is refused
-    (a 500 MB change took 4.8 GB and 143 s to be refused at the patch limit)."""
-    import tempfile
-    import time
-
-    deadline = time.monotonic() + timeout
+    (a 500 MB change took 4.8 GB and 143 s to be refused at the patch limit). Like run_git,
+    a command still running after `timeout` seconds is killed, printing or not."""
+    what = f"git {' '.join(args[:2])}"
     with tempfile.TemporaryFile() as errors:
         try:
             process = subprocess.Popen(
@@ -174,28 +174,34 @@ def git_output_bounded(
         except FileNotFoundError:
             raise InfrastructureError("git is not installed on this machine") from None
         assert process.stdout is not None
+        # A kill ends the read below, whether git prints or waits.
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            process.kill()
+
+        deadline = threading.Timer(timeout, expire)
+        deadline.start()
         chunks: list[bytes] = []
         size = 0
-        with process:
-            while chunk := process.stdout.read(1 << 20):
-                size += len(chunk)
-                if size > limit:
-                    process.kill()
-                    raise OutputTooLargeError(
-                        f"git {' '.join(args[:2])} printed over {limit} bytes"
-                    )
-                chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    process.kill()
-                    raise InfrastructureError(
-                        f"git {' '.join(args[:2])} took longer than {timeout}s"
-                    )
-            code = process.wait()
+        try:
+            with process:
+                while chunk := process.stdout.read(1 << 20):
+                    size += len(chunk)
+                    if size > limit:
+                        process.kill()
+                        raise OutputTooLargeError(f"{what} printed over {limit} bytes")
+                    chunks.append(chunk)
+                code = process.wait()
+        finally:
+            deadline.cancel()
+        if expired.is_set():
+            raise InfrastructureError(f"{what} took longer than {timeout}s")
         if code != 0:
             errors.seek(0)
-            said = errors.read(64 * 1024)
-            failed = subprocess.CompletedProcess(list(args), code, b"", said)
-            raise RepositoryError(f"git {' '.join(args[:2])} failed: {last_error(failed)}")
+            failed = subprocess.CompletedProcess(list(args), code, b"", errors.read(64 * 1024))
+            raise RepositoryError(f"{what} failed: {last_error(failed)}")
     return b"".join(chunks)
 
 

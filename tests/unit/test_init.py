@@ -329,3 +329,20 @@ def test_init_names_a_local_repository_by_its_origin_without_credentials(tmp_pat
     assert definition["repo"] == "git@forge.example:team/calc.git"
     assert definition["taskId"] == f"calc-{head[:8]}"
     assert "s3cret" not in (out / "definition.json").read_text()
+
+
+def test_a_bounded_git_read_still_ends_a_silent_command_at_its_timeout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """git_output_bounded reads a chunk at a time; a command that prints nothing and never
+    ends is killed at the timeout as run_git's is, not waited on for ever."""
+    import time
+
+    from runner.base.errors import InfrastructureError
+    from runner.compile import git as runner_git
+
+    monkeypatch.setattr(runner_git, "git_command", lambda args, git_dir=None: ["sleep", "30"])
+    started = time.monotonic()
+    with pytest.raises(InfrastructureError, match=r"git diff x took longer than 0\.5s"):
+        runner_git.git_output_bounded(["diff", "x"], git_dir=tmp_path, limit=10, timeout=0.5)
+    assert time.monotonic() - started < 10
