@@ -28,7 +28,7 @@ from typing import Any
 
 from runner.artifacts.address import StoreUrl, check_digest, parse_store
 from runner.base.errors import InfrastructureError
-from runner.base.safeio import private_dir
+from runner.base.safeio import file_sha256, private_dir
 
 BLOBS = "blobs/sha256"
 # A record is a pointer, never a payload: what a reader takes whole into memory.
@@ -37,7 +37,6 @@ MAX_RECORD_BYTES = 1 << 20
 # writes is input, and a blob that never ends (a link to /dev/zero in a shared directory, an
 # object that grows) is stopped here, not when the reader's disk is full.
 MAX_BLOB_BYTES = 64 << 30
-_CHUNK = 1 << 20
 CHUNK = 1 << 20
 
 
@@ -50,11 +49,7 @@ def digest_of(data: bytes) -> str:
 
 
 def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + file_sha256(path)
 
 
 def _blob_key(digest: str) -> str:
@@ -138,10 +133,7 @@ class ArtifactStore(ABC):
     def get_bytes(self, digest: str, *, limit: int) -> bytes:
         # Bounded before it is fetched: a 900 MiB blob asked for as a 1 MiB document is
         # refused after 1 MiB, not copied whole first.
-        path = self.fetch(digest, limit=limit)
-        if path.stat().st_size > limit:
-            raise StoreError(f"{digest} is over {limit} bytes")
-        return path.read_bytes()
+        return self.fetch(digest, limit=limit).read_bytes()
 
     def get_json(self, digest: str, *, limit: int) -> Any:
         try:
@@ -216,7 +208,7 @@ class DirectoryStore(ArtifactStore):
                 raise StoreError(f"{key} in {self.url} is over {limit} bytes")
             copied = 0
             with destination.open("wb") as out:
-                while chunk := source.read(_CHUNK):
+                while chunk := source.read(CHUNK):
                     copied += len(chunk)
                     if copied > limit:
                         raise StoreError(f"{key} in {self.url} is over {limit} bytes")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import stat
@@ -129,6 +130,15 @@ def require_directory(path: Path, *, what: str = "task directory") -> None:
         raise InvalidTaskError(_os_error(exc), path=str(path)) from None
     if not stat.S_ISDIR(info.st_mode):
         raise InvalidTaskError(f"is {file_kind(info.st_mode)}, not a directory", path=str(path))
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read a chunk at a time."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def is_within(path: Path, root: Path) -> bool:

@@ -54,9 +54,9 @@ def _load_run(run_dir: Path) -> tuple[Any, Any]:
 
     from runner.base.errors import InvalidTaskError
     from runner.base.treeread import read_below
+    from runner.model.layout import MAX_REPORT_BYTES
     from runner.model.report import Report
     from runner.plan.types import VerifyPlan
-    from runner.present.runlogs import MAX_REPORT_BYTES
 
     layout = RunLayout(run_dir)
     try:

@@ -25,6 +25,8 @@ MANIFEST_FILE = ".selfbench-manifest.json"
 INSTRUCTION_FILE = "instruction.md"
 DOCKERFILE = "Dockerfile"
 BUNDLE_DIR = "bundle"  # a run's sealed bundle, in its run directory
+# The most a reader takes of a run's report.json or plan.json (files others may have written).
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from runner import __version__
 from runner.base.errors import InvalidTaskError, UsageError
+from runner.base.safeio import file_sha256
 from runner.base.validation import check_task_id
 from runner.model.harbor import read_task_toml
 from runner.model.layout import BundleLayout, RunLayout
@@ -193,14 +194,6 @@ def bundle_members(bundle: Path, task_id: str) -> list[_Member]:
     return members
 
 
-def _file_sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
 def manifest_digest(manifest: dict[str, Any]) -> str:
     body = {k: v for k, v in manifest.items() if k != "digest"}
     return hashlib.sha256(
@@ -238,7 +231,7 @@ def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
                     "sourcePr": metadata.source_pr,
                     "sourceUrl": metadata.source_url,
                     "file": name,
-                    "sha256": _file_sha256(inner),
+                    "sha256": file_sha256(inner),
                     "runId": run.run_id,
                 }
             )

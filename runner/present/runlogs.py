@@ -15,7 +15,7 @@ from pathlib import Path
 
 from runner.base.errors import InvalidTaskError
 from runner.base.treeread import open_below, read_below, read_json_below, within
-from runner.model.layout import BundleLayout, RunLayout
+from runner.model.layout import MAX_REPORT_BYTES, BundleLayout, RunLayout
 from runner.model.report import Report
 from runner.model.stages import STAGE_NAMES, Stage
 from runner.present.html import BuildSource, Excerpt, ReportView, dockerfile_line, step_source
@@ -26,9 +26,8 @@ ORDER = STAGE_NAMES
 RED = ("failed", "error")
 SHOWN = (".log", ".json")
 MAX_FOLLOW_FILES = 1000
-# What is read of a run directory another user or host may have written: a report, or a log
-# (the runner caps the logs it writes far below this: --max-log-bytes).
-MAX_REPORT_BYTES = 64 * 1024 * 1024
+# The most read of a log of a run directory another user or host may have written (the runner
+# caps the logs it writes far below this: --max-log-bytes).
 MAX_LOG_READ = 64 * 1024 * 1024
 
 

@@ -3,7 +3,6 @@ their own index, proxy and certificates), checked against the catalog's sha256 a
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -14,20 +13,13 @@ from pathlib import Path
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from runner.base.errors import ArtifactError
+from runner.base.safeio import file_sha256
 from runner.model.settings import cache_root
 from runner.model.toolchains import Arch, ToolchainSpec
 
 
 class _TransientError(ArtifactError):
     pass
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def artifact_path(spec: ToolchainSpec, arch: Arch) -> Path:

@@ -27,7 +27,7 @@ from runner.compile.bundle import Bundle, is_bundle, load_bundle
 from runner.compile.seal import seal_problem
 from runner.model.census import Census, read_census
 from runner.model.evidence import EvidenceSummary, PolicyChange
-from runner.model.layout import BundleLayout, RunLayout
+from runner.model.layout import MAX_REPORT_BYTES, BundleLayout, RunLayout
 from runner.model.report import GateData, Status
 from runner.model.reward import Reward, VerifierDetails
 from runner.model.settings import MAX_AGENT_PATCH_BYTES, VerifySettings
@@ -91,7 +91,7 @@ def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
         bundle = load_bundle(target)
     elif RunLayout(target).report.is_file():
         try:
-            report = json.loads(read_regular(RunLayout(target).report, limit=64 * 1024 * 1024))
+            report = json.loads(read_regular(RunLayout(target).report, limit=MAX_REPORT_BYTES))
         except (ValueError, InvalidTaskError):
             raise UsageError("report.json is not readable", path=str(target)) from None
         if not isinstance(report, dict):

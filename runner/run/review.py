@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runner.base.errors import InvalidTaskError, UsageError, printable
-from runner.base.safeio import read_regular, staged_directory
+from runner.base.safeio import file_sha256, read_regular, staged_directory
 from runner.compile.fixrules import FIXABLE_FIELDS
 from runner.compile.taskdir import (
     DEFINITION,
@@ -38,10 +38,9 @@ from runner.compile.taskdir import (
     parse_json_object,
     write_authored,
 )
-from runner.model.layout import REPORT_FILE, REPORT_HTML_FILE, RunLayout
+from runner.model.layout import MAX_REPORT_BYTES, REPORT_FILE, REPORT_HTML_FILE, RunLayout
 from runner.model.report import Report
 from runner.model.stages import Stage
-from runner.run.artifacts import file_sha256
 
 INDEX_JSON = "index.json"
 INDEX_MD = "index.md"
@@ -51,7 +50,6 @@ COUPLING = "coupling.json"
 # The repository snapshot in each image's build context: the base commit's files, which the
 # reviewer has as its repository; listed, not copied.
 SNAPSHOT = "repo.tar.gz"
-MAX_REPORT_BYTES = 64 * 1024 * 1024
 
 # (contract name, path in the output, what it is)
 ITEMS = (

@@ -413,6 +413,13 @@ def test_sigterm_hands_a_running_activity_back_and_another_worker_ends_it(
         stop_worker(second)
 
 
+def worker_without_engine(server: str, directory: Path, queue: str, options: list[str]) -> Worker:
+    """A worker whose DOCKER_HOST is a socket nothing listens on: every build fails."""
+    dead = directory / "no-engine.sock"
+    env = {**os.environ, "DOCKER_HOST": f"unix://{dead}"}
+    return start_worker(server, directory, queue, options, jobs=1, env=env)
+
+
 def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
     server: str, tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
 ) -> None:
@@ -420,15 +427,7 @@ def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
     Temporal sees as a retryable error carrying the reason (never a rejected result). Once that
     worker has gone, the retry runs on a worker with an engine and is accepted."""
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
-    dead = tmp_path / "no-engine.sock"  # nothing listens here
-    broken = start_worker(
-        server,
-        tmp_path / "a",
-        queue,
-        verify_options,
-        jobs=1,
-        env={**os.environ, "DOCKER_HOST": f"unix://{dead}"},
-    )
+    broken = worker_without_engine(server, tmp_path / "a", queue, verify_options)
     try:
         batch = {"requests": [payload("w-engine", 30)], "concurrency": 1, "max_attempts": 5}
         started = batch_workflow(server, queue, "batch-engine", batch, wait=False)
@@ -473,14 +472,7 @@ def test_a_deterministic_infrastructure_failure_ends_after_three_attempts(
     a hundred times: the third infrastructure failure in a row is final, the workflow ends
     with infrastructure_failed and the reason, and no fourth attempt starts."""
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
-    broken = start_worker(
-        server,
-        tmp_path / "a",
-        queue,
-        [],
-        jobs=1,
-        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"},
-    )
+    broken = worker_without_engine(server, tmp_path / "a", queue, [])
     try:
         batch = {"requests": [payload("w-bound", 31)], "concurrency": 1, "max_attempts": 100}
         started = batch_workflow(server, queue, "batch-bound", batch, wait=False)

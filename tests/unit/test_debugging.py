@@ -135,7 +135,8 @@ def test_logs_read_a_forged_run_directory_as_input(tmp_path: Path) -> None:
     from outside the run directory is shown."""
     import os
 
-    from runner.present.runlogs import MAX_REPORT_BYTES, run_report, tail_lines
+    from runner.model.layout import MAX_REPORT_BYTES
+    from runner.present.runlogs import run_report, tail_lines
 
     secret = tmp_path / "secret.log"
     secret.write_text("the reader's own secret\n")
