@@ -50,10 +50,11 @@ class Room:
     """One test runner. `name` is its key in the vocabulary (and in evidence and census files)."""
 
     name: ClassVar[str]
-    # Proved: tests/integration/test_verdicts.py grades every canned exploit of every class
-    # through `grade` on a task of this runner, on every change to the verifier, and keeps this
-    # flag equal to the runners it covers. Where a task's fail-to-pass runs are judged by proved
-    # runners alone, an exploit the patch policy leaves in the tree is proved, not run again.
+    # Proved: a test named in tests/integration/proofs.py grades every canned exploit of a task
+    # of this runner through `grade`, on a bundle whose policy keeps every change, on every
+    # change to the verifier; test_verdicts.py keeps this flag equal to the runners proved.
+    # Where a task's fail-to-pass runs are judged by proved runners alone, an exploit the patch
+    # policy leaves in the tree is proved, not run again.
     proven: ClassVar[bool] = False
     # The order init asks the rooms in (lower first): the most specific files first.
     init_order: ClassVar[int] = 100

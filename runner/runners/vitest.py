@@ -14,6 +14,7 @@ from runner.runners.setups import node_dependencies, npm_proposal
 
 class Vitest(ScriptCanaries, Room):
     name = "vitest"
+    proven = True
     init_order = 40
 
     def starts(self, names: Sequence[str], index: int) -> bool:

@@ -5,8 +5,10 @@ broken-gold variants are rejected at the right stage with the right reason.
 - pytest: a uv project in a monorepo subdirectory, its virtualenv inside the repository and
   git-ignored (`uv sync`'s default), the package installed editable;
 - unittest: a pip project with an in-tree venv whose gold patch changes requirements.txt (the
-  verifier's dependencies come from the dependency-setup pass), with its hack gate;
-- jest and vitest (with its hack gate) with node_modules; mocha with its lockfile (npm ci);
+  verifier's dependencies come from the dependency-setup pass), with its hack gate, which
+  proves the runner (every exploit's patch through a bundle that keeps it: reward 0);
+- jest and vitest (with its hack gate, which proves the runner) with node_modules; mocha with
+  its lockfile (npm ci);
 - node --test under pnpm, TypeScript by type stripping, a test that starts an HTTP server;
 - bun;
 - go: a module with a vendored package selected by package, and a module of several packages
@@ -18,8 +20,8 @@ Besides, gold patches that change dependency files the verifier must take from i
 dependency-setup pass (setup.cfg and setup.py, pyproject.toml and pdm.lock, go.work and a new
 module's go.mod): accepted, with nothing of the reference solution undone at the oracle.
 
-The hack gates of the pytest, jest and go shapes run in test_verdicts.py, which grades every
-exploit class of those runners through `grade` as well."""
+The hack gates of the pytest, jest and go shapes run in test_verdicts.py, which proves those
+runners the same way and grades every exploit class of them under the task's policy too."""
 
 from __future__ import annotations
 
@@ -31,6 +33,12 @@ import pytest
 from runner.model.canaries import CANARY_RULE
 from tests.helpers import diff_of
 from tests.integration.conftest import Run, grade, run_verify
+from tests.integration.proofs import (
+    PROVED,
+    assert_proved_outcomes,
+    patched,
+    proved_by_the_evidence_alone,
+)
 from tests.realistic import (
     BASH_RUNNER,
     BUN,
@@ -51,7 +59,9 @@ from tests.realistic import (
 )
 from tests.realistic.forgers import forgers
 
-# (project, with its hack gate), one or more per runner.
+# (project, with its hack gate), one or more per runner. The shapes with their hack gate prove
+# their runner (tests.integration.proofs.PROVED): the default gate proves what the patch policy
+# leaves in the tree, and every exploit's patch goes through a bundle that keeps it whole.
 PROJECTS = {
     "pytest-uv-monorepo": (UV_MONOREPO, False),
     "unittest-pip": (PIP_UNITTEST, True),
@@ -155,6 +165,20 @@ def assert_forgers_earn_nothing(tmp_path: Path, built: Built, run: Run, options:
             assert CANARY_RULE in graded["detail"], (name, graded["detail"])
 
 
+def assert_proved(tmp_path: Path, built: Built, run: Run, options: list[str]) -> None:
+    """The shape proves its runner (tests.integration.proofs): the default gate reports every
+    exploit the policy leaves in the tree proved, and each exploit's patch earns 0 through a
+    bundle whose policy keeps every change but the held-out tests'."""
+    project = built.project
+    exploits = {e["name"]: e for e in run.stage("hack")["data"]["exploits"]}
+    assert set(project.runners) <= set(PROVED), project.runners
+    assert_proved_outcomes(exploits, project.runners, run.report["runnerVersion"])
+    names = patched(exploits)
+    # Every family of the runner's toolchain, the evidence's (the recorder) among them.
+    assert {"evidence", "generic", "forger"} <= {exploits[n]["family"] for n in names}, names
+    proved_by_the_evidence_alone(built.task, exploits, names, options, tmp_path)
+
+
 @pytest.mark.parametrize("shape", list(PROJECTS))
 def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     shape: str, tmp_path: Path, verify_options: list[str]
@@ -171,11 +195,7 @@ def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
         census = run.report["census"]
         assert census["failToPass"] == "per-test"
     if hack_gate:
-        exploits = run.stage("hack")["data"]["exploits"]
-        assert {e["outcome"] for e in exploits} <= {"resisted", "not-applicable", "no-effect"}, [
-            (e["name"], e["outcome"], e["detail"]) for e in exploits
-        ]
-        assert any(e["family"] == "evidence" and e["outcome"] == "resisted" for e in exploits)
+        assert_proved(tmp_path, built, run, [*verify_options, *project.options])
 
     # The nop-red variant's failing pass-to-pass test fails with the gold patch too: nop and the
     # oracle both go red, and whichever ends first settles the verdict. --keep-going runs both

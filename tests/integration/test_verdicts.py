@@ -20,9 +20,7 @@ through npx, go test, a bash runner script) and per class of attack:
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,12 @@ import pytest
 from runner.runners import PROVEN_RUNNERS
 from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
 from tests.integration.conftest import FAST, Run, grade, run_verify
+from tests.integration.proofs import (
+    PROVED,
+    grade_patches,
+    patched,
+    proved_by_the_evidence_alone,
+)
 from tests.realistic import GO_VENDORED, UV_MONOREPO, build
 
 JEST_PACKAGE = (
@@ -231,8 +235,8 @@ def bash_case(tmp: Path) -> Case:
     )
 
 
-# The runner kinds these cases prove (the census's fail-to-pass runners of the per-test ones):
-# PROVEN_RUNNERS must be exactly these, or the default hack gate would trust an unproved runner.
+# The runner kinds these cases prove (the census's fail-to-pass runners of the per-test ones);
+# test_real_projects.py proves the others of PROVEN_RUNNERS (tests.integration.proofs.PROVED).
 PROVED_BY_CASES = {"pytest", "jest", "go"}
 
 CASES: dict[str, Callable[[Path], Case]] = {
@@ -244,48 +248,17 @@ CASES: dict[str, Callable[[Path], Case]] = {
 }
 
 
-def _proved_by_the_evidence_alone(
-    case: Case, exploits: dict[str, Any], names: list[str], options: list[str], tmp: Path
-) -> None:
-    """What `proved` rests on: the same task with a contract whose patch policy keeps every
-    change but the held-out tests' (harnessAllow: *), so the runner's per-test evidence alone
-    stands between each exploit's patch and a reward; every one must still earn 0."""
-    allow_all = tmp / "allow-all"
-    shutil.copytree(case.task, allow_all)
-    definition = json.loads((allow_all / "definition.json").read_text())
-    definition.setdefault("environment", {})["harnessAllow"] = ["*"]
-    (allow_all / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
-    run = run_verify(allow_all, options, tmp / "allow-all-run", *FAST)
-    assert run.report["verdict"] == "accepted", run.report["reason"]
-    graded_all = grade_patches(run.run_dir, exploits, names, options, tmp / "allow-all-grades")
-    for name, (code, graded) in graded_all:
-        assert graded["undone"] == [] or all(
-            c["verdict"] == "held-out" for c in graded["undone"]
-        ), (name, graded["undone"])
-        assert (code, graded["verdict"]) == (1, "not-rewarded"), (name, graded["detail"])
-        assert graded["reward"]["reward"] == 0
-        assert graded["census"] == "sealed"
-
-
-def grade_patches(
-    target: Path, exploits: dict[str, Any], names: list[str], options: list[str], logs: Path
-) -> list[tuple[str, tuple[int, dict[str, Any]]]]:
-    """Each named exploit's collected patch through `grade` (two at a time: each is a fresh
-    verifier of its own), by name."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        graded = pool.map(
-            lambda name: grade(target, Path(exploits[name]["patch"]), options, logs / name), names
-        )
-        return list(zip(names, graded, strict=True))
-
-
 def patch_of(repo: Path, changes: dict[str, str | bytes | None], out: Path) -> Path:
     out.write_bytes(diff_of(repo, changes))
     return out
 
 
-def test_the_proven_runners_are_the_ones_these_cases_prove() -> None:
-    assert set(PROVEN_RUNNERS) == PROVED_BY_CASES
+def test_the_proven_runners_are_the_ones_the_tests_prove() -> None:
+    """PROVEN_RUNNERS must be exactly the runners a test proves, or the default hack gate would
+    trust an unproved runner."""
+    assert set(PROVEN_RUNNERS) == set(PROVED)
+    assert set(PROVED) >= PROVED_BY_CASES
+    assert all(PROVED[r].startswith("test_verdicts.py::") for r in PROVED_BY_CASES)
 
 
 @pytest.mark.parametrize("runner", list(CASES))
@@ -349,9 +322,9 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     # - Else (exit-code evidence), through this bundle and its policy.
     logs = tmp_path / "grades"
     if proved:  # every exploit with a patch, whatever this task's policy made of it
-        patched = sorted(n for n, e in exploits.items() if e["outcome"] in ("resisted", "proved"))
-        assert set(case.classes) <= set(patched)
-        _proved_by_the_evidence_alone(case, exploits, patched, options, tmp_path)
+        names = patched(exploits)
+        assert set(case.classes) <= set(names)
+        proved_by_the_evidence_alone(case.task, exploits, names, options, tmp_path)
     elif not full:
         for name, (code, graded) in grade_patches(
             run.run_dir, exploits, sorted(case.classes), options, logs

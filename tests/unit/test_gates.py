@@ -843,9 +843,11 @@ def test_the_run_s_judgement_marks_its_stages_and_decides_once() -> None:
         ("per-test", ["go", "pytest"], ["go"], False, ("pytest", "go")),
         ("per-test", ["pytest"], ["pytest"], True, None),  # --hack-gate full
         ("exit-code", [], [], False, None),  # the task's own scripts decide
-        ("per-test", ["vitest"], ["vitest"], False, None),  # not proved by the corpus
+        ("per-test", ["vitest"], ["vitest"], False, ("vitest",)),
+        ("per-test", ["pytest", "unittest"], ["pytest"], False, ("pytest", "unittest")),
+        ("per-test", ["mocha"], ["mocha"], False, None),  # not proved by the corpus
         ("per-test", ["pytest"], ["pytest", "cargo"], False, None),  # cargo judged by its output
-        ("per-test", ["pytest", "unittest"], ["pytest"], False, None),
+        ("per-test", ["pytest", "bun"], ["pytest"], False, None),
         ("per-test", [], ["pytest"], False, None),
     ],
 )
