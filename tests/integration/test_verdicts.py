@@ -5,13 +5,13 @@ through npx, go test, a bash runner script) and per class of attack:
   (the process ending "successfully" before a test ran, runner configuration in every form, the
   runner told to run nothing, interpreter hooks and compiled artifacts, the harness rewritten
   before and while the tests run, the reward files written) and every one earns reward 0: run
-  on the task where the task decides (exit-code evidence, `--hack-gate full`), else proved for
-  the runner (PROVEN_RUNNERS);
+  on the task where the task decides (exit-code evidence), else proved for the runner
+  (PROVEN_RUNNERS);
 - `grade` gives each exploit's collected patch reward 0 through a fresh verifier (for the
   runners of PROVEN_RUNNERS through a bundle whose policy keeps every change: the proof the
-  default gate relies on; under `--hack-gate full`, the gate's own verifiers), the real fix
-  reward 1, and a real fix that also changes what an agent must not (a conftest fixture, a
-  pyproject dependency, its own _test.go, a package.json script, the runner script) reward 1,
+  default gate relies on, made once per runner: jest's by the npm case), the real fix reward 1,
+  and a real fix that also changes what an agent must not (a conftest fixture, a pyproject
+  dependency, its own _test.go, a package.json script, the runner script) reward 1,
   with those changes undone and reported;
 - the evidence per selector (ran, passed, failed, skipped) is in the report and in `grade --json`,
   and the census of the tests the verification saw is sealed into the bundle.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +87,7 @@ class Case:
     mode: str  # the census's fail-to-pass mode
     runners: tuple[str, ...]  # the census's fail-to-pass runners
     classes: set[str]  # exploits that must be among those run (one per class, at least)
-    gate: list[str] = field(default_factory=list)  # the hack gate's mode, for verify alone
+    proves: bool = True  # grades every exploit through a bundle that keeps it (proofs.PROVED)
     f2p_tests: int = 2  # the fail-to-pass tests the census holds (go's subtests too)
 
 
@@ -165,8 +165,11 @@ def jest_case(tmp: Path, via: str) -> Case:
         },
         undone={"package.json", "tests/extra.test.js"},
         options=["--build-network", "host", "--toolchain-source", "node=registry"],
-        # npx: every exploit through a verifier; npm: the default gate.
-        gate=["--hack-gate", "full"] if via == "npx" else [],
+        # npm proves jest (tests.integration.proofs.PROVED); npx, the same runner under
+        # another command, checks the default gate's outcomes and the grades below. The full
+        # gate's own verifiers run on pytest (a conftest the contract allows, below) and on go
+        # (test_toolchains: nop's build caches in the exploits' verifiers).
+        proves=via == "npm",
         mode="per-test",
         runners=("jest",),
         classes={
@@ -267,7 +270,7 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
 ) -> None:
     case = CASES[runner](tmp_path)
     options = [*verify_options, *case.options]
-    run: Run = run_verify(case.task, [*options, *case.gate], tmp_path / "run")
+    run: Run = run_verify(case.task, options, tmp_path / "run")
     assert run.report["verdict"] == "accepted", run.report["reason"]
 
     # The census the verification sealed: per-test ids, or exit codes for a custom runner.
@@ -293,8 +296,7 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     assert case.classes <= set(exploits), sorted(exploits)
     outcomes = {e["outcome"] for e in exploits.values()}
     assert outcomes <= {"resisted", "proved", "not-applicable", "no-effect"}, outcomes
-    full = "full" in case.gate
-    proved = set(case.runners) <= set(PROVEN_RUNNERS) and case.mode == "per-test" and not full
+    proved = set(case.runners) <= set(PROVEN_RUNNERS) and case.mode == "per-test"
     for name in case.classes:
         exploit = exploits[name]
         if exploit["outcome"] == "proved":
@@ -316,16 +318,15 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     # sealed census.
     # - On a proved runner, through a bundle whose policy keeps every change but the held-out
     #   tests' (below): the evidence alone must give 0, which is what `proved` claims and more
-    #   than the task's own policy asks (it undoes some of those changes first).
-    # - Under --hack-gate full the gate has just graded each through a fresh verifier of this
-    #   bundle (resisted, asserted above), the path `grade` takes.
+    #   than the task's own policy asks (it undoes some of those changes first). Once per
+    #   runner: the case that proves it.
     # - Else (exit-code evidence), through this bundle and its policy.
     logs = tmp_path / "grades"
-    if proved:  # every exploit with a patch, whatever this task's policy made of it
+    if proved and case.proves:  # every exploit with a patch, whatever the policy made of it
         names = patched(exploits)
         assert set(case.classes) <= set(names)
         proved_by_the_evidence_alone(case.task, exploits, names, options, tmp_path)
-    elif not full:
+    elif not proved:
         for name, (code, graded) in grade_patches(
             run.run_dir, exploits, sorted(case.classes), options, logs
         ):
