@@ -94,7 +94,7 @@ def task_seconds(report: dict[str, object]) -> float:
     run_dir = report["runDir"]
     assert isinstance(run_dir, str)
     plan = json.loads((Path(run_dir) / "plan.json").read_text())
-    return float(max(per_gate) if plan["parallel_verifiers"] else sum(per_gate))
+    return float(max(per_gate) if plan["parallelVerifiers"] else sum(per_gate))
 
 
 def images(report: dict[str, object]) -> dict[str, dict[str, object]]:

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from runner import __version__
 from runner.model.canaries import CanaryPlan
@@ -22,7 +23,9 @@ SIDE_RUN_MAX_LOG_BYTES = 256 * 1024
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # camelCase in JSON, as the report; Python keeps its names, and reads back either spelling.
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
+                              populate_by_name=True, serialize_by_alias=True)  # fmt: skip
 
 
 class EngineFacts(_Frozen):

@@ -333,7 +333,7 @@ def test_verify_plan_prints_the_plan_without_docker(
     code, out, _ = run("verify", str(task.directory), "--plan", "--logs", str(tmp_path / "r"))
     assert code == 0
     plan = json.loads(out)
-    assert plan["task_id"] == "demo-task"
+    assert plan["taskId"] == "demo-task"
     assert plan["facts"]["source"] == "host"
     assert [b["kind"] for b in plan["builds"]] == ["agent", "verifier"]
     assert [t["gate"] for t in plan["trials"]] == ["nop", "oracle"]
@@ -493,7 +493,7 @@ def test_the_plan_holds_the_probe_the_exploits_and_the_online_retry(
     # A red nop or oracle is retried once with the network on.
     for trial in plan["trials"]:
         assert trial["verifier"]["network"] == "none"
-        assert trial["online_verifier"]["network"] == "bridge"
+        assert trial["onlineVerifier"]["network"] == "bridge"
 
     code, out, _ = run(
         "verify",
@@ -507,7 +507,7 @@ def test_the_plan_holds_the_probe_the_exploits_and_the_online_retry(
     )
     assert code == 0
     plan = json.loads(out)
-    assert plan["probe"] is None and plan["hack"] is None and plan["hack_gate"] is False
+    assert plan["probe"] is None and plan["hack"] is None and plan["hackGate"] is False
 
 
 def test_an_interrupted_command_does_not_wait_on_a_stuck_worker_thread() -> None:

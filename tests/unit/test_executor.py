@@ -264,13 +264,26 @@ def test_an_error_of_a_stage_cut_by_a_settled_verdict_is_logged_never_printed(
     stage hack" with its traceback). The traceback goes to runner.log only, the stage is
     skipped for the verdict, and the verdict is the oracle's."""
 
+    driving = threading.Event()
+
     def gone_under_it(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        driving.set()
         runs_until_removed(60)(container, step)
         raise FileNotFoundError(2, "No such file or directory", "/tmp/hack/agent.patch")
 
-    red = {**ORACLE_REWARD, "fail_to_pass": 0}
+    def red_once_the_hack_gate_drives(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        # The race as it happened: the oracle settles the verdict while the driver runs (an
+        # oracle that ends first skips the hack gate before it starts, and nothing raises).
+        assert driving.wait(30), "the hack gate's driver never started"
+        return writes_reward({**ORACLE_REWARD, "fail_to_pass": 0})(container, step)
+
     engine = FakeEngine(
-        Script(actions={"hack/driver": gone_under_it, "oracle/verifier": writes_reward(red)})
+        Script(
+            actions={
+                "hack/driver": gone_under_it,
+                "oracle/verifier": red_once_the_hack_gate_drives,
+            }
+        )
     )
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level

@@ -100,7 +100,7 @@ def test_nop_hands_go_s_build_cache_to_the_side_trials_only(tmp_path: Path) -> N
 
 def test_no_cache_directory_no_hand_off(tmp_path: Path) -> None:
     plan = json.loads(example_plan(tmp_path, VerifySettings()))
-    assert plan["hand_off"] is None
+    assert plan["handOff"] is None
 
 
 def test_debug_refuses_a_plan_the_runner_would_not_write() -> None:
@@ -123,7 +123,7 @@ def test_debug_refuses_a_plan_the_runner_would_not_write() -> None:
         ("entrypoint", ["/bin/sh", "-c", "id"], "is not the image's"),
         ("env", {"HOME": "/root\n--privileged"}, "variable 'HOME'"),
         ("env", {"A B": "1"}, "variable 'A B'"),
-        ("proxy_env", ["-v/:/host"], "variable '-v/:/host'"),
+        ("proxyEnv", ["-v/:/host"], "variable '-v/:/host'"),
     ):
         forged = json.loads(json.dumps(document))
         forged["trials"][0]["verifier"][field] = value
@@ -131,7 +131,7 @@ def test_debug_refuses_a_plan_the_runner_would_not_write() -> None:
         assert problem is not None and words in problem, (field, problem)
     assert nop["verifier"]["network"] in ("none", "bridge")
     # Limits that are none: a container debug would start without them.
-    for limit in ("memory_mb", "pids", "cpus", "requested_cpus"):
+    for limit in ("memoryMb", "pids", "cpus", "requestedCpus"):
         forged = json.loads(json.dumps(document))
         forged["trials"][0]["verifier"]["limits"][limit] = 0
         problem = plan_problem(VerifyPlan.model_validate(forged))
