@@ -24,6 +24,7 @@ from runner.base.errors import RepositoryError, RunnerError, UsageError
 from runner.base.safeio import read_regular, size_words, staged_directory
 from runner.compile.git import OutputTooLargeError, git_output_bounded, run_git
 from runner.compile.initrules import (
+    PROPOSAL_FOLDERS,
     difficulty,
     is_test_file,
     is_test_path,
@@ -192,7 +193,11 @@ def init_task(
             "with --test-glob)",
             field="--test-glob",
         )
+    # The root's files, and those of the folders where CI files and test requirements live.
     names = run_git(["ls-tree", "--name-only", "-z", head_sha], git_dir=store).stdout
+    names += run_git(
+        ["ls-tree", "-r", "--name-only", "-z", head_sha, "--", *PROPOSAL_FOLDERS], git_dir=store
+    ).stdout
     wanted = proposal_files(n.decode("utf-8", "replace") for n in names.split(b"\0") if n)
     files = {n: data for n in wanted if (data := _show(store, head_sha, n)) is not None}
     proposal = propose(files)

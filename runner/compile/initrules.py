@@ -16,6 +16,8 @@ from runner.compile.audit import PROFILES
 from runner.model.task import Difficulty
 from runner.runners import Proposal, room_of
 from runner.runners import propose as propose_by_rooms
+from runner.runners.cifiles import CI_FILE, CI_FOLDERS
+from runner.runners.setups import PYTHON_TEST_FOLDERS, ROOT_CONFIGS, TEST_REQUIREMENTS
 from runner.runners.vocabulary import VOCABULARY
 
 PR_NUMBER = re.compile(r"(?:Merge pull request #|\(#)(\d{1,9})\b")
@@ -39,10 +41,26 @@ def is_test_path(path: str, globs: Sequence[str] = ()) -> bool:
     return VOCABULARY.is_test_path(path)
 
 
-def proposal_files(root_names: Iterable[str]) -> list[str]:
-    """The files at the root of the head commit a proposal reads: its dependency manifests and
-    lockfiles (the vocabulary's), whatever the ecosystem."""
-    return sorted(name for name in root_names if VOCABULARY.is_manifest(name))
+# The folders whose files a proposal reads besides the root's (their listing is recursive).
+PROPOSAL_FOLDERS = (*CI_FOLDERS, *PYTHON_TEST_FOLDERS)
+# The most files a proposal reads (each bounded by runner.compile.init's MAX_PROPOSAL_FILE).
+MAX_PROPOSAL_FILES = 64
+
+
+def proposal_files(names: Iterable[str]) -> list[str]:
+    """The files of the head commit a proposal reads: the root's dependency manifests and
+    lockfiles (the vocabulary's) and test-runner configuration, whatever the ecosystem; its CI
+    files; and the test requirements kept in a tests or requirements folder."""
+    wanted = sorted(
+        {
+            name
+            for name in names
+            if ("/" not in name and (VOCABULARY.is_manifest(name) or name in ROOT_CONFIGS))
+            or CI_FILE.match(name)
+            or TEST_REQUIREMENTS.match(name)
+        }
+    )
+    return wanted[:MAX_PROPOSAL_FILES]
 
 
 def propose(files: Mapping[str, bytes]) -> Proposal | None:

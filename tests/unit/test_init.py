@@ -346,3 +346,123 @@ def test_a_bounded_git_read_still_ends_a_silent_command_at_its_timeout(
     with pytest.raises(InfrastructureError, match=r"git diff x took longer than 0\.5s"):
         runner_git.git_output_bounded(["diff", "x"], git_dir=tmp_path, limit=10, timeout=0.5)
     assert time.monotonic() - started < 10
+
+
+WORKFLOW = b"""name: tests
+on: [push, pull_request]
+jobs:
+  test:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+      - name: Install
+        run: |
+          python -m pip install --upgrade pip
+          python -m pip install -e . -r requirements/test.txt
+      - run: python -m pytest -q tests
+"""
+
+
+def test_the_project_s_ci_and_pytest_files_say_which_runner_and_what_to_install() -> None:
+    """The project's own CI steps and pytest configuration decide between pytest and unittest,
+    and the requirement files its CI installs are the setup's; pytest is installed only for a
+    project that runs it."""
+    pyproject = b'[project]\nname = "calc"\nversion = "0.1"\n'
+    # CI runs pytest and installs a test requirements file in a folder.
+    ci = propose(
+        {
+            "pyproject.toml": pyproject,
+            ".github/workflows/tests.yml": WORKFLOW,
+            "requirements/test.txt": b"hypothesis\n",
+        }
+    )
+    assert ci is not None and ci.runner == "pytest", ci
+    assert (
+        ci.setup_command
+        == "uv venv .venv && uv pip install --python .venv -r requirements/test.txt"
+    )
+    assert ".github/workflows/tests.yml" in ci.found
+    # CI runs unittest (Django's manage.py test alike), though the requirements name pytest.
+    for line in ("python -m unittest discover -s tests", "python manage.py test"):
+        gitlab = b"test:\n  script:\n    - pip install -r requirements.txt\n    - " + line.encode()
+        unit = propose(
+            {"pyproject.toml": pyproject, "requirements.txt": b"pytest\n", ".gitlab-ci.yml": gitlab}
+        )
+        assert unit is not None and unit.runner == "unittest", (line, unit)
+    # No CI: pytest's own configuration files, and test requirements beside the tests.
+    for name, text in (
+        ("pytest.ini", b"[pytest]\n"),
+        (".pytest.ini", b"[pytest]\n"),
+        ("conftest.py", b""),
+        ("tox.ini", b"[tox]\nenvlist = py311\n\n[pytest]\naddopts = -q\n"),
+        ("setup.cfg", b"[metadata]\nname = calc\n\n[tool:pytest]\ntestpaths = tests\n"),
+        ("tests/requirements.txt", b"pytest>=8\n"),
+    ):
+        found = propose({"pyproject.toml": pyproject, name: text})
+        assert found is not None and found.runner == "pytest", name
+    with_tests = propose({"setup.py": b"", "tests/requirements.txt": b"pytest>=8\n"})
+    assert with_tests is not None
+    assert with_tests.setup_command.endswith("-r tests/requirements.txt")
+    # unittest without any of them: the package alone, no pytest installed.
+    bare = propose({"pyproject.toml": pyproject, "tox.ini": b"[tox]\nenvlist = py311\n"})
+    assert bare is not None and bare.runner == "unittest"
+    assert bare.setup_command == "uv venv .venv && uv pip install --python .venv -e ."
+
+
+def test_a_hostile_ci_file_is_read_within_bounds() -> None:
+    """Aliases that would expand without end, a step that names a file outside the repository
+    or behind a variable, and YAML that does not parse: read as data, bounded, skipped."""
+    from runner.runners.cifiles import ci_lines, ci_requirements
+
+    bomb = "a: &a [pytest, pytest]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(20)
+    )
+    bomb += "run: [*u, *u]\n"
+    assert ci_lines({".gitlab-ci.yml": bomb.encode()}) == ["pytest", "pytest"]
+    outside = (
+        b"jobs:\n  t:\n    steps:\n"
+        b"      - run: pip install -r ../x.txt -r $REQ -r /etc/r.txt -r ok.txt\n"
+    )
+    assert ci_requirements({".github/workflows/a.yml": outside}) == ["ok.txt"]
+    assert ci_lines({".github/workflows/a.yml": b"run: [unclosed\n"}) == []
+    # A file that is not a CI file is not read as one.
+    assert ci_lines({"docs/ci.yml": b"run: pytest\n"}) == []
+
+
+def test_init_reads_the_project_s_ci_files_and_test_requirements(tmp_path: Path) -> None:
+    """A setuptools project whose CI runs pytest and installs requirements/test.txt: init
+    proposes pytest and that install (before: unittest, and `-e . pytest`)."""
+    repo, base = make_repo(
+        tmp_path / "calc",
+        {
+            "pyproject.toml": '[project]\nname = "calc"\nversion = "0.1.0"\n',
+            ".github/workflows/tests.yml": WORKFLOW.decode(),
+            "requirements/test.txt": "pytest>=8\n",
+            "src/calc/__init__.py": "",
+            "src/calc/ops.py": body("add", 30),
+            "tests/test_ops.py": "from calc.ops import add_1\n\ndef test_add():\n"
+            "    assert add_1(1) == 2\n",
+        },
+    )
+    git(repo, "checkout", "-qb", "feature")
+    commit(
+        repo,
+        {
+            "src/calc/power.py": body("power", 60),
+            "src/calc/ops.py": body("add", 30) + body("mul", 30),
+            "tests/test_power.py": "from calc.power import power_1\n\ndef test_power():\n"
+            "    assert power_1(1) == 2\n",
+        },
+        "power",
+    )
+    out = tmp_path / "task"
+    code, stdout, err = run(
+        "init", str(repo), "--base", base, "--head", "feature", "-o", str(out), "--json",
+        "--prompt", "Add a power module.", "--source-url", "https://git.example.org/calc/pull/7",
+    )  # fmt: skip
+    assert code == 0, (stdout, err)
+    definition = json.loads((out / "definition.json").read_text())
+    assert definition["testCommand"] == ".venv/bin/python -m pytest {tests}"
+    assert definition["setupCommand"] == (
+        "uv venv .venv && uv pip install --python .venv -r requirements/test.txt"
+    )
