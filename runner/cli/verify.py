@@ -249,6 +249,12 @@ def _usage_report(error: RunnerError) -> Any:
     "then only as good as those files.",
 )
 @EVIDENCE_CHECKS
+@click.option(
+    "--reward-only",
+    is_flag=True,
+    help="The reward alone, sooner: a test run stops at its first failed test and pass-to-pass "
+    "runs only once fail-to-pass passed (the evidence then covers what ran).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def grade_command(
     target_arg: str,
@@ -267,6 +273,7 @@ def grade_command(
     storage_limit: str,
     unsealed: bool,
     evidence_checks: str,
+    reward_only: bool,
     quiet: bool,
 ) -> int:
     """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
@@ -297,6 +304,7 @@ def grade_command(
         hack_gate=HackGate.OFF,
         repeat=0,
         evidence_checks=EvidenceChecks(evidence_checks),
+        reward_only=reward_only,
     )
     with interrupts():
         report = grade(target, patch_path, settings, progress=output.progress, unsealed=unsealed)

@@ -224,6 +224,9 @@ class VerifySettings:
     hand_caches: bool = True
     # Which of the verifier's defences judge (EvidenceChecks): both, by default.
     evidence_checks: EvidenceChecks = EvidenceChecks.ALL
+    # grade --reward-only: the reward alone, as the hack gate's verifiers take it (a run stops
+    # at its first failed test, pass-to-pass runs only after fail-to-pass passed).
+    reward_only: bool = False
 
     def outcome_fields(self) -> dict[str, object]:
         """The settings that change a verification's outcome, as a payload digest takes them

@@ -35,17 +35,16 @@ if TYPE_CHECKING:
     from runner.compile.exploits import Exploit
 
 
+# Only the reward matters: test.sh stops a run at its first failed test and the verification at
+# its first failed command (the hack gate's verifiers, and `grade --reward-only`).
+REWARD_ONLY_ENV = {"SELFBENCH_REWARD_ONLY": "1", "SELFBENCH_STOP_AT_FAILURE": "1"}
+
+
 def _exploits(p: Planner, chosen: list[Exploit]) -> list[ExploitPlan]:
     """Each exploit's script as the agent, and its patch's fresh verifier."""
-    # Only the reward matters: test.sh runs no test at all when the patch policy undid every
-    # change (the tree nop showed fails), stops a run at its first failed test and the
-    # verification at its first failed command.
-    env = {
-        **p.side_test.env,
-        "SELFBENCH_REWARD_ONLY": "1",
-        "SELFBENCH_SKIP_EMPTY": "1",
-        "SELFBENCH_STOP_AT_FAILURE": "1",
-    }
+    # Besides, test.sh runs no test at all when the patch policy undid every change (the tree
+    # nop showed fails).
+    env = {**p.side_test.env, **REWARD_ONLY_ENV, "SELFBENCH_SKIP_EMPTY": "1"}
     test_step = p.side_test.model_copy(update={"env": env})
     exploits = [
         ExploitPlan(
@@ -190,5 +189,8 @@ def plan_probe(p: Planner) -> ProbePlan | None:
 
 
 def plan_grade(p: Planner) -> TrialPlan:
-    trial = p.side_trial(Gate.GRADE, Gate.GRADE, Gate.GRADE, p.verifier_test)
+    test = p.verifier_test
+    if p.settings.reward_only:
+        test = test.model_copy(update={"env": {**test.env, **REWARD_ONLY_ENV}})
+    trial = p.side_trial(Gate.GRADE, Gate.GRADE, Gate.GRADE, test)
     return trial.model_copy(update={"log_bytes": None})

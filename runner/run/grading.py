@@ -58,6 +58,8 @@ class GradeReport(BaseModel):
     undone: list[PolicyChange] = Field(default_factory=list)
     discarded: list[str] = Field(default_factory=list)
     evidence: EvidenceSummary | None = None
+    # --reward-only: each run stopped at its first failed test (the evidence covers what ran).
+    reward_only: bool = False
     logs: list[str] = Field(default_factory=list)
     run_id: str
     run_dir: str | None = None
@@ -158,6 +160,7 @@ def grade(
         bundle=str(bundle.root),
         patch=str(patch_path),
         patch_bytes=len(patch),
+        reward_only=settings.reward_only,
         run_id=run_id,
         run_dir=str(run_dir),
     )

@@ -29,7 +29,8 @@ def grade_patches(
     target: Path, exploits: dict[str, Any], names: list[str], options: list[str], logs: Path
 ) -> list[tuple[str, tuple[int, dict[str, Any]]]]:
     """Each named exploit's collected patch through `grade` (two at a time: each is a fresh
-    verifier of its own), by name."""
+    verifier of its own), by name. Options may ask `--reward-only`: what `proved` claims is the
+    reward, and the hack gate's own verifiers take it so."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         graded = pool.map(
             lambda name: grade(target, Path(exploits[name]["patch"]), options, logs / name), names
@@ -74,8 +75,11 @@ def proved_by_the_evidence_alone(
     (allow_all / "definition.json").write_text(json.dumps(definition, indent=2) + "\n")
     run = run_verify(allow_all, options, tmp / "allow-all-run", *FAST)
     assert run.report["verdict"] == "accepted", run.report["reason"]
-    graded_all = grade_patches(run.run_dir, exploits, names, options, tmp / "allow-all-grades")
+    graded_all = grade_patches(
+        run.run_dir, exploits, names, [*options, "--reward-only"], tmp / "allow-all-grades"
+    )
     for name, (code, graded) in graded_all:
+        assert graded["rewardOnly"] is True
         assert graded["undone"] == [] or all(
             c["verdict"] == "held-out" for c in graded["undone"]
         ), (name, graded["undone"])

@@ -153,3 +153,19 @@ def test_debug_refuses_a_plan_the_runner_would_not_write() -> None:
         step.update(change)
         problem = plan_problem(VerifyPlan.model_validate(forged))
         assert problem is not None and problem.startswith(words), (where, change, problem)
+
+
+def test_a_reward_only_grade_stops_where_the_hack_gate_s_verifiers_stop(tmp_path: Path) -> None:
+    """`grade --reward-only`: the grade's test.sh takes the hack gate's reward-only switches (a
+    run stops at its first failed test, pass-to-pass only after fail-to-pass passed), and
+    nothing else of its verifier changes; a plain grade takes neither."""
+    plain = json.loads(example_plan(tmp_path / "plain", VerifySettings()))["grade"]
+    fast = json.loads(example_plan(tmp_path / "fast", VerifySettings(reward_only=True)))["grade"]
+    env = fast["test"]["env"]
+    assert env["SELFBENCH_REWARD_ONLY"] == env["SELFBENCH_STOP_AT_FAILURE"] == "1"
+    assert "SELFBENCH_SKIP_EMPTY" not in env  # a grade has no nop beside it to lean on
+    assert not {"SELFBENCH_REWARD_ONLY", "SELFBENCH_STOP_AT_FAILURE"} & set(plain["test"]["env"])
+    switches = ("SELFBENCH_REWARD_ONLY", "SELFBENCH_STOP_AT_FAILURE")
+    assert {k: v for k, v in env.items() if k not in switches} == plain["test"]["env"]
+    fast["test"]["env"] = plain["test"]["env"]
+    assert fast == plain
