@@ -30,8 +30,12 @@ _REQUIREMENTS = re.compile(
     r"^(requirements(-dev|-test|-tests|_dev|_test)?\.txt"
     r"|tests?/requirements[^/]*\.txt|requirements/(dev|test|tests|testing)\.txt)$"
 )
-# pytest's own configuration files: their presence says the project tests with pytest.
-_PYTEST_CONFIGS = ("pytest.ini", ".pytest.ini", "pytest.toml", "conftest.py")
+# pytest's own configuration files (the vocabulary's named for pytest, and its hidden
+# `.pytest.ini`) and a root conftest.py: their presence says the project tests with pytest.
+_PYTEST_CONFIGS = frozenset(
+    {name for name in VOCABULARY.files.configs.names if name.startswith("pytest.")}
+    | {".pytest.ini", "conftest.py"}
+)
 # Sections of shared configuration files that configure pytest.
 _PYTEST_SECTIONS = {"tox.ini": b"[pytest]", "setup.cfg": b"[tool:pytest]"}
 # Where init looks for them besides the root (runner.compile.init lists these folders), and
