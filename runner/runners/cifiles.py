@@ -2,8 +2,9 @@
 its CI steps run, which test runner they start, and which requirement files they install.
 
 The files are the head commit's, read by `runner.compile.init` (bounded there). They are data: a
-line is split by the shell lexer and looked at, never run. A CI file is YAML; a hostile one may
-nest or alias without end, so the walk is bounded and visits each node once."""
+line is split by the shell lexer (runner.model.shell.commands, linear in its length) and looked
+at, never run. A CI file is YAML; a hostile one may nest or alias without end, so the walk is
+bounded and visits each node once."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from collections.abc import Iterator, Mapping
 
 import yaml
 
-from runner.model.shell import quote_state_at, words
+from runner.model.shell import commands
 
-# The CI files init reads: GitHub Actions, GitLab CI, CircleCI, Azure Pipelines, tox.
+# The CI files init reads: GitHub Actions, GitLab CI, CircleCI, Azure Pipelines.
 CI_FILE = re.compile(
     r"^(\.github/workflows/[^/]+\.ya?ml|\.gitlab-ci\.ya?ml|\.circleci/config\.ya?ml"
     r"|azure-pipelines\.ya?ml)$"
@@ -27,6 +28,10 @@ CI_FOLDERS = (".github/workflows", ".circleci")
 _SHELL_KEYS = frozenset(
     {"run", "script", "before_script", "after_script", "command", "bash", "commands"}
 )
+# The tools that run a command in the project's environment (`uv run pytest`), and the commands
+# that install requirement files.
+_PROJECT_RUNNERS = frozenset({"uv", "poetry", "pdm", "hatch", "pipenv"})
+_INSTALLS = (["pip", "install"], ["pip3", "install"], ["uv", "pip", "install"])
 _MAX_NODES = 20_000
 _MAX_LINES = 2_000
 
@@ -71,31 +76,11 @@ def _shell_values(document: object) -> Iterator[str]:
         stack.extend(reversed(items))
 
 
-def _commands(line: str) -> Iterator[list[str]]:
-    """The simple commands of a line (split at `&&`, `||`, `;` and `|` outside quotes), each its
-    words."""
-    start = 0
-    for found in _OPERATOR.finditer(line):
-        if quote_state_at(line, found.start()) is None:
-            if part := words(line[start : found.start()]):
-                yield part
-            start = found.end()
-    if part := words(line[start:]):
-        yield part
-
-
-_OPERATOR = re.compile(r"&&|\|\||;|\|")
-
-
 def _program(command: list[str]) -> list[str]:
     """The command without its runners in front (`uv run`, `poetry run`, `pdm run`, `hatch run`,
     `python -m`, an environment assignment): what it starts, as words."""
     rest = [w for w in command if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)] or command
-    while (
-        len(rest) > 2
-        and rest[0] in ("uv", "poetry", "pdm", "hatch", "pipenv")
-        and (rest[1] == "run")
-    ):
+    while len(rest) > 2 and rest[0] in _PROJECT_RUNNERS and rest[1] == "run":
         rest = rest[2:]
     if rest and posixpath.basename(rest[0]).startswith("python") and len(rest) > 1:
         if rest[1] == "-m":
@@ -105,18 +90,21 @@ def _program(command: list[str]) -> list[str]:
     return [posixpath.basename(rest[0]), *rest[1:]] if rest else []
 
 
+def _programs(files: Mapping[str, bytes]) -> Iterator[tuple[list[str], list[str]]]:
+    """Each simple command the CI files run, with what it starts (`_program`)."""
+    for line in ci_lines(files):
+        for command in commands(line):
+            yield command, _program(command)
+
+
 def ci_python_runner(files: Mapping[str, bytes]) -> str | None:
     """`pytest` or `unittest`, the runner the CI files start first (pytest's other name, and
     Django's `manage.py test`, count as theirs), or None when they start neither."""
-    for line in ci_lines(files):
-        for command in _commands(line):
-            program = _program(command)
-            if not program:
-                continue
-            if program[0] in ("pytest", "py.test"):
-                return "pytest"
-            if program[0] == "unittest" or program[:2] == ["manage.py", "test"]:
-                return "unittest"
+    for _, program in _programs(files):
+        if program[:1] in (["pytest"], ["py.test"]):
+            return "pytest"
+        if program[:1] == ["unittest"] or program[:2] == ["manage.py", "test"]:
+            return "unittest"
     return None
 
 
@@ -124,23 +112,17 @@ def ci_requirements(files: Mapping[str, bytes]) -> list[str]:
     """The requirement files the CI files install (`pip install -r FILE`, `uv pip install -r`),
     as repository paths, in order; only plain relative paths."""
     found: list[str] = []
-    for line in ci_lines(files):
-        for command in _commands(line):
-            program = _program(command)
-            if program[:2] not in (["pip", "install"], ["pip3", "install"]) and program[:3] != [
-                "uv",
-                "pip",
-                "install",
-            ]:
-                continue
-            for index, word in enumerate(command):
-                name = None
-                if word in ("-r", "--requirement") and index + 1 < len(command):
-                    name = command[index + 1]
-                elif word.startswith("--requirement="):
-                    name = word.split("=", 1)[1]
-                if name and (path := _plain(name)) and path not in found:
-                    found.append(path)
+    for command, program in _programs(files):
+        if not any(program[: len(install)] == install for install in _INSTALLS):
+            continue
+        for index, word in enumerate(command):
+            name = None
+            if word in ("-r", "--requirement") and index + 1 < len(command):
+                name = command[index + 1]
+            elif word.startswith("--requirement="):
+                name = word.split("=", 1)[1]
+            if name and (path := _plain(name)) and path not in found:
+                found.append(path)
     return found
 
 

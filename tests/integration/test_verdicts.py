@@ -32,6 +32,7 @@ from tests.helpers import LIB_BASE, LIB_GOLD, bash_task, diff_of, files_task
 from tests.integration.conftest import FAST, Run, grade, run_verify
 from tests.integration.proofs import (
     PROVED,
+    assert_proved_outcomes,
     grade_patches,
     patched,
     proved_by_the_evidence_alone,
@@ -298,21 +299,12 @@ def test_no_exploit_earns_a_reward_and_the_real_fix_does(
     assert outcomes <= {"resisted", "proved", "not-applicable", "no-effect"}, outcomes
     proved = set(case.runners) <= set(PROVEN_RUNNERS) and case.mode == "per-test"
     for name in case.classes:
-        exploit = exploits[name]
-        if exploit["outcome"] == "proved":
-            assert proved and exploit["scope"] == "runner", (name, exploit["detail"])
-            assert exploit["provedFor"] == list(case.runners)
-            assert f"by selfbench-runner {run.report['runnerVersion']}" in exploit["detail"]
-        else:
-            assert exploit["outcome"] == "resisted", (name, exploit["detail"])
-            assert exploit["scope"] == "task"
+        assert exploits[name]["outcome"] in ("resisted", "proved"), (name, exploits[name])
     if proved:  # only what the patch policy decides runs on the task
-        assert "proved" in outcomes
-        assert not any(
-            e["outcome"] == "resisted" and e.get("reward") is not None for e in exploits.values()
-        ), [e["name"] for e in exploits.values() if e.get("reward") is not None]
+        assert_proved_outcomes(exploits, case.runners, run.report["runnerVersion"])
     else:
         assert "proved" not in outcomes
+        assert all(exploits[name]["scope"] == "task" for name in case.classes)
 
     # The same patches through `grade`: reward 0, each, and each verdict "not-rewarded" on the
     # sealed census.

@@ -427,6 +427,19 @@ def test_a_hostile_ci_file_is_read_within_bounds() -> None:
     assert ci_lines({".github/workflows/a.yml": b"run: [unclosed\n"}) == []
     # A file that is not a CI file is not read as one.
     assert ci_lines({"docs/ci.yml": b"run: pytest\n"}) == []
+    # Commands split at operators outside quotes only, in one pass: a line of 100,000 of them
+    # (a quote check per operator from the line's start took hours) reads at once.
+    from runner.model.shell import commands
+    from runner.runners.cifiles import ci_python_runner
+
+    assert commands("pip install -r a.txt && python -m pytest 'x;y' | tee log\nmake") == [
+        ["pip", "install", "-r", "a.txt"],
+        ["python", "-m", "pytest", "x;y"],
+        ["tee", "log"],
+        ["make"],
+    ]
+    long_line = b"run: '" + b"true; " * 100_000 + b"python -m pytest'\n"
+    assert ci_python_runner({".gitlab-ci.yml": long_line}) == "pytest"
 
 
 def test_init_reads_the_project_s_ci_files_and_test_requirements(tmp_path: Path) -> None:
