@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.helpers import LIB_BASE, LIB_GOLD, RUNNER_SH, definition, diff_of, make_repo, write_task
-from tests.integration.conftest import run_cli, run_verify
+from tests.integration.conftest import FAST, run_cli, run_verify
 from tests.integration.test_sidecar import Sidecar, payload
 from tests.temporal import (
     Worker,
@@ -180,7 +180,8 @@ def fix_payload(request_id: str, verify: int, **changes: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def sidecar(tmp_path: Path, verify_options: list[str]) -> Iterator[Sidecar]:
-    running = Sidecar(tmp_path / "state", tmp_path / "mailbox", verify_options).start()
+    # What a fix may change is the subject: no flakiness probe, no exploits.
+    running = Sidecar(tmp_path / "state", tmp_path / "mailbox", [*verify_options, *FAST]).start()
     try:
         yield running
     finally:
@@ -235,7 +236,7 @@ def test_the_sidecar_checks_a_fix_against_the_green_verification(sidecar: Sideca
 def worker(tmp_path: Path, verify_options: list[str]) -> Iterator[tuple[str, Worker]]:
     with temporal_server(tmp_path / "temporal") as server:
         running = start_worker(
-            server, tmp_path, f"selfbench-{uuid.uuid4().hex[:8]}", verify_options
+            server, tmp_path, f"selfbench-{uuid.uuid4().hex[:8]}", [*verify_options, *FAST]
         )
         try:
             yield server, running

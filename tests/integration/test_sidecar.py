@@ -136,7 +136,9 @@ class Sidecar:
 
 @pytest.fixture
 def sidecar(tmp_path: Path, verify_options: list[str]) -> Iterator[Sidecar]:
-    car = Sidecar(tmp_path / "state", tmp_path / "mailbox", verify_options)
+    """A sidecar for tests whose subject is the service (supervision, restarts): no flakiness
+    probe, no exploits. The mailbox test runs one with the defaults."""
+    car = Sidecar(tmp_path / "state", tmp_path / "mailbox", [*verify_options, *FAST])
     yield car
     car.stop()
 
@@ -183,8 +185,17 @@ def wait_response(mailbox: Path, request_id: str, timeout: float = 600) -> dict[
 
 
 def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
-    tmp_path: Path, sidecar: Sidecar, verify_options: list[str]
+    tmp_path: Path, verify_options: list[str]
 ) -> None:
+    # Its verifications run every gate with the sidecar's defaults, as verify's do.
+    sidecar = Sidecar(tmp_path / "state", tmp_path / "mailbox", verify_options)
+    try:
+        mailbox_and_http(tmp_path, sidecar, verify_options)
+    finally:
+        sidecar.stop()
+
+
+def mailbox_and_http(tmp_path: Path, sidecar: Sidecar, verify_options: list[str]) -> None:
     # The sidecar's verifications probe flakiness with --repeat 3 by default.
     direct = run_verify(
         EXAMPLE,
@@ -286,10 +297,12 @@ def test_a_repository_s_git_settings_never_run_through_verify_or_serve(
     )
     markers = tmp_path / "markers"
     names = arm(armed, markers)
-    direct = run_verify(EXAMPLE, verify_options, tmp_path / "direct", "--repo", str(armed))
+    # The repository's settings are the subject: no flakiness probe, no exploits.
+    options = [*verify_options, *FAST]
+    direct = run_verify(EXAMPLE, options, tmp_path / "direct", "--repo", str(armed))
     assert direct.report["verdict"] == "accepted", direct.stderr
     car = Sidecar(
-        tmp_path / "state", tmp_path / "mailbox", [*verify_options, "--allow-repo-root", str(repos)]
+        tmp_path / "state", tmp_path / "mailbox", [*options, "--allow-repo-root", str(repos)]
     ).start()
     try:
         doc = payload("armed")

@@ -62,7 +62,9 @@ def worker(server: str, tmp_path: Path, verify_options: list[str]) -> Iterator[W
         server,
         tmp_path,
         f"selfbench-{uuid.uuid4().hex[:8]}",
-        [*verify_options, "--metrics", "127.0.0.1:0"],
+        # The service is the subject: no flakiness probe, no exploits (stages, cancellation,
+        # verdicts and the store are the same with every gate).
+        [*verify_options, *FAST, "--metrics", "127.0.0.1:0"],
     )
     try:
         yield running
@@ -427,7 +429,8 @@ def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
     Temporal sees as a retryable error carrying the reason (never a rejected result). Once that
     worker has gone, the retry runs on a worker with an engine and is accepted."""
     queue = f"selfbench-{uuid.uuid4().hex[:8]}"
-    broken = worker_without_engine(server, tmp_path / "a", queue, verify_options)
+    options = [*verify_options, *FAST]  # the retry is the subject
+    broken = worker_without_engine(server, tmp_path / "a", queue, options)
     try:
         batch = {"requests": [payload("w-engine", 30)], "concurrency": 1, "max_attempts": 5}
         started = batch_workflow(server, queue, "batch-engine", batch, wait=False)
@@ -453,7 +456,7 @@ def test_an_engine_failure_is_a_retried_error_and_a_healthy_worker_ends_it(
     assert failure["message"].startswith("build: no Docker engine answers at unix://"), failure
     (details,) = info["details"]  # the temporal CLI prints payloads decoded
     assert details["runId"] and details["archive"], details
-    healthy = start_worker(server, tmp_path / "b", queue, verify_options, jobs=1)
+    healthy = start_worker(server, tmp_path / "b", queue, options, jobs=1)
     try:
         summary = await_workflow(server, "batch-engine", timeout=600, what=healthy.text)
         assert summary["counts"]["accepted"] == 1, summary
@@ -527,7 +530,8 @@ def test_worker_and_batch_reach_a_frontend_that_asks_for_mutual_tls(
             assert not any("polling" in line for line in lines), lines
         # The task sits where the worker takes local repositories from.
         good = example_copy(tmp_path / "w", "good")
-        worker = start_worker(front, tmp_path / "w", queue, [*verify_options, *tls, *client])
+        options = [*verify_options, *FAST, *tls, *client]  # the connection is the subject
+        worker = start_worker(front, tmp_path / "w", queue, options)
         try:
             out = tmp_path / "batch"
             ran = run_cli(
