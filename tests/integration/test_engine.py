@@ -205,7 +205,7 @@ def test_what_a_step_orphans_is_reaped_and_frees_its_pids(
     engine's init is PID 1, not the plan's sleep), so no zombie keeps a pid of the limit."""
     engine = DockerEngine()
     with engine.container(
-        plan(base_image, "test-engine-reap", limits=TIGHT), env={}, keep=False
+        plan(base_image, "test-engine-orphans", limits=TIGHT), env={}, keep=False
     ) as container:
         pid1 = container.exec(
             step(["bash", "-c", "tr '\\0' ' ' < /proc/1/cmdline"]),
@@ -319,8 +319,11 @@ def test_stale_containers_of_dead_runners_are_reaped(
     engine = DockerEngine()
     dead = f"{socket.gethostname()}:999999:1"
     elsewhere = f"another-host-{uuid.uuid4().hex[:6]}:1:1"
-    stale = plan(base_image, "test-engine-reap", owner=dead)
-    foreign = plan(base_image, "test-engine-reap", owner=elsewhere)
+    # A run id of its own: the cleanup below removes every container with it (CI at 16a04f2:
+    # it removed the orphans test's container, then under the same id, while that one ran).
+    run_id = f"test-engine-reap-{uuid.uuid4().hex[:8]}"
+    stale = plan(base_image, run_id, owner=dead)
+    foreign = plan(base_image, run_id, owner=elsewhere)
     with engine.container(stale, env={}, keep=True), engine.container(foreign, env={}, keep=True):
         pass
     # Any runner's reaper may get there first (each run reaps at its start, and other workers
@@ -336,7 +339,7 @@ def test_stale_containers_of_dead_runners_are_reaped(
         time.sleep(0.2)
     assert stale.name not in names
     assert foreign.name in names
-    engine.cleanup({LABEL_RUN: "test-engine-reap"})
+    engine.cleanup({LABEL_RUN: run_id})
     engine.close()
 
 
