@@ -143,6 +143,14 @@ def sidecar(tmp_path: Path, verify_options: list[str]) -> Iterator[Sidecar]:
     car.stop()
 
 
+@pytest.fixture
+def default_sidecar(tmp_path: Path, verify_options: list[str]) -> Iterator[Sidecar]:
+    """A sidecar whose verifications run every gate with its defaults, as verify's do."""
+    car = Sidecar(tmp_path / "state", tmp_path / "mailbox", verify_options)
+    yield car
+    car.stop()
+
+
 def comparable(report: dict[str, Any]) -> dict[str, Any]:
     """A report without what differs between two runs of the same task (ids, times, paths)."""
     text = json.dumps({k: v for k, v in report.items() if k not in RUN_FIELDS})
@@ -185,17 +193,9 @@ def wait_response(mailbox: Path, request_id: str, timeout: float = 600) -> dict[
 
 
 def test_mailbox_and_http_give_verify_report_with_events_and_reuse(
-    tmp_path: Path, verify_options: list[str]
+    tmp_path: Path, default_sidecar: Sidecar, verify_options: list[str]
 ) -> None:
-    # Its verifications run every gate with the sidecar's defaults, as verify's do.
-    sidecar = Sidecar(tmp_path / "state", tmp_path / "mailbox", verify_options)
-    try:
-        mailbox_and_http(tmp_path, sidecar, verify_options)
-    finally:
-        sidecar.stop()
-
-
-def mailbox_and_http(tmp_path: Path, sidecar: Sidecar, verify_options: list[str]) -> None:
+    sidecar = default_sidecar
     # The sidecar's verifications probe flakiness with --repeat 3 by default.
     direct = run_verify(
         EXAMPLE,
