@@ -10,6 +10,7 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -212,16 +213,29 @@ class DockerContainer:
     # ---- files ---------------------------------------------------------------------------
 
     def put_file(self, directory: str, name: str, data: bytes, *, mode: int = 0o644) -> None:
+        self.put_files([(directory, name, data, mode)])
+
+    def put_files(self, files: Sequence[tuple[str, str, bytes, int]]) -> None:
+        """(directory, name, data, mode) files, each into its existing directory, in one archive
+        unpacked at / : the engine unpacks each archive in a process of its own (a re-exec of
+        dockerd, about 50 ms of CPU measured under load) and mounts a created container's
+        root for it, so a verifier's census and patch go in together."""
+        if not files:
+            return
         buffer = io.BytesIO()
+        now = int(time.time())
         with tarfile.open(fileobj=buffer, mode="w") as archive:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = mode
-            info.mtime = int(time.time())
-            archive.addfile(info, io.BytesIO(data))
-        with engine_errors(f"copying {name} into {self.name}"):
-            if not self.api.put_archive(self.id, directory, buffer.getvalue()):
-                raise EngineError(f"cannot copy {name} into {directory} of {self.name}")
+            for directory, name, data, mode in files:
+                info = tarfile.TarInfo(str(PurePosixPath(directory, name)).lstrip("/"))
+                info.size = len(data)
+                info.mode = mode
+                info.mtime = now
+                archive.addfile(info, io.BytesIO(data))
+        names = ", ".join(name for _, name, _, _ in files)
+        where = files[0][0] if len(files) == 1 else "/"
+        with engine_errors(f"copying {names} into {self.name}"):
+            if not self.api.put_archive(self.id, "/", buffer.getvalue()):
+                raise EngineError(f"cannot copy {names} into {where} of {self.name}")
 
     def put_directory(self, source: Path, destination: str) -> None:
         with tempfile.TemporaryFile() as handle:

@@ -250,11 +250,15 @@ class DockerEngine:
         try:
             # Files known before the start go in before it: the engine copies into a created
             # container while it starts others, not on the critical path after the start.
-            for file in files:
-                if isinstance(file, ArchiveToPut):
-                    container.put_archive(file.directory, file.data)
-                else:
-                    container.put_file(file.directory, file.name, file.data, mode=file.mode)
+            for archive in (f for f in files if isinstance(f, ArchiveToPut)):
+                container.put_archive(archive.directory, archive.data)
+            container.put_files(
+                [
+                    (f.directory, f.name, f.data, f.mode)
+                    for f in files
+                    if not isinstance(f, ArchiveToPut)
+                ]
+            )
             try:
                 with engine_errors(f"starting container {plan.name}"):
                     self.api.start(container.id)

@@ -93,14 +93,15 @@ done
 runs=0
 run_passed=0
 run_tests() {
-  local name=$1 kind=$2 key value status=1 ms=0 truncated=0
-  if [ "$runs" -gt 0 ]; then "${verifier[@]}" reset "$task" || echo "selfbench: reset failed"; fi
+  local name=$1 kind=$2 key value status=1 ms=0 truncated=0 step=run
+  # A run after the first starts from the prepared tree: the helper resets it first.
+  if [ "$runs" -gt 0 ]; then step=reset-run; fi
   runs=$((runs + 1))
   run_passed=0
   echo "selfbench: running $name: $3"
   rm -f "/opt/selfbench/work/$name.result"
   SELFBENCH_TEST_PATH="$test_path" SELFBENCH_MAX_LOG_BYTES="$max_log_bytes" \
-    "${verifier[@]}" run "$task" "$name" "$kind" "$3"
+    "${verifier[@]}" "$step" "$task" "$name" "$kind" "$3"
   while IFS='=' read -r key value; do
     case "$key" in
       passed) [ "$value" = 1 ] && run_passed=1 ;;
@@ -152,12 +153,9 @@ if [ "$patch_applied" -eq 1 ]; then
     || { echo "selfbench: test.patch does not apply"; patch_applied=0; }
   rm -f /tests/test.patch
   # The canaries (tests the reference solution must fail) join the held-out tests, before the
-  # prepared tree is recorded.
+  # prepared tree is recorded (the lockdown).
   if [ "$patch_applied" -eq 1 ]; then
-    "${verifier[@]}" canaries "$task" || echo "selfbench: the canaries could not be written"
-  fi
-  if [ "$patch_applied" -eq 1 ]; then
-    "${verifier[@]}" lockdown "$task" || { echo "selfbench: the harness could not be locked"; patch_applied=0; }
+    "${verifier[@]}" canaries-lockdown "$task" || { echo "selfbench: the harness could not be locked"; patch_applied=0; }
   fi
 fi
 
