@@ -18,6 +18,7 @@ _TEST_FILE = re.compile(r"[._](test|spec)\.[cm]?[jt]sx?$")
 class Bun(ScriptCanaries, Room):
     name = "bun"
     init_order = 30
+    proven = True
 
     def starts(self, names: Sequence[str], index: int) -> bool:
         following = names[index + 1] if index + 1 < len(names) else ""

@@ -1,7 +1,8 @@
 """jest's room: the `jest` binary (npx, npm scripts reach it through the evidence it leaves);
 selectors are patterns over test file paths; its spec reporter's lines; init's proposal for a
-package that depends on jest. Recorder: dockerfiles/verifier/hooks/jest/ (a reporter beside the
-project's and a guard of jest-circus's state, loaded by the node preload)."""
+package that depends on jest. Recorder: dockerfiles/verifier/hooks/node/jest-reporter.cjs
+(a reporter beside the project's) and jest-guard.cjs (a guard of jest-circus's state), loaded
+by the node preload."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """mocha's room: the `mocha` binary; selectors are files (`file`, `file:line`); its spec
 reporter's lines; init's proposal for a package that depends on mocha. Recorder:
-dockerfiles/verifier/hooks/mocha/ (mocha's Runner events, hooked by the node preload)."""
+dockerfiles/verifier/hooks/node/preload.cjs (mocha's Runner events, hooked as mocha loads)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from runner.runners.setups import node_dependencies, npm_proposal
 class Mocha(ScriptCanaries, Room):
     name = "mocha"
     init_order = 42
+    proven = True
 
     def starts(self, names: Sequence[str], index: int) -> bool:
         return names[index] == self.name

@@ -1,7 +1,8 @@
 """node --test's room: `node [options] --test`; selectors are files; its spec and TAP reporters'
 lines; init's proposal for a package whose test script runs `node --test`. Recorder:
-dockerfiles/verifier/hooks/node-test/ (a reporter the verifier's `node` adds first, writing
-only evidence, to stderr: Node 22.14 cannot flush a reporter destination of /dev/null)."""
+dockerfiles/verifier/hooks/node/node-test-reporter.mjs (a reporter the verifier's `node` adds
+first, writing only evidence, to stderr: Node 22.14 cannot flush a reporter destination of
+/dev/null)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ def tap_outcome(line: str) -> str | None:
 class NodeTest(ScriptCanaries, Room):
     name = "node-test"
     init_order = 43
+    proven = True
 
     def starts(self, names: Sequence[str], index: int) -> bool:
         return names[index] == "node" and "--test" in names[index + 1 :]

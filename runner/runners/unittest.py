@@ -1,7 +1,7 @@
 """unittest's room: `python -m unittest` and Django's `manage.py test`; dotted module names (or
 files) as selectors; its verbose lines; init's proposal for a Python project that does not test
-with pytest. Recorder: dockerfiles/verifier/hooks/unittest/ (the evidence boot hooks
-`unittest.result` when unittest loads)."""
+with pytest. Recorder: dockerfiles/verifier/hooks/python/selfbench_evidence_boot.py (it
+hooks `unittest.result` when unittest loads)."""
 
 from __future__ import annotations
 

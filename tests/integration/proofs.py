@@ -22,6 +22,9 @@ PROVED = {
     "go": "test_verdicts.py::test_no_exploit_earns_a_reward_and_the_real_fix_does[go]",
     "vitest": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[vitest]",
     "unittest": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[unittest-pip]",
+    "mocha": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[mocha]",
+    "node-test": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[node-test-pnpm]",
+    "bun": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[bun]",
 }
 
 

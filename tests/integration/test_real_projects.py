@@ -8,9 +8,10 @@ broken-gold variants are rejected at the right stage with the right reason.
   verifier's dependencies come from the dependency-setup pass), with its hack gate, which
   proves the runner (every exploit's patch through a bundle that keeps it: reward 0);
 - jest and vitest (with its hack gate, which proves the runner) with node_modules; mocha with
-  its lockfile (npm ci);
-- node --test under pnpm, TypeScript by type stripping, a test that starts an HTTP server;
-- bun;
+  its lockfile (npm ci), with its hack gate;
+- node --test under pnpm, TypeScript by type stripping, a test that starts an HTTP server, with
+  its hack gate;
+- bun, with its hack gate;
 - go: a module with a vendored package selected by package, and a module of several packages
   (one vendored) selected by `go test ./... -run`, where the packages without the test say
   "no tests to run";
@@ -67,9 +68,9 @@ PROJECTS = {
     "unittest-pip": (PIP_UNITTEST, True),
     "jest": (JEST, False),
     "vitest": (VITEST, True),
-    "mocha": (MOCHA, False),
-    "node-test-pnpm": (NODE_TEST, False),
-    "bun": (BUN, False),
+    "mocha": (MOCHA, True),
+    "node-test-pnpm": (NODE_TEST, True),
+    "bun": (BUN, True),
     "go-vendored": (GO_VENDORED, False),
     "go-multi-package-run": (GO_MULTI, False),
     "exit-code-bash": (BASH_RUNNER, False),

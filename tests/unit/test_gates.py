@@ -845,9 +845,10 @@ def test_the_run_s_judgement_marks_its_stages_and_decides_once() -> None:
         ("exit-code", [], [], False, None),  # the task's own scripts decide
         ("per-test", ["vitest"], ["vitest"], False, ("vitest",)),
         ("per-test", ["pytest", "unittest"], ["pytest"], False, ("pytest", "unittest")),
-        ("per-test", ["mocha"], ["mocha"], False, None),  # not proved by the corpus
-        ("per-test", ["pytest"], ["pytest", "cargo"], False, None),  # cargo judged by its output
-        ("per-test", ["pytest", "bun"], ["pytest"], False, None),
+        ("per-test", ["mocha"], ["mocha"], False, ("mocha",)),
+        ("per-test", ["node-test", "bun"], ["node-test", "bun"], False, ("node-test", "bun")),
+        ("per-test", ["pytest"], ["pytest", "cargo"], False, None),  # cargo: not proved
+        ("per-test", ["pytest", "cargo"], ["pytest"], False, None),
         ("per-test", [], ["pytest"], False, None),
     ],
 )
