@@ -2186,11 +2186,26 @@ sub cmd_prepare_image {
     my $task = task($task_path);
     system('mkdir', '-p', $STATE) == 0 or fail("cannot create $STATE");
     my (%shadowed, @sites, %packages, %pythons);
-    $shadowed{$_} = 1 for qw(selfbench_evidence_boot selfbench_pytest_evidence);
+    # The evidence boot (hooks/python/) and each runner on Python's hook module
+    # (hooks/RUNNER/MODULE.py, the vocabulary's runners.RUNNER.python), and their wiring.
+    my @files = map { "$HOOKS/python/$_" } qw(selfbench_evidence_boot.py selfbench-evidence.pth);
+    my @wiring;
+    $shadowed{selfbench_evidence_boot} = 1;
+    for my $runner (sort keys %RUNNERS) {
+        my $python = $RUNNERS{$runner}{python} // next;
+        push @files, "$HOOKS/$runner/$python->{module}.py";
+        $shadowed{ $python->{module} } = 1;
+        push @wiring, join("\t", 'start', $runner, @$_) for @{ $python->{starts} };
+        push @wiring, join("\t", 'load', $runner, $python->{loads}, $python->{module});
+        for my $protect (@{ $python->{protects} }) {
+            push @wiring, join("\t", 'protect', $runner, %$protect);
+        }
+    }
+    write_file("$STATE/python-hooks.txt", join('', map { "$_\n" } @wiring));
     for my $site (find_site_dirs()) {
         next if index($site, '/opt/selfbench-verifier') == 0;
-        for my $file (qw(selfbench_evidence_boot.py selfbench_pytest_evidence.py selfbench-evidence.pth)) {
-            system('install', '-m', '0644', '-o', 'root', '-g', 'root', "$HOOKS/python/$file", "$site/$file") == 0
+        for my $file (@files) {
+            system('install', '-m', '0644', '-o', 'root', '-g', 'root', $file, $site) == 0
               or fail("cannot install the evidence hooks into $site");
         }
         push @sites, $site;
@@ -2218,8 +2233,8 @@ sub cmd_prepare_image {
     } sort keys %RUNNERS;
     # A wrapper for a program the image does not have would only change "not found" into a
     # program that exists and fails.
-    for my $program (qw(node go)) {
-        unlink "$HOOKS/bin/$program" unless which($program);
+    for my $wrapper (glob("$HOOKS/*/bin/*")) {
+        unlink $wrapper unless which(basename($wrapper));
     }
     write_json("$STATE/hooks.json", { runners => \@runners, sites => \@sites });
     $task->{goldSet} = {};

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -374,11 +375,11 @@ def executable_files(files: Mapping[str, bytes]) -> frozenset[str]:
         name
         for name in files
         if name in ("tests/test.sh", "solution/solve.sh", f"{VERIFIER_ASSETS}/verifier.pl")
-        or name.startswith(f"{VERIFIER_ASSETS}/hooks/bin/")
+        or re.fullmatch(rf"{VERIFIER_ASSETS}/hooks/[^/]+/bin/[^/]+", name) is not None
         or any(name == f"{d}/{s}" for d in CONTEXT_DIRS for s in SCRIPTS)
     )
 
 
 def shell_scripts(files: Mapping[str, bytes]) -> list[str]:
     """Every rendered script the compiler checks with `bash -n`."""
-    return sorted(name for name in files if name.endswith(".sh"))
+    return sorted(name for name in files if name.endswith((".sh", ".bash")))

@@ -1,8 +1,10 @@
 """The test runners the verifier knows, one room each (pure): the registry the rest of the
 pipeline asks. Nothing outside a room names its runner; a room is one module here, one folder
 of recorder hooks (dockerfiles/verifier/hooks/<name>/), one entry of the vocabulary
-(dockerfiles/verifier/vocabulary.json) and one real-shaped task (tests/realistic/). Adding a
-runner: docs/development.md, "Adding a test runner".
+(dockerfiles/verifier/vocabulary.json) and one real-shaped task (tests/realistic/). The
+vocabulary's runners are the registry: each names its room (`runner.runners.<name>`, `-` as
+`_`), in the order a command's runners are listed (evidence, census). Adding a runner:
+docs/development.md, "Adding a test runner".
 
 A runner the command reaches through a package script (`npm test`) is found by the evidence it
 leaves instead; a command no room starts is judged by exit codes (the fallback, `exit_code`).
@@ -10,36 +12,33 @@ leaves instead; a command no room starts is judged by exit codes (the fallback, 
 
 from __future__ import annotations
 
+import importlib
 import posixpath
 from collections.abc import Mapping
 
 from runner.model.shell import words
 from runner.model.task import TESTS_PLACEHOLDER
-from runner.runners import bun, cargo, go, jest, mocha, node_test, pytest, unittest, vitest
 from runner.runners.exit_code import FALLBACK
 from runner.runners.kit import Exploit, TaskFacts
 from runner.runners.room import Proposal, Room
 from runner.runners.vocabulary import VOCABULARY
 
-# In the order a command's runners are listed (evidence, census).
-ROOMS: tuple[Room, ...] = (
-    pytest.ROOM,
-    unittest.ROOM,
-    jest.ROOM,
-    vitest.ROOM,
-    mocha.ROOM,
-    node_test.ROOM,
-    bun.ROOM,
-    go.ROOM,
-    cargo.ROOM,
-)
+
+def _room(name: str) -> Room:
+    """The room of the vocabulary's runner `name`: the module-level ROOM of its module."""
+    module = importlib.import_module(f"{__name__}.{name.replace('-', '_')}")
+    room = getattr(module, "ROOM", None)
+    if not isinstance(room, Room) or room.name != name:
+        raise RuntimeError(f"{module.__name__} has no ROOM named {name!r}")
+    return room
+
+
+# In the order a command's runners are listed (evidence, census): the vocabulary's.
+ROOMS: tuple[Room, ...] = tuple(_room(name) for name in VOCABULARY.runners)
 _BY_NAME = {room.name: room for room in ROOMS}
 KNOWN_RUNNERS = tuple(_BY_NAME)
 # The runners whose per-test evidence the project's hack corpus proves (Room.proven).
 PROVEN_RUNNERS = tuple(room.name for room in ROOMS if room.proven)
-
-if set(KNOWN_RUNNERS) != set(VOCABULARY.runners):  # a room without its vocabulary entry
-    raise RuntimeError("the runner rooms and the vocabulary's runners differ")
 
 
 def room_of(runner: str | None) -> Room:

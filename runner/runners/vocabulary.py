@@ -17,7 +17,7 @@ import re
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
 from runner.base.resources import verifier_dir
@@ -88,6 +88,43 @@ class Availability(_Model):
     python_package: str | None = None
 
 
+class Protected(_Model):
+    """Code of the runner's own, by its file name: what code under test may not take frames of,
+    replace or pose as."""
+
+    contains: str | None = None
+    suffix: str | None = None
+    stdlib: str | None = None  # a path under the interpreter's standard library
+
+    @model_validator(mode="after")
+    def _one(self) -> Protected:
+        if sum(x is not None for x in (self.contains, self.suffix, self.stdlib)) != 1:
+            raise ValueError("a protected name has exactly one of contains, suffix, stdlib")
+        return self
+
+
+class PythonHook(_Model):
+    """A runner on Python, as the verifier's evidence boot (hooks/python/) wires its recorder:
+    the command lines that start it (`-m MODULE`, or a script's base name and its first
+    argument), the module whose loading loads its hook, the hook module (in
+    hooks/<runner>/, installed beside the boot), and its own code."""
+
+    starts: tuple[tuple[str, ...], ...]
+    loads: str
+    module: str
+    protects: tuple[Protected, ...]
+
+    @model_validator(mode="after")
+    def _shapes(self) -> PythonHook:
+        for start in self.starts:
+            if not 1 <= len(start) <= 2 or any(not w or "\t" in w or "\n" in w for w in start):
+                raise ValueError(f"a start is one or two words: {list(start)}")
+        for name in (self.loads, self.module):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+                raise ValueError(f"not a module name: {name!r}")
+        return self
+
+
 SelectorKind = Literal["node-id", "module", "package", "file", "file-pattern", "name"]
 
 
@@ -96,6 +133,7 @@ class RunnerSignals(_Model):
 
     selector: SelectorKind
     available: Availability
+    python: PythonHook | None = None
     evidence: Literal["reporter", "output"]
     nothing: tuple[Nothing, ...]
     failed_line: str | None = None  # evidence "output": a failed test's line (capture: its id)

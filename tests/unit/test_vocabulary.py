@@ -138,3 +138,80 @@ def test_the_helper_spells_no_list_of_the_vocabulary() -> None:
             if len(listed) >= 3:
                 offenders.append(f"{path.name}: qw({' '.join(words[:6])} ...)")
     assert offenders == []
+
+
+# ---- the vocabulary's runners are the registry ---------------------------------------------
+
+# The hooks folders that are no runner's: a language's kit, shared by its runners.
+KITS = {"node", "python"}
+
+
+def test_every_room_module_is_a_vocabulary_runner_and_each_runner_has_its_room() -> None:
+    """The registry is the vocabulary's runners: a room module whose runner the vocabulary lacks
+    would never be asked, so each module with a ROOM must be one of them, and in their order."""
+    import importlib
+    import pkgutil
+
+    import runner.runners as package
+    from runner.runners import ROOMS
+    from runner.runners.room import Room
+
+    with_rooms = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"runner.runners.{info.name}")
+        if isinstance(getattr(module, "ROOM", None), Room):
+            with_rooms.add(module.ROOM.name)
+    assert with_rooms == set(VOCABULARY.runners)
+    assert [room.name for room in ROOMS] == list(json.loads(DATA.read_text())["runners"])
+
+
+def test_each_hooks_folder_is_a_runner_s_or_a_kit_s() -> None:
+    """dockerfiles/verifier/hooks/ holds one folder per runner with a recorder of its own and
+    the languages' kits; a runner on Python has its hook module in its folder."""
+    folders = {p.name for p in (verifier_dir() / "hooks").iterdir() if p.is_dir()}
+    assert folders - KITS <= set(VOCABULARY.runners), folders - KITS
+    for name, runner in VOCABULARY.runners.items():
+        if runner.python is not None:
+            assert (verifier_dir() / "hooks" / name / f"{runner.python.module}.py").is_file()
+        if runner.evidence == "output":
+            assert (verifier_dir() / "hooks" / name / "output.pl").is_file()
+
+
+def test_a_python_runner_is_wired_from_the_vocabulary_alone(tmp_path: Path) -> None:
+    """The evidence boot knows no runner: a made-up runner on Python in the vocabulary is
+    started by its command line and gets its hook module called as the module it waits for
+    loads, in a real interpreter."""
+    boot_source = verifier_dir() / "hooks" / "python" / "selfbench_evidence_boot.py"
+    state = tmp_path / "state"
+    state.mkdir()
+    site = tmp_path / "site"
+    site.mkdir()
+    boot = boot_source.read_text().replace(
+        '_STATE = "/opt/selfbench-verifier/state"', f"_STATE = {str(state)!r}"
+    )
+    (site / "selfbench_evidence_boot.py").write_text(boot)
+    (site / "selfbench_madeup_evidence.py").write_text(
+        "import sys\n"
+        "def loaded(module, emit, sessions):\n"
+        "    module.SEEN = ('hooked', sorted(sessions))\n"
+    )
+    (site / "madeup_runner.py").write_text("SEEN = None\n")
+    (site / "madeup_cli.py").write_text(
+        "import os\n"
+        "import selfbench_evidence_boot as boot\n"
+        "print(boot._argv_runner(), sorted(os.path.basename(p) for p in boot._OURS))\n"
+        "import madeup_runner\n"
+        "print(madeup_runner.SEEN)\n"
+    )
+    (state / "python-hooks.txt").write_text(
+        "start\tmadeup\t-m\tmadeup_cli\n"
+        "load\tmadeup\tmadeup_runner\tselfbench_madeup_evidence\n"
+    )
+    env = {"PYTHONPATH": str(site), "SELFBENCH_EVIDENCE_SOCKET": "@selfbench-no-collector"}
+    result = subprocess.run(
+        ["python3", "-m", "madeup_cli"], capture_output=True, text=True, env=env, check=True
+    )
+    assert result.stdout.splitlines() == [
+        "madeup ['selfbench_evidence_boot.py', 'selfbench_madeup_evidence.py']",
+        "('hooked', ['madeup'])",
+    ]

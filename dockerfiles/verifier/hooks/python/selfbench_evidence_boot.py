@@ -7,11 +7,14 @@ the verifier's collector runs this test run (SELFBENCH_EVIDENCE_SOCKET). Then:
   in this module's closures, so a record written to the socket by other code is unsigned and
   counts as tampering, and a connection made later (by code under test) holds no process session,
   on which alone a runner's session may open;
-- a process started as the test runner (`python -m pytest`, `pytest`, `python -m unittest`,
-  `manage.py test`) opens its runner's session now, before any code under test loads: a second
-  session of that runner while this one is open (a stand-in reporter) is tampering, and a session
-  that does not finish (an exit under the runner) fails the run;
-- pytest loads the evidence plugin beside this file, unittest's results are recorded;
+- a process started as a runner on Python (the vocabulary's `runners.<name>.python.starts`,
+  `python -m pytest`, `manage.py test`, ...) opens its runner's session now, before any code
+  under test loads: a second session of that runner while this one is open (a stand-in
+  reporter) is tampering, and a session that does not finish (an exit under the runner) fails
+  the run;
+- each such runner's hook module (hooks/<runner>/, installed beside this file) is given the
+  module it waits for as that module loads (`python.loads`: pytest's config gets the evidence
+  plugin, unittest's TestResult records each outcome);
 - an audit hook (PEP 578: it cannot be removed) reports what code under test may use to reach
   into the runner: another process's or its own memory (/proc/*/mem), raw memory through ctypes,
   trace and profile functions, the garbage collector's object lists, frames of the runner and
@@ -26,11 +29,36 @@ import sys
 OWNER = "SELFBENCH_EVIDENCE_OWNER"
 _STATE = "/opt/selfbench-verifier/state"
 _HERE = os.path.dirname(os.path.realpath(__file__))
-# The files whose code may write evidence: this module and the pytest plugin beside it.
-_OURS = frozenset(
-    os.path.join(_HERE, name)
-    for name in ("selfbench_evidence_boot.py", "selfbench_pytest_evidence.py")
-)
+# The files whose code may write evidence: this module, and in a run the runners' hook modules
+# beside it (_wire).
+_OURS = frozenset((os.path.join(_HERE, "selfbench_evidence_boot.py"),))
+# The runners on Python, as prepare-image wrote them from the vocabulary (python-hooks.txt):
+# the command lines that start each, {module it waits for: hook modules}, and each one's own
+# code by file name ((how, text): contains, suffix, or a path under the standard library).
+_STARTS: tuple[tuple[str, tuple[str, ...]], ...] = ()
+_LOADS: dict[str, tuple[str, ...]] = {}
+_PROTECTS: tuple[tuple[str, str], ...] = ()
+
+
+def _wire() -> None:
+    """Reads the runners' wiring (tab-separated: `start RUNNER WORD [WORD]`, `load RUNNER MODULE
+    HOOK`, `protect RUNNER HOW TEXT`). A missing file leaves no runner wired: no evidence, and
+    the run fails."""
+    global _OURS, _STARTS, _LOADS, _PROTECTS
+    starts: list[tuple[str, tuple[str, ...]]] = []
+    loads: dict[str, tuple[str, ...]] = {}
+    protects: list[tuple[str, str]] = []
+    ours = set(_OURS)
+    for line in _lines("python-hooks.txt"):
+        kind, runner, *rest = line.split("\t")
+        if kind == "start" and 1 <= len(rest) <= 2:
+            starts.append((runner, tuple(rest)))
+        elif kind == "load" and len(rest) == 2:
+            loads[rest[0]] = (*loads.get(rest[0], ()), rest[1])
+            ours.add(os.path.join(_HERE, rest[1] + ".py"))
+        elif kind == "protect" and len(rest) == 2:
+            protects.append((rest[0], rest[1]))
+    _OURS, _STARTS, _LOADS, _PROTECTS = frozenset(ours), tuple(starts), loads, tuple(protects)
 
 
 def _lines(name: str) -> frozenset[str]:
@@ -213,14 +241,10 @@ def _argv_runner() -> str | None:
         rest = rest[1:]  # interpreter options (-I, -B, -X ...)
     if not rest or rest[0] == "-c":
         return None
-    if rest[0] == "-m":
-        module = rest[1] if len(rest) > 1 else ""
-        return {"pytest": "pytest", "py.test": "pytest", "unittest": "unittest"}.get(module)
-    script = os.path.basename(rest[0])
-    if script in ("pytest", "py.test"):
-        return "pytest"
-    if script == "manage.py" and len(rest) > 1 and rest[1] == "test":
-        return "unittest"
+    words = ["-m" if rest[0] == "-m" else os.path.basename(rest[0]), *rest[1:2]]
+    for runner, start in _STARTS:
+        if list(start) == words[: len(start)]:
+            return runner
     return None
 
 
@@ -242,6 +266,7 @@ def _boot() -> None:
     if not address:
         return
     global AGENT_FILES
+    _wire()
     AGENT_FILES = _lines("agent-files.txt")  # the files the agent's patch changed, policy kept
     emit = _make_channel(address, AGENT_FILES)
     # This process's session, on a connection made before any code of the repository runs: a
@@ -257,8 +282,8 @@ def _boot() -> None:
     if runner is not None and _claim(runner):
         emit(t="start", runner=runner, python=sys.version.split()[0])
         sessions[runner] = True
-    # unittest's results are hooked when unittest loads (a process that never imports it pays
-    # nothing), pytest's plugin when pytest's config loads.
+    # Each runner's hook loads with the module it waits for (a process that never imports it
+    # pays nothing).
     sys.meta_path.insert(0, _Hooks(emit, sessions))  # type: ignore[arg-type]
     global _EMIT, _SESSIONS
     _EMIT, _SESSIONS = emit, sessions
@@ -275,7 +300,8 @@ _CONSTANT = {
 
 
 def channel():  # type: ignore[no-untyped-def]
-    """(emit, sessions) for the pytest plugin beside this file; emit refuses other callers."""
+    """(emit, sessions) for the runners' hook modules beside this file; emit refuses other
+    callers."""
     return _EMIT, _SESSIONS
 
 
@@ -302,14 +328,16 @@ def _install_audit(emit, agent: frozenset[str]) -> None:  # type: ignore[no-unty
 
     def protected(filename: str) -> bool:
         """Code of the runner, of the verifier or of the held-out tests."""
-        return (
-            filename in held_out
-            or filename in _OURS
-            or "/_pytest/" in filename
-            or "/pluggy/" in filename
-            or filename.endswith("/pytest/__init__.py")
-            or filename.startswith(_STDLIB + "/unittest/")
-        )
+        if filename in held_out or filename in _OURS:
+            return True
+        for how, text in _PROTECTS:
+            if how == "contains" and text in filename:
+                return True
+            if how == "suffix" and filename.endswith(text):
+                return True
+            if how == "stdlib" and filename.startswith(_STDLIB + "/" + text):
+                return True
+        return False
 
     def agent_in_stack() -> str | None:
         frame = getframe(2)
@@ -444,22 +472,24 @@ _WATCHED = frozenset(
 )
 
 
-# ---- pytest ------------------------------------------------------------------------------------
+# ---- the runners' hooks ---------------------------------------------------------------------
 
 
 class _Hooks:
-    """A finder that wraps two modules as they load in this interpreter: `_pytest.config`, whose
-    default plugins get the evidence plugin (loaded by every session of this interpreter, with
-    -p no:..., without autoload, whatever PYTEST_PLUGINS says, and by no other interpreter: an
-    environment variable would reach a virtualenv made while the tests run, which lacks the
-    plugin), and `unittest.result`, whose TestResult records each outcome."""
+    """A finder that hands each runner's hook module the module it waits for, as that module
+    loads in this interpreter (python.loads): pytest's config module, whose default plugins then
+    hold the evidence plugin (loaded by every session of this interpreter, with -p no:...,
+    without autoload, whatever PYTEST_PLUGINS says, and by no other interpreter: an environment
+    variable would reach a virtualenv made while the tests run, which lacks the plugin), and
+    unittest's result module, whose TestResult then records each outcome."""
 
     def __init__(self, emit, sessions: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
         self.emit = emit
         self.sessions = sessions
 
     def find_spec(self, name: str, path: object, target: object = None) -> object:
-        if name not in ("_pytest.config", "unittest.result"):
+        hooks = _LOADS.get(name)
+        if not hooks:
             return None
         import importlib.machinery
 
@@ -472,97 +502,15 @@ class _Hooks:
 
         def exec_module(module: object) -> None:
             original(module)
-            if name == "_pytest.config":
-                plugins = getattr(module, "default_plugins", None)
-                if isinstance(plugins, tuple) and PLUGIN not in plugins:
-                    module.default_plugins = (*plugins, PLUGIN)  # type: ignore[attr-defined]
-            else:
-                _hook_unittest(module, emit, sessions)
+            for hook in hooks:
+                try:
+                    __import__(hook)
+                    sys.modules[hook].loaded(module, emit, sessions)
+                except Exception:  # that runner records nothing (its run fails), the import stands
+                    pass
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
-
-
-PLUGIN = "selfbench_pytest_evidence"
-
-
-# ---- unittest ----------------------------------------------------------------------------------
-
-
-def _source_file(test: object) -> str | None:
-    module = sys.modules.get(type(test).__module__)
-    path = getattr(module, "__file__", None)
-    return os.path.realpath(path) if path else None
-
-
-def _hook_unittest(result, emit, sessions: dict[str, bool]) -> None:  # type: ignore[no-untyped-def]
-    """Wrap unittest's base TestResult (of the module `result`, as it loads): every runner built
-    on it (unittest's own, Django's, green's text results) reports through these methods."""
-    base = result.TestResult
-    if getattr(base, "_selfbench_hooked", False):
-        return
-    owner: list[object] = []
-
-    def claim(result: object) -> bool:
-        """The first result of the outermost run records."""
-        if owner:
-            return owner[0] is result
-        if not sessions.get("unittest"):
-            if not _claim("unittest"):
-                return False
-            emit(t="start", runner="unittest", python=sys.version.split()[0])
-            sessions["unittest"] = True
-        owner.append(result)
-        return True
-
-    def record(result: object, test: object, outcome: str, case: object = None) -> None:
-        if not claim(result):
-            return
-        test_id = test.id() if hasattr(test, "id") else str(test)
-        emit(
-            t="test",
-            runner="unittest",
-            id=test_id,
-            file=_source_file(case if case is not None else test),
-            outcome=outcome,
-        )
-
-    def wrap(name: str, outcome: str) -> None:
-        original = getattr(base, name)
-
-        def method(self, test, *args, **kwargs):  # type: ignore[no-untyped-def]
-            record(self, test, outcome)
-            return original(self, test, *args, **kwargs)
-
-        setattr(base, name, method)
-
-    for name, outcome in (
-        ("addSuccess", "passed"),
-        ("addFailure", "failed"),
-        ("addError", "error"),
-        ("addSkip", "skipped"),
-        ("addExpectedFailure", "xfailed"),
-        ("addUnexpectedSuccess", "failed"),
-    ):
-        wrap(name, outcome)
-    original_subtest = base.addSubTest
-
-    def add_subtest(self, test, subtest, err):  # type: ignore[no-untyped-def]
-        if err is not None:
-            failed = issubclass(err[0], test.failureException)
-            record(self, subtest, "failed" if failed else "error", test)
-        return original_subtest(self, test, subtest, err)
-
-    base.addSubTest = add_subtest  # type: ignore[method-assign]
-    original_stop = base.stopTestRun
-
-    def stop_test_run(self):  # type: ignore[no-untyped-def]
-        if owner and owner[0] is self:
-            emit(t="finish", runner="unittest", status=0 if self.wasSuccessful() else 1)
-        return original_stop(self)
-
-    base.stopTestRun = stop_test_run  # type: ignore[method-assign]
-    base._selfbench_hooked = True  # type: ignore[attr-defined]
 
 
 try:

@@ -76,13 +76,16 @@ root_git() {
 
 # The tests' PATH: the image's, without relative entries or entries inside the repository (a
 # fake test binary the agent planted there must not come first), behind the verifier's own
-# `node` and `go` (the image's, with the evidence reporters).
-test_path=/opt/selfbench-verifier/hooks/bin
+# programs (`hooks/*/bin`: the image's `node` and `go`, with the evidence reporters).
+test_path=
+for entry in /opt/selfbench-verifier/hooks/*/bin; do
+  [ -d "$entry" ] && test_path=$test_path${test_path:+:}$entry
+done
 IFS=: read -r -a path_entries <<< "$PATH"
 for entry in "${path_entries[@]}"; do
   case "$entry" in
     /app|/app/*|''|[!/]*) ;;
-    *) test_path=$test_path:$entry ;;
+    *) test_path=${test_path:+$test_path:}$entry ;;
   esac
 done
 

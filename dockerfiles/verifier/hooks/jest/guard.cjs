@@ -11,9 +11,9 @@
 //   on a replaced API fails with an error saying what was replaced, and a tamper record goes to
 //   the verifier's collector.
 const path = require('path');
-const { write } = require('./evidence.cjs');
+const { write } = require('../node/evidence.cjs');
 
-const GUARD = path.join(__dirname, 'jest-guard.cjs');
+const GUARD = path.join(__dirname, 'guard.cjs');
 const MATCHERS = Symbol.for('$$jest-matchers-object');
 
 function guardOf(environment, config) {

@@ -4,7 +4,7 @@
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-const { write, relative, absolute } = require('./evidence.cjs');
+const { write, relative, absolute } = require('../node/evidence.cjs');
 
 export default async function* selfbenchReporter(source) {
   const stacks = new Map();

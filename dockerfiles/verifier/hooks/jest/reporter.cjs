@@ -1,7 +1,7 @@
 'use strict';
 // The verifier's jest reporter (jest 24 to 30): one line per test with its outcome, a line for
 // a test file that failed to run, and the run's end.
-const { write, relative, absolute } = require('./evidence.cjs');
+const { write, relative, absolute } = require('../node/evidence.cjs');
 
 const OUTCOMES = {
   passed: 'passed',

@@ -1,18 +1,7 @@
-#!/bin/bash
-# `node` as a verifier test run finds it first on PATH: the image's node with the verifier's
-# evidence preload, and (for `node --test`) its reporter beside the one the user sees.
-hooks=/opt/selfbench-verifier/hooks/node
-real=
-IFS=: read -r -a entries <<< "$PATH"
-for entry in "${entries[@]}"; do
-  case "$entry" in /opt/selfbench-verifier/*|'') continue ;; esac
-  if [ -x "$entry/node" ] && [ -f "$entry/node" ]; then real=$entry/node; break; fi
-done
-[ -n "$real" ] || { echo "node: not found" >&2; exit 127; }
-if [ -z "${SELFBENCH_EVIDENCE_SOCKET:-}" ]; then exec "$real" "$@"; fi
-extra=(--require "$hooks/preload.cjs")
+# node --test's hook in the verifier's `node` (hooks/node/bin/node sources it, with the command's
+# arguments in `args`; it appends to `extra`): the verifier's reporter (reporter.mjs) beside the
+# command's own.
 testing=0 reporters=0 destinations=0
-args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
     --test) testing=1 ;;
@@ -33,11 +22,10 @@ done
 if [ "$testing" = 1 ] && [ -z "${SELFBENCH_EVIDENCE_OWNER:-}" ] \
   && { [ "$destinations" = 0 ] || [ "$destinations" = "$reporters" ]; }; then
   export SELFBENCH_EVIDENCE_OWNER="node-test:$$"
-  extra+=("--test-reporter=$hooks/node-test-reporter.mjs" --test-reporter-destination=stderr)
+  extra+=("--test-reporter=$hooks/node-test/reporter.mjs" --test-reporter-destination=stderr)
   if [ "$reporters" = 0 ]; then
     extra+=(--test-reporter=spec --test-reporter-destination=stdout)
   elif [ "$destinations" = 0 ]; then
     for ((i = 0; i < reporters; i++)); do extra+=(--test-reporter-destination=stdout); done
   fi
 fi
-exec "$real" "${extra[@]}" "$@"

@@ -11,7 +11,7 @@ import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const require = createRequire(import.meta.url);
-const { write } = require('./evidence.cjs');
+const { write } = require('../node/evidence.cjs');
 // The project's own vitest (this file lives outside the project): the instance its tests import.
 const root = (globalThis.__vitest_worker__ && globalThis.__vitest_worker__.config
   && globalThis.__vitest_worker__.config.root) || process.cwd();

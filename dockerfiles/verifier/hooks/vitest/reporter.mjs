@@ -4,7 +4,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 const require = createRequire(import.meta.url);
-const { write, relative, absolute } = require('./evidence.cjs');
+const { write, relative, absolute } = require('../node/evidence.cjs');
 
 const STATES = { pass: 'passed', fail: 'failed', skip: 'skipped', todo: 'skipped' };
 
@@ -34,7 +34,7 @@ export default class SelfbenchVitestReporter {
   onInit(ctx) {
     write('vitest', { t: 'start' });
     // The guard of vitest's assertion API joins every project's setup files, last.
-    const guard = fileURLToPath(new URL('./vitest-guard.mjs', import.meta.url));
+    const guard = fileURLToPath(new URL('./guard.mjs', import.meta.url));
     const configs = [ctx && ctx.config, ...((ctx && ctx.projects) || []).map((p) => p && p.config)];
     for (const config of process.env.SELFBENCH_GUARDS === 'off' ? [] : configs) {
       if (config && Array.isArray(config.setupFiles) && !config.setupFiles.includes(guard)) {
