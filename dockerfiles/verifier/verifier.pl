@@ -2196,7 +2196,7 @@ sub cmd_prepare_image {
         push @files, "$HOOKS/$runner/$python->{module}.py";
         $shadowed{ $python->{module} } = 1;
         push @wiring, join("\t", 'start', $runner, @$_) for @{ $python->{starts} };
-        push @wiring, join("\t", 'load', $runner, $python->{loads}, $python->{module});
+        push @wiring, join("\t", 'load', $runner, $python->{loads}, $python->{module}, $python->{joins} // '');
         for my $protect (@{ $python->{protects} }) {
             push @wiring, join("\t", 'protect', $runner, %$protect);
         }

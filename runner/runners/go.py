@@ -3,7 +3,7 @@
 Go module; and go's exploits: TestMain and init() that exit 0 or run nothing, go.mod directives
 and a nested module, and the evidence family (test2json framing printed by an init that exits,
 an exit that skips the framework, a stand-in test main). Recorder: dockerfiles/verifier/hooks/go/
-(a reporter overlaid into each tested package, and the `go` the tests find first)."""
+(a reporter overlaid into each tested package, and bin/go, the `go` the tests find first)."""
 
 from __future__ import annotations
 

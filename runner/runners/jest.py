@@ -1,8 +1,8 @@
 """jest's room: the `jest` binary (npx, npm scripts reach it through the evidence it leaves);
 selectors are patterns over test file paths; its spec reporter's lines; init's proposal for a
-package that depends on jest. Recorder: dockerfiles/verifier/hooks/node/jest-reporter.cjs
-(a reporter beside the project's) and jest-guard.cjs (a guard of jest-circus's state), loaded
-by the node preload."""
+package that depends on jest. Recorder: dockerfiles/verifier/hooks/jest/ (node-hook.cjs,
+which the node kit's preload loads, adds reporter.cjs beside the project's reporters and wraps
+jest-circus's adapter in guard.cjs, a guard of jest's test API)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """mocha's room: the `mocha` binary; selectors are files (`file`, `file:line`); its spec
 reporter's lines; init's proposal for a package that depends on mocha. Recorder:
-dockerfiles/verifier/hooks/node/preload.cjs (mocha's Runner events, hooked as mocha loads)."""
+dockerfiles/verifier/hooks/mocha/node-hook.cjs (mocha's Runner events, hooked as mocha loads
+through the node kit's preload)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """node --test's room: `node [options] --test`; selectors are files; its spec and TAP reporters'
 lines; init's proposal for a package whose test script runs `node --test`. Recorder:
-dockerfiles/verifier/hooks/node/node-test-reporter.mjs (a reporter the verifier's `node` adds
-first, writing only evidence, to stderr: Node 22.14 cannot flush a reporter destination of
-/dev/null)."""
+dockerfiles/verifier/hooks/node-test/: reporter.mjs, which node-args.bash (sourced by the node
+kit's `node`) adds first, writing only evidence, to stderr (Node 22.14 cannot flush a reporter
+destination of /dev/null)."""
 
 from __future__ import annotations
 

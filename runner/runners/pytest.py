@@ -4,8 +4,9 @@ every test passed in every way pytest loads one (conftest, config files of every
 reads, dist-info entry points), modules shadowing pytest, and the evidence family against its
 recorder (records forged at exit and over a connection of the code's own, the recorder driven
 from inside, tests jumped over, pytest.xfail() from the code). Recorder:
-dockerfiles/verifier/hooks/python/selfbench_pytest_evidence.py (a plugin the evidence boot
-loads)."""
+dockerfiles/verifier/hooks/pytest/selfbench_pytest_evidence.py (a plugin that joins pytest's
+default plugins when the Python kit's evidence boot hands it `_pytest.config`: the
+vocabulary's `runners.pytest.python`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """vitest's room: the `vitest` binary; selectors are patterns over test file paths; its
 reporter's lines (a failure marked with U+00D7); init's proposal for a package that depends on
 vitest (asked before jest: a project that has both runs vitest). Recorder:
-dockerfiles/verifier/hooks/node/vitest-reporter.mjs (a reporter the node preload adds to
-vitest's argv) and vitest-guard.mjs."""
+dockerfiles/verifier/hooks/vitest/ (node-hook.cjs, which the node kit's preload loads, adds
+reporter.mjs to vitest's argv; the reporter adds guard.mjs to each project's setup files)."""
 
 from __future__ import annotations
 

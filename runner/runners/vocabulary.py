@@ -107,11 +107,15 @@ class PythonHook(_Model):
     """A runner on Python, as the verifier's evidence boot (hooks/python/) wires its recorder:
     the command lines that start it (`-m MODULE`, or a script's base name and its first
     argument), the module whose loading loads its hook, the hook module (in
-    hooks/<runner>/, installed beside the boot), and its own code."""
+    hooks/<runner>/, installed beside the boot), and its own code. The hook module is called
+    (`loaded(module, emit, sessions)`) as that module loads, or, with `joins`, named in that
+    module's tuple of that name without being imported then (pytest's default plugins: the
+    plugin imports pytest, which is only half loaded at that point)."""
 
     starts: tuple[tuple[str, ...], ...]
     loads: str
     module: str
+    joins: str | None = None
     protects: tuple[Protected, ...]
 
     @model_validator(mode="after")
@@ -119,7 +123,7 @@ class PythonHook(_Model):
         for start in self.starts:
             if not 1 <= len(start) <= 2 or any(not w or "\t" in w or "\n" in w for w in start):
                 raise ValueError(f"a start is one or two words: {list(start)}")
-        for name in (self.loads, self.module):
+        for name in (self.loads, self.module, self.joins or "_"):
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
                 raise ValueError(f"not a module name: {name!r}")
         return self

@@ -195,23 +195,25 @@ def test_a_python_runner_is_wired_from_the_vocabulary_alone(tmp_path: Path) -> N
         "def loaded(module, emit, sessions):\n"
         "    module.SEEN = ('hooked', sorted(sessions))\n"
     )
-    (site / "madeup_runner.py").write_text("SEEN = None\n")
+    (site / "madeup_runner.py").write_text("SEEN = None\nPLUGINS = ('own',)\n")
     (site / "madeup_cli.py").write_text(
         "import os\n"
         "import selfbench_evidence_boot as boot\n"
         "print(boot._argv_runner(), sorted(os.path.basename(p) for p in boot._OURS))\n"
         "import madeup_runner\n"
-        "print(madeup_runner.SEEN)\n"
+        "print(madeup_runner.SEEN, madeup_runner.PLUGINS)\n"
     )
     (state / "python-hooks.txt").write_text(
         "start\tmadeup\t-m\tmadeup_cli\n"
-        "load\tmadeup\tmadeup_runner\tselfbench_madeup_evidence\n"
+        "load\tmadeup\tmadeup_runner\tselfbench_madeup_evidence\t\n"
+        "load\tmadeup\tmadeup_runner\tselfbench_madeup_plugin\tPLUGINS\n"
     )
     env = {"PYTHONPATH": str(site), "SELFBENCH_EVIDENCE_SOCKET": "@selfbench-no-collector"}
     result = subprocess.run(
         ["python3", "-m", "madeup_cli"], capture_output=True, text=True, env=env, check=True
     )
     assert result.stdout.splitlines() == [
-        "madeup ['selfbench_evidence_boot.py', 'selfbench_madeup_evidence.py']",
-        "('hooked', ['madeup'])",
+        "madeup ['selfbench_evidence_boot.py', 'selfbench_madeup_evidence.py',"
+        " 'selfbench_madeup_plugin.py']",
+        "('hooked', ['madeup']) ('own', 'selfbench_madeup_plugin')",
     ]

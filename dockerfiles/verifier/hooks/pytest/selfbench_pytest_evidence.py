@@ -242,15 +242,6 @@ class _Recorder:
 _configured: list[bool] = []
 
 
-def loaded(config_module: Any, emit: Any, sessions: Any) -> None:
-    """The evidence boot hands over `_pytest.config` as it loads: this plugin joins its default
-    plugins, so that every session of this interpreter loads it (the vocabulary's
-    `runners.pytest.python`)."""
-    plugins = getattr(config_module, "default_plugins", None)
-    if isinstance(plugins, tuple) and __name__ not in plugins:
-        config_module.default_plugins = (*plugins, __name__)
-
-
 def pytest_configure(config: Any) -> None:
     if _EMIT is None or hasattr(config, "workerinput"):  # an xdist worker: the controller
         return

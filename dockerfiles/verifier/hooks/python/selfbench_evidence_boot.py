@@ -33,28 +33,29 @@ _HERE = os.path.dirname(os.path.realpath(__file__))
 # beside it (_wire).
 _OURS = frozenset((os.path.join(_HERE, "selfbench_evidence_boot.py"),))
 # The runners on Python, as prepare-image wrote them from the vocabulary (python-hooks.txt):
-# the command lines that start each, {module it waits for: hook modules}, and each one's own
-# code by file name ((how, text): contains, suffix, or a path under the standard library).
+# the command lines that start each, {module it waits for: (hook module, the tuple of that
+# module it joins, or "" to be called)}, and each one's own code by file name ((how, text):
+# contains, suffix, or a path under the standard library).
 _STARTS: tuple[tuple[str, tuple[str, ...]], ...] = ()
-_LOADS: dict[str, tuple[str, ...]] = {}
+_LOADS: dict[str, tuple[tuple[str, str], ...]] = {}
 _PROTECTS: tuple[tuple[str, str], ...] = ()
 
 
 def _wire() -> None:
     """Reads the runners' wiring (tab-separated: `start RUNNER WORD [WORD]`, `load RUNNER MODULE
-    HOOK`, `protect RUNNER HOW TEXT`). A missing file leaves no runner wired: no evidence, and
-    the run fails."""
+    HOOK JOINS`, `protect RUNNER HOW TEXT`). A missing file leaves no runner wired: no evidence,
+    and the run fails."""
     global _OURS, _STARTS, _LOADS, _PROTECTS
     starts: list[tuple[str, tuple[str, ...]]] = []
-    loads: dict[str, tuple[str, ...]] = {}
+    loads: dict[str, tuple[tuple[str, str], ...]] = {}
     protects: list[tuple[str, str]] = []
     ours = set(_OURS)
     for line in _lines("python-hooks.txt"):
         kind, runner, *rest = line.split("\t")
         if kind == "start" and 1 <= len(rest) <= 2:
             starts.append((runner, tuple(rest)))
-        elif kind == "load" and len(rest) == 2:
-            loads[rest[0]] = (*loads.get(rest[0], ()), rest[1])
+        elif kind == "load" and len(rest) == 3:
+            loads[rest[0]] = (*loads.get(rest[0], ()), (rest[1], rest[2]))
             ours.add(os.path.join(_HERE, rest[1] + ".py"))
         elif kind == "protect" and len(rest) == 2:
             protects.append((rest[0], rest[1]))
@@ -502,10 +503,15 @@ class _Hooks:
 
         def exec_module(module: object) -> None:
             original(module)
-            for hook in hooks:
+            for hook, joins in hooks:
                 try:
-                    __import__(hook)
-                    sys.modules[hook].loaded(module, emit, sessions)
+                    if joins:
+                        named = getattr(module, joins, None)
+                        if isinstance(named, tuple) and hook not in named:
+                            setattr(module, joins, (*named, hook))
+                    else:
+                        __import__(hook)
+                        sys.modules[hook].loaded(module, emit, sessions)
                 except Exception:  # that runner records nothing (its run fails), the import stands
                     pass
 
