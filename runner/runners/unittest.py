@@ -1,7 +1,7 @@
 """unittest's room: `python -m unittest` and Django's `manage.py test`; dotted module names (or
 files) as selectors; its verbose lines; init's proposal for a Python project that does not test
-with pytest. Recorder: dockerfiles/verifier/hooks/unittest/selfbench_unittest_evidence.py (the Python
-kit's evidence boot hands it `unittest.result` as it loads: the vocabulary's
+with pytest. Recorder: dockerfiles/verifier/hooks/unittest/selfbench_unittest_evidence.py
+(the Python kit's evidence boot hands it `unittest.result` as it loads: the vocabulary's
 `runners.unittest.python`)."""
 
 from __future__ import annotations
