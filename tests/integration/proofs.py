@@ -14,17 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.conftest import FAST, grade, run_verify
+from tests.realistic import PROJECTS
 
-# The runner and the test that proves it (each of them calls `proved_by_the_evidence_alone`).
+# The runner and the test that proves it (each of them calls `proved_by_the_evidence_alone`):
+# test_verdicts.py's cases, and the real-shaped tasks that prove theirs (Project.proves).
 PROVED = {
     "pytest": "test_verdicts.py::test_no_exploit_earns_a_reward_and_the_real_fix_does[pytest]",
     "jest": "test_verdicts.py::test_no_exploit_earns_a_reward_and_the_real_fix_does[jest-npm]",
     "go": "test_verdicts.py::test_no_exploit_earns_a_reward_and_the_real_fix_does[go]",
-    "vitest": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[vitest]",
-    "unittest": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[unittest-pip]",
-    "mocha": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[mocha]",
-    "node-test": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[node-test-pnpm]",
-    "bun": "test_real_projects.py::test_a_real_shaped_task_is_accepted_...[bun]",
+    **{
+        runner: f"test_real_projects.py::test_a_real_shaped_task_is_accepted_...[{p.shape}]"
+        for p in PROJECTS
+        if p.proves
+        for runner in p.runners
+    },
 }
 
 

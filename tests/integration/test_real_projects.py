@@ -40,51 +40,20 @@ from tests.integration.proofs import (
     patched,
     proved_by_the_evidence_alone,
 )
-from tests.realistic import (
-    BASH_RUNNER,
-    BUN,
-    GO_MULTI,
-    GO_VENDORED,
-    GO_WORK,
-    JEST,
-    MOCHA,
-    NODE_TEST,
-    PDM,
-    PIP_UNITTEST,
-    SETUPTOOLS,
-    UV_MONOREPO,
-    VITEST,
-    Built,
-    Project,
-    build,
-)
+from tests.realistic import MANIFEST_PROJECTS as MANIFEST_SHAPES
+from tests.realistic import PROJECTS as SHAPES
+from tests.realistic import Built, Project, build
 from tests.realistic.forgers import forgers
 
-# (project, with its hack gate), one or more per runner. The shapes with their hack gate prove
-# their runner (tests.integration.proofs.PROVED): the default gate proves what the patch policy
-# leaves in the tree, and every exploit's patch goes through a bundle that keeps it whole.
-PROJECTS = {
-    "pytest-uv-monorepo": (UV_MONOREPO, False),
-    "unittest-pip": (PIP_UNITTEST, True),
-    "jest": (JEST, False),
-    "vitest": (VITEST, True),
-    "mocha": (MOCHA, True),
-    "node-test-pnpm": (NODE_TEST, True),
-    "bun": (BUN, True),
-    "go-vendored": (GO_VENDORED, False),
-    "go-multi-package-run": (GO_MULTI, False),
-    "exit-code-bash": (BASH_RUNNER, False),
-}
-# The shapes whose forgers are graded against the accepted task (the others' canaries are
-# checked at the oracle alone): the honest fix keeps reward 1, and every forger earns 0 with the
-# in-process checks off, the canaries alone judging.
-FORGED = {"pytest-uv-monorepo", "unittest-pip", "jest", "vitest", "go-vendored"}
+# One or more per runner, by test id, as the families list them (tests/realistic): those that
+# prove their runner (tests.integration.proofs.PROVED) keep their hack gate (the default gate
+# proves what the patch policy leaves in the tree, and every exploit's patch goes through a
+# bundle that keeps it whole); those with forgers have them graded against the accepted task
+# (the honest fix keeps reward 1, and every forger earns 0 with the in-process checks off, the
+# canaries alone judging; the others' canaries are checked at the oracle alone).
+PROJECTS = {project.shape: project for project in SHAPES}
 # Gold patches that change dependency files: the task alone.
-MANIFEST_PROJECTS = {
-    "setup-cfg-and-setup-py": SETUPTOOLS,
-    "pdm-lock": PDM,
-    "go-work": GO_WORK,
-}
+MANIFEST_PROJECTS = {project.shape: project for project in MANIFEST_SHAPES}
 
 
 def verify(tmp_path: Path, project: Project, options: list[str], variant: str, *extra: str) -> Run:
@@ -184,18 +153,18 @@ def assert_proved(tmp_path: Path, built: Built, run: Run, options: list[str]) ->
 def test_a_real_shaped_task_is_accepted_and_its_broken_variants_rejected(
     shape: str, tmp_path: Path, verify_options: list[str]
 ) -> None:
-    project, hack_gate = PROJECTS[shape]
-    gate = [] if hack_gate else ["--no-hack-gate"]
+    project = PROJECTS[shape]
+    gate = [] if project.proves else ["--no-hack-gate"]
     built = build(tmp_path, project)
     run = verify_built(tmp_path, built, verify_options, "", *gate)
     assert_accepted(run, project)
     assert_canaries(run, project)
-    if shape in FORGED:
+    if project.forged:
         assert_forgers_earn_nothing(tmp_path, built, run, [*verify_options, *project.options])
     if project.runners:
         census = run.report["census"]
         assert census["failToPass"] == "per-test"
-    if hack_gate:
+    if project.proves:
         assert_proved(tmp_path, built, run, [*verify_options, *project.options])
 
     # The nop-red variant's failing pass-to-pass test fails with the gold patch too: nop and the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.helpers import LIB_BASE, LIB_GOLD, RUNNER_SH
-from tests.realistic.project import Project
+from tests.realistic.project import Project, shaped
 
 # ---- a bash runner script (exit-code evidence) -----------------------------------------------
 
@@ -28,3 +28,8 @@ BASH_RUNNER = Project(
     failed_words="FAIL tests/",
     evidence="exit-code",
 )
+
+
+# What test_real_projects.py runs of this family (tests/realistic/python.py says how).
+PROJECTS = (shaped(BASH_RUNNER, "exit-code-bash"),)
+MANIFEST_PROJECTS: tuple[Project, ...] = ()

@@ -5,7 +5,7 @@ a module to go.work."""
 
 from __future__ import annotations
 
-from tests.realistic.project import Project, steps
+from tests.realistic.project import Project, shaped, steps
 
 GO_OPTIONS = ["--toolchain-source", "go=registry"]
 
@@ -189,3 +189,11 @@ GO_WORK = Project(
     runners=("go",),
     gold_manifests=("go.work", "textcase/go.mod", "app/go.mod"),
 )
+
+
+# What test_real_projects.py runs of this family (tests/realistic/python.py says how).
+PROJECTS = (
+    shaped(GO_VENDORED, "go-vendored", forged=True),
+    shaped(GO_MULTI, "go-multi-package-run"),
+)
+MANIFEST_PROJECTS = (shaped(GO_WORK, "go-work"),)

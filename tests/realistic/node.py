@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.realistic.project import Project, steps
+from tests.realistic.project import Project, shaped, steps
 
 NODE_OPTIONS = ["--build-network", "host", "--toolchain-source", "node=registry"]
 
@@ -324,3 +324,14 @@ BUN = Project(
     options=NODE_OPTIONS,
     runners=("bun",),
 )
+
+
+# What test_real_projects.py runs of this family (tests/realistic/python.py says how).
+PROJECTS = (
+    shaped(JEST, "jest", forged=True),
+    shaped(VITEST, "vitest", proves=True, forged=True),
+    shaped(MOCHA, "mocha", proves=True),
+    shaped(NODE_TEST, "node-test-pnpm", proves=True),
+    shaped(BUN, "bun", proves=True),
+)
+MANIFEST_PROJECTS: tuple[Project, ...] = ()

@@ -7,7 +7,7 @@ others: the failing test is in the base of all three, and only the nop-red varia
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,17 @@ class Project:
     runners: tuple[str, ...] = ()
     # The gold patch's files the verifier must take from the dependency-setup pass (manifests).
     gold_manifests: tuple[str, ...] = ()
+    # As its family's PROJECTS lists it (shaped()): its test id in test_real_projects.py, whether
+    # it proves its runners there (its hack gate on, every exploit graded through a bundle that
+    # keeps it: tests.integration.proofs.PROVED), and whether its forgers are graded there.
+    shape: str = ""
+    proves: bool = False
+    forged: bool = False
+
+
+def shaped(project: Project, shape: str, *, proves: bool = False, forged: bool = False) -> Project:
+    """A project as test_real_projects.py runs it (its family's PROJECTS)."""
+    return replace(project, shape=shape, proves=proves, forged=forged)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ and pdm.lock."""
 
 from __future__ import annotations
 
-from tests.realistic.project import Project, steps
+from tests.realistic.project import Project, shaped, steps
 
 PYTHON_ROOT = {
     "rootSetupCommand": "apt-get update -qq && apt-get install -y -qq python3 > /dev/null"
@@ -275,4 +275,16 @@ PDM = Project(
     options=["--build-network", "host"],
     runners=("pytest",),
     gold_manifests=("pyproject.toml", "pdm.lock"),
+)
+
+
+# What test_real_projects.py runs of this family: its runners' shapes (the task and its two
+# rejected variants each), and the gold patches that change dependency files (the task alone).
+PROJECTS = (
+    shaped(UV_MONOREPO, "pytest-uv-monorepo", forged=True),
+    shaped(PIP_UNITTEST, "unittest-pip", proves=True, forged=True),
+)
+MANIFEST_PROJECTS = (
+    shaped(SETUPTOOLS, "setup-cfg-and-setup-py"),
+    shaped(PDM, "pdm-lock"),
 )
