@@ -53,6 +53,10 @@ my $CANARIES = '/tests/canaries.json';
 my $CANARY_STATE = '/opt/selfbench-verifier/state/canaries.json';
 # The rule a passing canary breaks, as every report says it (runner.model.canaries.CANARY_RULE).
 my $CANARY_RULE = 'a test the reference solution fails passed';
+# The rule a kept canary that did not run (or ran and neither failed nor passed) breaks in the
+# full fail-to-pass run: code that takes tests out of the run, or skips them, must not leave
+# only the ones it can answer (runner.model.canaries.CANARY_SILENT_RULE). Never which test.
+my $CANARY_SILENT_RULE = 'a test the reference solution fails did not run';
 # Which defences judge (the runner's EvidenceChecks): both; the canaries alone ("canaries": the
 # in-process checks off); the in-process checks alone ("in-process": no canary written). A test
 # mode, to show what each catches by itself; Harbor never sets it.
@@ -1862,6 +1866,15 @@ sub judge_run {
     }
     return (\@problems, \@missing) if $mode ne 'per-test';
     unshift @problems, $CANARY_RULE if $sealed && $canaries_passed && !defined $stopped;
+    if ($sealed && $base eq 'f2p' && !defined $alone && !defined $stopped) {
+        # Each canary written into this run (the census keeps those the oracle killed, in the
+        # run the oracle ran) must have run and failed here too.
+        my $silent = grep {
+            my @mine = grep { $counted{ $_->{runner} } } @{ $run->{canaries}{$_} };
+            !grep { $_->{outcome} ne 'skipped' } @mine;
+        } keys %{ $run->{canaries} // {} };
+        push @problems, $CANARY_SILENT_RULE if $silent;
+    }
     my $in_process = ($ctx->{checks} // 'all') ne 'canaries';
     # Results forged beside the runner's, or rewritten while the tests ran: first, whatever else.
     unshift @problems, 'the runner\'s results were rewritten while the tests ran: '

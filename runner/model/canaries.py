@@ -21,6 +21,9 @@ from pydantic.alias_generators import to_camel
 
 # The rule a passing canary breaks, as every report says it: never which test it was.
 CANARY_RULE = "a test the reference solution fails passed"
+# The rule a kept canary breaks when the full fail-to-pass run did not run it (or only skipped
+# it): code that takes tests out of the run must not leave only those it can answer.
+CANARY_SILENT_RULE = "a test the reference solution fails did not run"
 # A blind guess must get past every canary with at most this chance (each held-out test with k
 # canaries of its own is guessed right with 1/(k+1)).
 GUESS_TARGET = 1 / 8

@@ -3,10 +3,8 @@ its verbose and progress lines; init's pytest proposal; and its exploits: plugin
 every test passed in every way pytest loads one (conftest, config files of every form pytest 9
 reads, dist-info entry points), modules shadowing pytest, and the evidence family against its
 recorder (records forged at exit and over a connection of the code's own, the recorder driven
-from inside, tests jumped over, pytest.xfail() from the code). Recorder:
-dockerfiles/verifier/hooks/pytest/selfbench_pytest_evidence.py (a plugin that joins pytest's
-default plugins when the Python kit's evidence boot hands it `_pytest.config`: the
-vocabulary's `runners.pytest.python`)."""
+from inside, tests jumped over, pytest.xfail() from the code). Recorder: hooks/pytest/ of
+dockerfiles/verifier, a plugin that joins pytest's default plugins (vocabulary: `python`)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 
 from runner.judge.probe import passing_canaries
-from runner.model.canaries import CANARY_RULE, CanaryPlan, CanaryRun, CanarySet, blind_guess
+from runner.model.canaries import (
+    CANARY_RULE,
+    CANARY_SILENT_RULE,
+    CanaryPlan,
+    CanaryRun,
+    CanarySet,
+    blind_guess,
+)
 from runner.model.census import canary_census
 from runner.model.evidence import RunEvidence
 from runner.runners import expected_runners, room_of
@@ -306,8 +313,17 @@ SEALED: dict[str, Any] = {
 
 
 def judge(
-    tmp_path: Path, outcome: str, *, exit_code: int, sealed: bool, checks: str = "all"
+    tmp_path: Path,
+    outcome: str,
+    *,
+    exit_code: int,
+    sealed: bool,
+    checks: str = "all",
+    kind: str = "f2p",
 ) -> dict[str, Any]:
+    """The helper's judgement of a run whose held-out test passed and whose canary's test
+    ended `outcome` ("missing": it did not run)."""
+    copy = {"runner": "pytest", "id": "t.py::test_copy", "outcome": outcome, "file": "/app/t.py"}
     document = {
         "canaries": [CANARY],
         "run": {
@@ -316,16 +332,11 @@ def judge(
             "runnerStatus": {},
             "tests": [
                 {"runner": "pytest", "id": "t.py::a", "outcome": "passed", "file": "/app/t.py"},
-                {
-                    "runner": "pytest",
-                    "id": "t.py::test_copy",
-                    "outcome": outcome,
-                    "file": "/app/t.py",
-                },
+                *([copy] if outcome != "missing" else []),
             ],
         },
         "context": {
-            "kind": "f2p",
+            "kind": kind,
             "exit": exit_code,
             "mode": "per-test",
             "runners": ["pytest"],
@@ -479,3 +490,78 @@ def test_a_number_changes_within_its_shape(text: str, shape: str) -> None:
         assert re.fullmatch(shape, changed), changed
     assert mutate_number("0o17", Random(0)) is None  # octal and binary: left alone
     assert mutate_number("0b101", Random(0)) is None
+
+
+def test_a_kept_canary_that_did_not_run_fails_the_full_run(tmp_path: Path) -> None:
+    """Code that takes the canaries out of the run (or skips them) and answers the rest earns
+    nothing: once sealed, every canary written into the full fail-to-pass run must run (and
+    fail). Never which test it was; before the census, a canary that did not run is recorded."""
+    gone = judge(tmp_path, "missing", exit_code=0, sealed=True)
+    assert gone["passed"] is False
+    assert CANARY_SILENT_RULE in gone["problems"]
+    assert "test_copy" not in " ".join(gone["problems"])
+    skipped = judge(tmp_path, "skipped", exit_code=0, sealed=True)
+    assert skipped["passed"] is False and CANARY_SILENT_RULE in skipped["problems"]
+    before = judge(tmp_path, "missing", exit_code=0, sealed=False)
+    assert before["passed"] is True and before["canaries"][0]["outcome"] == "missing"
+    # A selector run alone runs only its own tests: no canary is owed there.
+    alone = judge(tmp_path, "missing", exit_code=0, sealed=True, kind="f2p-alone:0")
+    assert CANARY_SILENT_RULE not in alone["problems"]
+
+
+# ---- the test is not the centre of its copies ----------------------------------------------------
+
+CENTRE_FILE = (
+    "const { repeat } = require('../src/repeat');\n\n"
+    "describe('repeat', () => {\n"
+    "  test('repeats a string', () => {\n    expect(repeat('ab', 3)).toBe('ababab');\n  });\n\n"
+    "  test('repeats nothing at zero', () => {\n    expect(repeat('x', 0)).toEqual('');\n  });\n\n"
+    "  test('counts the length', () => {\n    expect(repeat('abc', 4).length).toBe(12);\n  });\n"
+    "});\n"
+)
+_BLOCK = re.compile(r"test\('([^']+)', \(\) => \{\n    (.*?)\n  \}\);", re.S)
+_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\b\d+(?:\.\d+)?\b")
+
+
+def _words_apart(a: list[str], b: list[str]) -> int:
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        last, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            last, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, last + (x != y))
+    return row[-1]
+
+
+def test_code_that_reads_the_file_does_not_find_the_test_at_the_centre_of_its_copies() -> None:
+    """A forger that reads the held-out file groups each test with its copies (the same body,
+    its literals masked) and takes the member nearest to all the others (its name's words and
+    its literals) for the test: copies all made from the test left it there (measured: every
+    test on five runners). Made around a pivot, the test is the centre no more often than a
+    blind guess picks it, over many tasks."""
+    originals = {m.group(1) for m in _BLOCK.finditer(CENTRE_FILE)}
+    centre = guess = 0.0
+    for seed in range(60):
+        found = canaries_of(
+            "npx jest {tests}",
+            ["test/r.test.js"],
+            held("test/r.test.js", CENTRE_FILE),
+            seed=str(seed),
+        )
+        groups: dict[str, list[tuple[str, list[str]]]] = {}
+        for name, body in _BLOCK.findall(written(found, "test/r.test.js", CENTRE_FILE)):
+            groups.setdefault(_LITERAL.sub("#", body), []).append((name, _LITERAL.findall(body)))
+        for members in (g for g in groups.values() if len(g) > 1):
+
+            def spread(
+                x: tuple[str, list[str]], members: list[tuple[str, list[str]]] = members
+            ) -> int:
+                return sum(
+                    _words_apart(x[0].split(), y[0].split())
+                    + sum(a != b for a, b in zip(x[1], y[1], strict=True))
+                    for y in members
+                )
+
+            centre += min(members, key=spread)[0] in originals
+            guess += 1 / len(members)
+    assert guess > 30
+    assert centre <= guess, (centre, guess)

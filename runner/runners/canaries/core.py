@@ -67,6 +67,9 @@ class Copy:
     line: int  # 0-based line the text goes before
     text: str
     mutation: str
+    # The literals it changed, (start, end) in the file -> its text there: a copy made from
+    # this one starts from them (derive: the unit's first copy is its others' pivot).
+    literals: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,19 @@ _NUMBER = re.compile(
 )
 
 
+def _offset(value: int, rng: Random) -> int:
+    """`value` moved by 1 to 3 either way, never below 0: the same chance for each move, so that
+    a literal a canary was made from is, seen from the canary, just another move of it."""
+    return value + rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if value + d >= 0])
+
+
+_DECIMAL = re.compile(r"(?P<whole>\d*)(?P<dot>\.?)(?P<frac>\d*)(?P<exp>[eE][+-]?\d+)?")
+
+
 def mutate_number(text: str, rng: Random) -> str | None:
-    """Another number of the same shape: an integer moves by 1 to 3, a float by a third of
-    itself or 1 (its suffix, `n`, `u32`, `f64`, is kept)."""
+    """Another number of the same shape: an integer moves by 1 to 3 either way (never below 0),
+    a decimal by 1 to 3 in its last digit (its digits and exponent kept), a whole number written
+    with an exponent becomes an integer (its suffix, `n`, `u32`, `f64`, is kept)."""
     found = _NUMBER.match(text)
     if not found:
         return None
@@ -111,26 +124,24 @@ def mutate_number(text: str, rng: Random) -> str | None:
     clean = body.replace("_", "")
     if clean == "0" and suffix[:1] in ("o", "O", "b", "B", "x", "X"):
         return None  # an octal or binary literal: left alone
-    try:
-        if clean.lower().startswith("0x"):
-            return hex(int(clean, 16) + rng.randint(1, 3)) + suffix
-        if re.fullmatch(r"\d+", clean) and (suffix == "" or not suffix.startswith(("e", "E"))):
-            value = int(clean)
-            changed = value + rng.choice((1, 2, 3, -1)) if value > 1 else value + rng.randint(1, 3)
-            return str(changed) + suffix
-        number = float(clean)
-    except ValueError:
+    if clean.lower().startswith("0x"):
+        try:
+            return hex(_offset(int(clean, 16), rng)) + suffix
+        except ValueError:
+            return None
+    parts = _DECIMAL.fullmatch(clean)
+    if parts is None or not (parts["whole"] or parts["frac"]):
         return None
-    delta = abs(number) / 3 if abs(number) >= 3 else 1.0
-    changed_float = number + (delta if rng.random() < 0.6 else -delta)
-    if "." not in clean and number.is_integer():
+    if parts["exp"] and float(clean).is_integer():
         # `1e3` is a whole number where a language takes it for one (Go's integer constants).
-        whole = round(changed_float)
-        return None if whole == number else f"{whole}{suffix}"
-    if changed_float == number:
-        return None
-    out = repr(round(changed_float, 6))
-    return out + suffix
+        return f"{_offset(int(float(clean)), rng)}{suffix}"
+    whole, frac = parts["whole"], parts["frac"]
+    digits = str(_offset(int(whole + frac), rng)).rjust(len(whole + frac), "0")
+    head = digits[: len(digits) - len(frac)].lstrip("0")
+    if not head and whole:
+        head = "0"
+    out = head + parts["dot"] + digits[len(digits) - len(frac) :] + (parts["exp"] or "")
+    return None if out == clean else out + suffix
 
 
 _LOWER = "abcdefghijklmnopqrstuvwxyz"
@@ -289,24 +300,38 @@ def _valid(name: str, unit: Unit) -> bool:
 
 
 def copy_unit(
-    unit: Unit, source: bytes, lines: Sequence[bytes], name: str, site: Site, rng: Random
+    unit: Unit,
+    source: bytes,
+    lines: Sequence[bytes],
+    name: str,
+    site: Site,
+    rng: Random,
+    pivot: Copy | None = None,
 ) -> Copy | None:
     """`unit`'s lines with `name` for its name and one literal of every slot of `site`
-    changed, placed before or after it (the file's spacing kept). None when a literal cannot
-    be changed."""
-    edits: list[tuple[int, int, str]] = [(unit.name_span[0], unit.name_span[1], name)]
-    changes: list[str] = []
+    changed, placed before or after it (the file's spacing kept); made from `pivot` (another
+    copy of the unit: its literals kept, then changed again), never back to the test's own
+    literal. None when a literal cannot be changed."""
+    literals = {(start, end): text for start, end, text in (pivot.literals if pivot else ())}
+    originals: dict[tuple[int, int], str] = {}
     for slot in site.slots:
         scalars = list(slot)
         rng.shuffle(scalars)
         for scalar in scalars:
-            changed = scalar.mutate(scalar.text, rng)
-            if changed is not None and changed != scalar.text:
-                edits.append((scalar.start, scalar.end, changed))
-                changes.append(f"{scalar.text} -> {changed}")
+            span = (scalar.start, scalar.end)
+            now = literals.get(span, scalar.text)
+            changed = scalar.mutate(now, rng)
+            if changed is not None and changed not in (now, scalar.text):
+                literals[span] = changed
+                originals[span] = scalar.text
                 break
         else:
             return None
+    for found in (s for site in unit.sites for slot in site.slots for s in slot):
+        originals.setdefault((found.start, found.end), found.text)
+    edits = [(unit.name_span[0], unit.name_span[1], name)]
+    edits += [(start, end, text) for (start, end), text in sorted(literals.items())]
+    changes = [f"{originals[span]} -> {text}" for span, text in sorted(literals.items())]
     block_start = sum(len(line) for line in lines[: unit.first_line])
     block_end = sum(len(line) for line in lines[: unit.end_line])
     block = source[block_start:block_end]
@@ -330,6 +355,7 @@ def copy_unit(
         line=line,
         text=inserted.decode("utf-8", "surrogateescape"),
         mutation=f"{where}: " + "; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""),
+        literals=tuple((start, end, text) for (start, end), text in sorted(literals.items())),
     )
 
 

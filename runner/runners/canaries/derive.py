@@ -7,6 +7,12 @@ selects (Scope), how their tests are read (its language's engine here) and what 
 reporter gives a copy. A command no room starts gets exit-code canaries: one held-out file with
 one expected value changed, which the test command must fail on.
 
+A test's copies are not all made from the test: its first copy (the pivot) is, and its others
+from the pivot, each a move away from it as the test is. Copies made from the test alone leave
+the test at the centre of them, and code that reads the file finds it there (the plurality of
+each literal, the name nearest to every other; measured: every test found on five runners);
+around the pivot, the test is one neighbour among its copies, and the centre is a canary.
+
 Deterministic: the same task (its id and patches) gets the same canaries; the seed includes
 the gold patch, which an agent never sees."""
 
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from random import Random
 
 from runner.model.canaries import (
@@ -128,6 +134,7 @@ def _per_test(
     canaries: list[Canary] = []
     made = [0] * len(units)
     spent = [False] * len(units)  # no name the selection runs is left for it
+    pivots: dict[int, Copy] = {}  # each test's first copy, which its others are made from
     taken: dict[str, set[str]] = {}
     # One copy at a time, to the test with the fewest, until a blind guess gets past them with
     # at most AIM, MAX_CANARIES are made, or no test can take another.
@@ -138,10 +145,11 @@ def _per_test(
         index = min(open_units, key=lambda i: made[i])
         room, held, tests, scope, unit = units[index]
         names = taken.setdefault(held.path, set(tests.names))
-        copy = _one_copy(unit, held, tests.words, names, scope, rng)
+        copy = _one_copy(unit, held, tests.words, names, scope, rng, pivots.get(index))
         if copy is None:
             spent[index] = True
             continue
+        pivots.setdefault(index, copy)
         names.add(copy.name)
         made[index] += 1
         canaries.append(_canary(room, held, copy, len(canaries) + 1, inputs.workdir))
@@ -160,14 +168,22 @@ def _guess(made: list[int]) -> float:
 
 
 def _one_copy(
-    unit: Unit, held: HeldOutFile, words: list[str], taken: set[str], scope: Scope, rng: Random
+    unit: Unit,
+    held: HeldOutFile,
+    words: list[str],
+    taken: set[str],
+    scope: Scope,
+    rng: Random,
+    pivot: Copy | None,
 ) -> Copy | None:
-    """A copy of `unit` under a name its file does not have and the selection runs."""
+    """A copy of `unit` under a name its file does not have and the selection runs: made from
+    the test itself (its first), else from its pivot, name and literals."""
     lines = split_lines(held.text)
-    for name in new_names(unit, words, taken, rng, count=48):
+    named = replace(unit, name=pivot.name) if pivot is not None else unit
+    for name in new_names(named, words, taken, rng, count=48):
         if scope.name_ok is not None and not scope.name_ok(name):
             continue
-        copy = copy_unit(unit, held.text, lines, name, rng.choice(unit.sites), rng)
+        copy = copy_unit(unit, held.text, lines, name, rng.choice(unit.sites), rng, pivot)
         if copy is not None:
             return copy
     return None

@@ -63,17 +63,66 @@ function connect() {
 }
 
 // Past the verifier's own frames, the caller must be node's own code or an installed package:
-// code under test driving the reporter gets a tamper record in place of its record.
-function caller() {
-  const lines = String(new Error().stack || '').split('\n').slice(1);
-  for (const line of lines) {
-    const match = /\(?((?:file:\/\/)?\/[^():]+|node:[^():]+)(?::\d+)?(?::\d+)?\)?$/.exec(line.trim());
-    if (!match) continue;
-    const file = match[1].replace(/^file:\/\//, '');
-    if (ours.has(file)) continue;
-    return file;
+// code under test driving the reporter gets a tamper record in place of its record. The stack is
+// read through V8's call sites with this module's own handles on them (taken as node starts,
+// before any code of the repository), at a depth of its own: code that shortens the stack
+// (Error.stackTraceLimit), formats it (Error.prepareStackTrace) or pins either so that ours cannot
+// be set leaves no caller to trust. Code compiled at run time (eval, new Function) is nobody's.
+const NativeError = Error;
+const captureStackTrace = Error.captureStackTrace;
+const describe = Object.getOwnPropertyDescriptor;
+const defineProperty = Object.defineProperty;
+const DEPTH = 64;
+const asSites = (_error, sites) => sites;
+const UNREADABLE = { why: 'code that keeps the stack from being read' };
+
+function callSites() {
+  const limit = describe(NativeError, 'stackTraceLimit');
+  const prepare = describe(NativeError, 'prepareStackTrace');
+  const holder = {};
+  try {
+    defineProperty(NativeError, 'stackTraceLimit', {
+      value: DEPTH, writable: true, configurable: true, enumerable: true,
+    });
+    defineProperty(NativeError, 'prepareStackTrace', {
+      value: asSites, writable: true, configurable: true, enumerable: false,
+    });
+    if (globalThis.Error !== NativeError) return null;
+    captureStackTrace(holder, write);
+    return Array.isArray(holder.stack) ? holder.stack : null;
+  } catch (error) {
+    return null;
+  } finally {
+    try {
+      if (limit) defineProperty(NativeError, 'stackTraceLimit', limit);
+      else delete NativeError.stackTraceLimit;
+      if (prepare) defineProperty(NativeError, 'prepareStackTrace', prepare);
+      else delete NativeError.prepareStackTrace;
+    } catch (error) {
+      // A property ours replaced is configurable: restoring it cannot fail.
+    }
   }
-  return null;
+}
+
+function caller() {
+  const sites = callSites();
+  if (sites === null || !sites.length) return UNREADABLE;
+  // write is called by the verifier's own code alone (a reporter, a hook, the preload): one
+  // called straight from node (a timer, a promise, an event given write itself) was handed it.
+  const direct = String(sites[0].getFileName() || '').replace(/^file:\/\//, '');
+  if (!ours.has(direct)) {
+    const through = !direct || direct.startsWith('node:') || sites[0].isEval();
+    return { why: through ? `code that handed it to ${direct || 'a builtin'} to call` : `code of ${direct}` };
+  }
+  for (const site of sites) {
+    if (site.isEval()) return { why: `code compiled at run time (${site.getEvalOrigin() || 'eval'})` };
+    const name = site.getFileName();
+    if (!name) continue; // a builtin's own frame (Array.prototype.forEach, Promise.all, ...)
+    const file = String(name).replace(/^file:\/\//, '');
+    if (ours.has(file)) continue;
+    return { file, why: `code of ${file}` };
+  }
+  return UNREADABLE;
 }
 
 // Code no test process wrote: node's own, or an installed package's (node_modules) or the
@@ -125,7 +174,8 @@ function outOfReach(file) {
 }
 
 function trusted(file) {
-  if (file === null || file.startsWith('node:')) return true;
+  if (file === undefined) return false;
+  if (file.startsWith('node:')) return true;
   if (agentFiles.has(file)) return false;
   if (!file.includes('/node_modules/') && !file.startsWith('/usr/')) return false;
   if (!reach.has(file)) reach.set(file, outOfReach(file));
@@ -142,8 +192,8 @@ function send(runner, event) {
 
 function write(runner, event) {
   const from = caller();
-  if (!trusted(from)) {
-    send(runner, { t: 'tamper', what: `the verifier's reporter was driven by code of ${from}` });
+  if (!trusted(from.file)) {
+    send(runner, { t: 'tamper', what: `the verifier's reporter was driven by ${from.why}` });
     return;
   }
   send(runner, event);
