@@ -184,6 +184,23 @@ def _gc_fetched(budget: int, *, dry_run: bool, verb: str) -> None:
     )
 
 
+# ---- the runner's key ----------------------------------------------------------------------
+
+
+@cli.command("key")
+def key_command() -> int:
+    """Print the public half of this runner's signing key (ed25519:<hex>), made on first use:
+    what another host adds to SELFBENCH_TRUSTED_KEYS (or `export --check --key`) to trust the
+    bundles and archives this one seals. The key file is SELFBENCH_SIGNING_KEY, else
+    ~/.config/selfbench-runner/signing-key (0600)."""
+    from runner.compile import signing
+
+    found = signing.signer()
+    click.echo(signing.public_text(found.public))
+    click.echo(f"key {found.key_id} in {found.path}", err=True)
+    return 0
+
+
 # ---- export ------------------------------------------------------------------------------
 
 
@@ -199,11 +216,23 @@ def _gc_fetched(budget: int, *, dry_run: bool, verb: str) -> None:
     "--check",
     "check_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Verify every digest of an export archive instead.",
+    help="Verify every digest and signature of an export archive instead.",
+)
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    metavar="KEY",
+    help="A key to trust beside this host's own and SELFBENCH_TRUSTED_KEYS' (ed25519:<hex>, as "
+    "`selfbench-runner key` prints it where the bundles were sealed, or a file holding one).",
 )
 @logs_root_option("Where a TASK_DIR's runs are.")
 def export_command(
-    input_args: tuple[str, ...], output: Path | None, check_path: Path | None, logs_root: Path
+    input_args: tuple[str, ...],
+    output: Path | None,
+    check_path: Path | None,
+    keys: tuple[str, ...],
+    logs_root: Path,
 ) -> int:
     """Export accepted tasks as one deterministic archive: manifest.json and
     tasks/<taskId>.tar.gz (the Harbor bundle). INPUTS are run directories, their report.json,
@@ -211,11 +240,15 @@ def export_command(
     those exact files under --logs, a batch's runs included). A run may be named by its store
     address (`<store>/runs/<key>`), and a fleet's batch.json names its runs so."""
     from runner.cli.common import _find_run, local_run
-    from runner.present.export import NotAcceptedError, accepted_run, batch_runs, check, export
+    from runner.present.export import NotAcceptedError, accepted_run, batch_runs, export
+    from runner.present.exportcheck import check
 
     if check_path is not None:
-        manifest = check(check_path)
-        click.echo(f"{check_path}: {len(manifest['tasks'])} task(s), every digest matches")
+        manifest = check(check_path, keys)
+        click.echo(
+            f"{check_path}: {len(manifest['tasks'])} task(s), every digest matches, every seal "
+            "and the manifest signed by a trusted key"
+        )
         return 0
     if output is None or not input_args:
         raise UsageError("name accepted runs and -o ARCHIVE (or --check ARCHIVE)", field="-o")
@@ -223,7 +256,7 @@ def export_command(
     left = 0
     for item in (local_run(a, field="INPUTS") for a in input_args):
         if item.suffix == ".json" and item.name != REPORT_FILE:
-            batch = batch_runs(item, functools.partial(local_run, field=f"{item}: runDir"))
+            batch = batch_runs(item, functools.partial(local_run, field=f"{item}: runDir"), keys)
             runs.extend(batch.accepted)
             for words in batch.left:
                 click.echo(f"{item}: not exported, {words}", err=True)
@@ -239,7 +272,7 @@ def export_command(
                 )
             run_dir = found
         try:
-            runs.append(accepted_run(run_dir))
+            runs.append(accepted_run(run_dir, keys))
         except NotAcceptedError as exc:
             # As a batch's red tasks: named, and the accepted ones still exported.
             click.echo(f"{item}: not exported, {exc.words}", err=True)

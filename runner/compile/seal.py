@@ -1,5 +1,6 @@
-"""Sealing a bundle: its census written in, and the digest of every file recorded in its
-manifest; and the check that a bundle still matches its seal (what `grade` trusts)."""
+"""Sealing a bundle: its census written in, the digest of every file recorded in its manifest,
+and the manifest signed with the runner's key (runner.base.signing); and the check that a bundle
+still matches its seal and that a trusted key signed it (what `grade` and `export` trust)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ import stat
 from pathlib import Path
 
 from runner.base.safeio import optional_regular, write_atomic
+from runner.compile import signing
 from runner.model.census import Census
 from runner.model.evidence import MAX_EVIDENCE_BYTES
 from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, BundleLayout
 
 CENSUS_PATH = f"tests/{CENSUS_FILE}"
+SIGNATURE = "signature"
+
+
+def signed_payload(document: dict[str, object]) -> bytes:
+    """What the signature covers: the whole manifest but its signature, canonical JSON."""
+    body = {k: v for k, v in document.items() if k != SIGNATURE}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def _link_or_copy(source: str, destination: str) -> None:
@@ -52,6 +61,8 @@ def seal(bundle: Path, census: Census, out: Path) -> Path:
         "passToPass": census.pass_to_pass.mode,
         "tests": len(census.fail_to_pass.tests) + len(census.pass_to_pass.tests),
     }
+    document.pop(SIGNATURE, None)
+    document[SIGNATURE] = signing.signer().sign(signed_payload(document))
     manifest_path.unlink(missing_ok=True)
     write_atomic(manifest_path, json.dumps(document, indent=2) + "\n")
     return out
@@ -80,9 +91,10 @@ def bundle_digests(root: Path) -> dict[str, str]:
     return digests
 
 
-def seal_problem(root: Path) -> str | None:
-    """Why a bundle does not match its seal (None when it does): no seal, or the first file
-    changed, added or removed since the verification that sealed it."""
+def seal_problem(root: Path, trusted: tuple[str, ...] = ()) -> str | None:
+    """Why a bundle does not match its seal (None when it does): no seal, the first file
+    changed, added or removed since the verification that sealed it, or a manifest that no key
+    this host trusts signed (its own, SELFBENCH_TRUSTED_KEYS', `trusted`'s)."""
     raw = optional_regular(BundleLayout(root).manifest, limit=MAX_EVIDENCE_BYTES)
     try:
         document = json.loads(raw) if raw else None
@@ -100,4 +112,8 @@ def seal_problem(root: Path) -> str | None:
             return f"{name} was added after it was sealed"
         if now[name] != files[name]:
             return f"{name} changed after it was sealed"
-    return None
+    assert isinstance(document, dict)
+    problem = signing.signature_problem(
+        signed_payload(document), document.get(SIGNATURE), signing.trusted_keys(trusted)
+    )
+    return f"its seal: {problem}" if problem else None

@@ -36,6 +36,8 @@ ENV_SIDECAR_TOKEN = "SELFBENCH_SIDECAR_TOKEN"
 ENV_SIDECAR_STATE = "SELFBENCH_SIDECAR_STATE"
 ENV_SSH_CONFIG = "SELFBENCH_SSH_CONFIG"
 ENV_FORK_SERVER = "SELFBENCH_FORK_SERVER"
+ENV_SIGNING_KEY = "SELFBENCH_SIGNING_KEY"
+ENV_TRUSTED_KEYS = "SELFBENCH_TRUSTED_KEYS"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "FTP_PROXY", "ALL_PROXY")
 
 # ---- defaults --------------------------------------------------------------------------------
@@ -142,6 +144,22 @@ def cache_root() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "selfbench-runner"
     )
     return Path(base)
+
+
+def signing_key_file() -> tuple[Path, bool]:
+    """The runner's signing key (runner.compile.signing): the file SELFBENCH_SIGNING_KEY names
+    (given: never made), else the host's own under $XDG_CONFIG_HOME (~/.config), made on first
+    use; and whether it is the host's own."""
+    named = environment_value(ENV_SIGNING_KEY)
+    if named:
+        return Path(named), False
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return Path(base) / "selfbench-runner" / "signing-key", True
+
+
+def trusted_key_entries() -> list[str]:
+    """SELFBENCH_TRUSTED_KEYS: keys (ed25519:<hex>) or files holding one, `:`-separated."""
+    return [e for e in (environment_value(ENV_TRUSTED_KEYS) or "").split(os.pathsep) if e]
 
 
 class EvidenceChecks(StrEnum):

@@ -7,7 +7,11 @@
                              (no git history, no run logs)
 
 The same input gives a byte-identical archive: entries sorted, owners, times and modes
-normalised, gzip without a name or time. `export --check` verifies every digest.
+normalised, gzip without a name or time. Only a bundle whose seal a trusted key signed is
+exported (a report that says "accepted" is anyone's to write), and the manifest is signed with
+the runner's key (Ed25519 signs the same bytes the same way). `export --check` verifies every
+digest, the manifest's signature, and each bundle's seal (its files' digests, its signature),
+with the keys this host trusts and those `--key` names.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ import os
 import stat
 import tarfile
 import tempfile
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ from runner import __version__
 from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import file_sha256
 from runner.base.validation import check_task_id
+from runner.compile import signing
 from runner.model.harbor import read_task_toml
 from runner.model.layout import BundleLayout, RunLayout
 
@@ -54,8 +58,9 @@ class NotAcceptedError(UsageError):
         self.words = words
 
 
-def accepted_run(run_dir: Path) -> Accepted:
-    """The run's bundle, if the run was accepted; a clear refusal otherwise."""
+def accepted_run(run_dir: Path, trusted: tuple[str, ...] = ()) -> Accepted:
+    """The run's bundle, if the run was accepted and its seal is a trusted key's; a clear
+    refusal otherwise."""
     from runner.present.runlogs import run_report
 
     report = run_report(run_dir)
@@ -79,6 +84,13 @@ def accepted_run(run_dir: Path) -> Accepted:
     bundle = RunLayout(run_dir).own_bundle(report.get("bundle"), report.get("runDir"))
     if bundle.is_symlink() or not BundleLayout(bundle).task_toml.is_file():
         raise UsageError(f"the accepted run's bundle is gone ({bundle})", path=str(run_dir))
+    from runner.compile.seal import seal_problem
+
+    problem = seal_problem(bundle, trusted)
+    if problem is not None:
+        raise UsageError(
+            f"the accepted run's bundle does not match its seal: {problem}", path=str(bundle)
+        )
     return Accepted(run_dir=run_dir, bundle=bundle, task_id=task_id, run_id=str(report["runId"]))
 
 
@@ -88,7 +100,9 @@ class BatchRuns:
     left: list[str]  # "<task>: <verdict>" for each task of the batch not accepted
 
 
-def batch_runs(path: Path, locate: Callable[[str], Path] = Path) -> BatchRuns:
+def batch_runs(
+    path: Path, locate: Callable[[str], Path] = Path, trusted: tuple[str, ...] = ()
+) -> BatchRuns:
     """The accepted runs a batch's `batch.json` lists (its `tasks[i].runDir`), and what it
     leaves out. A batch directory that moved (a CI artifact unpacked elsewhere) is followed: a
     runDir that is gone is looked for at the same place under the file's own `runs/`.
@@ -113,7 +127,7 @@ def batch_runs(path: Path, locate: Callable[[str], Path] = Path) -> BatchRuns:
         run_dir = task.get("runDir")
         if not isinstance(run_dir, str) or not run_dir:
             raise UsageError("an accepted task with no runDir", path=str(path), field=field)
-        accepted.append(accepted_run(_located(locate(run_dir), path.parent)))
+        accepted.append(accepted_run(_located(locate(run_dir), path.parent), trusted))
     if not accepted:
         raise UsageError(
             "no accepted task in this batch"
@@ -195,10 +209,15 @@ def bundle_members(bundle: Path, task_id: str) -> list[_Member]:
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
-    body = {k: v for k, v in manifest.items() if k != "digest"}
+    body = {k: v for k, v in manifest.items() if k not in ("digest", "signature")}
     return hashlib.sha256(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
+
+
+def signed_manifest(manifest: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in manifest.items() if k != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
@@ -241,149 +260,11 @@ def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
             "tasks": tasks,
         }
         manifest["digest"] = manifest_digest(manifest)
+        manifest["signature"] = signing.signer().sign(signed_manifest(manifest))
         members.append((MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), False))
         whole = Path(staging) / "export.tar.gz"
         with whole.open("wb") as handle:
             _write_tar_gz(handle, members)
         whole.chmod(0o644)
         os.replace(whole, out)
-    return manifest
-
-
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024
-MAX_MEMBERS = 100_000
-_CHUNK = 1024 * 1024
-
-
-class _Hashing(io.RawIOBase):
-    """A reader that hashes what passes through it; drain() hashes what is left unread."""
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        self.inner = inner
-        self.sha = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.inner.read(len(buffer))
-        self.sha.update(data)
-        buffer[: len(data)] = data
-        return len(data)
-
-    def drain(self) -> str:
-        while chunk := self.inner.read(_CHUNK):
-            self.sha.update(chunk)
-        return self.sha.hexdigest()
-
-
-def _member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
-    name = member.name
-    parts = name.split("/")
-    if name.startswith("/") or ".." in parts or "\0" in name:
-        return f"{name[:200]!r} is an absolute or escaping path"
-    if prefix and parts[0] != prefix:
-        return f"{name[:200]!r} is outside {prefix}/"
-    if not (member.isfile() or member.isdir()):
-        return f"{name[:200]!r} is a link or a special file"
-    if member.size > MAX_MEMBER_BYTES:
-        return f"{name[:200]!r} is larger than 4 GiB"
-    return None
-
-
-def _check_bundle(stream: IO[bytes], task_id: str, where: str) -> None:
-    """A task's inner archive: streamed, every member inside `<taskId>/`, regular files and
-    directories only, each bounded."""
-    count = 0
-    with tarfile.open(fileobj=stream, mode="r|gz") as inner:
-        for member in inner:
-            count += 1
-            if count > MAX_MEMBERS:
-                raise InvalidTaskError(f"{where} holds more than {MAX_MEMBERS} entries")
-            problem = _member_problem(member, prefix=task_id)
-            if problem is not None:
-                raise InvalidTaskError(f"{where}: {problem}")
-            if member.isfile():
-                handle = inner.extractfile(member)
-                while handle is not None and handle.read(_CHUNK):
-                    pass
-
-
-def check(archive: Path) -> dict[str, Any]:
-    """Every digest of an export archive, streamed: each member bounded, names checked, and
-    each task's inner archive opened and checked the same way. Raises InvalidTaskError with one
-    line on anything else (a truncated or malformed archive, a manifest of another shape)."""
-    where = str(archive)
-    try:
-        return _check(archive)
-    except InvalidTaskError as exc:
-        raise InvalidTaskError(exc.message, path=where) from None
-    except (OSError, EOFError, tarfile.TarError, zlib.error, ValueError) as exc:
-        raise InvalidTaskError(
-            f"not a readable export archive: {str(exc)[:200] or type(exc).__name__}", path=where
-        ) from None
-
-
-def _check(archive: Path) -> dict[str, Any]:
-    manifest: dict[str, Any] | None = None
-    digests: dict[str, str] = {}
-    ids: dict[str, str] = {}  # file -> task id, once the manifest is read
-    count = 0
-    with tarfile.open(archive, mode="r|gz") as tar:
-        for member in tar:
-            count += 1
-            if count > MAX_MEMBERS:
-                raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")
-            problem = _member_problem(member)
-            if problem is not None:
-                raise InvalidTaskError(problem)
-            if member.isdir():
-                continue
-            if member.name in digests:
-                raise InvalidTaskError(f"{member.name} is in the archive twice")
-            handle = tar.extractfile(member)
-            assert handle is not None
-            if member.name == MANIFEST:
-                if member.size > MAX_MANIFEST_BYTES:
-                    raise InvalidTaskError("manifest.json is larger than 16 MiB")
-                manifest = _manifest(handle.read())
-                ids = {task["file"]: task["taskId"] for task in manifest["tasks"]}
-                digests[member.name] = ""
-                continue
-            if not member.name.startswith("tasks/") or not member.name.endswith(".tar.gz"):
-                raise InvalidTaskError(f"{member.name[:200]!r} is not a task archive")
-            hashing = _Hashing(handle)
-            task_id = ids.get(member.name) or member.name[len("tasks/") : -len(".tar.gz")]
-            _check_bundle(io.BufferedReader(hashing, _CHUNK), task_id, member.name)
-            digests[member.name] = hashing.drain()
-    if manifest is None:
-        raise InvalidTaskError("has no manifest.json")
-    for task in manifest["tasks"]:
-        name = task["file"]
-        if name not in digests:
-            raise InvalidTaskError(f"{name} is missing")
-        if digests[name] != task["sha256"]:
-            raise InvalidTaskError(f"{name}: digest mismatch")
-    extra = sorted(set(digests) - {MANIFEST} - {t["file"] for t in manifest["tasks"]})
-    if extra:
-        raise InvalidTaskError(f"{extra[0]} is not in manifest.json")
-    return manifest
-
-
-def _manifest(data: bytes) -> dict[str, Any]:
-    """manifest.json, its shape checked: what the rest of the check reads is there."""
-    try:
-        manifest = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidTaskError(f"manifest.json is not JSON ({exc})") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("tasks"), list):
-        raise InvalidTaskError("manifest.json has no tasks list")
-    if manifest.get("digest") != manifest_digest(manifest):
-        raise InvalidTaskError("manifest.json's digest does not match its content")
-    for index, task in enumerate(manifest["tasks"]):
-        task_id = task.get("taskId") if isinstance(task, dict) else None
-        if not isinstance(task_id, str) or check_task_id(task_id) is not None:
-            raise InvalidTaskError(f"manifest.json: tasks[{index}].taskId is not a task id")
-        if task.get("file") != f"tasks/{task_id}.tar.gz" or not isinstance(task.get("sha256"), str):
-            raise InvalidTaskError(f"manifest.json: tasks[{index}] names another file or no digest")
     return manifest

@@ -30,7 +30,8 @@ from runner.engine.cachebudget import (
     load_use,
     record_use,
 )
-from runner.present.export import Accepted, check, export
+from runner.present.export import Accepted, export
+from runner.present.exportcheck import check
 from tests.helpers import bash_task, compiled, git
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -321,9 +322,18 @@ def test_an_image_removed_after_the_listing_is_skipped_and_histories_are_read_on
     assert api.histories == ["sha256:kept", "sha256:gone", "sha256:gone"]
 
 
+def sealed_bundle(task: Path, out: Path) -> Path:
+    """The task compiled and sealed at `out`, as an accepted verification leaves its bundle."""
+    from runner.compile.seal import seal
+    from tests.unit.test_census import exit_code_census
+
+    bundle = compiled(load_authored_task(task), repo=None, out=out.parent / f".{out.name}-compiled")
+    return seal(bundle, exit_code_census(), out)
+
+
 def test_export_is_deterministic_and_checked(tmp_path: Path) -> None:
     task = bash_task(tmp_path, name="exp-task")
-    bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "bundle")
+    bundle = sealed_bundle(task.directory, tmp_path / "bundle")
     run = Accepted(run_dir=tmp_path, bundle=bundle, task_id="exp-task", run_id="r1")
     one, two = tmp_path / "one.tar.gz", tmp_path / "two.tar.gz"
     manifest = export([run], one)
@@ -357,7 +367,7 @@ def _batch_dir(tmp_path: Path) -> tuple[Path, Path]:
     task = bash_task(tmp_path, name="exp-task")
     out = tmp_path / "logs" / "batch-20261202T000000Z"
     run_dir = out / "runs" / "0000-exp-task" / "attempt-1"
-    bundle = compiled(load_authored_task(task.directory), repo=None, out=run_dir / "bundle")
+    bundle = sealed_bundle(task.directory, run_dir / "bundle")
     (run_dir / "report.json").write_text(
         json.dumps({"verdict": "accepted", "taskId": "exp-task", "runId": "r1", "bundle": ""})
     )
@@ -388,11 +398,14 @@ def test_export_streams_a_large_bundle_in_bounded_memory(tmp_path: Path) -> None
     disk to the archive; Python's heap stays far below the file (a 64 MiB one here)."""
     import tracemalloc
 
+    from runner.compile.seal import seal
+    from tests.unit.test_census import exit_code_census
+
     task = bash_task(tmp_path, name="big-task")
-    bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "bundle")
-    big = bundle / "environment" / "big.bin"
-    with big.open("wb") as handle:  # sparse: no disk is spent on it
-        handle.truncate(64 * 1024 * 1024)
+    compiled_bundle = compiled(load_authored_task(task.directory), repo=None, out=tmp_path / "c")
+    with (compiled_bundle / "environment" / "big.bin").open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)  # sparse: no disk is spent on it
+    bundle = seal(compiled_bundle, exit_code_census(), tmp_path / "bundle")
     run = Accepted(run_dir=tmp_path, bundle=bundle, task_id="big-task", run_id="r1")
     tracemalloc.start()
     try:
@@ -518,11 +531,31 @@ def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) ->
 
 
 def _signed_manifest(tasks: list[dict[str, str]]) -> bytes:
-    from runner.present.export import manifest_digest
+    from runner.compile.signing import signer
+    from runner.present.export import manifest_digest, signed_manifest
 
     manifest: dict[str, object] = {"schemaVersion": 1, "runnerVersion": "x", "tasks": tasks}
     manifest["digest"] = manifest_digest(manifest)
+    manifest["signature"] = signer().sign(signed_manifest(manifest))
     return json.dumps(manifest).encode()
+
+
+def _sealed_inner(task_id: str, files: dict[str, bytes]) -> bytes:
+    """A task archive whose bundle's manifest seals `files` with this host's key."""
+    from runner.compile.seal import SIGNATURE, signed_payload
+    from runner.compile.signing import signer
+
+    seal: dict[str, object] = {
+        "seal": {"files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}
+    }
+    seal[SIGNATURE] = signer().sign(signed_payload(seal))
+    members: list[tuple[tarfile.TarInfo, bytes | None]] = [
+        (tarfile.TarInfo(f"{task_id}/{n}"), d) for n, d in files.items()
+    ]
+    members.append(
+        (tarfile.TarInfo(f"{task_id}/.selfbench-manifest.json"), json.dumps(seal).encode())
+    )
+    return _inner(members)
 
 
 def _inner(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
@@ -569,7 +602,7 @@ def test_check_opens_the_inner_archives_and_refuses_what_escapes(
 
 
 def test_check_refuses_bad_outer_names_truncation_and_malformed_manifests(tmp_path: Path) -> None:
-    good = _inner([(tarfile.TarInfo("t/task.toml"), b"x")])
+    good = _sealed_inner("t", {"task.toml": b"x"})
     entry = {"taskId": "t", "file": "tasks/t.tar.gz", "sha256": hashlib.sha256(good).hexdigest()}
     escaping = _archive(
         tmp_path / "esc.tar.gz",
@@ -620,7 +653,7 @@ def test_export_refuses_an_id_that_is_a_path_and_a_bundle_outside_the_run(tmp_pa
 def test_check_hashes_what_follows_an_inner_archive_s_end(tmp_path: Path) -> None:
     """The bytes after the tar's end (here a second gzip member) are part of the file and of
     its digest: a digest over what the tar reader consumed alone would differ."""
-    inner = _inner([(tarfile.TarInfo("t/task.toml"), b"x")])
+    inner = _sealed_inner("t", {"task.toml": b"x"})
     trailing = io.BytesIO()
     with gzip.GzipFile(fileobj=trailing, mode="wb", mtime=0) as extra:
         extra.write(os.urandom(3 * 1024 * 1024))
@@ -699,3 +732,70 @@ def test_piped_the_batch_says_each_change_of_a_task_on_a_line(
     quiet.stage(outcome, "oracle")
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].endswith("] calc-task: nop: fail_to_pass: 2 failed")
+
+
+def test_a_seal_counts_only_with_a_trusted_key_s_signature(tmp_path: Path) -> None:
+    """A bundle edited after its seal, its manifest's digests computed again, was graded and
+    exported as the runner's own (an empty patch earned reward 1): the digests vouch for
+    nothing without a signature, and a key this host does not trust vouches for nothing."""
+    from runner.compile.seal import SIGNATURE, bundle_digests, seal_problem, signed_payload
+    from runner.compile.signing import public_text, signer
+    from runner.present.export import accepted_run
+
+    task = bash_task(tmp_path, name="exp-task")
+    run_dir = tmp_path / "run"
+    bundle = sealed_bundle(task.directory, run_dir / "bundle")
+    (run_dir / "report.json").write_text(
+        json.dumps({"verdict": "accepted", "taskId": "exp-task", "runId": "r1", "bundle": ""})
+    )
+    assert seal_problem(bundle) is None and accepted_run(run_dir).bundle == bundle
+    # The forger's way: test.sh writes reward 1, the digests recomputed.
+    test_sh = bundle / "tests" / "test.sh"
+    test_sh.write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    manifest_path = bundle / ".selfbench-manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["seal"]["files"] = bundle_digests(bundle)
+    manifest_path.write_text(json.dumps(manifest))
+    assert seal_problem(bundle) == "its seal: its signature does not match its content"
+    with pytest.raises(UsageError, match="does not match its seal"):
+        accepted_run(run_dir)
+    del manifest[SIGNATURE]
+    manifest_path.write_text(json.dumps(manifest))
+    assert seal_problem(bundle) == "its seal: it is not signed"
+    # Signed by another host's key: not trusted, until this host is told to trust it.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from runner.compile.signing import Signer
+
+    other = Signer(private=Ed25519PrivateKey.generate(), path=tmp_path / "other-key")
+    manifest[SIGNATURE] = other.sign(signed_payload(manifest))
+    manifest_path.write_text(json.dumps(manifest))
+    problem = seal_problem(bundle)
+    assert problem is not None and other.key_id in problem and "does not trust" in problem
+    assert seal_problem(bundle, (public_text(other.public),)) is None
+    assert signer().key_id != other.key_id
+
+
+def test_export_check_verifies_each_seal_and_the_manifest_with_the_keys_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An archive made on another host checks only with that host's key (`--key`); a bundle
+    inside it whose files no longer match its seal is refused by name."""
+    from runner.compile import signing
+
+    task = bash_task(tmp_path, name="exp-task")
+    bundle = sealed_bundle(task.directory, tmp_path / "bundle")
+    run = Accepted(run_dir=tmp_path, bundle=bundle, task_id="exp-task", run_id="r1")
+    archive = tmp_path / "a.tar.gz"
+    export([run], archive)
+    theirs = signing.public_text(signing.signer().public)
+    # Another host: a key of its own, which trusts nothing else.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "elsewhere"))
+    with pytest.raises(InvalidTaskError, match="does not trust"):
+        check(archive)
+    assert check(archive, (theirs,))["tasks"][0]["taskId"] == "exp-task"
+    key_file = tmp_path / "their.pub"
+    key_file.write_text(theirs + "\n")
+    assert check(archive, (str(key_file),))["tasks"][0]["taskId"] == "exp-task"
+    with pytest.raises(UsageError, match="not an Ed25519 public key"):
+        check(archive, ("ed25519:nothex",))
