@@ -45,6 +45,15 @@ def _env(extra: dict[str, str], cache: Path) -> dict[str, str]:
     return {**os.environ, **extra, "SELFBENCH_CACHE_DIR": str(cache)}
 
 
+def _fleet_key(tmp_path: Path) -> tuple[Path, str]:
+    """The fleet's signing key (every worker seals with it) and its public text."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "fleet-config")}
+    env.pop("SELFBENCH_SIGNING_KEY", None)
+    shown = run_cli("key", env=env)
+    assert shown.returncode == 0, shown.stderr
+    return tmp_path / "fleet-config" / "selfbench-runner" / "signing-key", shown.stdout.strip()
+
+
 @contextlib.contextmanager
 def _store(kind: str, root: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """The store's URL and the environment that reaches it: moto's S3 server, or a shared
@@ -67,6 +76,7 @@ def test_a_pool_on_two_workers_is_read_from_another_host(
         tmp_path, "red", taskId="bash-calc-red", testCommand="bash tests/run.sh {tests} || true"
     )
     del example
+    fleet_key, fleet_public = _fleet_key(tmp_path)
     with (
         temporal_server(tmp_path / "temporal") as server,
         _store(backend, tmp_path) as (store, s3),
@@ -79,7 +89,10 @@ def test_a_pool_on_two_workers_is_read_from_another_host(
                 queue,
                 [*verify_options, *FAST, "--store", store],  # the store is the subject
                 jobs=1,
-                env=_env(s3, tmp_path / f"w{n}" / "cache"),
+                env={
+                    **_env(s3, tmp_path / f"w{n}" / "cache"),
+                    "SELFBENCH_SIGNING_KEY": str(fleet_key),
+                },
             )
             for n in (1, 2)
         ]
@@ -121,8 +134,14 @@ def test_a_pool_on_two_workers_is_read_from_another_host(
         for worker in workers:
             assert not list((worker.state / "runs").rglob("report.json")), worker.text()
 
-        # Another host: its own empty cache, no worker state; the store's address only.
-        other = _env(s3, tmp_path / "other-host")
+        # Another host: its own empty cache and key, no worker state; the store's address only.
+        # It trusts what the fleet sealed once it is given the fleet's key, and only then.
+        untrusting = {**_env(s3, tmp_path / "other-host"), "XDG_CONFIG_HOME": str(tmp_path / "oc")}
+        refused = run_cli(
+            "export", str(out / "batch.json"), "-o", str(tmp_path / "no.tar.gz"), env=untrusting
+        )
+        assert refused.returncode == 2 and "does not trust" in refused.stderr, refused.stderr
+        other = {**untrusting, "SELFBENCH_TRUSTED_KEYS": fleet_public}
         shown = run_cli("logs", runs["red"]["runDir"], "--stage", "nop", env=other)
         assert "fail_to_pass" in shown.stdout or "fail-to-pass" in shown.stdout, shown.stdout
         assert shown.returncode == 0, shown.stderr
