@@ -482,7 +482,7 @@ def test_compile_derives_the_canaries_from_the_repository_at_the_base(tmp_path: 
 def test_a_number_changes_within_its_shape(text: str, shape: str) -> None:
     from random import Random
 
-    from runner.runners.canaries.core import mutate_number
+    from runner.runners.canaries.literals import mutate_number
 
     for seed in range(20):
         changed = mutate_number(text, Random(seed))

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from random import Random
 from typing import Literal
 
-ScalarKind = Literal["number", "string", "bool"]
+from runner.runners.canaries.literals import NUMBER, ScalarKind, string_body, string_quote
+
 NameStyle = Literal["snake", "camel", "prose"]
 
 
@@ -70,6 +71,7 @@ class Copy:
     # The literals it changed, (start, end) in the file -> its text there: a copy made from
     # this one starts from them (derive: the unit's first copy is its others' pivot).
     literals: tuple[tuple[int, int, str], ...] = ()
+    site: int = 0  # which of the unit's sites it changed
 
 
 @dataclass(frozen=True)
@@ -95,114 +97,6 @@ class FileTests:
     names: set[str] = field(default_factory=set)  # every test name in the file
     words: list[str] = field(default_factory=list)  # the file's own words, for new names
     why_none: str | None = None  # set when the file has no unit
-
-
-# ---- literals ------------------------------------------------------------------------------------
-
-_NUMBER = re.compile(
-    r"^(?P<body>0[xX][0-9a-fA-F_]+|(?:\d[\d_]*)?\.?\d[\d_]*(?:[eE][+-]?\d+)?)(?P<suffix>[A-Za-z]\w*)?$"
-)
-
-
-def _offset(value: int, rng: Random) -> int:
-    """`value` moved by 1 to 3 either way, never below 0: the same chance for each move, so that
-    a literal a canary was made from is, seen from the canary, just another move of it."""
-    return value + rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if value + d >= 0])
-
-
-_DECIMAL = re.compile(r"(?P<whole>\d*)(?P<dot>\.?)(?P<frac>\d*)(?P<exp>[eE][+-]?\d+)?")
-
-
-def mutate_number(text: str, rng: Random) -> str | None:
-    """Another number of the same shape: an integer moves by 1 to 3 either way (never below 0),
-    a decimal by 1 to 3 in its last digit (its digits and exponent kept), a whole number written
-    with an exponent becomes an integer (its suffix, `n`, `u32`, `f64`, is kept)."""
-    found = _NUMBER.match(text)
-    if not found:
-        return None
-    body, suffix = found.group("body"), found.group("suffix") or ""
-    clean = body.replace("_", "")
-    if clean == "0" and suffix[:1] in ("o", "O", "b", "B", "x", "X"):
-        return None  # an octal or binary literal: left alone
-    if clean.lower().startswith("0x"):
-        try:
-            return hex(_offset(int(clean, 16), rng)) + suffix
-        except ValueError:
-            return None
-    parts = _DECIMAL.fullmatch(clean)
-    if parts is None or not (parts["whole"] or parts["frac"]):
-        return None
-    if parts["exp"] and float(clean).is_integer():
-        # `1e3` is a whole number where a language takes it for one (Go's integer constants).
-        return f"{_offset(int(float(clean)), rng)}{suffix}"
-    whole, frac = parts["whole"], parts["frac"]
-    digits = str(_offset(int(whole + frac), rng)).rjust(len(whole + frac), "0")
-    head = digits[: len(digits) - len(frac)].lstrip("0")
-    if not head and whole:
-        head = "0"
-    out = head + parts["dot"] + digits[len(digits) - len(frac) :] + (parts["exp"] or "")
-    return None if out == clean else out + suffix
-
-
-_LOWER = "abcdefghijklmnopqrstuvwxyz"
-_UPPER = _LOWER.upper()
-_DIGITS = "0123456789"
-
-
-def mutate_text(body: str, rng: Random) -> str | None:
-    """The source text between a string literal's quotes with one letter or digit changed to
-    another of its kind (never inside an escape sequence); an empty string gets one letter."""
-    positions = []
-    index = 0
-    while index < len(body):
-        char = body[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char.isascii() and char.isalnum():
-            positions.append(index)
-        index += 1
-    if not positions:
-        return None if body else rng.choice("abcdefgh")
-    at = rng.choice(positions)
-    char = body[at]
-    pool = _LOWER if char in _LOWER else _UPPER if char in _UPPER else _DIGITS
-    other = rng.choice([c for c in pool if c != char])
-    return body[:at] + other + body[at + 1 :]
-
-
-def flip_bool(text: str, rng: Random) -> str | None:
-    """true and false (True and False), the other way round."""
-    return {"true": "false", "false": "true", "True": "False", "False": "True"}.get(text)
-
-
-def mutate_string(text: str, rng: Random) -> str | None:
-    """A quoted string literal with one letter or digit of its body changed."""
-    return quoted(mutate_text)(text, rng)
-
-
-def quoted(
-    mutate_body: Callable[[str, Random], str | None], prefix: str = ""
-) -> Callable[[str, Random], str | None]:
-    """A string literal's mutation: its prefix and quotes kept, its body changed."""
-
-    def mutate(text: str, rng: Random) -> str | None:
-        head = len(text) - len(text.lstrip("rRbBuUfF")) if prefix == "" else len(prefix)
-        quote_chars = text[head:]
-        for quote in ('"""', "'''", '"', "'", "`"):
-            if (
-                quote_chars.startswith(quote)
-                and quote_chars.endswith(quote)
-                and len(quote_chars) >= 2 * len(quote)
-            ):
-                body = quote_chars[len(quote) : len(quote_chars) - len(quote)]
-                changed = mutate_body(body, rng)
-                if changed is None or changed == body:
-                    return None
-                return text[: head + len(quote)] + changed + quote
-        return None
-
-    return mutate
 
 
 # ---- names ---------------------------------------------------------------------------------------
@@ -264,26 +158,18 @@ def new_names(
         if len(found) >= count or not pool:
             break
         choice = list(parts)
-        moves = ["add", "add"]
-        if len(pool) >= 2:
-            moves.append("add two")  # a short name from few words has few one-word variants
-        if len(parts) >= 2:
-            moves.append("replace")
-        if len(parts) >= 3:
-            moves.append("drop")
+        # A word added, replaced or dropped, each as likely (dropped only from a name of two
+        # words or more): the name a copy was made from is, seen from the copy, just another
+        # move of it (a name made mostly by adding words is the one with the fewest).
+        moves = ["add", "replace"] + (["drop"] if len(parts) >= 2 else [])
         move = rng.choice(moves)
         word = rng.choice(pool)
         if move == "add":
             choice.insert(rng.randint(0, len(choice)), word)
-        elif move == "add two":
-            for extra in rng.sample(pool, 2):
-                choice.insert(rng.randint(0, len(choice)), extra)
         elif move == "replace":
             choice[rng.randrange(len(choice))] = word
         else:
             del choice[rng.randrange(len(choice))]
-            if rng.random() < 0.5:
-                choice.insert(rng.randint(0, len(choice)), word)
         name = _join(choice, unit.style, unit.prefix, unit.name)
         if name and name not in taken and name != unit.name and _valid(name, unit):
             found.setdefault(name, None)
@@ -304,24 +190,31 @@ def copy_unit(
     source: bytes,
     lines: Sequence[bytes],
     name: str,
-    site: Site,
+    site_index: int,
     rng: Random,
     pivot: Copy | None = None,
+    taken: Mapping[tuple[int, int], set[str]] | None = None,
+    natural: Mapping[ScalarKind, Sequence[str]] | None = None,
 ) -> Copy | None:
-    """`unit`'s lines with `name` for its name and one literal of every slot of `site`
-    changed, placed before or after it (the file's spacing kept); made from `pivot` (another
-    copy of the unit: its literals kept, then changed again), never back to the test's own
-    literal. None when a literal cannot be changed."""
+    """`unit`'s lines with `name` for its name and one literal of every slot of its site
+    `site_index` changed, placed before or after it (the file's spacing kept). Made from
+    `pivot` (the unit's first copy), it changes again each literal the pivot changed, and
+    nothing else: every member of the group then differs from the pivot in the same places, by
+    one move each. A new value is never the test's own, nor one a member of the group has there
+    (`taken`); half the time it is a literal of the file's own (`natural`, by kind), the other
+    half a move of the one it replaces. None when a literal cannot be changed."""
+    site = unit.sites[site_index]
     literals = {(start, end): text for start, end, text in (pivot.literals if pivot else ())}
     originals: dict[tuple[int, int], str] = {}
     for slot in site.slots:
-        scalars = list(slot)
+        scalars = [s for s in slot if (s.start, s.end) in literals] or list(slot)
         rng.shuffle(scalars)
         for scalar in scalars:
             span = (scalar.start, scalar.end)
             now = literals.get(span, scalar.text)
-            changed = scalar.mutate(now, rng)
-            if changed is not None and changed not in (now, scalar.text):
+            avoid = {now, scalar.text, *((taken or {}).get(span, ()))}
+            changed = _new_value(scalar, now, avoid, natural or {}, rng)
+            if changed is not None:
                 literals[span] = changed
                 originals[span] = scalar.text
                 break
@@ -356,7 +249,52 @@ def copy_unit(
         text=inserted.decode("utf-8", "surrogateescape"),
         mutation=f"{where}: " + "; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""),
         literals=tuple((start, end, text) for (start, end), text in sorted(literals.items())),
+        site=site_index,
     )
+
+
+def _new_value(
+    scalar: Scalar,
+    now: str,
+    avoid: set[str],
+    natural: Mapping[ScalarKind, Sequence[str]],
+    rng: Random,
+) -> str | None:
+    """Another text for `scalar` (its value now `now`) that is none of `avoid`: a literal of
+    the file's own of its kind, requoted as the scalar is, or a move of `now`."""
+    own = [v for v in (_requoted(scalar, n) for n in natural.get(scalar.kind, ())) if v]
+    own = [v for v in dict.fromkeys(own) if v not in avoid]
+    if own and rng.random() < 0.5:
+        return rng.choice(own)
+    for _ in range(8):
+        changed = scalar.mutate(now, rng)
+        if changed is not None and changed not in avoid:
+            return changed
+    return rng.choice(own) if own else None
+
+
+def _requoted(scalar: Scalar, literal: str) -> str | None:
+    """`literal` (a literal's text found in the file) in `scalar`'s own form: a string's body
+    between the scalar's quotes, a number of the scalar's shape (its suffix, a decimal point or
+    none); None when it does not fit."""
+    if scalar.kind == "bool":
+        return None
+    if scalar.kind == "number":
+        mine, theirs = NUMBER.match(scalar.text), NUMBER.match(literal)
+        if not mine or not theirs or (mine.group("suffix") or "") != (theirs.group("suffix") or ""):
+            return None
+        if ("." in mine.group("body")) != ("." in theirs.group("body")):
+            return None
+        if mine.group("body").lower().startswith("0x") or "e" in theirs.group("body").lower():
+            return None
+        return literal
+    body = string_body(literal)
+    quote = string_quote(scalar.text)
+    unsafe = ("\\", "\n", "'", '"', "`", "$", "{")
+    if body is None or quote is None or any(c in body for c in unsafe):
+        return None
+    head = scalar.text[: scalar.text.index(quote)]
+    return f"{head}{quote}{body}{quote}"
 
 
 def spacing(lines: Sequence[bytes], first: int, end: int, default: int) -> int:

@@ -40,6 +40,7 @@ from runner.runners.canaries.core import (
     split_lines,
 )
 from runner.runners.canaries.exitcode import exit_code_sites
+from runner.runners.canaries.literals import ScalarKind, file_literals
 from runner.runners.room import Room
 
 # Before the oracle: a blind guess passes every canary with at most this chance, so that the
@@ -135,6 +136,8 @@ def _per_test(
     made = [0] * len(units)
     spent = [False] * len(units)  # no name the selection runs is left for it
     pivots: dict[int, Copy] = {}  # each test's first copy, which its others are made from
+    values: dict[int, dict[tuple[int, int], set[str]]] = {}  # each test's group's, by span
+    natural = {held.path: file_literals(held.text) for _, held, _, _ in found}
     taken: dict[str, set[str]] = {}
     # One copy at a time, to the test with the fewest, until a blind guess gets past them with
     # at most AIM, MAX_CANARIES are made, or no test can take another.
@@ -145,11 +148,16 @@ def _per_test(
         index = min(open_units, key=lambda i: made[i])
         room, held, tests, scope, unit = units[index]
         names = taken.setdefault(held.path, set(tests.names))
-        copy = _one_copy(unit, held, tests.words, names, scope, rng, pivots.get(index))
+        group = values.setdefault(index, {})
+        copy = _one_copy(
+            unit, held, tests.words, names, scope, rng, pivots.get(index), group, natural[held.path]
+        )
         if copy is None:
             spent[index] = True
             continue
         pivots.setdefault(index, copy)
+        for start, end, text in copy.literals:
+            group.setdefault((start, end), set()).add(text)
         names.add(copy.name)
         made[index] += 1
         canaries.append(_canary(room, held, copy, len(canaries) + 1, inputs.workdir))
@@ -175,15 +183,18 @@ def _one_copy(
     scope: Scope,
     rng: Random,
     pivot: Copy | None,
+    group: dict[tuple[int, int], set[str]],
+    natural: dict[ScalarKind, list[str]],
 ) -> Copy | None:
     """A copy of `unit` under a name its file does not have and the selection runs: made from
-    the test itself (its first), else from its pivot, name and literals."""
+    the test itself (its first), else from its pivot, name and literals (the pivot's site)."""
     lines = split_lines(held.text)
     named = replace(unit, name=pivot.name) if pivot is not None else unit
+    site = pivot.site if pivot is not None else rng.randrange(len(unit.sites))
     for name in new_names(named, words, taken, rng, count=48):
         if scope.name_ok is not None and not scope.name_ok(name):
             continue
-        copy = copy_unit(unit, held.text, lines, name, rng.choice(unit.sites), rng, pivot)
+        copy = copy_unit(unit, held.text, lines, name, site, rng, pivot, group, natural)
         if copy is not None:
             return copy
     return None

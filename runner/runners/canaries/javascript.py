@@ -14,13 +14,11 @@ from runner.runners.canaries.core import (
     Scalar,
     Site,
     Unit,
-    flip_bool,
-    mutate_number,
-    mutate_string,
     spacing,
     split_lines,
     words_of,
 )
+from runner.runners.canaries.literals import flip_bool, mutate_number, mutate_string
 from runner.runners.syntax import grammar_of, node_text, parse, texts_of
 
 TEST_CALLS = frozenset({"test", "it"})

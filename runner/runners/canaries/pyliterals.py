@@ -9,7 +9,7 @@ import io
 import tokenize
 from random import Random
 
-from runner.runners.canaries.core import mutate_number, mutate_text, quoted
+from runner.runners.canaries.literals import mutate_number, mutate_text, quoted
 
 
 def string_mutation(text: str, rng: Random) -> str | None:

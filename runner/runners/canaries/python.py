@@ -14,11 +14,11 @@ from runner.runners.canaries.core import (
     Scalar,
     Site,
     Unit,
-    flip_bool,
     spacing,
     split_lines,
     words_of,
 )
+from runner.runners.canaries.literals import flip_bool
 from runner.runners.canaries.pyliterals import python_number, string_mutation
 
 EQUAL_METHODS = frozenset(

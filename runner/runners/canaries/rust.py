@@ -13,13 +13,11 @@ from runner.runners.canaries.core import (
     Scalar,
     Site,
     Unit,
-    flip_bool,
-    mutate_number,
-    mutate_string,
     spacing,
     split_lines,
     words_of,
 )
+from runner.runners.canaries.literals import flip_bool, mutate_number, mutate_string
 from runner.runners.syntax import node_text, parse, texts_of
 
 _MACROS = frozenset({"assert_eq", "pretty_assert_eq"})

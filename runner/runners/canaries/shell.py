@@ -8,13 +8,8 @@ from random import Random
 
 from tree_sitter import Node
 
-from runner.runners.canaries.core import (
-    Scalar,
-    Site,
-    mutate_number,
-    mutate_string,
-    mutate_text,
-)
+from runner.runners.canaries.core import Scalar, Site
+from runner.runners.canaries.literals import mutate_number, mutate_string, mutate_text
 from runner.runners.syntax import node_text, parse
 
 _EQUALS = frozenset({"=", "==", "-eq"})

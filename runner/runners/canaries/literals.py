@@ -1,0 +1,152 @@
+"""A canary's literals (pure): how an expected value's text changes (numbers, strings,
+booleans, each within its shape), and the literals a held-out file spells, which a canary may
+take instead (runner.runners.canaries.core)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from random import Random
+from typing import Literal
+
+ScalarKind = Literal["number", "string", "bool"]
+
+
+# ---- literals ------------------------------------------------------------------------------------
+
+NUMBER = re.compile(
+    r"^(?P<body>0[xX][0-9a-fA-F_]+|(?:\d[\d_]*)?\.?\d[\d_]*(?:[eE][+-]?\d+)?)(?P<suffix>[A-Za-z]\w*)?$"
+)
+
+
+def _offset(value: int, rng: Random) -> int:
+    """`value` moved by 1 to 3 either way, never below 0: the same chance for each move, so that
+    a literal a canary was made from is, seen from the canary, just another move of it."""
+    return value + rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if value + d >= 0])
+
+
+_DECIMAL = re.compile(r"(?P<whole>\d*)(?P<dot>\.?)(?P<frac>\d*)(?P<exp>[eE][+-]?\d+)?")
+
+
+def mutate_number(text: str, rng: Random) -> str | None:
+    """Another number of the same shape: an integer moves by 1 to 3 either way (never below 0),
+    a decimal by 1 to 3 in its last digit (its digits and exponent kept), a whole number written
+    with an exponent becomes an integer (its suffix, `n`, `u32`, `f64`, is kept)."""
+    found = NUMBER.match(text)
+    if not found:
+        return None
+    body, suffix = found.group("body"), found.group("suffix") or ""
+    clean = body.replace("_", "")
+    if clean == "0" and suffix[:1] in ("o", "O", "b", "B", "x", "X"):
+        return None  # an octal or binary literal: left alone
+    if clean.lower().startswith("0x"):
+        try:
+            return hex(_offset(int(clean, 16), rng)) + suffix
+        except ValueError:
+            return None
+    parts = _DECIMAL.fullmatch(clean)
+    if parts is None or not (parts["whole"] or parts["frac"]):
+        return None
+    if parts["exp"] and float(clean).is_integer():
+        # `1e3` is a whole number where a language takes it for one (Go's integer constants).
+        return f"{_offset(int(float(clean)), rng)}{suffix}"
+    whole, frac = parts["whole"], parts["frac"]
+    digits = str(_offset(int(whole + frac), rng)).rjust(len(whole + frac), "0")
+    head = digits[: len(digits) - len(frac)].lstrip("0")
+    if not head and whole:
+        head = "0"
+    out = head + parts["dot"] + digits[len(digits) - len(frac) :] + (parts["exp"] or "")
+    return None if out == clean else out + suffix
+
+
+_LOWER = "abcdefghijklmnopqrstuvwxyz"
+_UPPER = _LOWER.upper()
+_DIGITS = "0123456789"
+
+
+def mutate_text(body: str, rng: Random) -> str | None:
+    """The source text between a string literal's quotes with one letter or digit changed to
+    another of its kind (never inside an escape sequence); an empty string gets one letter."""
+    positions = []
+    index = 0
+    while index < len(body):
+        char = body[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char.isascii() and char.isalnum():
+            positions.append(index)
+        index += 1
+    if not positions:
+        return None if body else rng.choice("abcdefgh")
+    at = rng.choice(positions)
+    char = body[at]
+    pool = _LOWER if char in _LOWER else _UPPER if char in _UPPER else _DIGITS
+    other = rng.choice([c for c in pool if c != char])
+    return body[:at] + other + body[at + 1 :]
+
+
+def flip_bool(text: str, rng: Random) -> str | None:
+    """true and false (True and False), the other way round."""
+    return {"true": "false", "false": "true", "True": "False", "False": "True"}.get(text)
+
+
+def mutate_string(text: str, rng: Random) -> str | None:
+    """A quoted string literal with one letter or digit of its body changed."""
+    return quoted(mutate_text)(text, rng)
+
+
+def quoted(
+    mutate_body: Callable[[str, Random], str | None], prefix: str = ""
+) -> Callable[[str, Random], str | None]:
+    """A string literal's mutation: its prefix and quotes kept, its body changed."""
+
+    def mutate(text: str, rng: Random) -> str | None:
+        head = len(text) - len(text.lstrip("rRbBuUfF")) if prefix == "" else len(prefix)
+        quote_chars = text[head:]
+        for quote in ('"""', "'''", '"', "'", "`"):
+            if (
+                quote_chars.startswith(quote)
+                and quote_chars.endswith(quote)
+                and len(quote_chars) >= 2 * len(quote)
+            ):
+                body = quote_chars[len(quote) : len(quote_chars) - len(quote)]
+                changed = mutate_body(body, rng)
+                if changed is None or changed == body:
+                    return None
+                return text[: head + len(quote)] + changed + quote
+        return None
+
+    return mutate
+
+
+def string_quote(text: str) -> str | None:
+    stripped = text.lstrip("rRbBuUfF")
+    for quote in ('"""', "'''", '"', "'", "`"):
+        if (
+            stripped.startswith(quote)
+            and stripped.endswith(quote)
+            and len(stripped) >= 2 * len(quote)
+        ):
+            return quote
+    return None
+
+
+def string_body(text: str) -> str | None:
+    quote = string_quote(text)
+    if quote is None or text[: len(text) - len(text.lstrip("rRbBuUfF"))]:
+        return None
+    return text[len(quote) : len(text) - len(quote)]
+
+
+_LITERAL = re.compile(r"""'[^'\\\n]*'|"[^"\\\n]*"|(?<![\w.])\d+(?:\.\d+)?(?![\w.])""")
+
+
+def file_literals(text: bytes) -> dict[ScalarKind, list[str]]:
+    """The string and number literals a file spells (a plain scan: only their texts are used,
+    as candidates a scalar's own form must fit), by kind, in order of first use."""
+    found: dict[ScalarKind, dict[str, None]] = {"string": {}, "number": {}}
+    for token in _LITERAL.findall(text.decode("utf-8", "replace")):
+        kind: ScalarKind = "number" if token[0].isdigit() else "string"
+        found[kind].setdefault(token, None)
+    return {kind: list(values)[:200] for kind, values in found.items()}
