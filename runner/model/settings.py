@@ -158,8 +158,15 @@ def signing_key_file() -> tuple[Path, bool]:
 
 
 def trusted_key_entries() -> list[str]:
-    """SELFBENCH_TRUSTED_KEYS: keys (ed25519:<hex>) or files holding one, `:`-separated."""
-    return [e for e in (environment_value(ENV_TRUSTED_KEYS) or "").split(os.pathsep) if e]
+    """SELFBENCH_TRUSTED_KEYS: keys (ed25519:<hex>) or files holding one, `:`-separated (a
+    key's own `ed25519:` is part of it, not a separator)."""
+    entries: list[str] = []
+    for part in (environment_value(ENV_TRUSTED_KEYS) or "").split(os.pathsep):
+        if entries and entries[-1] == "ed25519":
+            entries[-1] += f":{part}"
+        elif part:
+            entries.append(part)
+    return entries
 
 
 class EvidenceChecks(StrEnum):

@@ -73,3 +73,18 @@ def test_a_given_key_file_others_can_read_is_refused_by_name(
     with pytest.raises(UsageError, match="cannot read the signing key"):
         signing.signer()
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_trusted_keys_are_read_from_the_environment_with_their_own_colons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SELFBENCH_TRUSTED_KEYS is `:`-separated, and a key is `ed25519:<hex>`: the key's own
+    colon does not split it (the fleet's key, given so, was read as a file named `ed25519`)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    one = signing.Signer(private=Ed25519PrivateKey.generate(), path=tmp_path / "a")
+    two = signing.Signer(private=Ed25519PrivateKey.generate(), path=tmp_path / "b")
+    key_file = tmp_path / "two.pub"
+    key_file.write_text(signing.public_text(two.public) + "\n")
+    monkeypatch.setenv("SELFBENCH_TRUSTED_KEYS", f"{signing.public_text(one.public)}:{key_file}")
+    trusted = signing.trusted_keys()
+    assert {one.key_id, two.key_id, signing.signer().key_id} == set(trusted)
