@@ -102,39 +102,41 @@ def quoted(
     """A string literal's mutation: its prefix and quotes kept, its body changed."""
 
     def mutate(text: str, rng: Random) -> str | None:
-        head = len(text) - len(text.lstrip("rRbBuUfF")) if prefix == "" else len(prefix)
+        head = len(text) - len(text.lstrip(_PREFIXES)) if prefix == "" else len(prefix)
         quote_chars = text[head:]
-        for quote in ('"""', "'''", '"', "'", "`"):
-            if (
-                quote_chars.startswith(quote)
-                and quote_chars.endswith(quote)
-                and len(quote_chars) >= 2 * len(quote)
-            ):
-                body = quote_chars[len(quote) : len(quote_chars) - len(quote)]
-                changed = mutate_body(body, rng)
-                if changed is None or changed == body:
-                    return None
-                return text[: head + len(quote)] + changed + quote
-        return None
+        quote = _quote_of(quote_chars)
+        if quote is None:
+            return None
+        body = quote_chars[len(quote) : len(quote_chars) - len(quote)]
+        changed = mutate_body(body, rng)
+        if changed is None or changed == body:
+            return None
+        return text[: head + len(quote)] + changed + quote
 
     return mutate
 
 
-def string_quote(text: str) -> str | None:
-    stripped = text.lstrip("rRbBuUfF")
+_PREFIXES = "rRbBuUfF"  # a string literal's prefix letters (Python's)
+
+
+def _quote_of(chars: str) -> str | None:
+    """The quotes around `chars` (a string literal without its prefix), or None."""
     for quote in ('"""', "'''", '"', "'", "`"):
-        if (
-            stripped.startswith(quote)
-            and stripped.endswith(quote)
-            and len(stripped) >= 2 * len(quote)
-        ):
+        fits = len(chars) >= 2 * len(quote)
+        if fits and chars.startswith(quote) and chars.endswith(quote):
             return quote
     return None
 
 
+def string_quote(text: str) -> str | None:
+    """The quotes of a string literal, its prefix (`b`, `r`...) left out; None: not one."""
+    return _quote_of(text.lstrip(_PREFIXES))
+
+
 def string_body(text: str) -> str | None:
+    """The body of a string literal without a prefix; None for any other text."""
     quote = string_quote(text)
-    if quote is None or text[: len(text) - len(text.lstrip("rRbBuUfF"))]:
+    if quote is None or text[: len(text) - len(text.lstrip(_PREFIXES))]:
         return None
     return text[len(quote) : len(text) - len(quote)]
 
