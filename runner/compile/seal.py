@@ -1,5 +1,5 @@
 """Sealing a bundle: its census written in, the digest of every file recorded in its manifest,
-and the manifest signed with the runner's key (runner.base.signing); and the check that a bundle
+and the manifest signed with the runner's key (runner.compile.signing); and the check that a bundle
 still matches its seal and that a trusted key signed it (what `grade` and `export` trust)."""
 
 from __future__ import annotations
@@ -18,13 +18,6 @@ from runner.model.evidence import MAX_EVIDENCE_BYTES
 from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, BundleLayout
 
 CENSUS_PATH = f"tests/{CENSUS_FILE}"
-SIGNATURE = "signature"
-
-
-def signed_payload(document: dict[str, object]) -> bytes:
-    """What the signature covers: the whole manifest but its signature, canonical JSON."""
-    body = {k: v for k, v in document.items() if k != SIGNATURE}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def _link_or_copy(source: str, destination: str) -> None:
@@ -61,8 +54,7 @@ def seal(bundle: Path, census: Census, out: Path) -> Path:
         "passToPass": census.pass_to_pass.mode,
         "tests": len(census.fail_to_pass.tests) + len(census.pass_to_pass.tests),
     }
-    document.pop(SIGNATURE, None)
-    document[SIGNATURE] = signing.signer().sign(signed_payload(document))
+    signing.sign_document(document)
     manifest_path.unlink(missing_ok=True)
     write_atomic(manifest_path, json.dumps(document, indent=2) + "\n")
     return out
@@ -100,11 +92,24 @@ def seal_problem(root: Path, trusted: tuple[str, ...] = ()) -> str | None:
         document = json.loads(raw) if raw else None
     except ValueError:
         return f"{MANIFEST_FILE} is not JSON"
-    seal = document.get("seal") if isinstance(document, dict) else None
-    files = seal.get("files") if isinstance(seal, dict) else None
-    if not isinstance(files, dict):
+    if not _has_seal(document):
         return "it has no seal (no verification accepted it)"
-    now = bundle_digests(root)
+    return manifest_problem(document, bundle_digests(root), signing.trusted_keys(trusted))
+
+
+def _has_seal(document: object) -> bool:
+    seal = document.get("seal") if isinstance(document, dict) else None
+    return isinstance(seal, dict) and isinstance(seal.get("files"), dict)
+
+
+def manifest_problem(document: object, now: dict[str, str], trusted: signing.Trusted) -> str | None:
+    """Why a bundle whose files' digests are `now` (its manifest's own left out) does not match
+    the manifest `document` (None when it does): no seal, the first file changed, added or
+    removed since it was sealed, or no trusted key signed the manifest. Whether the files are
+    on disk (seal_problem) or streamed from an archive (export --check)."""
+    if not isinstance(document, dict) or not _has_seal(document):
+        return "it has no seal (no verification accepted it)"
+    files = document["seal"]["files"]
     for name in sorted(set(files) | set(now)):
         if name not in now:
             return f"{name} is gone since it was sealed"
@@ -112,8 +117,5 @@ def seal_problem(root: Path, trusted: tuple[str, ...] = ()) -> str | None:
             return f"{name} was added after it was sealed"
         if now[name] != files[name]:
             return f"{name} changed after it was sealed"
-    assert isinstance(document, dict)
-    problem = signing.signature_problem(
-        signed_payload(document), document.get(SIGNATURE), signing.trusted_keys(trusted)
-    )
+    problem = signing.document_problem(document, trusted)
     return f"its seal: {problem}" if problem else None

@@ -19,9 +19,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +42,8 @@ from runner.model.settings import (
 
 ALGORITHM = "ed25519"
 MAX_KEY_FILE_BYTES = 4096
+SIGNATURE = "signature"  # a signed document's own key for its signature
+Trusted = dict[str, Ed25519PublicKey]  # the keys a host trusts, by key id
 
 
 def public_text(key: Ed25519PublicKey) -> str:
@@ -172,6 +176,25 @@ def trusted_keys(extra: tuple[str, ...] = ()) -> dict[str, Ed25519PublicKey]:
             raise UsageError(f"cannot read a trusted key ({exc.strerror})", path=entry) from None
         keys.append(parse_public(text, where=entry, field=field))
     return {key_id(k): k for k in keys}
+
+
+def payload(document: Mapping[str, object]) -> bytes:
+    """What a signed JSON document's signature covers: the whole document but its signature,
+    canonical (sorted keys, no spaces, ASCII)."""
+    body = {k: v for k, v in document.items() if k != SIGNATURE}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def sign_document(document: dict[str, object]) -> None:
+    """`document` signed with the signing key, in place (its SIGNATURE, whatever was there)."""
+    document[SIGNATURE] = signer().sign(payload(document))
+
+
+def document_problem(
+    document: Mapping[str, object], trusted: dict[str, Ed25519PublicKey]
+) -> str | None:
+    """Why `document` is not vouched for by a trusted key (None when it is)."""
+    return signature_problem(payload(document), document.get(SIGNATURE), trusted)
 
 
 def signature_problem(

@@ -209,15 +209,10 @@ def bundle_members(bundle: Path, task_id: str) -> list[_Member]:
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
-    body = {k: v for k, v in manifest.items() if k not in ("digest", "signature")}
+    body = {k: v for k, v in manifest.items() if k not in ("digest", signing.SIGNATURE)}
     return hashlib.sha256(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
-
-
-def signed_manifest(manifest: dict[str, Any]) -> bytes:
-    body = {k: v for k, v in manifest.items() if k != "signature"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
@@ -260,7 +255,7 @@ def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
             "tasks": tasks,
         }
         manifest["digest"] = manifest_digest(manifest)
-        manifest["signature"] = signing.signer().sign(signed_manifest(manifest))
+        signing.sign_document(manifest)
         members.append((MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), False))
         whole = Path(staging) / "export.tar.gz"
         with whole.open("wb") as handle:

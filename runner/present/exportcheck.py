@@ -16,13 +16,12 @@ from typing import IO, Any
 from runner.base.errors import InvalidTaskError
 from runner.base.validation import check_task_id
 from runner.compile import signing
-from runner.compile.seal import SIGNATURE, signed_payload
+from runner.compile.seal import manifest_problem
 from runner.model.layout import MANIFEST_FILE
 from runner.present.export import (
     MANIFEST,
     MAX_MEMBER_BYTES,
     manifest_digest,
-    signed_manifest,
 )
 
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
@@ -98,18 +97,9 @@ def _check_bundle(stream: IO[bytes], task_id: str, where: str, trusted: dict[str
         document = json.loads(sealed) if sealed is not None else None
     except (UnicodeDecodeError, ValueError):
         document = None
-    seal = document.get("seal") if isinstance(document, dict) else None
-    recorded = seal.get("files") if isinstance(seal, dict) else None
-    if not isinstance(document, dict) or not isinstance(recorded, dict):
-        raise InvalidTaskError(f"{where}: the bundle has no seal")
-    if recorded != files:
-        changed = sorted(
-            set(recorded) ^ set(files) | {n for n in files if recorded.get(n) != files[n]}
-        )
-        raise InvalidTaskError(f"{where}: {changed[0][:200]} does not match the bundle's seal")
-    problem = signing.signature_problem(signed_payload(document), document.get(SIGNATURE), trusted)
+    problem = manifest_problem(document, files, trusted)
     if problem is not None:
-        raise InvalidTaskError(f"{where}: the bundle's seal: {problem}")
+        raise InvalidTaskError(f"{where}: the bundle does not match its seal: {problem[:400]}")
 
 
 def check(archive: Path, keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -184,9 +174,7 @@ def _manifest(data: bytes, trusted: dict[str, Any]) -> dict[str, Any]:
         raise InvalidTaskError("manifest.json has no tasks list")
     if manifest.get("digest") != manifest_digest(manifest):
         raise InvalidTaskError("manifest.json's digest does not match its content")
-    problem = signing.signature_problem(
-        signed_manifest(manifest), manifest.get("signature"), trusted
-    )
+    problem = signing.document_problem(manifest, trusted)
     if problem is not None:
         raise InvalidTaskError(f"manifest.json: {problem}")
     for index, task in enumerate(manifest["tasks"]):

@@ -531,24 +531,23 @@ def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) ->
 
 
 def _signed_manifest(tasks: list[dict[str, str]]) -> bytes:
-    from runner.compile.signing import signer
-    from runner.present.export import manifest_digest, signed_manifest
+    from runner.compile.signing import sign_document
+    from runner.present.export import manifest_digest
 
     manifest: dict[str, object] = {"schemaVersion": 1, "runnerVersion": "x", "tasks": tasks}
     manifest["digest"] = manifest_digest(manifest)
-    manifest["signature"] = signer().sign(signed_manifest(manifest))
+    sign_document(manifest)
     return json.dumps(manifest).encode()
 
 
 def _sealed_inner(task_id: str, files: dict[str, bytes]) -> bytes:
     """A task archive whose bundle's manifest seals `files` with this host's key."""
-    from runner.compile.seal import SIGNATURE, signed_payload
-    from runner.compile.signing import signer
+    from runner.compile.signing import SIGNATURE, payload, signer
 
     seal: dict[str, object] = {
         "seal": {"files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}
     }
-    seal[SIGNATURE] = signer().sign(signed_payload(seal))
+    seal[SIGNATURE] = signer().sign(payload(seal))
     members: list[tuple[tarfile.TarInfo, bytes | None]] = [
         (tarfile.TarInfo(f"{task_id}/{n}"), d) for n, d in files.items()
     ]
@@ -738,8 +737,8 @@ def test_a_seal_counts_only_with_a_trusted_key_s_signature(tmp_path: Path) -> No
     """A bundle edited after its seal, its manifest's digests computed again, was graded and
     exported as the runner's own (an empty patch earned reward 1): the digests vouch for
     nothing without a signature, and a key this host does not trust vouches for nothing."""
-    from runner.compile.seal import SIGNATURE, bundle_digests, seal_problem, signed_payload
-    from runner.compile.signing import public_text, signer
+    from runner.compile.seal import bundle_digests, seal_problem
+    from runner.compile.signing import SIGNATURE, payload, public_text, signer
     from runner.present.export import accepted_run
 
     task = bash_task(tmp_path, name="exp-task")
@@ -768,7 +767,7 @@ def test_a_seal_counts_only_with_a_trusted_key_s_signature(tmp_path: Path) -> No
     from runner.compile.signing import Signer
 
     other = Signer(private=Ed25519PrivateKey.generate(), path=tmp_path / "other-key")
-    manifest[SIGNATURE] = other.sign(signed_payload(manifest))
+    manifest[SIGNATURE] = other.sign(payload(manifest))
     manifest_path.write_text(json.dumps(manifest))
     problem = seal_problem(bundle)
     assert problem is not None and other.key_id in problem and "does not trust" in problem
