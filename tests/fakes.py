@@ -168,6 +168,10 @@ class FakeContainer:
     def put_file(self, directory: str, name: str, data: bytes, *, mode: int = 0o644) -> None:
         self.files[f"{directory}/{name}"] = data
 
+    def put_files(self, files: Sequence[tuple[str, str, bytes, int]]) -> None:
+        for directory, name, data, _mode in files:
+            self.files[f"{directory}/{name}"] = data
+
     def put_directory(self, source: Path, destination: str) -> None:
         for path in source.rglob("*"):
             if path.is_file():

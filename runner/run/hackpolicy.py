@@ -58,10 +58,14 @@ class PolicyChecker:
             if not patches:
                 return {}
             stage.logs.append(str(log_path))
-            for name, patch in patches.items():
-                container.put_file(
-                    str(where.parent), f"{where.name}/{name}.patch", patch, mode=0o600
-                )
+            # One archive for every patch: each put is an unpack of its own in the engine
+            # (measured: 25 puts took 2.3 s of the hack stage of a pytest task).
+            container.put_files(
+                [
+                    (str(where.parent), f"{where.name}/{name}.patch", patch, 0o600)
+                    for name, patch in patches.items()
+                ]
+            )
             ran = container.exec(plan.policy_check, log_path, limit=self.state.plan.max_log_bytes)
             if ran.exit_code == 0 and not ran.timed_out:
                 raw = container.get_file(HACK_POLICY_RESULT, limit=MAX_EVIDENCE_BYTES)
