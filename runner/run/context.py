@@ -9,6 +9,7 @@ from pathlib import Path
 
 from runner.model.predictions import PatchPredictions
 from runner.model.toolchains import Arch
+from runner.run.remembered import Remembered
 
 Progress = Callable[[str, str], None]
 FetchArtifact = Callable[[str, Arch], Path]
@@ -23,3 +24,5 @@ class ExecutionEnv:
     fetch_artifact: FetchArtifact
     # Patches the oracle's agent side made before (None: the verifier always waits for it).
     predictions: PatchPredictions | None = None
+    # The hack gate's exploit sides and policy checks earlier runs saw (None: always run).
+    remembered: Remembered | None = None

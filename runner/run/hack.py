@@ -8,17 +8,12 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from runner import __version__, judge
+from runner import judge
 from runner.base.errors import (
     Interrupted,
 )
-from runner.compile.exploits import NOT_APPLICABLE
 from runner.model.census import Census
-from runner.model.evidence import (
-    VerifierEvidence,
-)
 from runner.model.report import (
-    ExploitResult,
     GateData,
     HackData,
     Status,
@@ -27,6 +22,8 @@ from runner.model.stages import Gate, Skip, Stage
 from runner.plan.types import ExploitPlan, TrialPlan
 from runner.run.build import Builder
 from runner.run.hackagent import ExploitAgent
+from runner.run.hackjudge import judge_exploit
+from runner.run.hackmemory import HackMemory
 from runner.run.hackpolicy import PolicyChecker
 from runner.run.sides import Sides
 from runner.run.skips import SkippedError, side_run_result
@@ -69,20 +66,33 @@ class HackRunner:
         # a third exploit verifier is created while two run their tests (test.sh itself waits
         # for one of the run's verifier slots). The pool ends first, so a container still
         # opening is in the stack before the stack removes it.
+        memory = HackMemory.of(self.state, self.exploit_agent)
+        sides = memory.sides(stage) if memory is not None else {}
+        known = memory.checks(sides) if memory is not None else {}
+        missing = [e for e in plan.exploits if e.name not in sides]
+        needs_check = bool(missing) or any(
+            side.patch and name not in known for name, side in sides.items()
+        )
         with (
             contextlib.ExitStack() as policy_stack,
             ThreadPoolExecutor(max_workers=3, thread_name_prefix=Stage.HACK) as pool,
         ):
-            policy = pool.submit(self.policy.open, policy_stack) if plan.policy else None
-            with self.state.engine.container(
-                plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
-            ) as agent:
-                sides = self.exploit_agent.run_all(agent, stage)
-                self.state.keep("hack agent", agent)
+            policy = (
+                pool.submit(self.policy.open, policy_stack) if plan.policy and needs_check else None
+            )
+            if missing:
+                with self.state.engine.container(
+                    plan.agent, env=self.state.env.proxies, keep=self.state.plan.keep
+                ) as agent:
+                    ran = self.exploit_agent.run_all(agent, stage, missing)
+                    self.state.keep("hack agent", agent)
+                sides = {e.name: sides.get(e.name) or ran[e.name] for e in plan.exploits}
             # The policy first, for every patch at once and without tests (beside nop and the
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
-            checks = self.policy.check(sides, stage, policy)
+            checks = self.policy.check(sides, stage, policy, known)
             policy_stack.close()
+            if memory is not None:
+                memory.remember(sides, checks)
             left_over: list[tuple[ExploitPlan, bytes]] = []
             for exploit in plan.exploits:
                 side = sides[exploit.name]
@@ -182,7 +192,9 @@ class HackRunner:
         data = HackData()
         stage.data = data
         results = [
-            self._judge_exploit(exploit, sides[exploit.name], runs.get(exploit.name), stage, data)
+            judge_exploit(
+                self.state, exploit, sides[exploit.name], runs.get(exploit.name), stage, data
+            )
             for exploit in plan.exploits
         ]
         judgement = judge.judge_hack(results)
@@ -262,73 +274,6 @@ class HackRunner:
         plan = self.state.plan.hack
         assert plan is not None
         return judge.runner_proof(mode, runners, plan.command_runners, full=plan.full) or ()
-
-    def _judge_exploit(
-        self,
-        exploit: ExploitPlan,
-        side: ExploitSide,
-        run: TrialRun | None,
-        stage: StageResult,
-        data: HackData,
-    ) -> judge.ExploitVerdict:
-        """What the verifier gave one exploit's patch, judged and recorded."""
-        evidence = run.evidence if run is not None else VerifierEvidence()
-        decided = side.decided_by_policy
-        policy = decided.changes if decided is not None else list(evidence.policy)
-        undone = [c for c in policy if c.verdict != "keep"]
-        problem = next(iter(evidence.problems.values()), None)
-        outcome, detail = judge.judge_exploit(
-            judge.ExploitEvidence(
-                name=exploit.name,
-                summary=exploit.summary,
-                script_exit=side.script.exit_code,
-                script_timed_out=side.script.timed_out,
-                script_said=side.said,
-                collect_failed=side.collect_failed,
-                patch_bytes=side.patch_bytes,
-                test=run.test if run else None,
-                reward=run.reward if run else None,
-                reward_problem=run.reward_problem if run else None,
-                undone=judge.undone_words(undone, [c.path for c in undone]) if undone else "",
-                kept_changes=any(c.verdict == "keep" for c in policy) or not policy,
-                problem=problem,
-                policy_only=decided is not None,
-                applies=decided is None or decided.applied,
-                proved_for=side.proved_for,
-                version=__version__,
-            ),
-            not_applicable=NOT_APPLICABLE,
-        )
-        patch_path = self.state.layout.agent_patch(exploit.trial.gate)
-        patch = str(patch_path) if patch_path.is_file() else None
-        data.exploits.append(
-            ExploitResult(
-                name=exploit.name,
-                family=exploit.family,
-                summary=exploit.summary,
-                outcome=outcome,
-                detail=detail,
-                reward=run.reward if run else None,
-                discarded=[c.path for c in undone]
-                if decided is not None
-                else list(evidence.discarded),
-                undone=undone,
-                evidence=evidence.summary if run else None,
-                patch=patch,
-                patch_bytes=side.patch_bytes,
-                scope="runner" if outcome == "proved" else "task",
-                proved_for=list(side.proved_for) if outcome == "proved" else [],
-            )
-        )
-        if outcome == "earned-reward":
-            stage.logs.append(str(patch_path))
-        return judge.ExploitVerdict(
-            name=exploit.name,
-            summary=exploit.summary,
-            outcome=outcome,
-            patch=patch,
-            said=evidence.last_lines.get("fail_to_pass", ""),
-        )
 
     def _after_census(self, stage: StageResult | None = None) -> None:
         """An exploit's reward 0 proves something only once nop has shown the tests fail on

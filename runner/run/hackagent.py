@@ -11,13 +11,15 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from runner.base.errors import InfrastructureError
+from runner.compile.exploits import NOT_APPLICABLE
 from runner.model.layout import AGENT_PATCH_FILE
 from runner.model.settings import MAX_AGENT_PATCH_BYTES
 from runner.model.stages import Stage
 from runner.plan.inimage import DRIVER_RESET_FAILED, HACK_IN, HACK_OUT
 from runner.plan.runtime import Container, ExecOutcome
-from runner.plan.types import ExploitPlan, HackPlan
+from runner.plan.types import ExploitPlan
 from runner.run import collect as left
+from runner.run.remembered import MAX_LOG_BYTES, RememberedSide
 from runner.run.state import ExploitSide, RunState, StageResult
 
 SCRIPT_LOG = "exploit.log"
@@ -41,6 +43,16 @@ def _scripts(exploits: list[ExploitPlan]) -> bytes:
     return buffer.getvalue()
 
 
+def _log_tail(path: Path) -> bytes:
+    """The end of a log (what a later run shows of it): at most MAX_LOG_BYTES."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - MAX_LOG_BYTES))
+            return handle.read(MAX_LOG_BYTES)
+    except OSError:
+        return b""
+
+
 def _status(path: Path) -> dict[str, tuple[int, bool, float, int]]:
     """status.tsv: by exploit, (exit code, hit its deadline, seconds, collect status or -1)."""
     rows: dict[str, tuple[int, bool, float, int]] = {}
@@ -62,28 +74,80 @@ class ExploitAgent:
     def __init__(self, state: RunState) -> None:
         self.state = state
 
-    def run_all(self, agent: Container, stage: StageResult) -> dict[str, ExploitSide]:
-        """Every exploit's side, in the plan's order (one exec)."""
+    def run_all(
+        self, agent: Container, stage: StageResult, exploits: list[ExploitPlan]
+    ) -> dict[str, ExploitSide]:
+        """The side of each of `exploits`, in their order (one exec)."""
         plan = self.state.plan.hack
         assert plan is not None
         hack_dir = self.state.layout.stage(Stage.HACK)
         hack_dir.mkdir(parents=True, exist_ok=True)
-        agent.put_archive(str(PurePosixPath(HACK_IN).parent), _scripts(plan.exploits))
+        agent.put_archive(str(PurePosixPath(HACK_IN).parent), _scripts(exploits))
         driver = plan.driver.model_copy(
-            update={"argv": [*plan.driver.argv, *(e.name for e in plan.exploits)]}
+            update={"argv": [*plan.driver.argv, *(e.name for e in exploits)]}
         )
-        log = hack_dir / "agent.log"
-        stage.logs.append(str(log))
+        log = self.agent_log(stage)
         ran = agent.exec(driver, log, limit=self.state.plan.max_log_bytes)
         staging = hack_dir / ".agent-side"
         try:
-            return self._sides(plan, agent, ran, staging, log, stage)
+            return self._sides(exploits, agent, ran, staging, log, stage)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
+    def agent_log(self, stage: StageResult) -> Path:
+        log = self.state.layout.stage(Stage.HACK) / "agent.log"
+        if str(log) not in stage.logs:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            stage.logs.append(str(log))
+        return log
+
+    def adopt(
+        self, exploit: ExploitPlan, remembered: RememberedSide, stage: StageResult
+    ) -> ExploitSide:
+        """The side an earlier run saw (runner.run.remembered), its logs and patch in place as
+        if the driver had left them."""
+        directory = self.state.layout.gate(exploit.trial.gate)
+        directory.mkdir(parents=True, exist_ok=True)
+        script_log = directory / SCRIPT_LOG
+        script_log.write_bytes(remembered.script_log)
+        stage.logs.append(str(script_log))
+        if remembered.collected >= 0:
+            (directory / COLLECT_LOG).write_bytes(remembered.collect_log)
+        return self._made(
+            exploit,
+            remembered.exit_code,
+            False,
+            remembered.seconds,
+            remembered.collected,
+            remembered.patch,
+            stage,
+        )
+
+    def remembers(self, exploit: ExploitPlan, side: ExploitSide) -> RememberedSide | None:
+        """What of `side` a later run may take as its own (runner.run.remembered): a script
+        that exited 0 with its patch collected, or one that does not apply; None otherwise."""
+        code = side.script.exit_code
+        if side.script.timed_out or code is None:
+            return None
+        if code == NOT_APPLICABLE and side.patch is None and not side.collect_failed:
+            collected = -1
+        elif code == 0 and side.patch is not None and not side.collect_failed:
+            collected = 0
+        else:
+            return None
+        directory = self.state.layout.gate(exploit.trial.gate)
+        return RememberedSide(
+            exit_code=code,
+            seconds=side.script.seconds,
+            collected=collected,
+            patch=side.patch,
+            script_log=_log_tail(directory / SCRIPT_LOG),
+            collect_log=_log_tail(directory / COLLECT_LOG),
+        )
+
     def _sides(
         self,
-        plan: HackPlan,
+        exploits: list[ExploitPlan],
         agent: Container,
         ran: ExecOutcome,
         staging: Path,
@@ -113,7 +177,7 @@ class ExploitAgent:
             )
             raise InfrastructureError(f"the hack gate's agent side {what} after {last}; see {log}")
         sides = {}
-        for exploit in plan.exploits:
+        for exploit in exploits:
             sides[exploit.name] = self._side(exploit, rows.get(exploit.name), staging, stage)
         return sides
 
@@ -141,12 +205,26 @@ class ExploitAgent:
         collect_log = staging / "logs" / f"{exploit.name}.collect.log"
         if collect_log.is_file():
             shutil.move(collect_log, directory / COLLECT_LOG)
+        patch_file = staging / "patches" / f"{exploit.name}.patch"
+        patch = patch_file.read_bytes() if collected == 0 and patch_file.is_file() else b""
+        return self._made(exploit, code, timed_out, seconds, collected, patch, stage)
+
+    def _made(
+        self,
+        exploit: ExploitPlan,
+        code: int,
+        timed_out: bool,
+        seconds: float,
+        collected: int,
+        patch: bytes | None,
+        stage: StageResult,
+    ) -> ExploitSide:
+        directory = self.state.layout.gate(exploit.trial.gate)
         script = ExecOutcome(exit_code=code, seconds=seconds, timed_out=timed_out)
-        side = ExploitSide(script=script, said=left.last_meaningful(script_log))
+        side = ExploitSide(script=script, said=left.last_meaningful(directory / SCRIPT_LOG))
         if collected >= 0:
             side.collect_failed = collected != 0
         if collected == 0:
-            patch_file = staging / "patches" / f"{exploit.name}.patch"
-            side.patch = patch_file.read_bytes() if patch_file.is_file() else b""
+            side.patch = patch or b""
             (directory / AGENT_PATCH_FILE).write_bytes(side.patch)
         return side

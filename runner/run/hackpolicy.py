@@ -41,12 +41,31 @@ class PolicyChecker:
         sides: dict[str, ExploitSide],
         stage: StageResult,
         opening: Future[Container] | None,
+        known: dict[str, PolicyCheck] | None = None,
     ) -> dict[str, PolicyCheck]:
-        """verifier.pl policy-check on every collected patch, in one verifier container. What
-        it cannot say (it failed, or its engine call did) leaves each patch to its verifier."""
+        """verifier.pl policy-check on every collected patch but those `known` already (an
+        earlier run checked them: runner.run.remembered), in one verifier container. What it
+        cannot say (it failed, or its engine call did) leaves each patch to its verifier."""
+        known = dict(known or {})
+        patches = {
+            name: side.patch for name, side in sides.items() if side.patch and name not in known
+        }
+        checks = {**known, **self._run(patches, stage, opening)}
+        for name, check in checks.items():
+            if sides.get(name) is not None and sides[name].patch:
+                self.state.path(Stage.HACK, name, POLICY_CHECK_FILE).write_text(
+                    check.model_dump_json(by_alias=True, indent=2)
+                )
+        return checks
+
+    def _run(
+        self,
+        patches: dict[str, bytes],
+        stage: StageResult,
+        opening: Future[Container] | None,
+    ) -> dict[str, PolicyCheck]:
         plan = self.state.plan.hack
         assert plan is not None
-        patches = {name: side.patch for name, side in sides.items() if side.patch}
         if opening is None or plan.policy_check is None:
             return {}
         where = PurePosixPath(HACK_POLICY_DIR)
@@ -75,10 +94,4 @@ class PolicyChecker:
         if raw is None:
             log.warning("the hack gate's policy check said nothing; see %s", log_path)
             return {}
-        checks = parse_policy_check(raw)
-        for name, check in checks.items():
-            if name in patches:
-                self.state.path(Stage.HACK, name, POLICY_CHECK_FILE).write_text(
-                    check.model_dump_json(by_alias=True, indent=2)
-                )
-        return checks
+        return {name: c for name, c in parse_policy_check(raw).items() if name in patches}

@@ -22,12 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner import __version__
-from runner.base.errors import (
-    Interrupted,
-    InvalidTaskError,
-    RunnerError,
-    UsageError,
-)
+from runner.base.errors import Interrupted, InvalidTaskError, RunnerError, UsageError
 from runner.base.safeio import require_directory, write_atomic
 from runner.compile.audit import AuditResult, audit
 from runner.compile.bundle import is_bundle, load_bundle
@@ -55,6 +50,7 @@ from runner.plan.verify import plan_verify
 from runner.run.artifacts import fetch_registry_artifact
 from runner.run.context import ExecutionEnv
 from runner.run.executor import Executor
+from runner.run.remembered import Remembered
 from runner.run.reporting import Progress, RunRecord, build_report
 from runner.run.rundir import RUN_LOG, check_run_location, make_run_dir, run_log
 from runner.run.state import Execution, StageEvent, StageListener, StageResult
@@ -85,6 +81,7 @@ def default_env(settings: VerifySettings) -> ExecutionEnv:
         extra_ca_pem=settings.build.extra_ca_pem,
         fetch_artifact=fetch,
         predictions=PatchPredictions(cache_root()),
+        remembered=Remembered(cache_root()),
     )
 
 

@@ -1,0 +1,229 @@
+"""What the hack gate remembers from one run to the next: work done once.
+
+The hack gate's agent side runs the same canned exploit scripts in the same agent image every
+time a task is verified again, and gets the same patches: a script is ours, the image is
+content-addressed, and the container's plan (command, environment, workdir, network, limits)
+is part of the key. The patch policy's check of a patch (verifier.pl policy-check, no tests)
+is likewise a function of the verifier image and the patch. So each is kept under a key of
+exactly those inputs, and a verify that finds every exploit's side and every check skips the
+agent container and the policy container: on an author's second verify of a task whose held-out
+tests changed, only the policy check runs (the agent image is the same); on an unchanged task,
+neither.
+
+What is remembered is only what a run saw complete: a script that exited 0 with its patch
+collected, or one that said it does not apply (exit NOT_APPLICABLE). A script that failed,
+timed out or whose patch could not be collected runs again next time. Nothing is remembered
+with --hack-gate full (it runs every exploit afresh), nor with --keep (the containers are
+asked for).
+
+A remembered entry is a JSON document signed with the runner's own key
+(runner.compile.signing) that names its own key: an entry this runner did not write, an entry
+moved under another key, or one edited since, is not read (the exploit runs again). Reads are
+bounded before parsing (a regular file, not a link, at most MAX_DOCUMENT_BYTES); the store keeps
+at most MAX_ENTRIES (least recently used go first) and every write is atomic.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runner.base.errors import RunnerError
+from runner.compile import signing
+from runner.model.evidence import PolicyCheck
+from runner.model.predictions import prediction_key
+
+log = logging.getLogger(__name__)
+
+REMEMBERED_DIR = "hack-remembered"
+MAX_ENTRIES = 4096
+MAX_PATCH_BYTES = 1024 * 1024
+MAX_LOG_BYTES = 64 * 1024  # of each log kept (its end: where a script says why)
+MAX_DOCUMENT_BYTES = 4 * MAX_PATCH_BYTES  # base64 of the patch and both logs, with room
+_EXPLOIT, _POLICY = "exploit-side", "policy-check"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RememberedSide:
+    """An exploit's agent side as a run saw it: the script's exit code and seconds, the collect
+    status (-1: not collected, as the driver says), the patch, and both logs."""
+
+    exit_code: int
+    seconds: float
+    collected: int
+    patch: bytes | None
+    script_log: bytes
+    collect_log: bytes
+
+
+def side_key(parts: dict[str, object]) -> str:
+    return prediction_key({"kind": _EXPLOIT, **parts})
+
+
+def check_key(parts: dict[str, object]) -> str:
+    return prediction_key({"kind": _POLICY, **parts})
+
+
+def patch_digest(patch: bytes) -> str:
+    return hashlib.sha256(patch).hexdigest()
+
+
+def _tail(data: bytes) -> bytes:
+    return data[-MAX_LOG_BYTES:]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """The store: one directory under the runner's cache, shared by the runners of one user."""
+
+    root: Path
+
+    @property
+    def directory(self) -> Path:
+        return self.root / REMEMBERED_DIR
+
+    def side(self, key: str) -> RememberedSide | None:
+        value = self._read(_EXPLOIT, key)
+        if value is None:
+            return None
+        try:
+            patch_text = value["patch"]
+            seconds = value["seconds"]
+            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+                return None
+            side = RememberedSide(
+                exit_code=_int(value["exitCode"]),
+                seconds=float(seconds),
+                collected=_int(value["collected"]),
+                patch=None if patch_text is None else _bytes(patch_text),
+                script_log=_bytes(value["scriptLog"]),
+                collect_log=_bytes(value["collectLog"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        if side.patch is not None and len(side.patch) > MAX_PATCH_BYTES:
+            return None
+        return side
+
+    def remember_side(self, key: str, side: RememberedSide) -> None:
+        if side.patch is not None and len(side.patch) > MAX_PATCH_BYTES:
+            return
+        self._write(
+            _EXPLOIT,
+            key,
+            {
+                "exitCode": side.exit_code,
+                "seconds": side.seconds,
+                "collected": side.collected,
+                "patch": None if side.patch is None else _b64(side.patch),
+                "scriptLog": _b64(_tail(side.script_log)),
+                "collectLog": _b64(_tail(side.collect_log)),
+            },
+        )
+
+    def check(self, key: str) -> PolicyCheck | None:
+        value = self._read(_POLICY, key)
+        if value is None:
+            return None
+        try:
+            return PolicyCheck.model_validate(value)
+        except ValidationError:
+            return None
+
+    def remember_check(self, key: str, check: PolicyCheck) -> None:
+        self._write(_POLICY, key, check.model_dump(mode="json", by_alias=True))
+
+    # ---- the documents -----------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def _read(self, kind: str, key: str) -> dict[str, object] | None:
+        """The value under `key` when this runner's key signed it for this key and kind."""
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    return None
+                raw = handle.read(MAX_DOCUMENT_BYTES + 1)
+            if len(raw) > MAX_DOCUMENT_BYTES:
+                return None
+            document = json.loads(raw)
+            if not isinstance(document, dict):
+                return None
+            own = signing.signer()
+            problem = signing.document_problem(document, {own.key_id: own.public})
+        except (OSError, ValueError, RunnerError):
+            return None
+        value = document.get("value")
+        if problem is not None:
+            log.info("a remembered hack-gate entry is not read (%s): %s", problem, key)
+            return None
+        if document.get("kind") != kind or document.get("key") != key:
+            return None
+        if not isinstance(value, dict):
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(self._path(key), follow_symlinks=False)  # recently used: pruned last
+        return value
+
+    def _write(self, kind: str, key: str, value: dict[str, object]) -> None:
+        """A cache that cannot be written only costs the next run its memory."""
+        document: dict[str, object] = {"kind": kind, "key": key, "value": value}
+        try:
+            signing.sign_document(document)
+            data = json.dumps(document, sort_keys=True).encode()
+            if len(data) > MAX_DOCUMENT_BYTES:
+                return
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.replace(temporary, self._path(key))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+        except (OSError, RunnerError) as exc:
+            log.debug("could not remember a hack-gate entry (%s)", exc)
+
+    def prune(self) -> None:
+        """At most MAX_ENTRIES: the least recently used go first (once a run, not per write)."""
+        entries = []
+        with contextlib.suppress(OSError):
+            for path in self.directory.glob("*.json"):
+                with contextlib.suppress(OSError):
+                    entries.append((path.lstat().st_mtime, path))
+        for _, path in sorted(entries)[: max(0, len(entries) - MAX_ENTRIES)]:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("not an integer")
+    return value
+
+
+def _bytes(value: object) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError("not base64 text")
+    return base64.b64decode(value, validate=True)

@@ -1,0 +1,247 @@
+"""The hack gate's remembered exploit sides and policy checks (runner.run.remembered): a second
+verify of the same images runs neither the agent container nor the policy check, and reports
+the same; an entry the runner did not sign, or one moved or edited, is not read; --hack-gate
+full and --keep run everything afresh; what did not complete is never remembered."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from runner.compile import signing
+from runner.model.evidence import PolicyCheck
+from runner.model.report import Report, Verdict
+from runner.model.settings import BuildEnvironment, HackGate, VerifySettings
+from runner.plan.inimage import HACK_OUT, HACK_POLICY_RESULT
+from runner.plan.runtime import ExecOutcome
+from runner.plan.types import ExecStep
+from runner.run.context import ExecutionEnv
+from runner.run.pipeline import VerifyOutcome, verify
+from runner.run.remembered import REMEMBERED_DIR, Remembered, RememberedSide
+from tests.fakes import FakeContainer, FakeEngine, Script, drive_exploits
+from tests.helpers import bash_task
+
+ENV = ExecutionEnv(proxies={}, extra_ca_pem=None, fetch_artifact=lambda name, arch: Path("/x"))
+PATCH = b"diff --git a/x b/x\n"
+
+
+def settings(tmp_path: Path, **changes: object) -> VerifySettings:
+    base: dict[str, object] = {
+        "build": BuildEnvironment(base_image="base:1"),
+        "logs_root": tmp_path / "runs",
+        "repeat": 0,
+    }
+    base.update(changes)
+    return VerifySettings(**base)  # type: ignore[arg-type]
+
+
+def policy_says_kept(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+    """The policy check keeps every patch's one change (each then goes to a verifier)."""
+    names = [
+        k.rsplit("/", 1)[1].removesuffix(".patch")
+        for k in container.files
+        if k.endswith(".patch") and "/exploits/" in k
+    ]
+    document = {name: {"applied": True, "kept": 1, "restores": 0, "changes": []} for name in names}
+    container.files[HACK_POLICY_RESULT] = json.dumps(document).encode()
+    return ExecOutcome(exit_code=0, seconds=0.01)
+
+
+def engine() -> FakeEngine:
+    return FakeEngine(Script(actions={"hack/policy-check": policy_says_kept}))
+
+
+def remembering(tmp_path: Path, fake: FakeEngine, task: Path, **changes: object) -> VerifyOutcome:
+    return verify(
+        task,
+        settings(tmp_path, **changes),
+        progress=lambda stage, message: None,
+        engine_factory=lambda: fake,
+        env=replace(ENV, remembered=Remembered(tmp_path / "cache")),
+    )
+
+
+def hack_view(report: Report) -> list[tuple[str, str, str, int | None]]:
+    return [(e.name, e.outcome, e.detail, e.patch_bytes) for e in report.stages.hack.data.exploits]
+
+
+def created(fake: FakeEngine) -> list[str]:
+    return sorted(e for e in fake.events if e.startswith("create hack/"))
+
+
+def entries(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "cache" / REMEMBERED_DIR).glob("*.json"))
+
+
+def test_a_second_verify_runs_neither_the_agent_side_nor_the_policy_check(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    first_engine = engine()
+    first = remembering(tmp_path, first_engine, task)
+    assert first.report.verdict is Verdict.ACCEPTED, first.report.reason
+    exploits = len(first.report.stages.hack.data.exploits)
+    # The agent, the policy check's verifier, one verifier per exploit.
+    assert created(first_engine) == [
+        "create hack/agent",
+        *["create hack/verifier"] * (exploits + 1),
+    ]
+    # Every side and every check (all the patches are one: one check).
+    assert len(entries(tmp_path)) == exploits + 1
+
+    second_engine = engine()
+    second = remembering(tmp_path, second_engine, task)
+    assert second.report.verdict is Verdict.ACCEPTED, second.report.reason
+    assert hack_view(second.report) == hack_view(first.report)
+    assert created(second_engine) == ["create hack/verifier"] * exploits
+    assert not any(e.startswith("exec hack/driver") for e in second_engine.events)
+    assert not any(e.startswith("exec hack/policy-check") for e in second_engine.events)
+    # The logs and patches are where the driver would have left them.
+    assert second.run_dir is not None
+    for exploit in second.report.stages.hack.data.exploits:
+        assert exploit.patch is not None and Path(exploit.patch).read_bytes() == PATCH
+        script_log = Path(exploit.patch).with_name("exploit.log")
+        assert script_log.read_text() == f"{exploit.name} ran\n"
+    agent_log = (second.run_dir / "hack" / "agent.log").read_text()
+    assert "as an earlier run of agent image sha256:agent saw it (exit 0" in agent_log
+
+
+def test_another_verifier_image_checks_the_remembered_patches_again(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    remembering(tmp_path, engine(), task)
+    changed = engine()
+    original_build = changed.build
+
+    def build(request, log_path, *, limit, on_line):  # type: ignore[no-untyped-def]
+        outcome = original_build(request, log_path, limit=limit, on_line=on_line)
+        if request.labels.get("org.selfbench.kind") == "verifier":
+            info = changed.images[request.tag]
+            changed.images[request.tag] = replace(info, id="sha256:another-verifier")
+        return outcome
+
+    changed.build = build  # type: ignore[method-assign]
+    outcome = remembering(tmp_path, changed, task)
+    assert outcome.report.verdict is Verdict.ACCEPTED, outcome.report.reason
+    # The sides are the agent image's (the same); the check is the verifier image's (another).
+    assert not any(e.startswith("exec hack/driver") for e in changed.events)
+    assert sum(e.startswith("exec hack/policy-check") for e in changed.events) == 1
+
+
+def test_an_entry_this_runner_did_not_sign_is_not_read(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    first = remembering(tmp_path, engine(), task)
+    assert first.report.verdict is Verdict.ACCEPTED
+    stranger = signing.Signer(private=Ed25519PrivateKey.generate(), path=tmp_path / "other")
+    for entry in entries(tmp_path):
+        document = json.loads(entry.read_text())
+        if document["kind"] == "exploit-side":
+            document["value"]["patch"] = None  # "not collected": it would earn nothing
+            document["value"]["exitCode"] = 3
+            document["signature"] = stranger.sign(signing.payload(document))
+            entry.write_text(json.dumps(document))
+    fake = engine()
+    outcome = remembering(tmp_path, fake, task)
+    assert outcome.report.verdict is Verdict.ACCEPTED
+    assert hack_view(outcome.report) == hack_view(first.report)
+    assert sum(e.startswith("exec hack/driver") for e in fake.events) == 1
+
+
+def test_an_edited_or_moved_entry_is_not_read(tmp_path: Path) -> None:
+    store = Remembered(tmp_path / "cache")
+    side = RememberedSide(
+        exit_code=0, seconds=0.5, collected=0, patch=PATCH, script_log=b"ran\n", collect_log=b""
+    )
+    store.remember_side("a" * 64, side)
+    assert store.side("a" * 64) == side
+    # Moved under another key: its own key says where it belongs.
+    shutil.copy(store.directory / f"{'a' * 64}.json", store.directory / f"{'b' * 64}.json")
+    assert store.side("b" * 64) is None
+    # Edited after it was signed.
+    path = store.directory / f"{'a' * 64}.json"
+    document = json.loads(path.read_text())
+    document["value"]["exitCode"] = 3
+    path.write_text(json.dumps(document))
+    assert store.side("a" * 64) is None
+    # A side's entry is not a check's.
+    check = PolicyCheck(applied=True, kept=0, restores=0)
+    store.remember_check("c" * 64, check)
+    assert store.check("c" * 64) == check
+    assert store.side("c" * 64) is None
+
+
+def test_only_regular_bounded_files_are_read(tmp_path: Path) -> None:
+    store = Remembered(tmp_path / "cache")
+    store.directory.mkdir(parents=True)
+    os.mkfifo(store.directory / f"{'f' * 64}.json")
+    assert store.side("f" * 64) is None  # a FIFO: not opened for a read that would hang
+    store.remember_side(
+        "e" * 64,
+        RememberedSide(
+            exit_code=3, seconds=0.1, collected=-1, patch=None, script_log=b"", collect_log=b""
+        ),
+    )
+    real = store.directory / f"{'e' * 64}.json"
+    os.symlink(real, store.directory / f"{'d' * 64}.json")
+    assert store.side("d" * 64) is None
+    assert store.side("e" * 64) is not None
+    with real.open("ab") as handle:
+        handle.truncate(64 * 1024 * 1024)
+    assert store.side("e" * 64) is None  # over the bound: not read whole
+    too_large = RememberedSide(
+        exit_code=0,
+        seconds=0.1,
+        collected=0,
+        patch=b"x" * (2 << 20),
+        script_log=b"",
+        collect_log=b"",
+    )
+    store.remember_side("9" * 64, too_large)
+    assert not (store.directory / f"{'9' * 64}.json").exists()
+
+
+def test_full_and_keep_run_everything_afresh(tmp_path: Path) -> None:
+    task = bash_task(tmp_path).directory
+    remembering(tmp_path, engine(), task)
+    for changes in ({"hack_gate": HackGate.FULL}, {"keep": True}):
+        fake = engine()
+        outcome = remembering(tmp_path, fake, task, **changes)
+        assert outcome.report.verdict is Verdict.ACCEPTED, outcome.report.reason
+        assert sum(e.startswith("exec hack/driver") for e in fake.events) == 1, changes
+
+
+def test_a_script_that_failed_is_run_again(tmp_path: Path) -> None:
+    def failing_driver(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        names = step.argv[6:]
+        rows = []
+        for index, name in enumerate(names):
+            container.files[f"{HACK_OUT}/logs/{name}.log"] = b"boom\n"
+            if index == 0:
+                rows.append(f"{name}\t1\t0\t10\t-1\n")  # the script failed: nothing collected
+            else:
+                container.files[f"{HACK_OUT}/patches/{name}.patch"] = PATCH
+                rows.append(f"{name}\t0\t0\t10\t0\n")
+        container.files[f"{HACK_OUT}/status.tsv"] = "".join(rows).encode()
+        return ExecOutcome(exit_code=0, seconds=0.01)
+
+    task = bash_task(tmp_path).directory
+    fake = FakeEngine(
+        Script(actions={"hack/policy-check": policy_says_kept, "hack/driver": failing_driver})
+    )
+    first = remembering(tmp_path, fake, task)
+    first_exploit = first.report.stages.hack.data.exploits[0].name
+    driven: list[list[str]] = []
+    drive = drive_exploits(PATCH)
+
+    def recording_driver(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        driven.append(step.argv[6:])
+        return drive(container, step)
+
+    fake = FakeEngine(
+        Script(actions={"hack/policy-check": policy_says_kept, "hack/driver": recording_driver})
+    )
+    remembering(tmp_path, fake, task)
+    # Only the one that failed runs again (the others are remembered).
+    assert driven == [[first_exploit]]
