@@ -2,13 +2,14 @@
 
 Alternates warm verifications of one task (its images cached after a first, unmeasured one)
 with `--no-hack-gate --repeat 0` (like for like), with the defaults, and with
-`--hack-gate full`, and prints each one's median wall time and the ratios. Targets (issue 38):
+`--hack-gate full`, and the defaults with nothing remembered from an earlier run (`cold`), and
+prints each one's median wall time and the ratios. Targets (issue 38):
 the defaults at most 1.25x like for like on a CPU-bound task; the hack stage at most one
 fail-to-pass test run plus 5 s on a test-bound one (its figure: the hack stage's seconds against
 nop's fail-to-pass run).
 
 Usage: python scripts/bench_hack_gate.py [--task DIR | --runner pytest|go] [--seconds S]
-       [--runs N] [--modes like-for-like,defaults,full] [verify options...]
+       [--runs N] [--modes like-for-like,defaults,cold,full] [verify options...]
 Without --task it makes a CPU-bound task (scripts/make_bench_task.py: every test command
 burns about S/2 seconds of CPU) and verifies it with `--build-network host`.
 """
@@ -16,6 +17,7 @@ burns about S/2 seconds of CPU) and verifies it with `--build-network host`.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,11 +29,17 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from bench_warm_verify import default_options, verify_once  # noqa: E402
 
+from runner.model.settings import cache_root  # noqa: E402
+from runner.run.remembered import REMEMBERED_DIR  # noqa: E402
+
 TARGET_RATIO = 1.25
 TARGET_HACK_MARGIN = 5.0
 MODES = {
     "like-for-like": ["--no-hack-gate", "--repeat", "0"],
     "defaults": [],
+    # The defaults with nothing remembered (runner.run.remembered): the store is emptied before
+    # each such run, as on a task's first verify with its images built.
+    "cold": [],
     "full": ["--hack-gate", "full"],
 }
 
@@ -91,6 +99,8 @@ def main() -> int:
         said: dict[str, str] = {}
         for index in range(args.runs):
             for mode, words in modes.items():
+                if mode == "cold":
+                    shutil.rmtree(cache_root() / REMEMBERED_DIR, ignore_errors=True)
                 wall, report = verify_once(task, [*options, *words], Path(tmp) / f"{mode}{index}")
                 walls[mode].append(wall)
                 f2p.append(fail_to_pass_seconds(report))
