@@ -49,6 +49,7 @@ class HackRunner:
         self.policy = PolicyChecker(state)
         self.exploit_agent = ExploitAgent(state)
         self._pending: _Pending | None = None
+        self._memory: HackMemory | None = None
 
     def hack(self, stage: StageResult) -> None:
         """Each canned exploit runs as the agent in one agent container (reset to the post-setup
@@ -66,7 +67,7 @@ class HackRunner:
         # a third exploit verifier is created while two run their tests (test.sh itself waits
         # for one of the run's verifier slots). The pool ends first, so a container still
         # opening is in the stack before the stack removes it.
-        memory = HackMemory.of(self.state, self.exploit_agent)
+        memory = self._memory = HackMemory.of(self.state, self.exploit_agent)
         sides = memory.sides(stage) if memory is not None else {}
         known = memory.checks(sides) if memory is not None else {}
         missing = [e for e in plan.exploits if e.name not in sides]
@@ -224,9 +225,30 @@ class HackRunner:
         if self._proof(nop.mode, nop.runners):
             return {}  # nop's runners prove them: the census most likely will too
         return {
-            exploit.name: pool.submit(self.sides.verify_early, exploit.trial, patch)
+            exploit.name: self._early_run(exploit.trial, patch, pool)
             for exploit, patch in left_over
         }
+
+    def _early_run(
+        self, trial: TrialPlan, patch: bytes, pool: ThreadPoolExecutor
+    ) -> Future[TrialRun]:
+        """One early run: as an earlier verify of the same verifier image saw it end with reward
+        0 (runner.run.hackmemory), or in a fresh verifier (then remembered)."""
+        memory = self._memory
+        early = self.sides.early_trial(trial)
+        recalled = memory.recall_run(early, patch) if memory is not None else None
+        if recalled is not None:
+            done: Future[TrialRun] = Future()
+            done.set_result(recalled)
+            return done
+
+        def verify() -> TrialRun:
+            run = self.sides.verify_early(trial, patch)
+            if memory is not None:
+                memory.remember_run(early, patch, run)
+            return run
+
+        return pool.submit(verify)
 
     def _early_counts(
         self, exploit: ExploitPlan, future: Future[TrialRun] | None

@@ -5,15 +5,29 @@ written after it."""
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from runner import __version__
 from runner.base.errors import RunnerError
 from runner.model.evidence import PolicyCheck
-from runner.plan.types import ExploitPlan, HackPlan
+from runner.plan.runtime import ExecOutcome
+from runner.plan.types import ExploitPlan, HackPlan, TrialPlan
+from runner.run.collect import read_verifier
 from runner.run.hackagent import ExploitAgent
-from runner.run.remembered import Remembered, check_key, patch_digest, side_key
-from runner.run.state import ExploitSide, RunState, StageResult
+from runner.run.remembered import (
+    MAX_LOG_BYTES,
+    MAX_RUN_BYTES,
+    MAX_RUN_FILES,
+    Remembered,
+    RememberedRun,
+    check_key,
+    patch_digest,
+    run_key,
+    side_key,
+)
+from runner.run.state import ExploitSide, RunState, StageResult, TrialRun
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +40,7 @@ class HackMemory:
     by the image ids, the containers' plans (but their names and labels), the driver and policy
     steps, each exploit's script, and each patch's digest."""
 
+    state: RunState
     store: Remembered
     plan: HackPlan
     agent_image: str
@@ -49,6 +64,7 @@ class HackMemory:
         if agent is None:
             return None
         return cls(
+            state=state,
             store=store,
             plan=plan,
             agent_image=agent.id,
@@ -122,3 +138,112 @@ class HackMemory:
             if key is not None and check is not None:
                 self.store.remember_check(key, check)
         self.store.prune()
+
+    # ---- early verifier runs -----------------------------------------------------------------
+
+    def _run_key(self, trial: TrialPlan, patch: bytes) -> str | None:
+        """An early run's key (runner.run.sides.verify_early: graded without the census, so the
+        census is not an input): the verifier image's id, its container's plan, test.sh's step,
+        the plan's canaries and the patch. None for a verifier with a network or services,
+        whose tests may see more than these inputs."""
+        if trial.census != "unsealed" or trial.services is not None:
+            return None
+        if trial.verifier.network != "none":
+            return None
+        try:
+            image = self.state.engine.image(trial.verifier.image)
+        except RunnerError:
+            return None
+        if image is None:
+            return None
+        return run_key(
+            {
+                "version": __version__,
+                "image": image.id,
+                "container": trial.verifier.model_dump(mode="json", exclude=_PLAN_ONLY),
+                "test": trial.test.model_dump(mode="json"),
+                "logs": trial.verifier_logs,
+                "canaries": self.state.plan.canaries.model_dump(mode="json"),
+                "patch": patch_digest(patch),
+            }
+        )
+
+    def recall_run(self, trial: TrialPlan, patch: bytes) -> TrialRun | None:
+        """An early run of `patch` an earlier run saw end with reward 0, its files in place
+        under the trial's gate as if its verifier had just left them; None when there is none."""
+        key = self._run_key(trial, patch)
+        seen = self.store.run(key) if key is not None else None
+        if seen is None:
+            return None
+        state = self.state
+        gate = state.layout.gate(trial.gate)
+        logs = gate / "logs"
+        if logs.exists():
+            return None  # never over what a verifier left
+        for name, data in seen.files.items():
+            target = logs.joinpath(*name.split("/"))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        verifier_log = state.path(trial.gate, "verifier.log")
+        verifier_log.write_bytes(
+            seen.verifier_log
+            + f"selfbench: as an earlier run of this verifier image saw it ({key})\n".encode()
+        )
+        run = TrialRun(
+            agent_log=state.path(trial.gate, "agent.log"),
+            collect_log=state.path(trial.gate, "collect.log"),
+            verifier_log=verifier_log,
+            patch=patch,
+            test=ExecOutcome(exit_code=seen.exit_code, seconds=seen.seconds),
+        )
+        run.evidence = read_verifier(state.layout.verifier_logs(trial.gate))
+        if run.reward is None or run.reward.reward != 0:
+            # Only reward-0 runs are kept: this one is not what the runner wrote. Nothing of it
+            # stays where the fresh verifier now logs.
+            shutil.rmtree(logs, ignore_errors=True)
+            verifier_log.unlink(missing_ok=True)
+            return None
+        return run
+
+    def remember_run(self, trial: TrialPlan, patch: bytes, run: TrialRun) -> None:
+        """An early run that ended with reward 0, within its limits, for the next verify."""
+        test = run.test
+        if test is None or test.exit_code is None or test.timed_out or test.oom_killed:
+            return
+        if test.storage_exceeded_mb is not None or test.truncation is not None:
+            return
+        if run.reward is None or run.reward.reward != 0:
+            return
+        key = self._run_key(trial, patch)
+        if key is None:
+            return
+        logs = self.state.layout.gate(trial.gate) / "logs"
+        files: dict[str, bytes] = {}
+        total = 0
+        for path in sorted(logs.rglob("*")):
+            if path.is_symlink():
+                return  # a verifier's copied-out logs are regular files: this run is not kept
+            if not path.is_file():
+                continue
+            total += path.stat().st_size
+            if total > MAX_RUN_BYTES or len(files) >= MAX_RUN_FILES:
+                return
+            files[path.relative_to(logs).as_posix()] = path.read_bytes()
+        self.store.remember_run(
+            key,
+            RememberedRun(
+                exit_code=test.exit_code,
+                seconds=test.seconds,
+                verifier_log=_tail(run.verifier_log),
+                files=files,
+            ),
+        )
+
+
+def _tail(path: Path) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - MAX_LOG_BYTES))
+            return handle.read(MAX_LOG_BYTES)
+    except OSError:
+        return b""

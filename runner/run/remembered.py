@@ -50,7 +50,9 @@ MAX_ENTRIES = 4096
 MAX_PATCH_BYTES = 1024 * 1024
 MAX_LOG_BYTES = 64 * 1024  # of each log kept (its end: where a script says why)
 MAX_DOCUMENT_BYTES = 4 * MAX_PATCH_BYTES  # base64 of the patch and both logs, with room
-_EXPLOIT, _POLICY = "exploit-side", "policy-check"
+MAX_RUN_BYTES = 1024 * 1024  # of a verifier run's files together (a larger run is not kept)
+MAX_RUN_FILES = 256
+_EXPLOIT, _POLICY, _RUN = "exploit-side", "policy-check", "early-run"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,6 +66,27 @@ class RememberedSide:
     patch: bytes | None
     script_log: bytes
     collect_log: bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class RememberedRun:
+    """An exploit's early verifier run as a run saw it: test.sh's exit code and seconds, the
+    end of its log, and the files it left under the gate's `logs/` (relative POSIX paths)."""
+
+    exit_code: int
+    seconds: float
+    verifier_log: bytes
+    files: dict[str, bytes]
+
+
+def is_plain_relative(path: str) -> bool:
+    """A relative POSIX path of plain names (no `..`, `.`, empty or absolute part)."""
+    parts = path.split("/")
+    return bool(path) and all(p not in ("", ".", "..") and "\0" not in p for p in parts)
+
+
+def run_key(parts: dict[str, object]) -> str:
+    return prediction_key({"kind": _RUN, **parts})
 
 
 def side_key(parts: dict[str, object]) -> str:
@@ -146,6 +169,47 @@ class Remembered:
 
     def remember_check(self, key: str, check: PolicyCheck) -> None:
         self._write(_POLICY, key, check.model_dump(mode="json", by_alias=True))
+
+    def run(self, key: str) -> RememberedRun | None:
+        value = self._read(_RUN, key)
+        if value is None:
+            return None
+        try:
+            seconds, files = value["seconds"], value["files"]
+            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+                return None
+            if not isinstance(files, dict) or len(files) > MAX_RUN_FILES:
+                return None
+            decoded = {str(k): _bytes(v) for k, v in files.items()}
+            run = RememberedRun(
+                exit_code=_int(value["exitCode"]),
+                seconds=float(seconds),
+                verifier_log=_bytes(value["verifierLog"]),
+                files=decoded,
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not all(map(is_plain_relative, run.files)):
+            return None
+        if sum(map(len, run.files.values())) > MAX_RUN_BYTES:
+            return None
+        return run
+
+    def remember_run(self, key: str, run: RememberedRun) -> None:
+        if len(run.files) > MAX_RUN_FILES or sum(map(len, run.files.values())) > MAX_RUN_BYTES:
+            return
+        if not all(map(is_plain_relative, run.files)):
+            return
+        self._write(
+            _RUN,
+            key,
+            {
+                "exitCode": run.exit_code,
+                "seconds": run.seconds,
+                "verifierLog": _b64(_tail(run.verifier_log)),
+                "files": {name: _b64(data) for name, data in sorted(run.files.items())},
+            },
+        )
 
     # ---- the documents -----------------------------------------------------------------------
 

@@ -362,10 +362,15 @@ class Sides:
             self.verifier_side(trial, scratch, data, run, verifier, patched=True)
         return run
 
+    @staticmethod
+    def early_trial(trial: TrialPlan) -> TrialPlan:
+        """`trial` before the census exists: under `<gate>/early/`, graded without it."""
+        return trial_apart(trial, EARLY_DIR).model_copy(update={"census": "unsealed"})
+
     def verify_early(self, trial: TrialPlan, patch: bytes) -> TrialRun:
-        """`patch` through a fresh verifier of `trial` before the census exists: under
-        `<gate>/early/`, graded without it, until its caller says it counts (adopt_early)."""
-        early = trial_apart(trial, EARLY_DIR).model_copy(update={"census": "unsealed"})
+        """`patch` through a fresh verifier of `trial` before the census exists (early_trial),
+        until its caller says it counts (adopt_early)."""
+        early = self.early_trial(trial)
         return self.verify_patch(early, patch, before_tests=self.state.check_stopping)
 
     def adopt_early(self, trial: TrialPlan, run: TrialRun) -> TrialRun:

@@ -5,6 +5,7 @@ full and --keep run everything afresh; what did not complete is never remembered
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -23,7 +24,16 @@ from runner.plan.types import ExecStep
 from runner.run.context import ExecutionEnv
 from runner.run.pipeline import VerifyOutcome, verify
 from runner.run.remembered import REMEMBERED_DIR, Remembered, RememberedSide
-from tests.fakes import FakeContainer, FakeEngine, Script, drive_exploits
+from tests.fakes import (
+    NOP_REWARD,
+    ORACLE_REWARD,
+    Action,
+    FakeContainer,
+    FakeEngine,
+    Script,
+    drive_exploits,
+    writes_reward,
+)
 from tests.helpers import bash_task
 
 ENV = ExecutionEnv(proxies={}, extra_ca_pem=None, fetch_artifact=lambda name, arch: Path("/x"))
@@ -245,3 +255,115 @@ def test_a_script_that_failed_is_run_again(tmp_path: Path) -> None:
     remembering(tmp_path, fake, task)
     # Only the one that failed runs again (the others are remembered).
     assert driven == [[first_exploit]]
+
+
+def exit_code_evidence(reward: dict[str, int], killed: list[str] = []) -> Action:  # noqa: B006
+    """A verifier judged by exit codes (a custom test command): its reward, each run's evidence
+    document in exit-code mode, and the canary run's, whose `killed` canaries failed."""
+
+    def action(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        writes_reward(reward)(container, step)
+        if killed:
+            canary = {
+                "name": "canary",
+                "kind": "canary",
+                "exitCode": 1,
+                "mode": "exit-code",
+                "complete": True,
+                "canaries": [{"key": key, "outcome": "failed"} for key in killed],
+            }
+            container.files["/logs/verifier/evidence/canary.json"] = json.dumps(canary).encode()
+        failed = reward.get("reward", 0) == 0
+        for name in ("fail_to_pass", "pass_to_pass"):
+            document = {
+                "name": name,
+                "kind": "f2p" if name == "fail_to_pass" else "p2p",
+                "exitCode": int(failed and name == "fail_to_pass"),
+                "mode": "exit-code",
+                "complete": True,
+                "passed": not (failed and name == "fail_to_pass"),
+            }
+            container.files[f"/logs/verifier/evidence/{name}.json"] = json.dumps(document).encode()
+        return ExecOutcome(exit_code=0, seconds=0.02)
+
+    return action
+
+
+def exit_code_canaries(tmp_path: Path, task: Path) -> list[str]:
+    """The task's exit-code canaries (the plan's), which the oracle's canary run kills."""
+    planned = remembering(tmp_path / "planning", engine(), task, hack_gate=HackGate.OFF)
+    assert planned.run_dir is not None
+    keys = json.loads((planned.run_dir / "plan.json").read_text())["canaries"]["exitCode"]
+    assert keys
+    return list(keys)
+
+
+def exit_code_engine(killed: list[str]) -> FakeEngine:
+    return FakeEngine(
+        Script(
+            actions={
+                "hack/policy-check": policy_says_kept,
+                "nop/verifier": exit_code_evidence(NOP_REWARD),
+                "oracle/verifier": exit_code_evidence(ORACLE_REWARD, killed),
+                "hack/verifier": exit_code_evidence(NOP_REWARD),
+            }
+        )
+    )
+
+
+def test_an_exit_code_task_remembers_its_exploits_early_runs(tmp_path: Path) -> None:
+    """With exit-code evidence each exploit the policy leaves runs in a verifier before the
+    census (an early run, graded without it): one that ended with reward 0 is remembered by the
+    verifier image, its plan and the patch, and the next verify adopts it as the census would."""
+    task = bash_task(tmp_path).directory
+    killed = exit_code_canaries(tmp_path, task)
+    first_engine = exit_code_engine(killed)
+    first = remembering(tmp_path, first_engine, task)
+    assert first.report.verdict is Verdict.ACCEPTED, first.report.reason
+    exploits = first.report.stages.hack.data.exploits
+    assert {e.outcome for e in exploits} == {"resisted"}
+    kinds = sorted(json.loads(p.read_text())["kind"] for p in entries(tmp_path))
+    # One per patch: the fake's exploits all leave the same one, and a run is the patch's.
+    assert kinds.count("early-run") == 1
+
+    second_engine = exit_code_engine(killed)
+    second = remembering(tmp_path, second_engine, task)
+    assert second.report.verdict is Verdict.ACCEPTED, second.report.reason
+    assert hack_view(second.report) == hack_view(first.report)
+    assert created(second_engine) == []  # no agent, no policy check, no exploit verifier
+    assert second.run_dir is not None
+    for exploit in exploits:
+        gate = second.run_dir / "hack" / exploit.name
+        reward = json.loads((gate / "logs" / "verifier" / "reward.json").read_text())
+        assert reward["reward"] == 0
+        assert "as an earlier run of this verifier image saw it" in (
+            (gate / "verifier.log").read_text()
+        )
+        assert not (gate / "early").exists()
+
+
+def test_a_remembered_run_that_does_not_say_reward_0_is_not_adopted(tmp_path: Path) -> None:
+    """A signed entry whose files say reward 1 (only reward-0 runs are kept: this one is not
+    the runner's doing) is not taken: the exploit runs in a verifier again."""
+    task = bash_task(tmp_path).directory
+    killed = exit_code_canaries(tmp_path, task)
+    remembering(tmp_path, exit_code_engine(killed), task)
+    for entry in entries(tmp_path):
+        document = json.loads(entry.read_text())
+        if document["kind"] != "early-run":
+            continue
+        files = document["value"]["files"]
+        files["verifier/reward.json"] = base64.b64encode(b'{"reward": 1}').decode()
+        signing.sign_document(document)
+        entry.write_text(json.dumps(document))
+    fake = exit_code_engine(killed)
+    outcome = remembering(tmp_path, fake, task)
+    assert outcome.report.verdict is Verdict.ACCEPTED, outcome.report.reason
+    # The first exploit's early run is looked up before any verifier runs (a later one may
+    # find what a fresh run of the same patch just remembered): it ran in a verifier.
+    first = outcome.report.stages.hack.data.exploits[0]
+    assert "create hack/verifier" in created(fake)
+    assert outcome.run_dir is not None
+    log = (outcome.run_dir / "hack" / first.name / "verifier.log").read_text()
+    assert "as an earlier run" not in log
+    assert first.outcome == "resisted"
