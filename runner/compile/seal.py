@@ -16,6 +16,7 @@ from runner.compile import signing
 from runner.model.census import Census
 from runner.model.evidence import MAX_EVIDENCE_BYTES
 from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, BundleLayout
+from runner.model.manifest import MANIFEST_FIELDS
 
 CENSUS_PATH = f"tests/{CENSUS_FILE}"
 
@@ -44,6 +45,10 @@ def seal(bundle: Path, census: Census, out: Path) -> Path:
     document = json.loads(raw) if raw else {}
     if not isinstance(document, dict):
         document = {}
+    # Only the compiler's own fields are sealed: the runner's key must never sign fields a
+    # bundle's author chose (a signed document of another kind, say what the hack gate
+    # remembers, would then come out of any verify of a planted bundle).
+    document = {k: v for k, v in document.items() if k in MANIFEST_FIELDS}
     # The seal: every file of the bundle as the verification left it (grade compares it).
     document["seal"] = {"files": bundle_digests(out)}
     document["census"] = {

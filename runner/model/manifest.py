@@ -79,3 +79,7 @@ class BundleManifest(_Model):
         if self.environment is None:
             del document["environment"]
         return json.dumps(document, indent=2, sort_keys=False) + "\n"
+
+
+# A manifest's top-level fields as the compiler writes them (what a seal keeps of a manifest).
+MANIFEST_FIELDS = frozenset(to_camel(name) for name in BundleManifest.model_fields)

@@ -115,6 +115,8 @@ class HackRunner:
             else:
                 runs = self._verify_left_over(left_over, sides, pool, stage, early=True)
         self._judge_all(sides, runs, stage)
+        if memory is not None:
+            memory.keep_runs(stage.status is Status.PASSED)
 
     @property
     def pending(self) -> bool:
@@ -243,9 +245,10 @@ class HackRunner:
             return done
 
         def verify() -> TrialRun:
-            run = self.sides.verify_early(trial, patch)
+            scratch = StageResult()
+            run = self.sides.verify_early(trial, patch, scratch)
             if memory is not None:
-                memory.remember_run(early, patch, run)
+                memory.remember_run(early, patch, run, scratch)
             return run
 
         return pool.submit(verify)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import __version__
@@ -46,6 +47,11 @@ class HackMemory:
     agent_image: str
     verifier_image: str | None
     exploit_agent: ExploitAgent
+    # The engine's facts (cores, architecture, quota, memory): part of every key.
+    facts: dict[str, object]
+    # Early runs to remember once the stage has passed (keep_runs), from the pool's threads.
+    runs: list[tuple[str, RememberedRun]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def of(cls, state: RunState, exploit_agent: ExploitAgent) -> HackMemory | None:
@@ -56,6 +62,7 @@ class HackMemory:
         if plan is None or store is None or plan.full or state.plan.keep:
             return None
         try:
+            facts = state.engine.facts().model_dump(mode="json")
             agent = state.engine.image(plan.agent.image)
             verifier = state.engine.image(plan.policy.image) if plan.policy else None
         except RunnerError as exc:
@@ -70,12 +77,14 @@ class HackMemory:
             agent_image=agent.id,
             verifier_image=verifier.id if verifier is not None else None,
             exploit_agent=exploit_agent,
+            facts=facts,
         )
 
     def _side_key(self, exploit: ExploitPlan) -> str:
         return side_key(
             {
                 "version": __version__,
+                "engine": self.facts,
                 "image": self.agent_image,
                 "container": self.plan.agent.model_dump(mode="json", exclude=_PLAN_ONLY),
                 "driver": self.plan.driver.model_dump(mode="json"),
@@ -90,6 +99,7 @@ class HackMemory:
         return check_key(
             {
                 "version": __version__,
+                "engine": self.facts,
                 "image": self.verifier_image,
                 "container": self.plan.policy.model_dump(mode="json", exclude=_PLAN_ONLY),
                 "step": self.plan.policy_check.model_dump(mode="json"),
@@ -159,6 +169,7 @@ class HackMemory:
         return run_key(
             {
                 "version": __version__,
+                "engine": self.facts,
                 "image": image.id,
                 "container": trial.verifier.model_dump(mode="json", exclude=_PLAN_ONLY),
                 "test": trial.test.model_dump(mode="json"),
@@ -169,8 +180,20 @@ class HackMemory:
         )
 
     def recall_run(self, trial: TrialPlan, patch: bytes) -> TrialRun | None:
-        """An early run of `patch` an earlier run saw end with reward 0, its files in place
-        under the trial's gate as if its verifier had just left them; None when there is none."""
+        """An early run of `patch` an earlier verify saw end with reward 0 (its hack stage
+        passed), its files in place under the trial's gate as if its verifier had just left
+        them; None when there is none, or it cannot be put back (nothing of it then stays: the
+        fresh verifier logs there)."""
+        try:
+            return self._recall_run(trial, patch)
+        except Exception as exc:  # what cannot be put back costs a fresh run, never the stage
+            log.info("%s: a remembered early run is not used (%s)", trial.gate, exc)
+            gate = self.state.layout.gate(trial.gate)
+            shutil.rmtree(gate / "logs", ignore_errors=True)
+            (gate / "verifier.log").unlink(missing_ok=True)
+            return None
+
+    def _recall_run(self, trial: TrialPlan, patch: bytes) -> TrialRun | None:
         key = self._run_key(trial, patch)
         seen = self.store.run(key) if key is not None else None
         if seen is None:
@@ -205,14 +228,22 @@ class HackMemory:
             return None
         return run
 
-    def remember_run(self, trial: TrialPlan, patch: bytes, run: TrialRun) -> None:
-        """An early run that ended with reward 0, within its limits, for the next verify."""
-        test = run.test
+    def remember_run(
+        self, trial: TrialPlan, patch: bytes, run: TrialRun, scratch: StageResult
+    ) -> None:
+        """An early run that ended with reward 0 within every limit, kept for the next verify
+        only once this one's hack stage has passed (keep_runs): a run that lost by chance,
+        beside another that won, never becomes what later verifies see."""
+        test, details = run.test, run.details
         if test is None or test.exit_code is None or test.timed_out or test.oom_killed:
             return
         if test.storage_exceeded_mb is not None or test.truncation is not None:
             return
-        if run.reward is None or run.reward.reward != 0:
+        if test.limits.pids_limit_hits > 0 or test.limits.pids_at_limit or scratch.truncated:
+            return
+        if details is None or details.truncated_logs or details.pids_limit_hits > 0:
+            return
+        if details.oom_kills > 0 or run.reward is None or run.reward.reward != 0:
             return
         key = self._run_key(trial, patch)
         if key is None:
@@ -229,15 +260,23 @@ class HackMemory:
             if total > MAX_RUN_BYTES or len(files) >= MAX_RUN_FILES:
                 return
             files[path.relative_to(logs).as_posix()] = path.read_bytes()
-        self.store.remember_run(
-            key,
-            RememberedRun(
-                exit_code=test.exit_code,
-                seconds=test.seconds,
-                verifier_log=_tail(run.verifier_log),
-                files=files,
-            ),
+        seen = RememberedRun(
+            exit_code=test.exit_code,
+            seconds=test.seconds,
+            verifier_log=_tail(run.verifier_log),
+            files=files,
         )
+        with self.lock:
+            self.runs.append((key, seen))
+
+    def keep_runs(self, passed: bool) -> None:
+        """The early runs this verify saw end with reward 0, remembered when its hack stage
+        passed (every exploit earned nothing); forgotten otherwise."""
+        with self.lock:
+            runs, self.runs[:] = list(self.runs), []
+        if passed:
+            for key, seen in runs:
+                self.store.remember_run(key, seen)
 
 
 def _tail(path: Path) -> bytes:

@@ -53,6 +53,10 @@ MAX_DOCUMENT_BYTES = 4 * MAX_PATCH_BYTES  # base64 of the patch and both logs, w
 MAX_RUN_BYTES = 1024 * 1024  # of a verifier run's files together (a larger run is not kept)
 MAX_RUN_FILES = 256
 _EXPLOIT, _POLICY, _RUN = "exploit-side", "policy-check", "early-run"
+_FIELDS = frozenset({"kind", "key", "value", signing.SIGNATURE})
+# What the signature covers besides the document: no other document the runner's key signs
+# (a bundle's seal, an export's manifest) can stand for an entry, whatever fields it carries.
+_PURPOSE = b"selfbench-runner hack-gate memory v1\n"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,8 +220,26 @@ class Remembered:
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
+    def _private(self) -> bool:
+        """Whether the store's directory, and the cache directory it is in, are this user's
+        own real directories that no one else may write (else nothing is read or written:
+        another user could delete, replay or plant entries, or link the directory away)."""
+        for path in (self.root, self.directory):
+            try:
+                info = os.lstat(path)
+            except OSError:
+                return False
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                return False
+            if info.st_mode & 0o022:
+                return False
+        return True
+
     def _read(self, kind: str, key: str) -> dict[str, object] | None:
-        """The value under `key` when this runner's key signed it for this key and kind."""
+        """The value under `key` when this runner's key signed it as a hack-gate memory
+        entry for this key and kind."""
+        if not self._private():
+            return None
         try:
             fd = os.open(self._path(key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
@@ -230,11 +252,15 @@ class Remembered:
             if len(raw) > MAX_DOCUMENT_BYTES:
                 return None
             document = json.loads(raw)
-            if not isinstance(document, dict):
+            if not isinstance(document, dict) or set(document) != _FIELDS:
                 return None
             own = signing.signer()
-            problem = signing.document_problem(document, {own.key_id: own.public})
-        except (OSError, ValueError, RunnerError):
+            problem = signing.signature_problem(
+                _PURPOSE + signing.payload(document),
+                document.get(signing.SIGNATURE),
+                {own.key_id: own.public},
+            )
+        except Exception:  # a planted file (say, JSON nested past the recursion limit): no entry
             return None
         value = document.get("value")
         if problem is not None:
@@ -252,11 +278,19 @@ class Remembered:
         """A cache that cannot be written only costs the next run its memory."""
         document: dict[str, object] = {"kind": kind, "key": key, "value": value}
         try:
-            signing.sign_document(document)
+            document[signing.SIGNATURE] = signing.signer().sign(
+                _PURPOSE + signing.payload(document)
+            )
             data = json.dumps(document, sort_keys=True).encode()
             if len(data) > MAX_DOCUMENT_BYTES:
                 return
-            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for path in (self.root, self.directory):
+                path.mkdir(exist_ok=True, mode=0o700, parents=path == self.root)
+            if not self._private():
+                log.info(
+                    "the hack gate remembers nothing: %s is not this user's alone", self.directory
+                )
+                return
             fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
             try:
                 with os.fdopen(fd, "wb") as handle:
@@ -271,6 +305,8 @@ class Remembered:
 
     def prune(self) -> None:
         """At most MAX_ENTRIES: the least recently used go first (once a run, not per write)."""
+        if not self._private():
+            return
         entries = []
         with contextlib.suppress(OSError):
             for path in self.directory.glob("*.json"):

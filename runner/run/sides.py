@@ -367,11 +367,13 @@ class Sides:
         """`trial` before the census exists: under `<gate>/early/`, graded without it."""
         return trial_apart(trial, EARLY_DIR).model_copy(update={"census": "unsealed"})
 
-    def verify_early(self, trial: TrialPlan, patch: bytes) -> TrialRun:
+    def verify_early(
+        self, trial: TrialPlan, patch: bytes, scratch: StageResult | None = None
+    ) -> TrialRun:
         """`patch` through a fresh verifier of `trial` before the census exists (early_trial),
-        until its caller says it counts (adopt_early)."""
+        until its caller says it counts (adopt_early); what it truncated goes to `scratch`."""
         early = self.early_trial(trial)
-        return self.verify_patch(early, patch, before_tests=self.state.check_stopping)
+        return self.verify_patch(early, patch, scratch, before_tests=self.state.check_stopping)
 
     def adopt_early(self, trial: TrialPlan, run: TrialRun) -> TrialRun:
         """An early run (verify_early) counts as the trial's own run: its logs and its kept

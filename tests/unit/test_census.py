@@ -146,6 +146,25 @@ def test_sealing_a_compiled_bundle_copies_it_and_records_the_digest(tmp_path: Pa
     assert "census" not in original
 
 
+def test_a_seal_signs_only_the_compilers_fields(tmp_path: Path) -> None:
+    """A bundle's author adds fields to its manifest (here, those of a signed document of
+    another kind): the seal drops them, so the runner's key never signs what they chose."""
+    task = bash_task(tmp_path)
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.settings import CompileOptions
+
+    bundle = compiled(
+        load_authored_task(task.directory), repo=None, out=tmp_path / "b", options=CompileOptions()
+    )
+    path = bundle / ".selfbench-manifest.json"
+    planted = {**json.loads(path.read_text()), "kind": "exploit-side", "key": "k", "value": {}}
+    path.write_text(json.dumps(planted))
+    out = seal(bundle, exit_code_census(), tmp_path / "run" / "bundle")
+    manifest = json.loads((out / ".selfbench-manifest.json").read_text())
+    assert not {"kind", "key", "value"} & set(manifest)
+    assert {"taskId", "seal", "census", "signature"} <= set(manifest)
+
+
 @pytest.mark.parametrize(
     ("command", "runners"),
     [

@@ -367,3 +367,73 @@ def test_a_remembered_run_that_does_not_say_reward_0_is_not_adopted(tmp_path: Pa
     log = (outcome.run_dir / "hack" / first.name / "verifier.log").read_text()
     assert "as an earlier run" not in log
     assert first.outcome == "resisted"
+
+
+def test_a_document_the_runner_signed_for_another_purpose_is_no_entry(tmp_path: Path) -> None:
+    """The runner's key signs seals and export manifests too: a document of exactly an entry's
+    fields, signed as those are (no memory purpose), is not read; nor is an entry with a field
+    more, nor a planted file nested past the recursion limit."""
+    store = Remembered(tmp_path / "cache")
+    side = RememberedSide(
+        exit_code=3, seconds=0.1, collected=-1, patch=None, script_log=b"", collect_log=b""
+    )
+    store.remember_side("a" * 64, side)
+    path = store.directory / f"{'a' * 64}.json"
+    document = json.loads(path.read_text())
+    assert store.side("a" * 64) == side
+    document.pop("signature")
+    signing.sign_document(document)  # as a seal is signed
+    path.write_text(json.dumps(document))
+    assert store.side("a" * 64) is None
+    store.remember_side("a" * 64, side)
+    document = json.loads(path.read_text())
+    document["census"] = {}
+    path.write_text(json.dumps(document))
+    assert store.side("a" * 64) is None
+    path.write_text("[" * 100_000)
+    assert store.side("a" * 64) is None
+
+
+def test_a_store_others_may_write_is_neither_read_nor_written(tmp_path: Path) -> None:
+    store = Remembered(tmp_path / "cache")
+    side = RememberedSide(
+        exit_code=3, seconds=0.1, collected=-1, patch=None, script_log=b"", collect_log=b""
+    )
+    store.remember_side("a" * 64, side)
+    assert store.side("a" * 64) == side
+    store.directory.chmod(0o777)
+    assert store.side("a" * 64) is None
+    store.remember_side("b" * 64, side)
+    assert not (store.directory / f"{'b' * 64}.json").exists()
+    store.directory.chmod(0o700)
+    (tmp_path / "cache").chmod(0o775)
+    assert store.side("a" * 64) is None
+    (tmp_path / "cache").chmod(0o755)
+    # The directory linked elsewhere: not followed.
+    elsewhere = tmp_path / "elsewhere"
+    store.directory.rename(elsewhere)
+    store.directory.symlink_to(elsewhere)
+    assert store.side("a" * 64) is None
+
+
+def test_early_runs_are_remembered_only_when_the_stage_passed(tmp_path: Path) -> None:
+    """An exploit that resists by chance beside one that earns a reward: the verify is
+    rejected, and nothing of its early runs is kept (a later verify must not add up the
+    chance losses of several)."""
+    task = bash_task(tmp_path).directory
+    killed = exit_code_canaries(tmp_path, task)
+    fake = exit_code_engine(killed)
+    calls: list[str] = []
+
+    def one_wins(container: FakeContainer, step: ExecStep) -> ExecOutcome:
+        # The exploit whose verifier ran first wins, early or sealed (its containers share
+        # the name before "-verifier"); list.append is atomic.
+        calls.append(container.name.split("-verifier")[0])
+        reward = ORACLE_REWARD if calls[0] == calls[-1] else NOP_REWARD
+        return exit_code_evidence(reward)(container, step)
+
+    fake.script.actions["hack/verifier"] = one_wins
+    outcome = remembering(tmp_path, fake, task)
+    assert outcome.report.verdict is Verdict.REJECTED, outcome.report.reason
+    kinds = [json.loads(p.read_text())["kind"] for p in entries(tmp_path)]
+    assert "early-run" not in kinds
