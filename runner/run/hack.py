@@ -92,8 +92,6 @@ class HackRunner:
             # oracle): only a patch that leaves something the policy keeps needs a verifier.
             checks = self.policy.check(sides, stage, policy, known)
             policy_stack.close()
-            if memory is not None:
-                memory.remember(sides, checks)
             left_over: list[tuple[ExploitPlan, bytes]] = []
             for exploit in plan.exploits:
                 side = sides[exploit.name]
@@ -116,7 +114,12 @@ class HackRunner:
                 runs = self._verify_left_over(left_over, sides, pool, stage, early=True)
         self._judge_all(sides, runs, stage)
         if memory is not None:
-            memory.keep_runs(stage.status is Status.PASSED)
+            # Only a verify whose every exploit earned nothing is remembered: what later
+            # verifies replay is then what one whole fresh verify saw.
+            passed = stage.status is Status.PASSED
+            if passed:
+                memory.remember(sides, checks)
+            memory.keep_runs(passed)
 
     @property
     def pending(self) -> bool:
