@@ -385,7 +385,8 @@ def _docker_engine() -> Engine:
 
     engine = connect()
     try:
-        engine.reap_stale()
+        if removed := engine.reap_stale():
+            log.info("removed %d container(s) of runner processes that no longer exist", removed)
     except RunnerError as exc:
         log.warning("could not look for stale containers: %s", exc)
     return engine
