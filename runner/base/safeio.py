@@ -190,15 +190,17 @@ def private_dir(path: Path, *, exist_ok: bool = True) -> None:
         os.chmod(path, 0o700)
 
 
-def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
-    """Write `data` to `path` so a reader sees the old file or the whole new one."""
+def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Write `data` to `path` so a reader sees the old file or the whole new one; synced to
+    disk first unless not `durable` (a cache entry lost to a crash costs only its reuse)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data.encode() if isinstance(data, str) else data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

@@ -24,10 +24,11 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from runner.base.safeio import write_atomic
 
 PREDICTIONS_DIR = "predicted-patches"
 MAX_ENTRIES = 256
@@ -98,7 +99,7 @@ class PatchPredictions:
             unstable.unlink(missing_ok=True)
             return
         if predicted is not None and predicted != patch:
-            self._write(unstable, b"")
+            write_atomic(unstable, b"", mode=0o600, durable=False)
         elif predicted is None and unstable.exists():
             try:
                 before = entry.read_bytes()
@@ -107,22 +108,10 @@ class PatchPredictions:
             if before == patch:
                 unstable.unlink(missing_ok=True)  # two runs in a row agree again
         if predicted != patch:
-            self._write(entry, patch)
+            write_atomic(entry, patch, mode=0o600, durable=False)
             self._prune()
         else:
             os.utime(entry)  # recently used: the last to be pruned
-
-    def _write(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(temporary, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
 
     def _prune(self) -> None:
         entries = []

@@ -19,7 +19,7 @@ from runner.plan.inimage import DRIVER_RESET_FAILED, HACK_IN, HACK_OUT
 from runner.plan.runtime import Container, ExecOutcome
 from runner.plan.types import ExploitPlan
 from runner.run import collect as left
-from runner.run.remembered import MAX_LOG_BYTES, RememberedSide
+from runner.run.remembered import RememberedSide, log_tail
 from runner.run.state import ExploitSide, RunState, StageResult
 
 SCRIPT_LOG = "exploit.log"
@@ -41,16 +41,6 @@ def _scripts(exploits: list[ExploitPlan]) -> bytes:
             info.size, info.mode = len(data), 0o600
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
-
-
-def _log_tail(path: Path) -> bytes:
-    """The end of a log (what a later run shows of it): at most MAX_LOG_BYTES."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - MAX_LOG_BYTES))
-            return handle.read(MAX_LOG_BYTES)
-    except OSError:
-        return b""
 
 
 def _status(path: Path) -> dict[str, tuple[int, bool, float, int]]:
@@ -141,8 +131,8 @@ class ExploitAgent:
             seconds=side.script.seconds,
             collected=collected,
             patch=side.patch,
-            script_log=_log_tail(directory / SCRIPT_LOG),
-            collect_log=_log_tail(directory / COLLECT_LOG),
+            script_log=log_tail(directory / SCRIPT_LOG),
+            collect_log=log_tail(directory / COLLECT_LOG),
         )
 
     def _sides(

@@ -8,7 +8,6 @@ import logging
 import shutil
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from runner import __version__
 from runner.base.errors import RunnerError
@@ -18,12 +17,12 @@ from runner.plan.types import ExploitPlan, HackPlan, TrialPlan
 from runner.run.collect import read_verifier
 from runner.run.hackagent import ExploitAgent
 from runner.run.remembered import (
-    MAX_LOG_BYTES,
     MAX_RUN_BYTES,
     MAX_RUN_FILES,
     Remembered,
     RememberedRun,
     check_key,
+    log_tail,
     patch_digest,
     run_key,
     side_key,
@@ -51,6 +50,7 @@ class HackMemory:
     facts: dict[str, object]
     # Early runs to remember once the stage has passed (keep_runs), from the pool's threads.
     runs: list[tuple[str, RememberedRun]] = field(default_factory=list)
+    image_ids: dict[str, str | None] = field(default_factory=dict)  # by tag (_image_id)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -151,6 +151,18 @@ class HackMemory:
 
     # ---- early verifier runs -----------------------------------------------------------------
 
+    def _image_id(self, tag: str) -> str | None:
+        """`tag`'s image id, looked up once a run: a run's recall and what it remembers use the
+        same id (and the engine is asked once, not for each exploit)."""
+        with self.lock:
+            if tag not in self.image_ids:
+                try:
+                    info = self.state.engine.image(tag)
+                except RunnerError:
+                    info = None
+                self.image_ids[tag] = info.id if info is not None else None
+            return self.image_ids[tag]
+
     def _run_key(self, trial: TrialPlan, patch: bytes) -> str | None:
         """An early run's key (runner.run.sides.verify_early: graded without the census, so the
         census is not an input): the verifier image's id, its container's plan, test.sh's step,
@@ -160,17 +172,14 @@ class HackMemory:
             return None
         if trial.verifier.network != "none":
             return None
-        try:
-            image = self.state.engine.image(trial.verifier.image)
-        except RunnerError:
-            return None
+        image = self._image_id(trial.verifier.image)
         if image is None:
             return None
         return run_key(
             {
                 "version": __version__,
                 "engine": self.facts,
-                "image": image.id,
+                "image": image,
                 "container": trial.verifier.model_dump(mode="json", exclude=_PLAN_ONLY),
                 "test": trial.test.model_dump(mode="json"),
                 "logs": trial.verifier_logs,
@@ -263,7 +272,7 @@ class HackMemory:
         seen = RememberedRun(
             exit_code=test.exit_code,
             seconds=test.seconds,
-            verifier_log=_tail(run.verifier_log),
+            verifier_log=log_tail(run.verifier_log),
             files=files,
         )
         with self.lock:
@@ -277,12 +286,3 @@ class HackMemory:
         if passed:
             for key, seen in runs:
                 self.store.remember_run(key, seen)
-
-
-def _tail(path: Path) -> bytes:
-    try:
-        with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - MAX_LOG_BYTES))
-            return handle.read(MAX_LOG_BYTES)
-    except OSError:
-        return b""

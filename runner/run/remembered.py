@@ -32,13 +32,13 @@ import json
 import logging
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from runner.base.errors import RunnerError
+from runner.base.safeio import write_atomic
 from runner.compile import signing
 from runner.model.evidence import PolicyCheck
 from runner.model.predictions import prediction_key
@@ -107,6 +107,16 @@ def patch_digest(patch: bytes) -> str:
 
 def _tail(data: bytes) -> bytes:
     return data[-MAX_LOG_BYTES:]
+
+
+def log_tail(path: Path) -> bytes:
+    """The end of a log file as an entry keeps it (at most MAX_LOG_BYTES; b"" when absent)."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - MAX_LOG_BYTES))
+            return handle.read(MAX_LOG_BYTES)
+    except OSError:
+        return b""
 
 
 def _b64(data: bytes) -> str:
@@ -291,15 +301,7 @@ class Remembered:
                     "the hack gate remembers nothing: %s is not this user's alone", self.directory
                 )
                 return
-            fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                os.replace(temporary, self._path(key))
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
+            write_atomic(self._path(key), data, mode=0o600, durable=False)
         except (OSError, RunnerError) as exc:
             log.debug("could not remember a hack-gate entry (%s)", exc)
 

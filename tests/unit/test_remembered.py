@@ -17,11 +17,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from runner.compile import signing
 from runner.model.evidence import PolicyCheck
 from runner.model.report import Report, Verdict
-from runner.model.settings import BuildEnvironment, HackGate, VerifySettings
+from runner.model.settings import HackGate
 from runner.plan.inimage import HACK_OUT, HACK_POLICY_RESULT
 from runner.plan.runtime import ExecOutcome
 from runner.plan.types import ExecStep
-from runner.run.context import ExecutionEnv
 from runner.run.pipeline import VerifyOutcome, verify
 from runner.run.remembered import REMEMBERED_DIR, Remembered, RememberedSide
 from tests.fakes import (
@@ -35,19 +34,9 @@ from tests.fakes import (
     writes_reward,
 )
 from tests.helpers import bash_task
+from tests.unit.test_executor import ENV, settings
 
-ENV = ExecutionEnv(proxies={}, extra_ca_pem=None, fetch_artifact=lambda name, arch: Path("/x"))
 PATCH = b"diff --git a/x b/x\n"
-
-
-def settings(tmp_path: Path, **changes: object) -> VerifySettings:
-    base: dict[str, object] = {
-        "build": BuildEnvironment(base_image="base:1"),
-        "logs_root": tmp_path / "runs",
-        "repeat": 0,
-    }
-    base.update(changes)
-    return VerifySettings(**base)  # type: ignore[arg-type]
 
 
 def policy_says_kept(container: FakeContainer, step: ExecStep) -> ExecOutcome:
@@ -69,7 +58,7 @@ def engine() -> FakeEngine:
 def remembering(tmp_path: Path, fake: FakeEngine, task: Path, **changes: object) -> VerifyOutcome:
     return verify(
         task,
-        settings(tmp_path, **changes),
+        settings(tmp_path, **{"repeat": 0, **changes}),
         progress=lambda stage, message: None,
         engine_factory=lambda: fake,
         env=replace(ENV, remembered=Remembered(tmp_path / "cache")),
