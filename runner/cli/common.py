@@ -236,6 +236,7 @@ def settings_of(child: SharedSettings, **per_run: Any) -> VerifySettings:
         keep_going=child.keep_going,
         hand_caches=child.hand_caches,
         evidence_checks=EvidenceChecks(child.evidence_checks),
+        hack_memory=child.hack_memory,
         **per_run,
     )
 

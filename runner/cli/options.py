@@ -250,6 +250,15 @@ EVIDENCE_CHECKS = click.option(
     "in-process checks alone (a test mode: each shown on its own, docs/gates.md).",
 )
 
+HACK_MEMORY = click.option(
+    "--hack-memory/--no-hack-memory",
+    default=True,
+    show_default=True,
+    help="Let the hack gate take each exploit's agent side, policy check and reward-0 early run "
+    "from an earlier verify of the same images whose hack stage passed (the runner's cache); "
+    "--no-hack-memory: run them all afresh, the same exploits as the default.",
+)
+
 # The options that make a command's SharedSettings (in its field order).
 _SETTINGS_OPTIONS = (
     BASE_IMAGE,
@@ -264,7 +273,7 @@ _SETTINGS_OPTIONS = (
     HACK_GATE,
     NO_HACK_GATE,
 )
-_AFTER_REPEAT = (PROBE_PASS_TO_PASS, KEEP_GOING, HAND_CACHES, EVIDENCE_CHECKS)
+_AFTER_REPEAT = (PROBE_PASS_TO_PASS, KEEP_GOING, HAND_CACHES, EVIDENCE_CHECKS, HACK_MEMORY)
 
 SETTINGS_JSON = click.option(
     "--settings-json",

@@ -204,6 +204,7 @@ class SharedSettings(BaseModel):
     keep_going: bool = False
     hand_caches: bool = True
     evidence_checks: EvidenceChecks = EvidenceChecks.ALL
+    hack_memory: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,6 +250,10 @@ class VerifySettings:
     hand_caches: bool = True
     # Which of the verifier's defences judge (EvidenceChecks): both, by default.
     evidence_checks: EvidenceChecks = EvidenceChecks.ALL
+    # The hack gate takes what an earlier verify of the same images saw (runner.run.remembered);
+    # no_hack_memory: every exploit's side, policy check and early run afresh (the gate's set
+    # and its verdict rules unchanged, unlike --hack-gate full).
+    hack_memory: bool = True
     # grade --reward-only: the reward alone, as the hack gate's verifiers take it (a run stops
     # at its first failed test, pass-to-pass runs only after fail-to-pass passed).
     reward_only: bool = False

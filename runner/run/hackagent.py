@@ -101,7 +101,7 @@ class ExploitAgent:
         script_log = directory / SCRIPT_LOG
         script_log.write_bytes(remembered.script_log)
         stage.logs.append(str(script_log))
-        if remembered.collected >= 0:
+        if remembered.collected >= 0 and remembered.collect_log:
             (directory / COLLECT_LOG).write_bytes(remembered.collect_log)
         return self._made(
             exploit,

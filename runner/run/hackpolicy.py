@@ -51,12 +51,32 @@ class PolicyChecker:
             name: side.patch for name, side in sides.items() if side.patch and name not in known
         }
         checks = {**known, **self._run(patches, stage, opening)}
+        recalled = [name for name in known if sides.get(name) is not None and sides[name].patch]
+        if recalled:
+            self._log_recalled(recalled, known, stage)
         for name, check in checks.items():
             if sides.get(name) is not None and sides[name].patch:
                 self.state.path(Stage.HACK, name, POLICY_CHECK_FILE).write_text(
                     check.model_dump_json(by_alias=True, indent=2)
                 )
         return checks
+
+    def _log_recalled(
+        self, names: list[str], known: dict[str, PolicyCheck], stage: StageResult
+    ) -> None:
+        """policy-check.log says which checks came from an earlier verify (after what the
+        container printed, if it ran for the others), as the agent's log does for its sides."""
+        log_path = self.state.path(Stage.HACK, "policy-check.log")
+        with log_path.open("a") as log_file:
+            for name in names:
+                check = known[name]
+                log_file.write(
+                    f"selfbench: {name}: as an earlier verify of the same verifier image "
+                    f"checked it ({'applies' if check.applied else 'does not apply'}; the "
+                    f"policy keeps {check.kept} change(s), {check.restores} restore(s))\n"
+                )
+        if str(log_path) not in stage.logs:
+            stage.logs.append(str(log_path))
 
     def _run(
         self,

@@ -81,7 +81,7 @@ def default_env(settings: VerifySettings) -> ExecutionEnv:
         extra_ca_pem=settings.build.extra_ca_pem,
         fetch_artifact=fetch,
         predictions=PatchPredictions(cache_root()),
-        remembered=Remembered(cache_root()),
+        remembered=Remembered(cache_root()) if settings.hack_memory else None,
     )
 
 

@@ -110,11 +110,17 @@ def _tail(data: bytes) -> bytes:
 
 
 def log_tail(path: Path) -> bytes:
-    """The end of a log file as an entry keeps it (at most MAX_LOG_BYTES; b"" when absent)."""
+    """The end of a log file as an entry keeps it (at most MAX_LOG_BYTES; b"" when absent),
+    headed by a line that says how much of its start was left out, if any."""
     try:
         with path.open("rb") as handle:
-            handle.seek(max(0, path.stat().st_size - MAX_LOG_BYTES))
-            return handle.read(MAX_LOG_BYTES)
+            size = path.stat().st_size
+            if size <= MAX_LOG_BYTES:
+                return handle.read(MAX_LOG_BYTES)
+            head = f"[selfbench: the first {{}} of {size} bytes of this log were not kept]\n"
+            room = MAX_LOG_BYTES - len(head.format(size).encode())
+            handle.seek(size - room)
+            return head.format(size - room).encode() + handle.read(room)
     except OSError:
         return b""
 

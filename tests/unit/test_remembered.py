@@ -22,7 +22,13 @@ from runner.plan.inimage import HACK_OUT, HACK_POLICY_RESULT
 from runner.plan.runtime import ExecOutcome
 from runner.plan.types import ExecStep
 from runner.run.pipeline import VerifyOutcome, verify
-from runner.run.remembered import REMEMBERED_DIR, Remembered, RememberedSide
+from runner.run.remembered import (
+    MAX_LOG_BYTES,
+    REMEMBERED_DIR,
+    Remembered,
+    RememberedSide,
+    log_tail,
+)
 from tests.fakes import (
     NOP_REWARD,
     ORACLE_REWARD,
@@ -106,6 +112,14 @@ def test_a_second_verify_runs_neither_the_agent_side_nor_the_policy_check(tmp_pa
         assert script_log.read_text() == f"{exploit.name} ran\n"
     agent_log = (second.run_dir / "hack" / "agent.log").read_text()
     assert "as an earlier run of agent image sha256:agent saw it (exit 0" in agent_log
+    # The policy check's log says which checks were remembered, and the stage lists it.
+    policy_log = second.run_dir / "hack" / "policy-check.log"
+    assert str(policy_log) in second.report.stages.hack.logs
+    said = policy_log.read_text().splitlines()
+    assert len(said) == exploits, said
+    assert all("as an earlier verify of the same verifier image checked it" in s for s in said)
+    # No empty log stands for one the driver did not write.
+    assert not [p for p in second.run_dir.rglob("collect.log") if p.stat().st_size == 0]
 
 
 def test_another_verifier_image_checks_the_remembered_patches_again(tmp_path: Path) -> None:
@@ -425,3 +439,32 @@ def test_nothing_is_remembered_unless_the_stage_passed(tmp_path: Path) -> None:
     outcome = remembering(tmp_path, fake, task)
     assert outcome.report.verdict is Verdict.REJECTED, outcome.report.reason
     assert entries(tmp_path) == []  # nor its sides and checks: nothing of a failed stage
+
+
+def test_a_kept_log_says_how_much_of_its_start_it_left_out(tmp_path: Path) -> None:
+    short, long = tmp_path / "short.log", tmp_path / "long.log"
+    short.write_bytes(b"all of it\n")
+    long.write_bytes(b"x" * (2 * MAX_LOG_BYTES) + b"why it failed\n")
+    assert log_tail(short) == b"all of it\n"
+    kept = log_tail(long)
+    assert len(kept) <= MAX_LOG_BYTES and kept.endswith(b"why it failed\n")
+    head, _, rest = kept.partition(b"\n")
+    left_out = 2 * MAX_LOG_BYTES + len(b"why it failed\n") - len(rest)
+    assert (
+        head
+        == (
+            f"[selfbench: the first {left_out} of {long.stat().st_size} bytes of this log were "
+            "not kept]"
+        ).encode()
+    )
+    assert log_tail(tmp_path / "absent.log") == b""
+
+
+def test_no_hack_memory_neither_reads_nor_writes_the_store(tmp_path: Path) -> None:
+    from runner.cli.common import settings_of
+    from runner.model.settings import SharedSettings
+    from runner.run.pipeline import default_env
+
+    assert default_env(settings(tmp_path)).remembered is not None
+    off = settings_of(SharedSettings(hack_memory=False))
+    assert off.hack_memory is False and default_env(off).remembered is None
