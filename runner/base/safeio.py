@@ -17,6 +17,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from runner.base.errors import InvalidTaskError, UsageError
 
@@ -134,10 +135,15 @@ def require_directory(path: Path, *, what: str = "task directory") -> None:
 
 def file_sha256(path: Path) -> str:
     """The SHA-256 of a file's bytes (hex), read a chunk at a time."""
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+        return stream_sha256(handle)
+
+
+def stream_sha256(handle: BinaryIO) -> str:
+    """The SHA-256 (hex) of what is left to read of an open file, a chunk at a time."""
+    digest = hashlib.sha256()
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 

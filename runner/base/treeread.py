@@ -10,8 +10,10 @@ import contextlib
 import json
 import os
 import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from runner.base.errors import InvalidTaskError
 from runner.base.safeio import file_kind, read_opened
@@ -104,3 +106,85 @@ def _refuse(fd: int, name: str, relative: str, exc: OSError) -> None:
         raise InvalidTaskError(f"{name} is a symbolic link; it is not followed", path=relative)
     what = file_kind(mode) if mode is not None else "not readable"
     raise InvalidTaskError(f"{name} is {what}", path=relative) from None
+
+
+@dataclass(frozen=True)
+class Below:
+    """One entry under a walked root: its path below it, what it is (lstat's mode: a link is a
+    link, never what it points to) and, for a regular file, its size and the file, open for
+    reading until the walk moves on."""
+
+    relative: str
+    mode: int
+    size: int
+    file: BinaryIO | None
+
+    @property
+    def regular(self) -> bool:
+        return self.file is not None
+
+
+def walk_below(root: Path, *, max_entries: int) -> Iterator[Below]:
+    """Every entry below `root` but directories, sorted, walked through directory descriptors
+    (os.fwalk) and never through a link: a link (to a file or a directory), a FIFO, a device or
+    a socket is yielded as what it is, with no file, and the walk does not enter it; a regular
+    file is opened through no link and yielded open (closed once the caller takes the next).
+    The root itself may be reached through links: it is the runner's choice. More than
+    `max_entries` entries: InvalidTaskError, before any past the bound is opened."""
+    count = 0
+    for top, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+        where = Path(top).relative_to(root)
+        names = sorted(files + [d for d in dirs if _is_link(d, dir_fd)])
+        dirs[:] = sorted(d for d in dirs if d not in names)
+        for name in names:
+            count += 1
+            if count > max_entries:
+                raise InvalidTaskError(
+                    f"holds more than {max_entries} files; it is not read", path=str(root)
+                )
+            relative = (where / name).as_posix()
+            yield from _entry(name, relative, dir_fd)
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def _entry(name: str, relative: str, dir_fd: int) -> Iterator[Below]:
+    try:
+        mode = os.lstat(name, dir_fd=dir_fd).st_mode
+    except FileNotFoundError:
+        return  # gone since it was listed
+    if not stat.S_ISREG(mode):
+        yield Below(relative=relative, mode=mode, size=0, file=None)
+        return
+    try:
+        fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except OSError as exc:
+        _refuse(dir_fd, name, relative, exc)
+        return  # gone since it was listed
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # replaced since the lstat
+            yield Below(relative=relative, mode=info.st_mode, size=0, file=None)
+            return
+        yield Below(relative=relative, mode=info.st_mode, size=info.st_size, file=file)
+
+
+def copy_bounded(source: BinaryIO, size: int, target: Path, where: str) -> None:
+    """Exactly `size` bytes of `source` (a file walk_below opened, its size taken before) into
+    a new file `target`, a chunk at a time: a file that grew past the size it had is refused
+    rather than copied on."""
+    with target.open("xb") as out:
+        left = size
+        while left > 0:
+            chunk = source.read(min(1 << 20, left))
+            if not chunk:
+                break
+            out.write(chunk)
+            left -= len(chunk)
+    if source.read(1):
+        raise InvalidTaskError("grew while it was read; it is not copied", path=where)

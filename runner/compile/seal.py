@@ -8,14 +8,14 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 from pathlib import Path
 
-from runner.base.safeio import optional_regular, write_atomic
+from runner.base.safeio import optional_regular, stream_sha256, write_atomic
+from runner.base.treeread import walk_below
 from runner.compile import signing
 from runner.model.census import Census
 from runner.model.evidence import MAX_EVIDENCE_BYTES
-from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, BundleLayout
+from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, MAX_BUNDLE_FILES, BundleLayout
 from runner.model.manifest import MANIFEST_FIELDS
 
 CENSUS_PATH = f"tests/{CENSUS_FILE}"
@@ -66,25 +66,15 @@ def seal(bundle: Path, census: Census, out: Path) -> Path:
 
 
 def bundle_digests(root: Path) -> dict[str, str]:
-    """The sha256 of every file of a bundle but its manifest, by relative path; a link or a
-    special file is recorded as such (a sealed bundle holds regular files only)."""
+    """The sha256 of every file of a bundle but its manifest, by relative path, read through no
+    link (runner.base.treeread.walk_below); a link or a special file is recorded as such (a
+    sealed bundle holds regular files only)."""
     digests: dict[str, str] = {}
-    for directory, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames + [d for d in dirnames if os.path.islink(Path(directory, d))]):
-            path = Path(directory, name)
-            relative = path.relative_to(root).as_posix()
-            if relative == MANIFEST_FILE:
-                continue
-            info = os.lstat(path)
-            if not stat.S_ISREG(info.st_mode):
-                digests[relative] = "not a regular file"
-                continue
-            sha = hashlib.sha256()
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1024 * 1024), b""):
-                    sha.update(chunk)
-            digests[relative] = sha.hexdigest()
+    for entry in walk_below(root, max_entries=MAX_BUNDLE_FILES):
+        if entry.relative == MANIFEST_FILE:
+            continue
+        file = entry.file
+        digests[entry.relative] = stream_sha256(file) if file is not None else "not a regular file"
     return digests
 
 

@@ -109,6 +109,11 @@ class RunLayout:
         return self.gate(Gate.HACK.below(name))
 
 
+# The most files a bundle this runner renders holds, with room (a task's files, its
+# Dockerfiles and scripts, the helper and its hooks): a walk of one stops past it.
+MAX_BUNDLE_FILES = 10_000
+
+
 @dataclass(frozen=True)
 class BundleLayout:
     """A Harbor bundle: task.toml and the instruction at its root, the verifier's files under

@@ -21,7 +21,6 @@ import hashlib
 import io
 import json
 import os
-import stat
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -32,10 +31,11 @@ from typing import IO, Any
 from runner import __version__
 from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import file_sha256
+from runner.base.treeread import open_below, walk_below
 from runner.base.validation import check_task_id
 from runner.compile import signing
 from runner.model.harbor import read_task_toml
-from runner.model.layout import BundleLayout, RunLayout
+from runner.model.layout import MAX_BUNDLE_FILES, BundleLayout, RunLayout
 
 MANIFEST = "manifest.json"
 MAX_MEMBER_BYTES = 4 * 1024**3
@@ -148,9 +148,10 @@ def _located(run_dir: Path, batch_dir: Path) -> Path:
     return run_dir  # accepted_run says what is missing
 
 
-# One archive member: its name, and its bytes, a regular file to stream them from, or None for
-# a directory; and whether it is executable.
-_Member = tuple[str, bytes | Path | None, bool]
+# One archive member: its name, and its bytes, a regular file below a root to stream them from
+# (the root and the file's path below it), or None for a directory; and whether it is
+# executable.
+_Member = tuple[str, bytes | tuple[Path, str] | None, bool]
 
 
 def _write_tar_gz(out: IO[bytes], members: list[_Member]) -> None:
@@ -178,33 +179,34 @@ def _write_tar_gz(out: IO[bytes], members: list[_Member]) -> None:
                 info.size = len(content)
                 tar.addfile(info, io.BytesIO(content))
                 continue
-            fd = os.open(content, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as source:
-                status = os.fstat(source.fileno())
-                if not stat.S_ISREG(status.st_mode):
-                    raise InvalidTaskError("a bundle holds regular files only", path=str(content))
-                info.size = status.st_size
+            # Opened below the bundle component by component, never through a link.
+            root, relative = content
+            with os.fdopen(open_below(root, relative), "rb") as source:
+                size = os.fstat(source.fileno()).st_size
+                if size > MAX_MEMBER_BYTES:
+                    raise InvalidTaskError("larger than 4 GiB", path=f"{root}/{relative}")
+                info.size = size
                 tar.addfile(info, source)  # exactly info.size bytes, or tarfile raises
 
 
 def bundle_members(bundle: Path, task_id: str) -> list[_Member]:
-    """A bundle's files under `task_id/`, each a regular file read when it is archived."""
+    """A bundle's files under `task_id/`, each a regular file read when it is archived (listed
+    through no link: runner.base.treeread.walk_below)."""
     members: list[_Member] = []
-    for root, dirnames, filenames in os.walk(bundle, followlinks=False):
-        dirnames.sort()
-        relative = Path(root).relative_to(bundle)
-        if relative != Path("."):
-            members.append((f"{task_id}/{relative.as_posix()}", None, True))
-        for name in sorted(filenames):
-            path = Path(root) / name
-            info = os.lstat(path)
-            if not stat.S_ISREG(info.st_mode):
-                raise InvalidTaskError("a bundle holds regular files only", path=str(path))
-            if info.st_size > MAX_MEMBER_BYTES:
-                raise InvalidTaskError("larger than 4 GiB", path=str(path))
-            members.append(
-                (f"{task_id}/{(relative / name).as_posix()}", path, bool(info.st_mode & 0o111))
-            )
+    directories: set[str] = set()
+    for entry in walk_below(bundle, max_entries=MAX_BUNDLE_FILES):
+        where = f"{bundle}/{entry.relative}"
+        if entry.file is None:
+            raise InvalidTaskError("a bundle holds regular files only", path=where)
+        if entry.size > MAX_MEMBER_BYTES:
+            raise InvalidTaskError("larger than 4 GiB", path=where)
+        parts = entry.relative.split("/")
+        for depth in range(1, len(parts)):
+            directories.add("/".join(parts[:depth]))
+        members.append(
+            (f"{task_id}/{entry.relative}", (bundle, entry.relative), bool(entry.mode & 0o111))
+        )
+    members += [(f"{task_id}/{d}", None, True) for d in sorted(directories)]
     return members
 
 
@@ -236,7 +238,7 @@ def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
             with inner.open("wb") as handle:
                 _write_tar_gz(handle, bundle_members(run.bundle, run.task_id))
             name = f"tasks/{run.task_id}.tar.gz"
-            members.append((name, inner, False))
+            members.append((name, (Path(staging), inner.name), False))
             metadata = config.metadata
             tasks.append(
                 {

@@ -18,15 +18,21 @@ Written all at once (a staged directory renamed into place); a run without an au
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from runner.base.errors import InvalidTaskError, UsageError, printable
-from runner.base.safeio import file_sha256, read_regular, staged_directory
+from runner.base.safeio import (
+    file_kind,
+    file_sha256,
+    read_regular,
+    size_words,
+    staged_directory,
+    stream_sha256,
+)
+from runner.base.treeread import copy_bounded, read_below, walk_below
 from runner.compile.fixrules import FIXABLE_FIELDS
 from runner.compile.taskdir import (
     DEFINITION,
@@ -38,7 +44,13 @@ from runner.compile.taskdir import (
     parse_json_object,
     write_authored,
 )
-from runner.model.layout import MAX_REPORT_BYTES, REPORT_FILE, REPORT_HTML_FILE, RunLayout
+from runner.model.layout import (
+    MAX_BUNDLE_FILES,
+    MAX_REPORT_BYTES,
+    REPORT_FILE,
+    REPORT_HTML_FILE,
+    RunLayout,
+)
 from runner.model.report import Report
 from runner.model.stages import Stage
 
@@ -50,6 +62,9 @@ COUPLING = "coupling.json"
 # The repository snapshot in each image's build context: the base commit's files, which the
 # reviewer has as its repository; listed, not copied.
 SNAPSHOT = "repo.tar.gz"
+# What a rendered bundle may hold besides its snapshots: its task files, Dockerfiles, scripts and
+# the helper, with room (the task's own files are at most 24 MiB: runner.base.validation).
+MAX_RENDERED_BYTES = 256 * 1024 * 1024
 
 # (contract name, path in the output, what it is)
 ITEMS = (
@@ -92,30 +107,41 @@ def _authored(run_dir: Path, task_dir: Path | None) -> AuthoredTask:
 
 
 def _copy_rendered(bundle: Path, target: Path) -> list[dict[str, Any]]:
-    """The bundle's files without its repository snapshots (returned as omitted), links and
-    special files never followed."""
+    """The bundle's files without its repository snapshots (returned as omitted), read through
+    no link (runner.base.treeread.walk_below) and within MAX_RENDERED_BYTES in all: a bundle
+    this runner wrote holds regular files only, so a link, a FIFO or a device is refused, never
+    followed, and so is one too large to be a rendered task."""
     omitted: list[dict[str, Any]] = []
-    for root, dirs, files in os.walk(bundle):
-        here = Path(root)
-        relative = here.relative_to(bundle)
-        (target / relative).mkdir(parents=True, exist_ok=True)
-        dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
-        for name in files:
-            source = here / name
-            if source.is_symlink() or not source.is_file():
-                continue
-            if name == SNAPSHOT:
-                omitted.append(
-                    {
-                        "path": f"{RENDERED_DIR}/{(relative / name).as_posix()}",
-                        "bytes": source.stat().st_size,
-                        "sha256": file_sha256(source),
-                        "why": "the repository snapshot at the base commit (the reviewer's "
-                        "repository holds it)",
-                    }
-                )
-                continue
-            shutil.copyfile(source, target / relative / name)
+    copied = 0
+    for entry in walk_below(bundle, max_entries=MAX_BUNDLE_FILES):
+        where = f"{bundle}/{entry.relative}"
+        file = entry.file
+        if file is None:
+            raise InvalidTaskError(
+                f"is {file_kind(entry.mode)}; a run's bundle holds regular files only", path=where
+            )
+        name = entry.relative.rsplit("/", 1)[-1]
+        if name == SNAPSHOT:
+            omitted.append(
+                {
+                    "path": f"{RENDERED_DIR}/{entry.relative}",
+                    "bytes": entry.size,
+                    "sha256": stream_sha256(file),
+                    "why": "the repository snapshot at the base commit (the reviewer's "
+                    "repository holds it)",
+                }
+            )
+            continue
+        copied += entry.size
+        if copied > MAX_RENDERED_BYTES:
+            raise InvalidTaskError(
+                f"the run's bundle holds more than {size_words(MAX_RENDERED_BYTES)} besides its "
+                "repository snapshots; it is not a rendered task of this runner",
+                path=str(bundle),
+            )
+        destination = target / entry.relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        copy_bounded(file, entry.size, destination, where)
     return omitted
 
 
@@ -151,9 +177,12 @@ def _fill(
     (staged / ENVIRONMENT).write_text(json.dumps(contract, indent=2) + "\n")
     omitted = _copy_rendered(bundle, staged / RENDERED_DIR)
     (staged / REPORT_FILE).write_text(json.dumps(document, indent=2) + "\n")
-    html = run_dir / REPORT_HTML_FILE
-    if html.is_file() and not html.is_symlink():
-        shutil.copyfile(html, staged / REPORT_HTML_FILE)
+    try:
+        html = read_below(run_dir, REPORT_HTML_FILE, limit=MAX_REPORT_BYTES)
+    except FileNotFoundError:
+        html = None
+    if html is not None:
+        (staged / REPORT_HTML_FILE).write_bytes(html)
     audit = report.stages.audit.data
     coupling = {
         "taskId": report.task_id,
