@@ -20,6 +20,8 @@ from runner.base.safeio import file_kind, read_opened
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# How deep walk_below goes: a rendered bundle is a few levels deep (environment/<image>/...).
+MAX_WALK_DEPTH = 32
 
 
 def relative_parts(relative: str) -> list[str]:
@@ -130,18 +132,29 @@ def walk_below(root: Path, *, max_entries: int) -> Iterator[Below]:
     a socket is yielded as what it is, with no file, and the walk does not enter it; a regular
     file is opened through no link and yielded open (closed once the caller takes the next).
     The root itself may be reached through links: it is the runner's choice. More than
-    `max_entries` entries: InvalidTaskError, before any past the bound is opened."""
+    `max_entries` entries (directories included) or more than MAX_WALK_DEPTH levels:
+    InvalidTaskError, before any past the bound is opened."""
     count = 0
     for top, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
         where = Path(top).relative_to(root)
+        if len(where.parts) > MAX_WALK_DEPTH:
+            # os.fwalk recurses, a descriptor and a frame a level: a tree this deep is no
+            # bundle, and walking on would end in a RecursionError or out of descriptors.
+            raise InvalidTaskError(
+                f"is nested more than {MAX_WALK_DEPTH} directories deep; it is not read",
+                path=str(root / where),
+            )
         names = sorted(files + [d for d in dirs if _is_link(d, dir_fd)])
         dirs[:] = sorted(d for d in dirs if d not in names)
-        for name in names:
+        # Directories count too: a tree of empty ones costs the walk as much as files.
+        for name in [*names, *(None for _ in dirs)]:
             count += 1
             if count > max_entries:
                 raise InvalidTaskError(
-                    f"holds more than {max_entries} files; it is not read", path=str(root)
+                    f"holds more than {max_entries} entries; it is not read", path=str(root)
                 )
+            if name is None:
+                continue
             relative = (where / name).as_posix()
             yield from _entry(name, relative, dir_fd)
 

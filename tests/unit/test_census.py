@@ -462,7 +462,7 @@ def test_a_run_s_bundle_is_walked_through_no_link_and_within_its_bounds(
 
 def test_a_walk_stops_past_its_bound_and_never_enters_a_link(tmp_path: Path) -> None:
     from runner.base.errors import InvalidTaskError
-    from runner.base.treeread import walk_below
+    from runner.base.treeread import MAX_WALK_DEPTH, walk_below
 
     root = tmp_path / "root"
     (root / "a" / "b").mkdir(parents=True)
@@ -474,9 +474,15 @@ def test_a_walk_stops_past_its_bound_and_never_enters_a_link(tmp_path: Path) -> 
     (root / "a" / "in").symlink_to(outside)
     seen = [
         (e.relative, e.regular, e.file.read() if e.file else None)
-        for e in walk_below(root, max_entries=3)
+        for e in walk_below(root, max_entries=5)
     ]
     # A directory's own files first, then its directories', each sorted.
     assert seen == [("top", True, b"top"), ("a/in", False, None), ("a/b/f", True, b"f")]
-    with pytest.raises(InvalidTaskError, match="holds more than 2 files"):
-        list(walk_below(root, max_entries=2))
+    # Directories count: three files and two directories.
+    with pytest.raises(InvalidTaskError, match="holds more than 4 entries"):
+        list(walk_below(root, max_entries=4))
+    deep = tmp_path / "deep"
+    nested = deep.joinpath(*["d"] * (MAX_WALK_DEPTH + 1))
+    nested.mkdir(parents=True)
+    with pytest.raises(InvalidTaskError, match=f"more than {MAX_WALK_DEPTH} directories deep"):
+        list(walk_below(deep, max_entries=1000))
