@@ -20,6 +20,7 @@ from runner.model.census import (
     read_census,
 )
 from runner.model.evidence import RunEvidence
+from runner.model.report import Report, Verdict
 from runner.run.collect import read_verifier
 from runner.runners import expected_runners
 from tests.helpers import bash_task, compiled
@@ -335,33 +336,18 @@ def test_a_moved_run_is_graded_with_its_own_bundle_never_the_path_it_ran_at(
         resolve_target(moved)
 
 
-def test_grade_review_and_export_take_the_run_s_own_bundle_never_one_its_report_names(
-    tmp_path: Path,
-) -> None:
-    """A report.json is a file anyone may edit: naming /etc as its bundle, `review` copied the
-    host's files into the reviewer's hand-off directory; naming another sealed bundle on this
-    host, `grade` graded with it. Each reader now takes <run>/bundle or refuses, naming the
-    field."""
+def accepted_run_dir(tmp_path: Path) -> tuple[Path, Path, Report]:
+    """A run directory as an accepted verify leaves it, without Docker: its authored task, its
+    sealed bundle (<run>/bundle, returned) and a report (returned, not yet written)."""
     from runner.compile.taskdir import load_authored_task, write_authored
     from runner.model.layout import RunLayout
-    from runner.model.report import Report, Verdict
-    from runner.present.export import accepted_run
-    from runner.run.grading import resolve_target
-    from runner.run.review import write_review
 
-    task = bash_task(tmp_path / "t")
-    authored = load_authored_task(task.directory)
+    authored = load_authored_task(bash_task(tmp_path / "t").directory)
     run = tmp_path / "run"
     own = seal(
         compiled(authored, repo=None, out=tmp_path / "b"), exit_code_census(), run / "bundle"
     )
     write_authored(authored, RunLayout(run).authored)
-    other = seal(
-        compiled(authored, repo=None, out=tmp_path / "b2"), exit_code_census(), tmp_path / "o"
-    )
-    host = tmp_path / "host"  # stands for /etc: a directory that is no bundle at all
-    host.mkdir()
-    (host / "shadow").write_text("root:secret\n")
     made = Report(
         task_id=authored.definition.task_id,
         verdict=Verdict.ACCEPTED,
@@ -369,7 +355,32 @@ def test_grade_review_and_export_take_the_run_s_own_bundle_never_one_its_report_
         run_id="r1",
         started_at="now",
         run_dir=str(run),
+        bundle=str(own),
     )
+    return run, own, made
+
+
+def test_grade_review_and_export_take_the_run_s_own_bundle_never_one_its_report_names(
+    tmp_path: Path,
+) -> None:
+    """A report.json is a file anyone may edit: naming /etc as its bundle, `review` copied the
+    host's files into the reviewer's hand-off directory; naming another sealed bundle on this
+    host, `grade` graded with it. Each reader now takes <run>/bundle or refuses, naming the
+    field."""
+    from runner.compile.taskdir import load_authored_task
+    from runner.model.layout import RunLayout
+    from runner.present.export import accepted_run
+    from runner.run.grading import resolve_target
+    from runner.run.review import write_review
+
+    run, own, made = accepted_run_dir(tmp_path)
+    authored = load_authored_task(RunLayout(run).authored)
+    other = seal(
+        compiled(authored, repo=None, out=tmp_path / "b2"), exit_code_census(), tmp_path / "o"
+    )
+    host = tmp_path / "host"  # stands for /etc: a directory that is no bundle at all
+    host.mkdir()
+    (host / "shadow").write_text("root:secret\n")
     for named in (host, other):
         made.bundle = str(named)
         (run / "report.json").write_text(made.to_json())
@@ -404,29 +415,11 @@ def test_a_run_s_bundle_is_walked_through_no_link_and_within_its_bounds(
 
     from runner.base.errors import InvalidTaskError
     from runner.compile.seal import seal_problem
-    from runner.compile.taskdir import load_authored_task, write_authored
-    from runner.model.layout import RunLayout
-    from runner.model.report import Report, Verdict
     from runner.present.export import accepted_run, bundle_members
     from runner.run import review
     from runner.run.review import write_review
 
-    task = bash_task(tmp_path / "t")
-    authored = load_authored_task(task.directory)
-    run = tmp_path / "run"
-    own = seal(
-        compiled(authored, repo=None, out=tmp_path / "b"), exit_code_census(), run / "bundle"
-    )
-    write_authored(authored, RunLayout(run).authored)
-    made = Report(
-        task_id=authored.definition.task_id,
-        verdict=Verdict.ACCEPTED,
-        runner_version="x",
-        run_id="r1",
-        started_at="now",
-        run_dir=str(run),
-        bundle=str(own),
-    )
+    run, own, made = accepted_run_dir(tmp_path)
     (run / "report.json").write_text(made.to_json())
     secret = tmp_path / "secret"
     secret.mkdir()
