@@ -126,59 +126,98 @@ class Below:
         return self.file is not None
 
 
+@contextlib.contextmanager
+def held_directory(root: Path) -> Iterator[int]:
+    """A descriptor of the directory `root`, held while the caller reads below it: its last
+    component is opened through no link (a run's `bundle` swapped for a link to another task's
+    is refused), the directories above it are the caller's choice. FileNotFoundError when
+    nothing is there; InvalidTaskError for a link or anything but a directory."""
+    if root.name in ("", ".", ".."):
+        fd = os.open(root, _DIRECTORY & ~os.O_NOFOLLOW)
+    else:
+        parent = os.open(root.parent, _DIRECTORY & ~os.O_NOFOLLOW)
+        try:
+            try:
+                fd = os.open(root.name, _DIRECTORY, dir_fd=parent)
+            except OSError as exc:
+                _refuse(parent, root.name, str(root), exc)
+                raise
+        finally:
+            os.close(parent)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def walk_below(root: Path, *, max_entries: int) -> Iterator[Below]:
-    """Every entry below `root` but directories, sorted, walked through directory descriptors
-    (os.fwalk) and never through a link: a link (to a file or a directory), a FIFO, a device or
-    a socket is yielded as what it is, with no file, and the walk does not enter it; a regular
-    file is opened through no link and yielded open (closed once the caller takes the next).
-    The root itself may be reached through links: it is the runner's choice. More than
-    `max_entries` entries (directories included) or more than MAX_WALK_DEPTH levels:
-    InvalidTaskError, before any past the bound is opened."""
-    count = 0
-    for top, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
-        where = Path(top).relative_to(root)
-        if len(where.parts) > MAX_WALK_DEPTH:
-            # os.fwalk recurses, a descriptor and a frame a level: a tree this deep is no
-            # bundle, and walking on would end in a RecursionError or out of descriptors.
+    """Every entry below the directory `root` but directories (held_directory: `root` itself
+    is no link), in the order of their paths' components, each directory read through its
+    descriptor and never through a link: a link (to a file or a directory), a FIFO, a device or
+    a socket is yielded as what it is, with no file, and never entered; a regular file is opened
+    through no link and yielded open (closed once the caller takes the next). More than
+    `max_entries` entries listed (directories included), counted as they are listed, or more
+    than MAX_WALK_DEPTH levels: InvalidTaskError, before any past the bound is opened."""
+    with held_directory(root) as fd:
+        yield from walk_held(fd, max_entries=max_entries, where=root)
+
+
+def walk_held(fd: int, *, max_entries: int, where: Path) -> Iterator[Below]:
+    """walk_below from a directory descriptor the caller holds (held_directory)."""
+    yield from _walk(fd, "", 0, [0], max_entries, where)
+
+
+def _walk(
+    fd: int, prefix: str, depth: int, count: list[int], max_entries: int, where: Path
+) -> Iterator[Below]:
+    names: list[str] = []
+    with os.scandir(fd) as listing:
+        for item in listing:
+            count[0] += 1
+            if count[0] > max_entries:
+                raise InvalidTaskError(
+                    f"holds more than {max_entries} entries; it is not read", path=str(where)
+                )
+            names.append(item.name)
+    for name in sorted(names):
+        relative = prefix + name
+        try:
+            mode = os.lstat(name, dir_fd=fd).st_mode
+        except FileNotFoundError:
+            continue  # gone since it was listed
+        if not stat.S_ISDIR(mode):
+            yield from _entry(name, relative, mode, fd)
+            continue
+        if depth >= MAX_WALK_DEPTH:
+            # A rendered bundle is a few levels deep; each level holds a descriptor.
             raise InvalidTaskError(
                 f"is nested more than {MAX_WALK_DEPTH} directories deep; it is not read",
-                path=str(root / where),
+                path=f"{where}/{relative}",
             )
-        names = sorted(files + [d for d in dirs if _is_link(d, dir_fd)])
-        dirs[:] = sorted(d for d in dirs if d not in names)
-        # Directories count too: a tree of empty ones costs the walk as much as files.
-        for name in [*names, *(None for _ in dirs)]:
-            count += 1
-            if count > max_entries:
-                raise InvalidTaskError(
-                    f"holds more than {max_entries} entries; it is not read", path=str(root)
-                )
-            if name is None:
-                continue
-            relative = (where / name).as_posix()
-            yield from _entry(name, relative, dir_fd)
+        try:
+            inner = os.open(name, _DIRECTORY, dir_fd=fd)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # replaced by a link or a file since the lstat
+            _refuse(fd, name, relative, exc)
+            raise
+        try:
+            yield from _walk(inner, f"{relative}/", depth + 1, count, max_entries, where)
+        finally:
+            os.close(inner)
 
 
-def _is_link(name: str, dir_fd: int) -> bool:
-    try:
-        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
-    except OSError:
-        return False
-
-
-def _entry(name: str, relative: str, dir_fd: int) -> Iterator[Below]:
-    try:
-        mode = os.lstat(name, dir_fd=dir_fd).st_mode
-    except FileNotFoundError:
-        return  # gone since it was listed
+def _entry(name: str, relative: str, mode: int, dir_fd: int) -> Iterator[Below]:
     if not stat.S_ISREG(mode):
         yield Below(relative=relative, mode=mode, size=0, file=None)
         return
     try:
         fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return  # gone since it was listed
     except OSError as exc:
         _refuse(dir_fd, name, relative, exc)
-        return  # gone since it was listed
+        raise
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):  # replaced since the lstat
@@ -199,5 +238,5 @@ def copy_bounded(source: BinaryIO, size: int, target: Path, where: str) -> None:
                 break
             out.write(chunk)
             left -= len(chunk)
-    if source.read(1):
-        raise InvalidTaskError("grew while it was read; it is not copied", path=where)
+    if left > 0 or source.read(1):
+        raise InvalidTaskError("changed size while it was read; it is not copied", path=where)

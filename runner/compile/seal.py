@@ -5,13 +5,18 @@ still matches its seal and that a trusted key signed it (what `grade` and `expor
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any, BinaryIO
 
-from runner.base.safeio import optional_regular, stream_sha256, write_atomic
-from runner.base.treeread import walk_below
+from runner.base.errors import UsageError
+from runner.base.safeio import optional_regular, read_opened, stream_sha256, write_atomic
+from runner.base.treeread import Below, held_directory, walk_below, walk_held
 from runner.compile import signing
 from runner.model.census import Census
 from runner.model.evidence import MAX_EVIDENCE_BYTES
@@ -19,6 +24,7 @@ from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, MAX_BUNDLE_FILES, Bu
 from runner.model.manifest import MANIFEST_FIELDS
 
 CENSUS_PATH = f"tests/{CENSUS_FILE}"
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _link_or_copy(source: str, destination: str) -> None:
@@ -78,18 +84,98 @@ def bundle_digests(root: Path) -> dict[str, str]:
     return digests
 
 
-def seal_problem(root: Path, trusted: tuple[str, ...] = ()) -> str | None:
-    """Why a bundle does not match its seal (None when it does): no seal, the first file
-    changed, added or removed since the verification that sealed it, or a manifest that no key
-    this host trusts signed (its own, SELFBENCH_TRUSTED_KEYS', `trusted`'s)."""
-    raw = optional_regular(BundleLayout(root).manifest, limit=MAX_EVIDENCE_BYTES)
+class SealBrokenError(UsageError):
+    """A bundle that does not match its seal: what differs, as seal_problem says it."""
+
+
+# The largest file a sealed bundle holds (its repository snapshot): a larger one is refused
+# before a byte of it is hashed (a sparse file of a terabyte costs no disk and an hour of hash).
+MAX_SEALED_FILE_BYTES = 4 * 1024**3
+
+
+class _Digesting(io.RawIOBase):
+    """A file read through while its sha256 is taken (rest() reads what the reader left)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        super().__init__()
+        self.file = file
+        self.digest = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.file.read(len(buffer))
+        self.digest.update(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def rest(self) -> str:
+        for chunk in iter(lambda: self.file.read(1 << 20), b""):
+            self.digest.update(chunk)
+        return self.digest.hexdigest()
+
+
+def sealed_files(root: Path, trusted: tuple[str, ...] = ()) -> Iterator[Below]:
+    """The files of a sealed bundle, read once and each checked against the seal as it is read
+    (what a caller copies or archives is then what was sealed, whatever changes on disk
+    meanwhile): the root held through no link, the manifest read first and its signature
+    checked against the keys this host trusts (its own, SELFBENCH_TRUSTED_KEYS', `trusted`'s),
+    every file walked through no link (walk_held) and yielded open, its digest compared once
+    the caller has read it; the manifest itself is yielded as the bytes that were checked.
+    SealBrokenError as soon as something differs: a file added, gone, changed, not a regular file,
+    or larger than MAX_SEALED_FILE_BYTES (refused by name and size before it is hashed)."""
+    with held_directory(root) as fd:
+        raw = _manifest_bytes(fd, root)
+        try:
+            document = json.loads(raw) if raw else None
+        except ValueError:
+            raise SealBrokenError(f"{MANIFEST_FILE} is not JSON", path=str(root)) from None
+        if not isinstance(document, dict) or not _has_seal(document):
+            raise SealBrokenError("it has no seal (no verification accepted it)", path=str(root))
+        problem = signing.document_problem(document, signing.trusted_keys(trusted))
+        if problem:
+            raise SealBrokenError(f"its seal: {problem}", path=str(root))
+        files = document["seal"]["files"]
+        seen: set[str] = set()
+        for entry in walk_held(fd, max_entries=MAX_BUNDLE_FILES, where=root):
+            name = entry.relative
+            if name == MANIFEST_FILE:
+                yield replace(entry, size=len(raw or b""), file=io.BytesIO(raw or b""))
+                continue
+            if name not in files:
+                raise SealBrokenError(f"{name} was added after it was sealed", path=str(root))
+            if entry.file is None:
+                raise SealBrokenError(f"{name} changed after it was sealed", path=str(root))
+            if entry.size > MAX_SEALED_FILE_BYTES:
+                raise SealBrokenError(f"{name} is larger than 4 GiB", path=str(root))
+            digesting = _Digesting(entry.file)
+            yield replace(entry, file=io.BufferedReader(digesting))
+            if digesting.rest() != files[name]:
+                raise SealBrokenError(f"{name} changed after it was sealed", path=str(root))
+            seen.add(name)
+        for name in sorted(set(files) - seen):
+            raise SealBrokenError(f"{name} is gone since it was sealed", path=str(root))
+
+
+def _manifest_bytes(fd: int, root: Path) -> bytes | None:
     try:
-        document = json.loads(raw) if raw else None
-    except ValueError:
-        return f"{MANIFEST_FILE} is not JSON"
-    if not _has_seal(document):
-        return "it has no seal (no verification accepted it)"
-    return manifest_problem(document, bundle_digests(root), signing.trusted_keys(trusted))
+        opened = os.open(MANIFEST_FILE, _FILE_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SealBrokenError(f"{MANIFEST_FILE}: {exc.strerror}", path=str(root)) from None
+    return read_opened(opened, f"{root}/{MANIFEST_FILE}", MAX_EVIDENCE_BYTES)
+
+
+def seal_problem(root: Path, trusted: tuple[str, ...] = ()) -> str | None:
+    """Why a bundle does not match its seal (None when it does): sealed_files read through."""
+    try:
+        for _ in sealed_files(root, trusted):
+            pass
+    except SealBrokenError as exc:
+        return exc.message
+    return None
 
 
 def _has_seal(document: object) -> bool:

@@ -65,7 +65,15 @@ class RunLayout:
         own = self.bundle
         if isinstance(named, str) and named:
             path = self.here(named, recorded_root)
-            if path.exists() and path.resolve() != own.resolve():
+            try:
+                elsewhere = path.exists() and path.resolve() != own.resolve()
+            except OSError as exc:  # a name too long, a directory this user cannot enter
+                raise UsageError(
+                    f"names a bundle that cannot be looked at ({exc.strerror})",
+                    path=str(self.report),
+                    field="bundle",
+                ) from None
+            if elsewhere:
                 raise UsageError(
                     f"names a bundle outside its run directory ({str(path)[:200]})",
                     path=str(self.report),

@@ -16,6 +16,7 @@ with the keys this host trusts and those `--key` names.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -23,22 +24,24 @@ import json
 import os
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from runner import __version__
-from runner.base.errors import InvalidTaskError, UsageError
+from runner.base.errors import UsageError
 from runner.base.safeio import file_sha256
-from runner.base.treeread import open_below, walk_below
 from runner.base.validation import check_task_id
 from runner.compile import signing
-from runner.model.harbor import read_task_toml
-from runner.model.layout import MAX_BUNDLE_FILES, BundleLayout, RunLayout
+from runner.compile.seal import MAX_SEALED_FILE_BYTES
+from runner.model.harbor import MAX_TOML_BYTES, parse_task_toml
+from runner.model.layout import TASK_TOML_FILE, BundleLayout, RunLayout
 
 MANIFEST = "manifest.json"
-MAX_MEMBER_BYTES = 4 * 1024**3
+# A bundle's largest member: the seal's bound (runner.compile.seal), which export --check
+# holds an archive's members to.
+MAX_MEMBER_BYTES = MAX_SEALED_FILE_BYTES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +50,7 @@ class Accepted:
     bundle: Path
     task_id: str
     run_id: str
+    trusted: tuple[str, ...] = ()  # the keys its seal was checked against
 
 
 class NotAcceptedError(UsageError):
@@ -91,7 +95,13 @@ def accepted_run(run_dir: Path, trusted: tuple[str, ...] = ()) -> Accepted:
         raise UsageError(
             f"the accepted run's bundle does not match its seal: {problem}", path=str(bundle)
         )
-    return Accepted(run_dir=run_dir, bundle=bundle, task_id=task_id, run_id=str(report["runId"]))
+    return Accepted(
+        run_dir=run_dir,
+        bundle=bundle,
+        task_id=task_id,
+        run_id=str(report["runId"]),
+        trusted=trusted,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,66 +158,85 @@ def _located(run_dir: Path, batch_dir: Path) -> Path:
     return run_dir  # accepted_run says what is missing
 
 
-# One archive member: its name, and its bytes, a regular file below a root to stream them from
-# (the root and the file's path below it), or None for a directory; and whether it is
-# executable.
-_Member = tuple[str, bytes | tuple[Path, str] | None, bool]
+# One archive member of the export: its name, and its bytes, a file of the runner's own staging
+# directory, or None for a directory.
+_Member = tuple[str, bytes | Path | None]
 
 
-def _write_tar_gz(out: IO[bytes], members: list[_Member]) -> None:
-    """A gzipped tar of `members` on `out`, normalised (sorted, no times, no owners) and
-    streamed: a file's bytes go from its file to `out` a chunk at a time, so memory holds no
-    member whole (a bundle's repository snapshot can be gigabytes). Deflate's output does not
-    depend on how its input is cut, so these are the bytes the whole archive compressed at
-    once gives."""
+@contextlib.contextmanager
+def _tar_gz(out: IO[bytes]) -> Iterator[tarfile.TarFile]:
+    """A gzipped tar on `out`, streamed: a file's bytes go from its file to `out` a chunk at a
+    time, so memory holds no member whole (a bundle's repository snapshot can be gigabytes).
+    Deflate's output does not depend on how its input is cut."""
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0, compresslevel=9) as packed,
         tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        for name, content, executable in sorted(members, key=lambda m: m[0]):
-            info = tarfile.TarInfo(name)
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
+        yield tar
+
+
+def _add(
+    tar: tarfile.TarFile,
+    name: str,
+    data: BinaryIO | None = None,
+    size: int = 0,
+    executable: bool = False,
+) -> None:
+    """One member, normalised (no times, no owners); a directory when `data` is None. Exactly
+    `size` bytes of `data`, or tarfile raises."""
+    info = tarfile.TarInfo(name)
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if data is None:
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+        tar.addfile(info)
+        return
+    info.mode = 0o755 if executable else 0o644
+    info.size = size
+    tar.addfile(info, data)
+
+
+def _write_tar_gz(out: IO[bytes], members: list[_Member]) -> None:
+    """The export's own archive: `members`, sorted."""
+    with _tar_gz(out) as tar:
+        for name, content in sorted(members, key=lambda m: m[0]):
             if content is None:
-                info.type = tarfile.DIRTYPE
-                info.mode = 0o755
-                tar.addfile(info)
-                continue
-            info.mode = 0o755 if executable else 0o644
-            if isinstance(content, bytes):
-                info.size = len(content)
-                tar.addfile(info, io.BytesIO(content))
-                continue
-            # Opened below the bundle component by component, never through a link.
-            root, relative = content
-            with os.fdopen(open_below(root, relative), "rb") as source:
-                size = os.fstat(source.fileno()).st_size
-                if size > MAX_MEMBER_BYTES:
-                    raise InvalidTaskError("larger than 4 GiB", path=f"{root}/{relative}")
-                info.size = size
-                tar.addfile(info, source)  # exactly info.size bytes, or tarfile raises
+                _add(tar, name)
+            elif isinstance(content, bytes):
+                _add(tar, name, io.BytesIO(content), len(content))
+            else:
+                with content.open("rb") as source:
+                    _add(tar, name, source, os.fstat(source.fileno()).st_size)
 
 
-def bundle_members(bundle: Path, task_id: str) -> list[_Member]:
-    """A bundle's files under `task_id/`, each a regular file read when it is archived (listed
-    through no link: runner.base.treeread.walk_below)."""
-    members: list[_Member] = []
-    directories: set[str] = set()
-    for entry in walk_below(bundle, max_entries=MAX_BUNDLE_FILES):
-        where = f"{bundle}/{entry.relative}"
-        if entry.file is None:
-            raise InvalidTaskError("a bundle holds regular files only", path=where)
-        if entry.size > MAX_MEMBER_BYTES:
-            raise InvalidTaskError("larger than 4 GiB", path=where)
-        parts = entry.relative.split("/")
-        for depth in range(1, len(parts)):
-            directories.add("/".join(parts[:depth]))
-        members.append(
-            (f"{task_id}/{entry.relative}", (bundle, entry.relative), bool(entry.mode & 0o111))
-        )
-    members += [(f"{task_id}/{d}", None, True) for d in sorted(directories)]
-    return members
+def write_bundle_archive(out: IO[bytes], run: Accepted) -> bytes:
+    """A run's bundle under `<taskId>/` as a gzipped tar, in the order of its paths'
+    components, read once through runner.compile.seal.sealed_files: every file is checked
+    against the seal as it is archived, so the archive holds what was sealed, whatever changes
+    on disk meanwhile (a file swapped, the bundle replaced by a link). Returns its task.toml
+    as archived. SealBrokenError when anything differs."""
+    from runner.compile.seal import sealed_files
+
+    made: set[str] = set()
+    task_toml = b""
+    with _tar_gz(out) as tar:
+        for entry in sealed_files(run.bundle, run.trusted):
+            assert entry.file is not None  # sealed_files yields regular files only
+            parts = entry.relative.split("/")
+            for depth in range(1, len(parts)):
+                directory = "/".join(parts[:depth])
+                if directory not in made:
+                    made.add(directory)
+                    _add(tar, f"{run.task_id}/{directory}")
+            data: BinaryIO = entry.file
+            if entry.relative == TASK_TOML_FILE:
+                task_toml = entry.file.read(MAX_TOML_BYTES + 1)
+                data = io.BytesIO(task_toml)
+            executable = bool(entry.mode & 0o111)
+            _add(tar, f"{run.task_id}/{entry.relative}", data, entry.size, executable)
+    return task_toml
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -230,15 +259,21 @@ def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
         seen[run.task_id] = run.run_dir
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as staging:
-        members: list[_Member] = [("tasks", None, True)]
+        members: list[_Member] = [("tasks", None)]
         tasks = []
         for run in sorted(runs, key=lambda r: r.task_id):
-            config = read_task_toml(run.bundle)
             inner = Path(staging) / f"{run.task_id}.tar.gz"
-            with inner.open("wb") as handle:
-                _write_tar_gz(handle, bundle_members(run.bundle, run.task_id))
+            try:
+                with inner.open("wb") as handle:
+                    raw = write_bundle_archive(handle, run)
+            except OSError as exc:  # a file cut short while it was archived
+                raise UsageError(
+                    f"the accepted run's bundle changed while it was archived ({exc})",
+                    path=str(run.bundle),
+                ) from None
+            config = parse_task_toml(raw, BundleLayout(run.bundle).task_toml)
             name = f"tasks/{run.task_id}.tar.gz"
-            members.append((name, (Path(staging), inner.name), False))
+            members.append((name, inner))
             metadata = config.metadata
             tasks.append(
                 {
@@ -258,7 +293,7 @@ def export(runs: list[Accepted], out: Path) -> dict[str, Any]:
         }
         manifest["digest"] = manifest_digest(manifest)
         signing.sign_document(manifest)
-        members.append((MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode(), False))
+        members.append((MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode()))
         whole = Path(staging) / "export.tar.gz"
         with whole.open("wb") as handle:
             _write_tar_gz(handle, members)

@@ -33,7 +33,9 @@ from runner.base.safeio import (
     stream_sha256,
 )
 from runner.base.treeread import copy_bounded, read_below, walk_below
+from runner.compile.compiler import REPO_ARCHIVE
 from runner.compile.fixrules import FIXABLE_FIELDS
+from runner.compile.render import CONTEXT_DIRS
 from runner.compile.taskdir import (
     DEFINITION,
     GOLD_PATCH,
@@ -51,7 +53,7 @@ from runner.model.layout import (
     REPORT_HTML_FILE,
     RunLayout,
 )
-from runner.model.report import Report
+from runner.model.report import Report, Verdict
 from runner.model.stages import Stage
 
 INDEX_JSON = "index.json"
@@ -60,8 +62,8 @@ RENDERED_DIR = "rendered"
 ENVIRONMENT = "environment.json"
 COUPLING = "coupling.json"
 # The repository snapshot in each image's build context: the base commit's files, which the
-# reviewer has as its repository; listed, not copied.
-SNAPSHOT = "repo.tar.gz"
+# reviewer has as its repository; listed, not copied. Only where the compiler writes it.
+SNAPSHOTS = frozenset(f"{directory}/{REPO_ARCHIVE}" for directory in CONTEXT_DIRS)
 # What a rendered bundle may hold besides its snapshots: its task files, Dockerfiles, scripts and
 # the helper, with room (the task's own files are at most 24 MiB: runner.base.validation).
 MAX_RENDERED_BYTES = 256 * 1024 * 1024
@@ -97,6 +99,10 @@ def _report(run_dir: Path) -> tuple[dict[str, Any], Report]:
 
 def _authored(run_dir: Path, task_dir: Path | None) -> AuthoredTask:
     where = task_dir if task_dir is not None else RunLayout(run_dir).authored
+    if task_dir is None and where.is_symlink():
+        # A run directory is input: its task linked to another task's directory would hand
+        # that task's instruction and gold patch to the reviewer.
+        raise UsageError(f"{where} is a symbolic link; it is not followed", path=str(where))
     if task_dir is None and not where.is_dir():
         raise UsageError(
             f"{run_dir} holds no authored task (the run verified a bundle, or an older runner "
@@ -106,22 +112,28 @@ def _authored(run_dir: Path, task_dir: Path | None) -> AuthoredTask:
     return load_authored_task(where)
 
 
-def _copy_rendered(bundle: Path, target: Path) -> list[dict[str, Any]]:
-    """The bundle's files without its repository snapshots (returned as omitted), read through
-    no link (runner.base.treeread.walk_below) and within MAX_RENDERED_BYTES in all: a bundle
-    this runner wrote holds regular files only, so a link, a FIFO or a device is refused, never
-    followed, and so is one too large to be a rendered task."""
+def _copy_rendered(bundle: Path, target: Path, *, sealed: bool) -> list[dict[str, Any]]:
+    """The bundle's files without its repository snapshots (returned as omitted, hashed), read
+    once: an accepted run's through its seal (runner.compile.seal.sealed_files: every file
+    checked as it is copied, so the hand-off holds what was sealed), another's through no link
+    (runner.base.treeread.walk_below). A bundle this runner wrote holds regular files only, so
+    a link, a FIFO or a device is refused, never followed; so is one holding more than
+    MAX_RENDERED_BYTES besides its snapshots, or a snapshot larger than the seal allows."""
+    from runner.compile.seal import MAX_SEALED_FILE_BYTES, sealed_files
+
+    entries = sealed_files(bundle) if sealed else walk_below(bundle, max_entries=MAX_BUNDLE_FILES)
     omitted: list[dict[str, Any]] = []
     copied = 0
-    for entry in walk_below(bundle, max_entries=MAX_BUNDLE_FILES):
+    for entry in entries:
         where = f"{bundle}/{entry.relative}"
         file = entry.file
         if file is None:
             raise InvalidTaskError(
                 f"is {file_kind(entry.mode)}; a run's bundle holds regular files only", path=where
             )
-        name = entry.relative.rsplit("/", 1)[-1]
-        if name == SNAPSHOT:
+        if entry.relative in SNAPSHOTS:
+            if entry.size > MAX_SEALED_FILE_BYTES:
+                raise InvalidTaskError("is larger than 4 GiB", path=where)
             omitted.append(
                 {
                     "path": f"{RENDERED_DIR}/{entry.relative}",
@@ -157,7 +169,9 @@ def write_review(run_dir: Path, out: Path, *, task_dir: Path | None = None) -> d
         )
     # One naming /etc would put the host's files in the hand-off directory an agent receives.
     bundle = RunLayout(run_dir).own_bundle(report.bundle, report.run_dir)
-    if bundle.is_symlink() or not bundle.is_dir():
+    if bundle.is_symlink():
+        raise UsageError(f"{bundle} is a symbolic link; it is not followed", path=str(bundle))
+    if not bundle.is_dir():
         raise UsageError(f"{run_dir}: the run's bundle is gone ({bundle})", path=str(bundle))
     with staged_directory(out) as staged:
         return _fill(staged, run_dir, document, report, task, bundle)
@@ -175,7 +189,9 @@ def _fill(
     definition = parse_json_object(task.definition_bytes, task.directory / DEFINITION)
     contract = {key: definition[key] for key in sorted(FIXABLE_FIELDS) if key in definition}
     (staged / ENVIRONMENT).write_text(json.dumps(contract, indent=2) + "\n")
-    omitted = _copy_rendered(bundle, staged / RENDERED_DIR)
+    omitted = _copy_rendered(
+        bundle, staged / RENDERED_DIR, sealed=report.verdict is Verdict.ACCEPTED
+    )
     (staged / REPORT_FILE).write_text(json.dumps(document, indent=2) + "\n")
     try:
         html = read_below(run_dir, REPORT_HTML_FILE, limit=MAX_REPORT_BYTES)
@@ -219,17 +235,25 @@ def _fill(
 
 
 def _index_md(index: dict[str, Any]) -> str:
+    # What a run directory said (its report's id, verdict and reason) is escaped: a newline
+    # or a lone surrogate there would add a line of its own to what the reviewer reads, or end
+    # the write.
+    def said(value: object) -> str:
+        return printable(str(value))
+
+    reason = said(index["reason"])
     lines = [
-        f"# Review of {printable(str(index['taskId']))} (run {index['runId']})",
+        f"# Review of {said(index['taskId'])} (run {said(index['runId'])})",
         "",
-        f"Verdict: {index['verdict']}" + (f" ({index['reason']})" if index["reason"] else ""),
+        f"Verdict: {said(index['verdict'])}" + (f" ({reason})" if reason else ""),
         "",
         "| item | path | what |",
         "| --- | --- | --- |",
         *(f"| {i['name']} | `{i['path']}` | {i['what']} |" for i in index["items"]),
     ]
     if index["omitted"]:
-        lines += ["", "Not copied:", *(f"- `{o['path']}`: {o['why']}" for o in index["omitted"])]
+        omitted = index["omitted"]
+        lines += ["", "Not copied:", *(f"- `{said(o['path'])}`: {o['why']}" for o in omitted)]
     lines += ["", "## Handing back a fix", "", *HAND_BACK]
     return "\n".join(lines) + "\n"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -401,81 +400,3 @@ def test_grade_review_and_export_take_the_run_s_own_bundle_never_one_its_report_
     assert index["taskId"] == authored.definition.task_id
     assert not any("shadow" in p.name for p in (tmp_path / "review").rglob("*"))
     assert accepted_run(run).bundle == own
-
-
-def test_a_run_s_bundle_is_walked_through_no_link_and_within_its_bounds(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """review copied whatever regular file a bundle's walk found (a file swapped for a link
-    after the check was read through it) and any amount of it; export and the seal walked by
-    path. Each now walks through directory descriptors: a link, a FIFO or a device in a bundle
-    is refused by review and export (the seal records it as no regular file), nothing is half
-    written, and review stops past its size bound."""
-    import os
-
-    from runner.base.errors import InvalidTaskError
-    from runner.compile.seal import seal_problem
-    from runner.present.export import accepted_run, bundle_members
-    from runner.run import review
-    from runner.run.review import write_review
-
-    run, own, made = accepted_run_dir(tmp_path)
-    (run / "report.json").write_text(made.to_json())
-    secret = tmp_path / "secret"
-    secret.mkdir()
-    (secret / "shadow").write_text("root:secret\n")
-    planted: dict[str, Callable[[Path], None]] = {
-        "tests/shadow": lambda p: p.symlink_to(secret / "shadow"),
-        "tests/etc": lambda p: p.symlink_to(secret),
-        "tests/pipe": os.mkfifo,
-    }
-    for name, plant in planted.items():
-        plant(own / name)
-        out = tmp_path / f"review-{name.replace('/', '-')}"
-        with pytest.raises(InvalidTaskError, match="regular files only") as raised:
-            write_review(run, out)
-        assert raised.value.path == f"{own}/{name}"
-        assert not out.exists()
-        with pytest.raises(InvalidTaskError, match="regular files only"):
-            bundle_members(own, "t")
-        assert seal_problem(own) == f"{name} was added after it was sealed"
-        with pytest.raises(UsageError, match="does not match its seal"):
-            accepted_run(run)
-        (own / name).unlink()
-    assert seal_problem(own) is None
-    index = write_review(run, tmp_path / "review")
-    assert index["omitted"] == [] or all(o["sha256"] for o in index["omitted"])
-    copied = sorted(p for p in (tmp_path / "review" / "rendered").rglob("*") if p.is_file())
-    assert copied and not any(p.is_symlink() for p in copied)
-    monkeypatch.setattr(review, "MAX_RENDERED_BYTES", 1024)
-    with pytest.raises(InvalidTaskError, match="holds more than 1 KiB besides"):
-        write_review(run, tmp_path / "review-large")
-    assert not (tmp_path / "review-large").exists()
-
-
-def test_a_walk_stops_past_its_bound_and_never_enters_a_link(tmp_path: Path) -> None:
-    from runner.base.errors import InvalidTaskError
-    from runner.base.treeread import MAX_WALK_DEPTH, walk_below
-
-    root = tmp_path / "root"
-    (root / "a" / "b").mkdir(parents=True)
-    (root / "a" / "b" / "f").write_text("f")
-    (root / "top").write_text("top")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "o").write_text("o")
-    (root / "a" / "in").symlink_to(outside)
-    seen = [
-        (e.relative, e.regular, e.file.read() if e.file else None)
-        for e in walk_below(root, max_entries=5)
-    ]
-    # A directory's own files first, then its directories', each sorted.
-    assert seen == [("top", True, b"top"), ("a/in", False, None), ("a/b/f", True, b"f")]
-    # Directories count: three files and two directories.
-    with pytest.raises(InvalidTaskError, match="holds more than 4 entries"):
-        list(walk_below(root, max_entries=4))
-    deep = tmp_path / "deep"
-    nested = deep.joinpath(*["d"] * (MAX_WALK_DEPTH + 1))
-    nested.mkdir(parents=True)
-    with pytest.raises(InvalidTaskError, match=f"more than {MAX_WALK_DEPTH} directories deep"):
-        list(walk_below(deep, max_entries=1000))
