@@ -37,7 +37,7 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _os_error(exc: OSError) -> str:
+def os_error_text(exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
         return "file not found"
     if exc.errno == errno.ELOOP:
@@ -66,7 +66,7 @@ def read_regular(path: Path, *, limit: int) -> bytes:
                 raise InvalidTaskError(
                     f"is {file_kind(mode)}; expected a regular file", path=str(path)
                 ) from None
-        raise InvalidTaskError(_os_error(exc), path=str(path)) from None
+        raise InvalidTaskError(os_error_text(exc), path=str(path)) from None
     return read_opened(fd, str(path), limit)
 
 
@@ -97,7 +97,7 @@ def read_opened(fd: int, where: str, limit: int) -> bytes:
             try:
                 chunk = os.read(fd, min(1 << 20, limit + 1 - size))
             except OSError as exc:
-                raise InvalidTaskError(_os_error(exc), path=where) from None
+                raise InvalidTaskError(os_error_text(exc), path=where) from None
             if not chunk:
                 break
             chunks.append(chunk)
@@ -118,7 +118,7 @@ def optional_regular(path: Path, *, limit: int) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise InvalidTaskError(_os_error(exc), path=str(path)) from None
+        raise InvalidTaskError(os_error_text(exc), path=str(path)) from None
     return read_regular(path, limit=limit)
 
 
@@ -128,7 +128,7 @@ def require_directory(path: Path, *, what: str = "task directory") -> None:
     except FileNotFoundError:
         raise InvalidTaskError(f"{what} not found", path=str(path)) from None
     except OSError as exc:
-        raise InvalidTaskError(_os_error(exc), path=str(path)) from None
+        raise InvalidTaskError(os_error_text(exc), path=str(path)) from None
     if not stat.S_ISDIR(info.st_mode):
         raise InvalidTaskError(f"is {file_kind(info.st_mode)}, not a directory", path=str(path))
 
@@ -164,7 +164,7 @@ def check_writable_file(path: Path, *, option: str) -> None:
     except FileNotFoundError:
         info = None
     except OSError as exc:
-        raise UsageError(_os_error(exc), path=str(path), field=option) from None
+        raise UsageError(os_error_text(exc), path=str(path), field=option) from None
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise UsageError(
             f"is {file_kind(info.st_mode)}; expected a regular file", path=str(path), field=option
@@ -321,7 +321,7 @@ class DirectoryHandle:
             if info is not None and not stat.S_ISREG(info.st_mode):
                 kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else file_kind(info.st_mode)
                 raise InvalidTaskError(f"is {kind}; expected a regular file", path=where) from None
-            raise InvalidTaskError(_os_error(exc), path=where) from None
+            raise InvalidTaskError(os_error_text(exc), path=where) from None
         return read_opened(fd, where, limit)
 
     def _temporary(self, name: str, data: bytes, mode: int) -> str:

@@ -7,6 +7,7 @@ size limit before a byte of it is read.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -16,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from runner.base.errors import InvalidTaskError
-from runner.base.safeio import file_kind, read_opened
+from runner.base.safeio import file_kind, os_error_text, read_opened
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -47,6 +48,8 @@ def read_json_below(root: Path, relative: str, *, limit: int) -> Any:
     data = read_below(root, relative, limit=limit)
     try:
         return json.loads(data)
+    except RecursionError:
+        raise InvalidTaskError("is not JSON (nested too deeply)", path=relative) from None
     except ValueError as exc:
         raise InvalidTaskError(f"is not JSON ({exc})", path=relative) from None
 
@@ -171,20 +174,25 @@ def _walk(
     fd: int, prefix: str, depth: int, count: list[int], max_entries: int, where: Path
 ) -> Iterator[Below]:
     names: list[str] = []
-    with os.scandir(fd) as listing:
-        for item in listing:
-            count[0] += 1
-            if count[0] > max_entries:
-                raise InvalidTaskError(
-                    f"holds more than {max_entries} entries; it is not read", path=str(where)
-                )
-            names.append(item.name)
+    try:
+        with os.scandir(fd) as listing:
+            for item in listing:
+                count[0] += 1
+                if count[0] > max_entries:
+                    raise InvalidTaskError(
+                        f"holds more than {max_entries} entries; it is not read", path=str(where)
+                    )
+                names.append(item.name)
+    except OSError as exc:  # a directory this user may not read
+        raise InvalidTaskError(os_error_text(exc), path=f"{where}/{prefix}") from None
     for name in sorted(names):
         relative = prefix + name
         try:
             mode = os.lstat(name, dir_fd=fd).st_mode
         except FileNotFoundError:
             continue  # gone since it was listed
+        except OSError as exc:  # a directory this user may list but not search
+            raise InvalidTaskError(os_error_text(exc), path=f"{where}/{relative}") from None
         if not stat.S_ISDIR(mode):
             yield from _entry(name, relative, mode, fd)
             continue
@@ -240,3 +248,20 @@ def copy_bounded(source: BinaryIO, size: int, target: Path, where: str) -> None:
             left -= len(chunk)
     if left > 0 or source.read(1):
         raise InvalidTaskError("changed size while it was read; it is not copied", path=where)
+
+
+def sha256_exactly(source: BinaryIO, size: int, where: str) -> str:
+    """The sha256 of exactly `size` bytes of `source` (a file walk_below opened, its size taken
+    before), never reading more than one byte past it: a file that changed size while it was
+    read is refused rather than hashed on (one growing would never end)."""
+    digest = hashlib.sha256()
+    left = size
+    while left > 0:
+        chunk = source.read(min(1 << 20, left))
+        if not chunk:
+            break
+        digest.update(chunk)
+        left -= len(chunk)
+    if left > 0 or source.read(1):
+        raise InvalidTaskError("changed size while it was read; it is not hashed", path=where)
+    return digest.hexdigest()

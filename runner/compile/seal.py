@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from runner.base.errors import UsageError
+from runner.base.errors import InvalidTaskError, UsageError, printable
 from runner.base.safeio import optional_regular, read_opened, stream_sha256, write_atomic
 from runner.base.treeread import Below, held_directory, walk_below, walk_held
 from runner.compile import signing
@@ -94,53 +94,71 @@ MAX_SEALED_FILE_BYTES = 4 * 1024**3
 
 
 class _Digesting(io.RawIOBase):
-    """A file read through while its sha256 is taken (rest() reads what the reader left)."""
+    """A file of `size` bytes (as fstat saw it when it was opened) read through while its
+    sha256 is taken: never more than one byte past `size` is read, and rest() reads what the
+    reader left and fails unless exactly `size` bytes were there. A file cut short before it
+    was opened and put back after (the archive would hold its start under the whole file's
+    digest) or one grown since (hashed without end) is then refused."""
 
-    def __init__(self, file: BinaryIO) -> None:
+    def __init__(self, file: BinaryIO, size: int) -> None:
         super().__init__()
         self.file = file
+        self.size = size
+        self.count = 0
         self.digest = hashlib.sha256()
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self.file.read(len(buffer))
+        room = min(len(buffer), self.size + 1 - self.count)
+        data = self.file.read(room) if room > 0 else b""
+        self.count += len(data)
         self.digest.update(data)
         buffer[: len(data)] = data
         return len(data)
 
-    def rest(self) -> str:
-        for chunk in iter(lambda: self.file.read(1 << 20), b""):
-            self.digest.update(chunk)
-        return self.digest.hexdigest()
+    def rest(self) -> str | None:
+        """The digest of the whole file, or None when it was not `size` bytes long."""
+        while self.count <= self.size:
+            data = self.file.read(min(1 << 20, self.size + 1 - self.count))
+            if not data:
+                break
+            self.count += len(data)
+            self.digest.update(data)
+        return self.digest.hexdigest() if self.count == self.size else None
 
 
-def sealed_files(root: Path, trusted: tuple[str, ...] = ()) -> Iterator[Below]:
+def sealed_files(
+    root: Path,
+    trusted: tuple[str, ...] = (),
+    *,
+    task_id: str | None = None,
+    run_id: str | None = None,
+) -> Iterator[Below]:
     """The files of a sealed bundle, read once and each checked against the seal as it is read
     (what a caller copies or archives is then what was sealed, whatever changes on disk
     meanwhile): the root held through no link, the manifest read first and its signature
     checked against the keys this host trusts (its own, SELFBENCH_TRUSTED_KEYS', `trusted`'s),
-    every file walked through no link (walk_held) and yielded open, its digest compared once
-    the caller has read it; the manifest itself is yielded as the bytes that were checked.
-    SealBrokenError as soon as something differs: a file added, gone, changed, not a regular file,
-    or larger than MAX_SEALED_FILE_BYTES (refused by name and size before it is hashed)."""
+    and, when given, its task id and its census's run id against the run's (another task's
+    sealed bundle, or an older run's, copied in is refused); every file walked through no link
+    (walk_held) and yielded open, its digest and size compared once the caller has read it; the
+    manifest itself is yielded as the bytes that were checked. SealBrokenError as soon as
+    something differs: a file added, gone, changed, not a regular file, or larger than
+    MAX_SEALED_FILE_BYTES (refused by name and size before it is hashed)."""
     with held_directory(root) as fd:
         raw = _manifest_bytes(fd, root)
-        try:
-            document = json.loads(raw) if raw else None
-        except ValueError:
-            raise SealBrokenError(f"{MANIFEST_FILE} is not JSON", path=str(root)) from None
-        if not isinstance(document, dict) or not _has_seal(document):
-            raise SealBrokenError("it has no seal (no verification accepted it)", path=str(root))
+        document = _manifest_document(raw, root)
         problem = signing.document_problem(document, signing.trusted_keys(trusted))
         if problem:
             raise SealBrokenError(f"its seal: {problem}", path=str(root))
+        _same_run(document, root, task_id, run_id)
         files = document["seal"]["files"]
         seen: set[str] = set()
         for entry in walk_held(fd, max_entries=MAX_BUNDLE_FILES, where=root):
             name = entry.relative
             if name == MANIFEST_FILE:
+                seen.add(name)
                 yield replace(entry, size=len(raw or b""), file=io.BytesIO(raw or b""))
                 continue
             if name not in files:
@@ -149,13 +167,42 @@ def sealed_files(root: Path, trusted: tuple[str, ...] = ()) -> Iterator[Below]:
                 raise SealBrokenError(f"{name} changed after it was sealed", path=str(root))
             if entry.size > MAX_SEALED_FILE_BYTES:
                 raise SealBrokenError(f"{name} is larger than 4 GiB", path=str(root))
-            digesting = _Digesting(entry.file)
+            digesting = _Digesting(entry.file, entry.size)
             yield replace(entry, file=io.BufferedReader(digesting))
             if digesting.rest() != files[name]:
                 raise SealBrokenError(f"{name} changed after it was sealed", path=str(root))
             seen.add(name)
-        for name in sorted(set(files) - seen):
+        for name in sorted({*files, MANIFEST_FILE} - seen):
             raise SealBrokenError(f"{name} is gone since it was sealed", path=str(root))
+
+
+def _manifest_document(raw: bytes | None, root: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):
+        raise SealBrokenError(f"{MANIFEST_FILE} is not JSON", path=str(root)) from None
+    if not isinstance(document, dict) or not _has_seal(document):
+        raise SealBrokenError("it has no seal (no verification accepted it)", path=str(root))
+    return document
+
+
+def _same_run(
+    document: dict[str, Any], root: Path, task_id: str | None, run_id: str | None
+) -> None:
+    """The signed manifest names the run's task and the run whose census it seals."""
+    sealed_task = document.get("taskId")
+    if task_id is not None and sealed_task != task_id:
+        raise SealBrokenError(
+            f"its seal is task {printable(str(sealed_task))[:100]}'s, not {task_id}'s",
+            path=str(root),
+        )
+    census = document.get("census")
+    sealed_run = census.get("runId") if isinstance(census, dict) else None
+    if run_id is not None and sealed_run != run_id:
+        raise SealBrokenError(
+            f"its seal is run {printable(str(sealed_run))[:100]}'s, not this run's ({run_id})",
+            path=str(root),
+        )
 
 
 def _manifest_bytes(fd: int, root: Path) -> bytes | None:
@@ -168,10 +215,26 @@ def _manifest_bytes(fd: int, root: Path) -> bytes | None:
     return read_opened(opened, f"{root}/{MANIFEST_FILE}", MAX_EVIDENCE_BYTES)
 
 
-def seal_problem(root: Path, trusted: tuple[str, ...] = ()) -> str | None:
+def has_seal(root: Path) -> bool:
+    """Whether the bundle's manifest carries a seal (signed or not: sealed_files says)."""
+    try:
+        with held_directory(root) as fd:
+            raw = _manifest_bytes(fd, root)
+        return raw is not None and _has_seal(json.loads(raw))
+    except (OSError, ValueError, RecursionError, UsageError, InvalidTaskError):
+        return True  # what cannot be read as unsealed is checked as sealed, and refused
+
+
+def seal_problem(
+    root: Path,
+    trusted: tuple[str, ...] = (),
+    *,
+    task_id: str | None = None,
+    run_id: str | None = None,
+) -> str | None:
     """Why a bundle does not match its seal (None when it does): sealed_files read through."""
     try:
-        for _ in sealed_files(root, trusted):
+        for _ in sealed_files(root, trusted, task_id=task_id, run_id=run_id):
             pass
     except SealBrokenError as exc:
         return exc.message

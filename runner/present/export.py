@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from runner import __version__
-from runner.base.errors import UsageError
+from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.safeio import file_sha256
 from runner.base.validation import check_task_id
 from runner.compile import signing
@@ -90,7 +90,7 @@ def accepted_run(run_dir: Path, trusted: tuple[str, ...] = ()) -> Accepted:
         raise UsageError(f"the accepted run's bundle is gone ({bundle})", path=str(run_dir))
     from runner.compile.seal import seal_problem
 
-    problem = seal_problem(bundle, trusted)
+    problem = seal_problem(bundle, trusted, task_id=task_id, run_id=str(report["runId"]))
     if problem is not None:
         raise UsageError(
             f"the accepted run's bundle does not match its seal: {problem}", path=str(bundle)
@@ -222,7 +222,7 @@ def write_bundle_archive(out: IO[bytes], run: Accepted) -> bytes:
     made: set[str] = set()
     task_toml = b""
     with _tar_gz(out) as tar:
-        for entry in sealed_files(run.bundle, run.trusted):
+        for entry in sealed_files(run.bundle, run.trusted, task_id=run.task_id, run_id=run.run_id):
             assert entry.file is not None  # sealed_files yields regular files only
             parts = entry.relative.split("/")
             for depth in range(1, len(parts)):
@@ -232,7 +232,9 @@ def write_bundle_archive(out: IO[bytes], run: Accepted) -> bytes:
                     _add(tar, f"{run.task_id}/{directory}")
             data: BinaryIO = entry.file
             if entry.relative == TASK_TOML_FILE:
-                task_toml = entry.file.read(MAX_TOML_BYTES + 1)
+                if entry.size > MAX_TOML_BYTES:
+                    raise InvalidTaskError("is too large for a task.toml", path=str(run.bundle))
+                task_toml = entry.file.read(entry.size)
                 data = io.BytesIO(task_toml)
             executable = bool(entry.mode & 0o111)
             _add(tar, f"{run.task_id}/{entry.relative}", data, entry.size, executable)

@@ -30,9 +30,8 @@ from runner.base.safeio import (
     read_regular,
     size_words,
     staged_directory,
-    stream_sha256,
 )
-from runner.base.treeread import copy_bounded, read_below, walk_below
+from runner.base.treeread import copy_bounded, read_below, sha256_exactly, walk_below
 from runner.compile.compiler import REPO_ARCHIVE
 from runner.compile.fixrules import FIXABLE_FIELDS
 from runner.compile.render import CONTEXT_DIRS
@@ -112,7 +111,9 @@ def _authored(run_dir: Path, task_dir: Path | None) -> AuthoredTask:
     return load_authored_task(where)
 
 
-def _copy_rendered(bundle: Path, target: Path, *, sealed: bool) -> list[dict[str, Any]]:
+def _copy_rendered(
+    bundle: Path, target: Path, *, sealed: bool, task_id: str | None, run_id: str | None
+) -> list[dict[str, Any]]:
     """The bundle's files without its repository snapshots (returned as omitted, hashed), read
     once: an accepted run's through its seal (runner.compile.seal.sealed_files: every file
     checked as it is copied, so the hand-off holds what was sealed), another's through no link
@@ -121,7 +122,11 @@ def _copy_rendered(bundle: Path, target: Path, *, sealed: bool) -> list[dict[str
     MAX_RENDERED_BYTES besides its snapshots, or a snapshot larger than the seal allows."""
     from runner.compile.seal import MAX_SEALED_FILE_BYTES, sealed_files
 
-    entries = sealed_files(bundle) if sealed else walk_below(bundle, max_entries=MAX_BUNDLE_FILES)
+    entries = (
+        sealed_files(bundle, task_id=task_id, run_id=run_id)
+        if sealed
+        else walk_below(bundle, max_entries=MAX_BUNDLE_FILES)
+    )
     omitted: list[dict[str, Any]] = []
     copied = 0
     for entry in entries:
@@ -138,7 +143,7 @@ def _copy_rendered(bundle: Path, target: Path, *, sealed: bool) -> list[dict[str
                 {
                     "path": f"{RENDERED_DIR}/{entry.relative}",
                     "bytes": entry.size,
-                    "sha256": stream_sha256(file),
+                    "sha256": sha256_exactly(file, entry.size, where),
                     "why": "the repository snapshot at the base commit (the reviewer's "
                     "repository holds it)",
                 }
@@ -189,8 +194,17 @@ def _fill(
     definition = parse_json_object(task.definition_bytes, task.directory / DEFINITION)
     contract = {key: definition[key] for key in sorted(FIXABLE_FIELDS) if key in definition}
     (staged / ENVIRONMENT).write_text(json.dumps(contract, indent=2) + "\n")
+    # A seal that is there is checked whatever the report says (its verdict is a file anyone
+    # may edit); an accepted run's bundle must have one.
+    from runner.compile.seal import has_seal
+
+    sealed = report.verdict is Verdict.ACCEPTED or has_seal(bundle)
     omitted = _copy_rendered(
-        bundle, staged / RENDERED_DIR, sealed=report.verdict is Verdict.ACCEPTED
+        bundle,
+        staged / RENDERED_DIR,
+        sealed=sealed,
+        task_id=report.task_id,
+        run_id=report.run_id,
     )
     (staged / REPORT_FILE).write_text(json.dumps(document, indent=2) + "\n")
     try:
@@ -228,6 +242,8 @@ def _fill(
         "runnerVersion": report.runner_version,
         "items": items,
         "omitted": omitted,
+        # Whether rendered/ was checked against the bundle's signed seal as it was copied.
+        "sealed": sealed,
     }
     (staged / INDEX_JSON).write_text(json.dumps(index, indent=2) + "\n")
     (staged / INDEX_MD).write_text(_index_md(index))

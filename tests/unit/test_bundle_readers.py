@@ -6,6 +6,7 @@ was sealed, or nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -18,6 +19,7 @@ import pytest
 from runner.base.errors import InvalidTaskError, UsageError
 from runner.base.treeread import MAX_WALK_DEPTH, Below, walk_below
 from runner.compile.seal import SealBrokenError, seal_problem, sealed_files
+from runner.model.layout import MANIFEST_FILE
 from runner.model.report import Verdict
 from runner.present.export import accepted_run, export, write_bundle_archive
 from runner.run import review
@@ -51,12 +53,15 @@ def test_a_link_fifo_or_device_in_a_bundle_is_refused_never_followed(tmp_path: P
         with pytest.raises(SealBrokenError, match=added):
             write_bundle_archive(io.BytesIO(), accepted)
         assert seal_problem(own) == added
+        # A red run's bundle, with no seal to check it against: refused by what it is.
         made.verdict = Verdict.REJECTED
         (run / "report.json").write_text(made.to_json())
+        os.replace(own / MANIFEST_FILE, tmp_path / MANIFEST_FILE)
         with pytest.raises(InvalidTaskError, match="regular files only") as raised:
             write_review(run, out)
         assert raised.value.path == f"{own}/{name}"
         assert not out.exists()
+        os.replace(tmp_path / MANIFEST_FILE, own / MANIFEST_FILE)
         made.verdict = Verdict.ACCEPTED
         (run / "report.json").write_text(made.to_json())
         (own / name).unlink()
@@ -143,15 +148,21 @@ def test_review_escapes_what_the_report_says_and_bounds_what_it_copies(
             write_review(run, tmp_path / "review-large")
     assert not (tmp_path / "review-large").exists()
 
-    made.verdict = Verdict.REJECTED  # no seal to hold the snapshot to
-    (run / "report.json").write_text(made.to_json())
     with (own / "tests" / "repo.tar.gz").open("r+b") as snapshot:
         snapshot.truncate(5 * 1024**3)
+    assert seal_problem(own) == "tests/repo.tar.gz is larger than 4 GiB"
+    # A red run, its verdict said by a file anyone may edit: a seal that is there is checked.
+    made.verdict = Verdict.REJECTED
+    (run / "report.json").write_text(made.to_json())
+    with pytest.raises(SealBrokenError, match="larger than 4 GiB"):
+        write_review(run, tmp_path / "review-sparse")
+    os.replace(own / MANIFEST_FILE, tmp_path / MANIFEST_FILE)  # no seal at all: review's bound
     with pytest.raises(InvalidTaskError, match="larger than 4 GiB"):
         write_review(run, tmp_path / "review-sparse")
+    assert not (tmp_path / "review-sparse").exists()
+    os.replace(tmp_path / MANIFEST_FILE, own / MANIFEST_FILE)
     made.verdict = Verdict.ACCEPTED
     (run / "report.json").write_text(made.to_json())
-    assert seal_problem(own) == "tests/repo.tar.gz is larger than 4 GiB"
 
     task = run / "task"
     os.replace(task, tmp_path / "task")
@@ -186,3 +197,61 @@ def test_a_walk_stops_past_its_bounds_and_never_enters_a_link(tmp_path: Path) ->
     linked.symlink_to(root)
     with pytest.raises(InvalidTaskError, match="symbolic link; it is not followed"):
         list(walk_below(linked, max_entries=1000))
+
+
+def test_a_sealed_file_is_taken_only_whole_and_only_from_this_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive took as many bytes as fstat saw when the file was opened, the digest all the
+    file held until its end: a file cut short before it was opened and put back after went out
+    as its start under the whole file's digest, and one grown since was hashed without end.
+    Another task's sealed bundle (or an older run's) copied in passed as this run's."""
+    from runner.compile.seal import _Digesting
+
+    content = b"0123456789" * 1000
+    digest = hashlib.sha256(content).hexdigest()
+    whole = _Digesting(io.BytesIO(content), len(content))
+    assert io.BufferedReader(whole).read(100) == content[:100] and whole.rest() == digest
+    cut = _Digesting(io.BytesIO(content), 4000)  # opened when it held 4,000 bytes
+    assert io.BufferedReader(cut).read(4000) == content[:4000]
+    assert cut.rest() is None
+    grown = _Digesting(io.BytesIO(content), 10)
+    assert grown.rest() is None and grown.count == 11  # one byte past its size, no more
+
+    first, own, made = accepted_run_dir(tmp_path / "first")
+    assert seal_problem(own, task_id=made.task_id, run_id=made.run_id) is None
+    assert (
+        seal_problem(own, run_id="an-older-run")
+        == "its seal is run r1's, not this run's (an-older-run)"
+    )
+    assert (
+        seal_problem(own, task_id="another") == f"its seal is task {made.task_id}'s, not another's"
+    )
+    (first / "report.json").write_text(made.to_json())
+    made.run_id = "r2"  # a later run of the task, holding the first one's bundle
+    (first / "report.json").write_text(made.to_json())
+    with pytest.raises(UsageError, match=r"its seal is run r1's, not this run's \(r2\)"):
+        accepted_run(first)
+    with pytest.raises(SealBrokenError, match=r"its seal is run r1's"):
+        write_review(first, tmp_path / "review")
+
+    # The manifest gone once it was read, before the walk lists it: no bundle without it
+    # goes out (export would archive the others under a manifest it no longer holds).
+    from runner.compile import seal as sealing
+
+    read_manifest = sealing._manifest_bytes
+
+    def read_then_gone(fd: int, root: Path) -> bytes | None:
+        raw = read_manifest(fd, root)
+        os.replace(root / MANIFEST_FILE, tmp_path / "manifest")
+        return raw
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sealing, "_manifest_bytes", read_then_gone)
+        assert seal_problem(own) == ".selfbench-manifest.json is gone since it was sealed"
+    os.replace(tmp_path / "manifest", own / MANIFEST_FILE)
+    assert seal_problem(own) is None
+
+    # A manifest nested too deeply to parse is no seal, not a traceback.
+    (own / MANIFEST_FILE).write_text("[" * 100_000 + "]" * 100_000)
+    assert seal_problem(own) == ".selfbench-manifest.json is not JSON"
