@@ -152,7 +152,9 @@ def sealed_files(
         problem = signing.document_problem(document, signing.trusted_keys(trusted))
         if problem:
             raise SealBrokenError(f"its seal: {problem}", path=str(root))
-        _same_run(document, root, task_id, run_id)
+        problem = same_run_problem(document, task_id, run_id)
+        if problem:
+            raise SealBrokenError(problem, path=str(root))
         files = document["seal"]["files"]
         seen: set[str] = set()
         for entry in walk_held(fd, max_entries=MAX_BUNDLE_FILES, where=root):
@@ -186,23 +188,20 @@ def _manifest_document(raw: bytes | None, root: Path) -> dict[str, Any]:
     return document
 
 
-def _same_run(
-    document: dict[str, Any], root: Path, task_id: str | None, run_id: str | None
-) -> None:
-    """The signed manifest names the run's task and the run whose census it seals."""
+def same_run_problem(
+    document: dict[str, Any], task_id: str | None, run_id: str | None
+) -> str | None:
+    """Why a signed manifest is not the seal of this run (None when it is): it must name the
+    run's task and, in its census, the run's id (another task's sealed bundle, or an older
+    run's, copied in is not this run's). An id not given is not compared."""
     sealed_task = document.get("taskId")
     if task_id is not None and sealed_task != task_id:
-        raise SealBrokenError(
-            f"its seal is task {printable(str(sealed_task))[:100]}'s, not {task_id}'s",
-            path=str(root),
-        )
+        return f"its seal is task {printable(str(sealed_task))[:100]}'s, not {task_id}'s"
     census = document.get("census")
     sealed_run = census.get("runId") if isinstance(census, dict) else None
     if run_id is not None and sealed_run != run_id:
-        raise SealBrokenError(
-            f"its seal is run {printable(str(sealed_run))[:100]}'s, not this run's ({run_id})",
-            path=str(root),
-        )
+        return f"its seal is run {printable(str(sealed_run))[:100]}'s, not this run's ({run_id})"
+    return None
 
 
 def _manifest_bytes(fd: int, root: Path) -> bytes | None:

@@ -16,7 +16,7 @@ from typing import IO, Any
 from runner.base.errors import InvalidTaskError
 from runner.base.validation import check_task_id
 from runner.compile import signing
-from runner.compile.seal import manifest_problem
+from runner.compile.seal import manifest_problem, same_run_problem
 from runner.model.layout import MANIFEST_FILE
 from runner.present.export import (
     MANIFEST,
@@ -65,10 +65,12 @@ def _member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
     return None
 
 
-def _check_bundle(stream: IO[bytes], task_id: str, where: str, trusted: dict[str, Any]) -> None:
+def _check_bundle(
+    stream: IO[bytes], task_id: str, run_id: str | None, where: str, trusted: dict[str, Any]
+) -> None:
     """A task's inner archive: streamed, every member inside `<taskId>/`, regular files and
     directories only, each bounded; and its seal: every file's digest as its manifest records
-    it, and the manifest signed by a trusted key."""
+    it, the manifest signed by a trusted key, naming the task and run the listing says."""
     count = 0
     files: dict[str, str] = {}
     sealed: bytes | None = None
@@ -98,6 +100,8 @@ def _check_bundle(stream: IO[bytes], task_id: str, where: str, trusted: dict[str
     except (UnicodeDecodeError, ValueError):
         document = None
     problem = manifest_problem(document, files, trusted)
+    if problem is None and isinstance(document, dict):
+        problem = same_run_problem(document, task_id, run_id)
     if problem is not None:
         raise InvalidTaskError(f"{where}: the bundle does not match its seal: {problem[:400]}")
 
@@ -122,6 +126,7 @@ def _check(archive: Path, trusted: dict[str, Any]) -> dict[str, Any]:
     manifest: dict[str, Any] | None = None
     digests: dict[str, str] = {}
     ids: dict[str, str] = {}  # file -> task id, once the manifest is read
+    runs: dict[str, object] = {}  # file -> the run id the listing names
     count = 0
     with tarfile.open(archive, mode="r|gz") as tar:
         for member in tar:
@@ -142,13 +147,21 @@ def _check(archive: Path, trusted: dict[str, Any]) -> dict[str, Any]:
                     raise InvalidTaskError("manifest.json is larger than 16 MiB")
                 manifest = _manifest(handle.read(), trusted)
                 ids = {task["file"]: task["taskId"] for task in manifest["tasks"]}
+                runs = {task["file"]: task.get("runId") for task in manifest["tasks"]}
                 digests[member.name] = ""
                 continue
             if not member.name.startswith("tasks/") or not member.name.endswith(".tar.gz"):
                 raise InvalidTaskError(f"{member.name[:200]!r} is not a task archive")
             hashing = _Hashing(handle)
             task_id = ids.get(member.name) or member.name[len("tasks/") : -len(".tar.gz")]
-            _check_bundle(io.BufferedReader(hashing, _CHUNK), task_id, member.name, trusted)
+            run_id = runs.get(member.name)
+            _check_bundle(
+                io.BufferedReader(hashing, _CHUNK),
+                task_id,
+                run_id if isinstance(run_id, str) else None,
+                member.name,
+                trusted,
+            )
             digests[member.name] = hashing.drain()
     if manifest is None:
         raise InvalidTaskError("has no manifest.json")

@@ -798,3 +798,48 @@ def test_export_check_verifies_each_seal_and_the_manifest_with_the_keys_it_is_gi
     assert check(archive, (str(key_file),))["tasks"][0]["taskId"] == "exp-task"
     with pytest.raises(UsageError, match="not an Ed25519 public key"):
         check(archive, ("ed25519:nothex",))
+
+
+def test_export_check_refuses_a_bundle_sealed_for_another_task_or_run(tmp_path: Path) -> None:
+    """A publisher's archive listing task exp-a whose bundle is another task's sealed bundle,
+    or an older run's (each seal intact and signed), passed export --check: the inner
+    manifest's task and census run are now held to what the listing names."""
+    from runner.base.safeio import file_sha256
+    from runner.compile import signing
+    from runner.compile.seal import sealed_files
+    from runner.present.export import MANIFEST, _add, _tar_gz, _write_tar_gz, manifest_digest
+
+    other = sealed_bundle(bash_task(tmp_path, name="exp-b").directory, tmp_path / "b")
+    cases = {
+        ("exp-a", "r1"): r"its seal is task exp-b's, not exp-a's",
+        ("exp-b", "r2"): r"its seal is run r1's, not this run's \(r2\)",
+    }
+    for (listed, said), refused in cases.items():
+        inner = tmp_path / f"{listed}.tar.gz"
+        with inner.open("wb") as out, _tar_gz(out) as tar:
+            for entry in sealed_files(other):
+                assert entry.file is not None
+                _add(tar, f"{listed}/{entry.relative}", entry.file, entry.size)
+        manifest: dict[str, object] = {
+            "schemaVersion": 1,
+            "runnerVersion": "x",
+            "tasks": [
+                {
+                    "taskId": listed,
+                    "difficulty": "easy",
+                    "sourcePr": 1,
+                    "sourceUrl": "https://example.invalid/pull/1",
+                    "file": f"tasks/{listed}.tar.gz",
+                    "sha256": file_sha256(inner),
+                    "runId": said,
+                }
+            ],
+        }
+        manifest["digest"] = manifest_digest(manifest)
+        signing.sign_document(manifest)
+        archive = tmp_path / f"forged-{listed}.tar.gz"
+        with archive.open("wb") as out:
+            members = [("tasks", None), (f"tasks/{listed}.tar.gz", inner)]
+            _write_tar_gz(out, [*members, (MANIFEST, json.dumps(manifest).encode())])
+        with pytest.raises(InvalidTaskError, match=refused):
+            check(archive)
