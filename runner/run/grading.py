@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +23,17 @@ from pydantic.alias_generators import to_camel
 from runner import __version__
 from runner.base.errors import ExitCode, InvalidTaskError, RunnerError, UsageError
 from runner.base.safeio import optional_regular, read_regular, write_atomic
+from runner.base.treeread import copy_bounded
 from runner.base.validation import safe_dir_name
 from runner.compile.bundle import Bundle, is_bundle, load_bundle
-from runner.compile.seal import seal_problem
+from runner.compile.seal import SealBrokenError, seal_problem, sealed_files
 from runner.model.census import Census, read_census
 from runner.model.evidence import EvidenceSummary, PolicyChange
 from runner.model.layout import MAX_REPORT_BYTES, BundleLayout, RunLayout
 from runner.model.report import GateData, Status
 from runner.model.reward import Reward, VerifierDetails
 from runner.model.settings import MAX_AGENT_PATCH_BYTES, VerifySettings
+from runner.run.state import StageResult
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,25 @@ def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
     return GradeTarget(bundle=bundle, census=census)
 
 
+def _sealed_copy(root: Path, out: Path) -> GradeTarget:
+    """The sealed bundle at `root` copied to `out` through sealed_files (each file taken only
+    as sealed, its mode bits kept but for write by others), and the grade's target read from
+    that copy. UsageError when anything differs from the seal."""
+    try:
+        for entry in sealed_files(root):
+            assert entry.file is not None  # sealed_files yields regular files only
+            copy = out / entry.relative
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy_bounded(entry.file, entry.size, copy, f"{root}/{entry.relative}")
+            copy.chmod(stat.S_IMODE(entry.mode) & 0o755)
+    except (SealBrokenError, InvalidTaskError) as exc:
+        raise UsageError(
+            f"the bundle does not match its seal: {exc.message}", path=str(root)
+        ) from None
+    census = read_census(optional_regular(BundleLayout(out).census, limit=64 * 1024 * 1024))
+    return GradeTarget(bundle=load_bundle(out), census=census)
+
+
 def read_patch(path: Path) -> bytes:
     try:
         return read_regular(path, limit=MAX_AGENT_PATCH_BYTES)
@@ -152,6 +174,9 @@ def grade(
     bundle = resolved.bundle
     run_id = new_run_id()
     run_dir = make_run_dir(settings, safe_dir_name(bundle.task_id), f"grade-{run_id}", bundle.root)
+    # What is graded is a copy of this grade's own, made by one checked read of the seal: a
+    # file swapped at the bundle once its seal was checked is never graded.
+    resolved = resolved if unsealed else _sealed_copy(bundle.root, RunLayout(run_dir).bundle)
     report = GradeReport(
         task_id=bundle.task_id,
         verdict="infrastructure_failed",
@@ -173,7 +198,7 @@ def grade(
             return _finish(report, run_dir, started)
         try:
             plan = plan_verify(
-                bundle,
+                resolved.bundle,
                 settings,
                 engine.facts(),
                 RunIdentity(run_id=run_id, owner=_owner()),
@@ -193,6 +218,13 @@ def grade(
             return _finish(report, run_dir, started)
         finally:
             engine.close()
+    return _graded(report, build, graded, run_dir, started)
+
+
+def _graded(
+    report: GradeReport, build: StageResult, graded: StageResult, run_dir: Path, started: float
+) -> GradeReport:
+    """The report of a grade whose build and verifier ran."""
     if build.status is not Status.PASSED:
         report.detail = f"build: {build.detail}"
         report.verdict = "invalid" if build.status is Status.FAILED else "infrastructure_failed"

@@ -545,7 +545,8 @@ def _sealed_inner(task_id: str, files: dict[str, bytes]) -> bytes:
     from runner.compile.signing import SIGNATURE, payload, signer
 
     seal: dict[str, object] = {
-        "seal": {"files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}
+        "taskId": task_id,
+        "seal": {"files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}},
     }
     seal[SIGNATURE] = signer().sign(payload(seal))
     members: list[tuple[tarfile.TarInfo, bytes | None]] = [

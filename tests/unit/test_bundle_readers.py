@@ -255,3 +255,25 @@ def test_a_sealed_file_is_taken_only_whole_and_only_from_this_run(
     # A manifest nested too deeply to parse is no seal, not a traceback.
     (own / MANIFEST_FILE).write_text("[" * 100_000 + "]" * 100_000)
     assert seal_problem(own) == ".selfbench-manifest.json is not JSON"
+
+
+def test_grade_grades_a_copy_taken_as_sealed(tmp_path: Path) -> None:
+    """grade checked the seal, then read the bundle again to grade it: a test.sh swapped in
+    between was graded. It now grades a copy of its own, taken through one checked read."""
+    from runner.run.grading import _sealed_copy, resolve_target
+
+    run, own, made = accepted_run_dir(tmp_path)
+    (run / "report.json").write_text(made.to_json())
+    checked = resolve_target(run)  # the seal holds here
+    copy = _sealed_copy(own, tmp_path / "grade" / "bundle")
+    assert copy.bundle.root == tmp_path / "grade" / "bundle"
+    assert copy.census == checked.census and copy.census is not None
+    for path in own.rglob("*"):
+        if path.is_file():
+            twin = copy.bundle.root / path.relative_to(own)
+            assert twin.read_bytes() == path.read_bytes(), path
+            assert twin.stat().st_mode & 0o111 == path.stat().st_mode & 0o111, path
+    test_sh = own / "tests" / "test.sh"
+    test_sh.write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")  # after the check
+    with pytest.raises(UsageError, match=r"does not match its seal: tests/test\.sh changed"):
+        _sealed_copy(own, tmp_path / "grade2" / "bundle")
