@@ -234,34 +234,32 @@ def _entry(name: str, relative: str, mode: int, dir_fd: int) -> Iterator[Below]:
         yield Below(relative=relative, mode=info.st_mode, size=info.st_size, file=file)
 
 
-def copy_bounded(source: BinaryIO, size: int, target: Path, where: str) -> None:
-    """Exactly `size` bytes of `source` (a file walk_below opened, its size taken before) into
-    a new file `target`, a chunk at a time: a file that grew past the size it had is refused
-    rather than copied on."""
-    with target.open("xb") as out:
-        left = size
-        while left > 0:
-            chunk = source.read(min(1 << 20, left))
-            if not chunk:
-                break
-            out.write(chunk)
-            left -= len(chunk)
-    if left > 0 or source.read(1):
-        raise InvalidTaskError("changed size while it was read; it is not copied", path=where)
-
-
-def sha256_exactly(source: BinaryIO, size: int, where: str) -> str:
-    """The sha256 of exactly `size` bytes of `source` (a file walk_below opened, its size taken
-    before), never reading more than one byte past it: a file that changed size while it was
-    read is refused rather than hashed on (one growing would never end)."""
-    digest = hashlib.sha256()
+def exact_chunks(source: BinaryIO, size: int, where: str, use: str) -> Iterator[bytes]:
+    """Exactly `size` bytes of `source` (a file walk_below opened, its size taken before), a
+    chunk at a time, never reading more than one byte past it: a file that changed size while
+    it was read is refused (InvalidTaskError, "it is not <use>") rather than read on (one
+    growing would never end)."""
     left = size
     while left > 0:
         chunk = source.read(min(1 << 20, left))
         if not chunk:
             break
-        digest.update(chunk)
+        yield chunk
         left -= len(chunk)
     if left > 0 or source.read(1):
-        raise InvalidTaskError("changed size while it was read; it is not hashed", path=where)
+        raise InvalidTaskError(f"changed size while it was read; it is not {use}", path=where)
+
+
+def copy_bounded(source: BinaryIO, size: int, target: Path, where: str) -> None:
+    """Exactly `size` bytes of `source` into a new file `target` (exact_chunks)."""
+    with target.open("xb") as out:
+        for chunk in exact_chunks(source, size, where, "copied"):
+            out.write(chunk)
+
+
+def sha256_exactly(source: BinaryIO, size: int, where: str) -> str:
+    """The sha256 of exactly `size` bytes of `source` (exact_chunks)."""
+    digest = hashlib.sha256()
+    for chunk in exact_chunks(source, size, where, "hashed"):
+        digest.update(chunk)
     return digest.hexdigest()
