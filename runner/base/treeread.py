@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from runner.base.errors import InvalidTaskError
 from runner.base.safeio import file_kind, os_error_text, read_opened
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# A file below a root: never through a link, never waiting on a FIFO.
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # How deep walk_below goes: a rendered bundle is a few levels deep (environment/<image>/...).
 MAX_WALK_DEPTH = 32
 
@@ -86,7 +88,7 @@ def open_below(root: Path, relative: str) -> int:
             os.close(fd)
             fd = inner
         try:
-            file_fd = os.open(parts[-1], _FILE, dir_fd=fd)
+            file_fd = os.open(parts[-1], FILE_FLAGS, dir_fd=fd)
         except OSError as exc:
             _refuse(fd, parts[-1], relative, exc)
             raise
@@ -220,7 +222,7 @@ def _entry(name: str, relative: str, mode: int, dir_fd: int) -> Iterator[Below]:
         yield Below(relative=relative, mode=mode, size=0, file=None)
         return
     try:
-        fd = os.open(name, _FILE, dir_fd=dir_fd)
+        fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         return  # gone since it was listed
     except OSError as exc:
@@ -263,3 +265,38 @@ def sha256_exactly(source: BinaryIO, size: int, where: str) -> str:
     for chunk in exact_chunks(source, size, where, "hashed"):
         digest.update(chunk)
     return digest.hexdigest()
+
+
+class HashingReader(io.RawIOBase):
+    """A reader that takes the sha256 of what passes through it; drain() reads and hashes what
+    is left and gives the digest. With `size` (what fstat said when the file was opened) it
+    never reads more than one byte past it, so `count` then says whether the file was exactly
+    that size: one cut short before it was opened and put back after, or grown since (hashed
+    without end otherwise), shows in it."""
+
+    def __init__(self, inner: IO[bytes], size: int | None = None) -> None:
+        super().__init__()
+        self.inner = inner
+        self.size = size
+        self.count = 0
+        self.sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def _room(self, wanted: int) -> int:
+        return wanted if self.size is None else min(wanted, self.size + 1 - self.count)
+
+    def readinto(self, buffer: Any) -> int:
+        room = self._room(len(buffer))
+        data = self.inner.read(room) if room > 0 else b""
+        self.count += len(data)
+        self.sha.update(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def drain(self) -> str:
+        while (room := self._room(1 << 20)) > 0 and (data := self.inner.read(room)):
+            self.count += len(data)
+            self.sha.update(data)
+        return self.sha.hexdigest()

@@ -12,11 +12,23 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from runner.base.errors import InvalidTaskError, UsageError, printable
-from runner.base.safeio import optional_regular, read_opened, stream_sha256, write_atomic
-from runner.base.treeread import Below, held_directory, walk_below, walk_held
+from runner.base.safeio import (
+    optional_regular,
+    read_opened,
+    stream_sha256,
+    write_atomic,
+)
+from runner.base.treeread import (
+    FILE_FLAGS,
+    Below,
+    HashingReader,
+    held_directory,
+    walk_below,
+    walk_held,
+)
 from runner.compile import signing
 from runner.model.census import Census
 from runner.model.evidence import MAX_EVIDENCE_BYTES
@@ -24,7 +36,6 @@ from runner.model.layout import CENSUS_FILE, MANIFEST_FILE, MAX_BUNDLE_FILES, Bu
 from runner.model.manifest import MANIFEST_FIELDS
 
 CENSUS_PATH = f"tests/{CENSUS_FILE}"
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def _link_or_copy(source: str, destination: str) -> None:
@@ -93,42 +104,6 @@ class SealBrokenError(UsageError):
 MAX_SEALED_FILE_BYTES = 4 * 1024**3
 
 
-class _Digesting(io.RawIOBase):
-    """A file of `size` bytes (as fstat saw it when it was opened) read through while its
-    sha256 is taken: never more than one byte past `size` is read, and rest() reads what the
-    reader left and fails unless exactly `size` bytes were there. A file cut short before it
-    was opened and put back after (the archive would hold its start under the whole file's
-    digest) or one grown since (hashed without end) is then refused."""
-
-    def __init__(self, file: BinaryIO, size: int) -> None:
-        super().__init__()
-        self.file = file
-        self.size = size
-        self.count = 0
-        self.digest = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        room = min(len(buffer), self.size + 1 - self.count)
-        data = self.file.read(room) if room > 0 else b""
-        self.count += len(data)
-        self.digest.update(data)
-        buffer[: len(data)] = data
-        return len(data)
-
-    def rest(self) -> str | None:
-        """The digest of the whole file, or None when it was not `size` bytes long."""
-        while self.count <= self.size:
-            data = self.file.read(min(1 << 20, self.size + 1 - self.count))
-            if not data:
-                break
-            self.count += len(data)
-            self.digest.update(data)
-        return self.digest.hexdigest() if self.count == self.size else None
-
-
 def sealed_files(
     root: Path,
     trusted: tuple[str, ...] = (),
@@ -169,9 +144,10 @@ def sealed_files(
                 raise SealBrokenError(f"{name} changed after it was sealed", path=str(root))
             if entry.size > MAX_SEALED_FILE_BYTES:
                 raise SealBrokenError(f"{name} is larger than 4 GiB", path=str(root))
-            digesting = _Digesting(entry.file, entry.size)
-            yield replace(entry, file=io.BufferedReader(digesting))
-            if digesting.rest() != files[name]:
+            # Taken only whole: exactly the size it had when opened, with the sealed digest.
+            hashing = HashingReader(entry.file, entry.size)
+            yield replace(entry, file=io.BufferedReader(hashing))
+            if hashing.drain() != files[name] or hashing.count != entry.size:
                 raise SealBrokenError(f"{name} changed after it was sealed", path=str(root))
             seen.add(name)
         for name in sorted({*files, MANIFEST_FILE} - seen):
@@ -206,7 +182,7 @@ def same_run_problem(
 
 def _manifest_bytes(fd: int, root: Path) -> bytes | None:
     try:
-        opened = os.open(MANIFEST_FILE, _FILE_FLAGS, dir_fd=fd)
+        opened = os.open(MANIFEST_FILE, FILE_FLAGS, dir_fd=fd)
     except FileNotFoundError:
         return None
     except OSError as exc:

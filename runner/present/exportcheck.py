@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from runner.base.errors import InvalidTaskError
+from runner.base.treeread import HashingReader
 from runner.base.validation import check_task_id
 from runner.compile import signing
 from runner.compile.seal import manifest_problem, same_run_problem
@@ -27,28 +28,6 @@ from runner.present.export import (
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_MEMBERS = 100_000
 _CHUNK = 1024 * 1024
-
-
-class _Hashing(io.RawIOBase):
-    """A reader that hashes what passes through it; drain() hashes what is left unread."""
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        self.inner = inner
-        self.sha = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.inner.read(len(buffer))
-        self.sha.update(data)
-        buffer[: len(data)] = data
-        return len(data)
-
-    def drain(self) -> str:
-        while chunk := self.inner.read(_CHUNK):
-            self.sha.update(chunk)
-        return self.sha.hexdigest()
 
 
 def _member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
@@ -152,7 +131,7 @@ def _check(archive: Path, trusted: dict[str, Any]) -> dict[str, Any]:
                 continue
             if not member.name.startswith("tasks/") or not member.name.endswith(".tar.gz"):
                 raise InvalidTaskError(f"{member.name[:200]!r} is not a task archive")
-            hashing = _Hashing(handle)
+            hashing = HashingReader(handle)
             task_id = ids.get(member.name) or member.name[len("tasks/") : -len(".tar.gz")]
             run_id = runs.get(member.name)
             _check_bundle(

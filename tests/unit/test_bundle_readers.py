@@ -206,17 +206,20 @@ def test_a_sealed_file_is_taken_only_whole_and_only_from_this_run(
     file held until its end: a file cut short before it was opened and put back after went out
     as its start under the whole file's digest, and one grown since was hashed without end.
     Another task's sealed bundle (or an older run's) copied in passed as this run's."""
-    from runner.compile.seal import _Digesting
+    from runner.base.treeread import HashingReader
 
     content = b"0123456789" * 1000
     digest = hashlib.sha256(content).hexdigest()
-    whole = _Digesting(io.BytesIO(content), len(content))
-    assert io.BufferedReader(whole).read(100) == content[:100] and whole.rest() == digest
-    cut = _Digesting(io.BytesIO(content), 4000)  # opened when it held 4,000 bytes
+    whole = HashingReader(io.BytesIO(content), len(content))
+    assert io.BufferedReader(whole).read(100) == content[:100]
+    assert whole.drain() == digest and whole.count == len(content)
+    cut = HashingReader(io.BytesIO(content), 4000)  # opened when it held 4,000 bytes
     assert io.BufferedReader(cut).read(4000) == content[:4000]
-    assert cut.rest() is None
-    grown = _Digesting(io.BytesIO(content), 10)
-    assert grown.rest() is None and grown.count == 11  # one byte past its size, no more
+    cut.drain()
+    assert cut.count != 4000
+    grown = HashingReader(io.BytesIO(content), 10)
+    grown.drain()
+    assert grown.count == 11  # one byte past its size, no more
 
     first, own, made = accepted_run_dir(tmp_path / "first")
     assert seal_problem(own, task_id=made.task_id, run_id=made.run_id) is None
