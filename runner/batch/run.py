@@ -144,7 +144,7 @@ def remove_runs(engine: Engine, run_ids: list[str]) -> int:
         return 0
 
 
-def _endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
+def endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
     if spec.inherit:
         return resolve_endpoint(base)
     if spec.url is not None:
@@ -169,7 +169,7 @@ class Batch:
         # Every engine's endpoint resolved now, as the docker CLI resolves it: an unknown
         # context name stops the batch before anything runs (exit 2), never a silent default.
         self.engines = [
-            Engine(spec=s, env=_endpoint_of(s, base).environment(base)) for s in options.engines
+            Engine(spec=s, env=endpoint_of(s, base).environment(base)) for s in options.engines
         ]
         self.batch_id = uuid.uuid4().hex[:10]
         self.outcomes = [

@@ -27,6 +27,7 @@ from runner.cli import (  # noqa: F401
     batch,
     collection,
     debugging,
+    evaluate,
     review,
     serve,
     task,

@@ -242,11 +242,27 @@ def prepare_command(
 @click.option("--plan", "plan", is_flag=True, help="The verify plan's schema instead.")
 @click.option("--request", "request", is_flag=True, help="The sidecar request's schema instead.")
 @click.option("--response", "response", is_flag=True, help="The sidecar response's schema.")
-def schema_command(plan: bool, request: bool, response: bool) -> int:
+@click.option(
+    "--evaluation", "evaluation", is_flag=True, help="The evaluation summary's schema (evaluate)."
+)
+@click.option(
+    "--instance", "instance", is_flag=True, help="An evaluated instance's result's schema."
+)
+def schema_command(
+    plan: bool, request: bool, response: bool, evaluation: bool, instance: bool
+) -> int:
     """Print the report's JSON Schema (or the verify plan's, a sidecar request's or
-    response's)."""
-    if sum((plan, request, response)) > 1:
-        raise UsageError("choose one of --plan, --request, --response", field="--plan")
+    response's, an evaluation summary's or an evaluated instance's)."""
+    if sum((plan, request, response, evaluation, instance)) > 1:
+        raise UsageError(
+            "choose one of --plan, --request, --response, --evaluation, --instance", field="--plan"
+        )
+    if evaluation or instance:
+        from runner.model.evaluation import EvaluationSummary, InstanceResult
+
+        model = EvaluationSummary if evaluation else InstanceResult
+        click.echo(json.dumps(model.model_json_schema(by_alias=True), indent=2))
+        return 0
     if request or response:
         from runner.sidecar.request import request_schema, response_schema
 

@@ -255,6 +255,10 @@ def _usage_report(error: RunnerError) -> Any:
     help="The reward alone, sooner: a test run stops at its first failed test and pass-to-pass "
     "runs only once fail-to-pass passed (the evidence then covers what ran).",
 )
+@click.option(
+    "--run-id",
+    help="Name the grade (its containers' labels) instead of a new id; must be unique.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def grade_command(
     target_arg: str,
@@ -274,6 +278,7 @@ def grade_command(
     unsealed: bool,
     evidence_checks: str,
     reward_only: bool,
+    run_id: str | None,
     quiet: bool,
 ) -> int:
     """Grade an agent's patch against a sealed bundle (or a run directory's): the reward, what the
@@ -291,6 +296,7 @@ def grade_command(
     from runner.run.grading import grade
 
     target = local_run(target_arg, field="TARGET")
+    _check_text_option(run_id, "--run-id", RUN_ID, "a run id ([A-Za-z0-9._-], at most 64)")
 
     output = Output(quiet=quiet)
     settings = VerifySettings(
@@ -307,7 +313,14 @@ def grade_command(
         reward_only=reward_only,
     )
     with interrupts():
-        report = grade(target, patch_path, settings, progress=output.progress, unsealed=unsealed)
+        report = grade(
+            target,
+            patch_path,
+            settings,
+            progress=output.progress,
+            unsealed=unsealed,
+            run_id=run_id,
+        )
     if as_json:
         click.echo(report.to_json(), nl=False)
     if not quiet or not as_json:

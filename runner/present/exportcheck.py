@@ -30,7 +30,7 @@ MAX_MEMBERS = 100_000
 _CHUNK = 1024 * 1024
 
 
-def _member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
+def member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
     name = member.name
     parts = name.split("/")
     if name.startswith("/") or ".." in parts or "\0" in name:
@@ -58,7 +58,7 @@ def _check_bundle(
             count += 1
             if count > MAX_MEMBERS:
                 raise InvalidTaskError(f"{where} holds more than {MAX_MEMBERS} entries")
-            problem = _member_problem(member, prefix=task_id)
+            problem = member_problem(member, prefix=task_id)
             if problem is not None:
                 raise InvalidTaskError(f"{where}: {problem}")
             if member.isfile():
@@ -112,7 +112,7 @@ def _check(archive: Path, trusted: dict[str, Any]) -> dict[str, Any]:
             count += 1
             if count > MAX_MEMBERS:
                 raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")
-            problem = _member_problem(member)
+            problem = member_problem(member)
             if problem is not None:
                 raise InvalidTaskError(problem)
             if member.isdir():
@@ -154,6 +154,15 @@ def _check(archive: Path, trusted: dict[str, Any]) -> dict[str, Any]:
     if extra:
         raise InvalidTaskError(f"{extra[0]} is not in manifest.json")
     return manifest
+
+
+def read_manifest(handle: IO[bytes], keys: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An archive's manifest.json from `handle` (at most MAX_MANIFEST_BYTES), checked as
+    `check` checks it, with the keys this host trusts and `keys`."""
+    data = handle.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise InvalidTaskError("manifest.json is larger than 16 MiB")
+    return _manifest(data, signing.trusted_keys(keys))
 
 
 def _manifest(data: bytes, trusted: dict[str, Any]) -> dict[str, Any]:

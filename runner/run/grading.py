@@ -160,6 +160,7 @@ def grade(
     *,
     progress: object = None,
     unsealed: bool = False,
+    run_id: str | None = None,
 ) -> GradeReport:
     """Grade one patch. Raises UsageError for bad arguments; every other outcome is a report."""
     from runner.plan.types import RunIdentity
@@ -172,7 +173,7 @@ def grade(
     resolved = resolve_target(target, unsealed=unsealed)
     patch = read_patch(patch_path)
     bundle = resolved.bundle
-    run_id = new_run_id()
+    run_id = run_id or new_run_id()
     run_dir = make_run_dir(settings, safe_dir_name(bundle.task_id), f"grade-{run_id}", bundle.root)
     # What is graded is a copy of this grade's own, made by one checked read of the seal: a
     # file swapped at the bundle once its seal was checked is never graded.

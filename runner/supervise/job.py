@@ -58,6 +58,41 @@ class VerifyJob:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GradeJob:
+    """`grade TARGET --patch PATCH` into a run directory and under a run id of the supervisor's
+    choosing, with grade's own options (checked by the supervisor's command line, passed as
+    arguments, never through a shell). Its result is <run_dir>/grade.json."""
+
+    target: Path
+    patch: Path
+    run_dir: Path
+    run_id: str
+    stderr: Path
+    options: tuple[str, ...] = ()
+    stdout: Path | None = None
+    report: Path | None = None  # grade writes no report.json: ChildResult reads none
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        return [
+            "grade",
+            str(self.target),
+            "--patch",
+            str(self.patch),
+            "--run-dir",
+            str(self.run_dir),
+            "--run-id",
+            self.run_id,
+            *self.options,
+            "--json",
+            "-q",
+        ]
+
+
+Job = VerifyJob | GradeJob
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChildResult:
     """How a verification ended: its exit code, the report it wrote (as the file holds it, and
     typed), and the last line of its stderr."""
@@ -92,7 +127,7 @@ class ChildResult:
         return f"verify exited {self.exit_code} without a report{tail}"
 
     @classmethod
-    def read(cls, job: VerifyJob, exit_code: int, *, server_lost: bool = False) -> ChildResult:
+    def read(cls, job: Job, exit_code: int, *, server_lost: bool = False) -> ChildResult:
         document = None
         for path in (job.report, RunLayout(job.run_dir).report, job.stdout):
             if path is not None and document is None:

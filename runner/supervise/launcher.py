@@ -27,7 +27,7 @@ from typing import Protocol
 from runner.base.children import process_is, process_name, with_parent_death_signal
 from runner.base.errors import InfrastructureError
 from runner.model.settings import fork_server_enabled
-from runner.supervise.job import ChildResult, VerifyJob
+from runner.supervise.job import ChildResult, Job
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ ORPHAN_WAIT_SECONDS = 60.0
 
 class Child(Protocol):
     pid: int
-    job: VerifyJob
+    job: Job
 
     def poll(self) -> int | None: ...
 
@@ -58,7 +58,7 @@ class Child(Protocol):
 class _ExecChild:
     """A fresh interpreter: `python -m runner verify ...`."""
 
-    def __init__(self, job: VerifyJob, python: str) -> None:
+    def __init__(self, job: Job, python: str) -> None:
         self.job = job
         argv, preexec = with_parent_death_signal([python, "-m", "runner", *job.argv()])
         stdout_path = job.stdout or Path(os.devnull)
@@ -98,7 +98,7 @@ class _ForkedChild:
     is lost first, the child (SIGTERMed by the kernel: PR_SET_PDEATHSIG) is watched through
     /proc until it is gone, and its result says the server was lost (`server_lost`)."""
 
-    def __init__(self, job: VerifyJob, status: socket.socket, pid: int, buffer: bytes) -> None:
+    def __init__(self, job: Job, status: socket.socket, pid: int, buffer: bytes) -> None:
         self.job = job
         self.pid = pid
         self._status = status
@@ -224,7 +224,7 @@ class _Server:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def start(self, job: VerifyJob) -> _ForkedChild:
+    def start(self, job: Job) -> _ForkedChild:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         stdout_path = job.stdout or Path(os.devnull)
         header = json.dumps(
@@ -279,7 +279,7 @@ class Launcher:
     def mode(self) -> str:
         return "fork" if self.fork else "exec"
 
-    def start(self, job: VerifyJob) -> Child:
+    def start(self, job: Job) -> Child:
         job.run_dir.parent.mkdir(parents=True, exist_ok=True)
         if not self.fork:
             return _ExecChild(job, self.python)

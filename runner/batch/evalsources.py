@@ -1,0 +1,259 @@
+"""`evaluate`'s tasks: each bundle it grades against, taken once into <out>/bundles/<taskId>
+through one checked read of its seal, from an export archive or a directory of sealed bundles or
+run directories; with what the summary groups by (difficulty, repository) and the weight that
+orders them (heaviest first).
+
+Whatever the source, a bundle is copied only through runner.compile.seal.sealed_files: each file
+as sealed, the manifest signed by a key this host trusts (or one given with --key). An archive's
+bundles are first unpacked into a staging directory (regular files and directories only, every
+name inside its task's folder, each bounded), its manifest checked (digest, signature, each
+inner archive's sha256), then taken the same way. A bundle that fails is a problem of its own;
+the others are graded."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import stat
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, BinaryIO, cast
+
+from runner.base.errors import InvalidTaskError, Problem, RunnerError, UsageError
+from runner.base.treeread import HashingReader, copy_bounded
+from runner.compile.bundle import is_bundle, load_bundle
+from runner.compile.seal import SealBrokenError, sealed_files
+from runner.model.layout import MANIFEST_FILE, RunLayout
+from runner.present.export import MANIFEST
+from runner.present.exportcheck import MAX_MEMBERS, member_problem, read_manifest
+
+# What one bundle may unpack to: four of its largest files (the snapshot is the large one).
+MAX_UNPACKED_BYTES = 16 * 1024**3
+_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalTask:
+    task_id: str
+    bundle: Path  # <out>/bundles/<taskId>, a checked copy
+    digest: str  # sha256 of its seal (the signed manifest, which names every file's digest)
+    difficulty: str
+    repository: str
+    # What orders the tasks, heaviest first: the verifier's timeout (what one grade may take).
+    weight: float
+
+
+def gather(
+    source: Path, out: Path, keys: tuple[str, ...]
+) -> tuple[dict[str, EvalTask], list[Problem]]:
+    """Every task of `source` taken into <out>/bundles, and a problem for each that could not
+    be. UsageError when `source` is none of what evaluate takes, or an archive whose manifest
+    fails its check."""
+    bundles = out / "bundles"
+    bundles.mkdir(parents=True, exist_ok=True)
+    tasks: dict[str, EvalTask] = {}
+    problems: list[Problem] = []
+    if source.is_file():
+        staged = _unpack_archive(source, out, keys, problems)
+        try:
+            for task_id, (root, run_id) in staged.items():
+                _take(root, bundles, keys, tasks, problems, task_id=task_id, run_id=run_id)
+        finally:
+            for root, _ in staged.values():
+                shutil.rmtree(root.parent, ignore_errors=True)
+        return tasks, problems
+    if not source.is_dir():
+        raise UsageError(
+            "is neither an export archive nor a directory of bundles or run directories",
+            path=str(source),
+            field="SOURCE",
+        )
+    if is_bundle(source) or RunLayout(source).report.is_file():
+        candidates = [source]
+    else:
+        candidates = sorted(
+            (p for p in source.iterdir() if not p.name.startswith(".") and p.is_dir()),
+            key=lambda p: p.name,
+        )
+    for candidate in candidates:
+        root = candidate if is_bundle(candidate) else RunLayout(candidate).bundle
+        if not is_bundle(candidate) and not RunLayout(candidate).report.is_file():
+            problems.append(
+                Problem(file=str(candidate), field=None, message="is neither a bundle nor a run")
+            )
+            continue
+        _take(root, bundles, keys, tasks, problems)
+    return tasks, problems
+
+
+def _take(
+    root: Path,
+    bundles: Path,
+    keys: tuple[str, ...],
+    tasks: dict[str, EvalTask],
+    problems: list[Problem],
+    *,
+    task_id: str | None = None,
+    run_id: str | None = None,
+) -> None:
+    """The bundle at `root` copied into `bundles` through one checked read of its seal."""
+    staging = Path(tempfile.mkdtemp(prefix=".take.", dir=bundles))
+    try:
+        manifest = b""
+        for entry in sealed_files(root, keys, task_id=task_id, run_id=run_id):
+            assert entry.file is not None  # sealed_files yields regular files only
+            copy = staging / entry.relative
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            if entry.relative == MANIFEST_FILE:
+                manifest = entry.file.read()
+                copy.write_bytes(manifest)
+            else:
+                copy_bounded(entry.file, entry.size, copy, f"{root}/{entry.relative}")
+            copy.chmod(stat.S_IMODE(entry.mode) & 0o755)
+        bundle = load_bundle(staging)
+        sealed_task = json.loads(manifest).get("taskId")
+        if sealed_task != bundle.task_id:
+            raise SealBrokenError("its task.toml names another task than its seal", path=str(root))
+        if bundle.task_id in tasks:
+            raise UsageError(
+                f"task {bundle.task_id} is given twice (also {tasks[bundle.task_id].bundle})",
+                path=str(root),
+            )
+        target = bundles / bundle.task_id
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    except RunnerError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        message = exc.message
+        if isinstance(exc, SealBrokenError):
+            message = f"the bundle does not match its seal: {message}"
+        problems.append(Problem(file=exc.path or str(root), field=exc.field, message=message))
+        return
+    metadata = bundle.config.metadata
+    tasks[bundle.task_id] = EvalTask(
+        task_id=bundle.task_id,
+        bundle=target,
+        digest=hashlib.sha256(manifest).hexdigest(),
+        difficulty=metadata.difficulty.value,
+        repository=metadata.repo,
+        weight=float(bundle.config.verifier.timeout_sec),
+    )
+
+
+def _unpack_archive(
+    archive: Path, out: Path, keys: tuple[str, ...], problems: list[Problem]
+) -> dict[str, tuple[Path, str | None]]:
+    """Each task of an export archive unpacked into a staging directory of its own, by task id
+    with the run id its manifest lists. Its manifest must pass (UsageError); an inner archive
+    that does not is a problem, and left out."""
+    where = str(archive)
+    staged: dict[str, tuple[Path, str]] = {}  # inner file name -> (staging root, sha256)
+    manifest: dict[str, Any] | None = None
+    try:
+        with tarfile.open(archive, mode="r|gz") as tar:
+            for count, member in enumerate(tar, start=1):
+                if count > MAX_MEMBERS:
+                    raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")
+                problem = member_problem(member)
+                if problem is not None:
+                    raise InvalidTaskError(problem)
+                if member.isdir():
+                    continue
+                handle = tar.extractfile(member)
+                assert handle is not None
+                if member.name == MANIFEST:
+                    manifest = read_manifest(handle, keys)
+                    continue
+                name = member.name
+                if not name.startswith("tasks/") or not name.endswith(".tar.gz") or name in staged:
+                    raise InvalidTaskError(f"{name[:200]!r} is not a task archive, or is twice")
+                staged[name] = _unpack_bundle(handle, name, out, problems)
+    except InvalidTaskError as exc:
+        _remove(staged)
+        raise UsageError(exc.message, path=where, field="SOURCE") from None
+    except (OSError, EOFError, tarfile.TarError, zlib.error) as exc:
+        _remove(staged)
+        raise UsageError(
+            f"not a readable export archive: {str(exc)[:200] or type(exc).__name__}",
+            path=where,
+            field="SOURCE",
+        ) from None
+    if manifest is None:
+        _remove(staged)
+        raise UsageError("has no manifest.json", path=where, field="SOURCE")
+    tasks: dict[str, tuple[Path, str | None]] = {}
+    for task in manifest["tasks"]:
+        root, digest = staged.pop(task["file"], (None, ""))
+        if root is None:
+            problems.append(Problem(file=where, field=None, message=f"{task['file']} is missing"))
+        elif digest != task["sha256"]:
+            problems.append(
+                Problem(file=where, field=None, message=f"{task['file']}: digest mismatch")
+            )
+            shutil.rmtree(root.parent, ignore_errors=True)
+        else:
+            run_id = task.get("runId")
+            tasks[task["taskId"]] = (root, run_id if isinstance(run_id, str) else None)
+    for name, (root, _) in staged.items():
+        problems.append(Problem(file=where, field=None, message=f"{name} is not in manifest.json"))
+        shutil.rmtree(root.parent, ignore_errors=True)
+    return tasks
+
+
+def _remove(staged: dict[str, tuple[Path, str]]) -> None:
+    for root, _ in staged.values():
+        shutil.rmtree(root.parent, ignore_errors=True)
+
+
+def _unpack_bundle(
+    handle: IO[bytes], name: str, out: Path, problems: list[Problem]
+) -> tuple[Path, str]:
+    """One inner archive unpacked (streamed: regular files and directories under its task's
+    folder only, each bounded, at most MAX_UNPACKED_BYTES in all); returns the task's folder
+    and the inner archive's sha256. A member that breaks a rule leaves the folder empty, for
+    the seal's check to refuse, and is a problem."""
+    prefix = name[len("tasks/") : -len(".tar.gz")]
+    staging = Path(tempfile.mkdtemp(prefix=".unpack.", dir=out))
+    root = staging / "bundle"
+    root.mkdir()
+    hashing = HashingReader(handle)
+    try:
+        _unpack_members(io.BufferedReader(hashing, _CHUNK), prefix, root)
+    except (InvalidTaskError, OSError, EOFError, tarfile.TarError, zlib.error) as exc:
+        text = exc.message if isinstance(exc, InvalidTaskError) else str(exc)[:200]
+        problems.append(Problem(file=name, field=None, message=f"cannot be unpacked: {text}"))
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
+    return root, hashing.drain()
+
+
+def _unpack_members(stream: IO[bytes], prefix: str, root: Path) -> None:
+    total = 0
+    with tarfile.open(fileobj=stream, mode="r|gz") as inner:
+        for count, member in enumerate(inner, start=1):
+            if count > MAX_MEMBERS:
+                raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")
+            problem = member_problem(member, prefix=prefix)
+            if problem is not None:
+                raise InvalidTaskError(problem)
+            relative = member.name[len(prefix) + 1 :]
+            if not relative:
+                continue
+            target = root / relative
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            total += member.size
+            if total > MAX_UNPACKED_BYTES:
+                raise InvalidTaskError("unpacks to more than 16 GiB")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = inner.extractfile(member)
+            assert source is not None
+            copy_bounded(cast(BinaryIO, source), member.size, target, f"{prefix}/{relative}")
+            target.chmod(0o755 if member.mode & 0o111 else 0o644)

@@ -1,0 +1,136 @@
+"""`evaluate` from end to end: the predictions read, the bundles taken, what has a result
+already set apart, the rest graded (runner.batch.evaluation), and the outputs written in the
+evaluation's directory:
+
+    <out>/evaluation.json         the summary (schema: `selfbench-runner schema --evaluation`)
+    <out>/evaluation.schema.json  that schema
+    <out>/junit.xml               a testcase per instance and per problem of the input
+    <out>/index.html              the summary, then every instance (sortable, linked)
+    <out>/results/<key>.json      one per graded prediction (kept across runs: the resume)
+    <out>/runs/<instance>-<key>/  each grade's run directory (logs, evidence)
+    <out>/bundles/<taskId>/       each task's bundle, a checked copy of its seal
+    <out>/patches/<sha256>.patch  each prediction's patch as read
+
+The summary, JUnit and page are written also when the run is interrupted (what has no result
+is counted as not graded), so a stopped run still says where it got."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.base.errors import Interrupted, Problem
+from runner.base.safeio import private_dir, write_atomic
+from runner.batch.evalsources import gather
+from runner.batch.evaluation import (
+    EvaluateOptions,
+    EvaluateProgress,
+    Evaluation,
+    Instance,
+    empty_result,
+    instances,
+    stored_result,
+)
+from runner.model.evaluation import (
+    EvaluationSummary,
+    InputProblem,
+    InstanceResult,
+    read_predictions,
+    summarize,
+)
+from runner.model.settings import ENV_TRUSTED_KEYS, trusted_key_entries
+from runner.present.evaluation import evaluation_html, junit_xml
+
+SUMMARY_FILE = "evaluation.json"
+SCHEMA_FILE = "evaluation.schema.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    summary: EvaluationSummary
+    interrupted: bool
+
+    @property
+    def exit_code(self) -> int:
+        return self.summary.exit_code(interrupted=self.interrupted)
+
+
+def key_environment(keys: tuple[str, ...]) -> dict[str, str]:
+    """SELFBENCH_TRUSTED_KEYS for every grade: this host's, and the keys given (a key file by
+    its absolute path), so a grade trusts the seal evaluate trusted."""
+    entries = trusted_key_entries() + [
+        key if key.startswith("ed25519:") else str(Path(key).resolve()) for key in keys
+    ]
+    return {ENV_TRUSTED_KEYS: os.pathsep.join(entries)} if entries else {}
+
+
+def evaluate(
+    source: Path,
+    predictions_path: Path,
+    options: EvaluateOptions,
+    *,
+    keys: tuple[str, ...] = (),
+    progress: EvaluateProgress | None = None,
+) -> Outcome:
+    """Grade what has no result yet; write the summary and its views. UsageError when the
+    source or the predictions cannot be read at all."""
+    started = time.monotonic()
+    out = options.out
+    for directory in (out, out / "results", out / "runs"):
+        private_dir(directory)
+    predictions, problems = read_predictions(predictions_path, out / "patches")
+    tasks, refused = gather(source, out, keys)
+    found = instances(predictions, tasks, problems)
+    # The bundles' problems first (a prediction of a refused one says "see above"), then the
+    # predictions' in the order of their lines.
+    problems = refused + sorted(problems, key=_line_order)
+    results: dict[str, InstanceResult] = {}
+    todo: list[Instance] = []
+    now = 0
+    for instance in found:
+        stored = stored_result(out / "results", instance)
+        if stored is not None:
+            results[stored.instance_id] = stored
+        elif instance.prediction.empty:
+            result = empty_result(instance)
+            write_atomic(out / "results" / f"{instance.key}.json", result.to_json())
+            results[result.instance_id] = result
+            now += 1
+        else:
+            todo.append(instance)
+    evaluation = Evaluation(options, progress or EvaluateProgress())
+    interrupted = False
+    try:
+        evaluation.run(todo)
+    except (KeyboardInterrupt, Interrupted):
+        interrupted = True
+    for result in evaluation.results:
+        results[result.instance_id] = result
+    summary = EvaluationSummary(
+        source=str(source),
+        predictions=str(predictions_path),
+        input_problems=[InputProblem.of(p) for p in problems],
+    )
+    summarize(summary, list(results.values()), not_graded=len(found) - len(results))
+    summary.graded_now = now + len(evaluation.results)
+    summary.seconds = round(time.monotonic() - started, 3)
+    write_outputs(out, summary, results)
+    return Outcome(summary=summary, interrupted=interrupted)
+
+
+def _line_order(problem: Problem) -> tuple[str, int]:
+    where, _, line = (problem.file or "").rpartition(":")
+    return (where, int(line)) if line.isdigit() else (problem.file or "", 0)
+
+
+def write_outputs(
+    out: Path, summary: EvaluationSummary, results: dict[str, InstanceResult]
+) -> None:
+    write_atomic(out / SUMMARY_FILE, summary.to_json())
+    schema = EvaluationSummary.model_json_schema(by_alias=True)
+    write_atomic(out / SCHEMA_FILE, json.dumps(schema, indent=2) + "\n")
+    write_atomic(out / "junit.xml", junit_xml(summary))
+    write_atomic(out / "index.html", evaluation_html(summary, results))

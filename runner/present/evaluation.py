@@ -1,0 +1,182 @@
+"""An evaluation's summary (runner.model.evaluation) as JUnit XML and as one HTML page: the
+summary on top, then every instance in a table that sorts by any column, each linked to its
+result, its grade's logs and evidence. The page is self-contained (no script or style from
+elsewhere), so it opens offline and from a CI artifact."""
+
+from __future__ import annotations
+
+import html
+import json
+import xml.etree.ElementTree as ET
+
+from runner.base.errors import printable
+from runner.model.evaluation import EvaluationSummary, InstanceResult, Tally
+
+_FAILED = ("unresolved", "not-applied", "empty-patch")
+
+
+def junit_xml(summary: EvaluationSummary) -> bytes:
+    """A testcase per instance (a failure when it is not resolved, an error when it could not
+    be graded), and one per problem of the input (an error each)."""
+    suites = ET.Element("testsuites", name="selfbench.evaluate")
+    suite = ET.SubElement(suites, "testsuite", name="selfbench.evaluate")
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for row in summary.rows:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"selfbench.{row.model or 'predictions'}",
+            name=row.instance_id,
+            time=f"{row.seconds:.3f}",
+        )
+        counts["tests"] += 1
+        if row.status in _FAILED:
+            ET.SubElement(case, "failure", message=row.detail[:2000], type=row.status)
+            counts["failures"] += 1
+        elif row.status == "error":
+            ET.SubElement(case, "error", message=row.detail[:2000], type="error")
+            counts["errors"] += 1
+        ET.SubElement(case, "system-out").text = f"result: {row.result}"
+    for index, problem in enumerate(summary.input_problems):
+        case = ET.SubElement(
+            suite, "testcase", classname="selfbench.input", name=problem.where or f"input-{index}"
+        )
+        field = f"field `{problem.field}`: " if problem.field else ""
+        ET.SubElement(case, "error", message=f"{field}{problem.message}"[:2000], type="input")
+        counts["tests"] += 1
+        counts["errors"] += 1
+    for key, value in counts.items():
+        suite.set(key, str(value))
+        if key != "skipped":
+            suites.set(key, str(value))
+    suite.set("time", f"{summary.seconds:.3f}")
+    suites.set("time", f"{summary.seconds:.3f}")
+    ET.indent(suites)
+    document: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    return document + b"\n"
+
+
+def _e(text: object) -> str:
+    return html.escape(printable(str(text)), quote=True)
+
+
+def _tallies(by: str, groups: dict[str, Tally]) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(name)}</td><td>{t.resolved}</td><td>{t.total}</td>"
+        f"<td>{t.rate * 100:.1f}%</td></tr>"
+        for name, t in sorted(groups.items())
+    )
+    return (
+        f"<section><h2>by {by}</h2><table class=tally><tr><th>{by}</th>"
+        f"<th>resolved</th><th>of</th><th>rate</th></tr>{rows}</table></section>"
+    )
+
+
+def _links(result: InstanceResult | None, row_result: str) -> str:
+    links = [f'<a href="{_e(row_result)}">result</a>']
+    if result is not None and result.run_dir:
+        for name in ("grade.json", "runner.log"):
+            links.append(f'<a href="{_e(result.run_dir)}/{name}">{name.split(".")[0]}</a>')
+        for log in result.logs[:6]:
+            links.append(f'<a href="{_e(log)}">{_e(log.rsplit("/", 1)[-1])}</a>')
+    return " ".join(links)
+
+
+_SCRIPT = """
+document.querySelectorAll('th[data-sort]').forEach(function (th, column) {
+  th.addEventListener('click', function () {
+    var body = document.querySelector('#instances tbody');
+    var rows = Array.from(body.rows);
+    var down = th.getAttribute('aria-sort') !== 'ascending';
+    document.querySelectorAll('th[data-sort]').forEach(function (other) {
+      other.removeAttribute('aria-sort');
+    });
+    th.setAttribute('aria-sort', down ? 'ascending' : 'descending');
+    var numeric = th.dataset.sort === 'number';
+    rows.sort(function (a, b) {
+      var x = a.cells[column].dataset.value, y = b.cells[column].dataset.value;
+      var order = numeric ? parseFloat(x) - parseFloat(y) : x.localeCompare(y);
+      return down ? order : -order;
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  });
+});
+"""
+
+_STYLE = (
+    "body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:80em;padding:0 1em}"
+    "td,th{padding:.25em .7em;border-bottom:1px solid #eee;text-align:left;vertical-align:top}"
+    "th[data-sort]{cursor:pointer;user-select:none}th[aria-sort=ascending]::after{content:' ▲'}"
+    "th[aria-sort=descending]::after{content:' ▼'}section{display:inline-block;margin-right:2em}"
+    ".s-resolved{color:#1e8449;font-weight:600}.s-unresolved,.s-not-applied,.s-empty-patch"
+    "{color:#c0392b;font-weight:600}.s-error{color:#6c3483;font-weight:600}"
+    ".tampered{background:#fdebd0}#totals b{font-size:1.2em}"
+)
+
+
+def evaluation_html(summary: EvaluationSummary, results: dict[str, InstanceResult]) -> str:
+    """The page: totals, by difficulty and by repository, the input's problems, then the table
+    (`results` by instance id, for the links to each grade's logs)."""
+    totals = (
+        f"<b>{summary.resolved}</b> of <b>{summary.instances}</b> resolved "
+        f"({summary.resolved_rate * 100:.1f}%) · {summary.unresolved} unresolved · "
+        f"{summary.empty_patches} empty patch(es) · {summary.not_applied} not applied · "
+        f"{summary.errors} error(s) · {summary.tampered} with tampering · "
+        f"{summary.not_graded} not graded yet · {len(summary.input_problems)} input problem(s)"
+    )
+    problems = "".join(
+        f"<li><code>{_e(p.where or '')}</code>"
+        f"{': field <code>' + _e(p.field) + '</code>' if p.field else ''}: {_e(p.message)}</li>"
+        for p in summary.input_problems
+    )
+    rows = []
+    for row in summary.rows:
+        result = results.get(row.instance_id)
+        tamper = "; ".join(result.tampering) if result is not None else ""
+        rows.append(
+            f'<tr class="{"tampered" if row.tampered else ""}" data-status="{_e(row.status)}">'
+            f'<td data-value="{_e(row.instance_id)}">{_e(row.instance_id)}</td>'
+            f'<td data-value="{_e(row.model)}">{_e(row.model)}</td>'
+            f'<td data-value="{_e(row.status)}" class="s-{_e(row.status)}">{_e(row.status)}</td>'
+            f'<td data-value="{row.reward if row.reward is not None else -1}">'
+            f"{'' if row.reward is None else row.reward}</td>"
+            f'<td data-value="{row.seconds:.3f}">{row.seconds:.1f} s</td>'
+            f'<td data-value="{_e(row.detail)}">{_e(row.detail[:400])}'
+            f"{'<br><i>tampering: ' + _e(tamper[:400]) + '</i>' if tamper else ''}</td>"
+            f'<td data-value="">{_links(result, row.result)}</td></tr>'
+        )
+    head = "".join(
+        f'<th data-sort="{kind}">{name}</th>'
+        for name, kind in (
+            ("instance", "text"),
+            ("model", "text"),
+            ("status", "text"),
+            ("reward", "number"),
+            ("time", "number"),
+            ("detail", "text"),
+        )
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>selfbench evaluation</title><style>{_STYLE}</style></head><body>"
+        f'<h1>selfbench evaluation</h1><p id="totals">{totals}</p>'
+        f"<p>source <code>{_e(summary.source)}</code> · predictions "
+        f"<code>{_e(summary.predictions)}</code> · {summary.seconds:.1f} s</p>"
+        + _tallies("difficulty", summary.by_difficulty)
+        + _tallies("repository", summary.by_repository)
+        + (f'<h2>Input problems</h2><ul id="problems">{problems}</ul>' if problems else "")
+        + f'<table id="instances"><thead><tr>{head}<th></th></tr></thead><tbody>'
+        + "".join(rows)
+        + f"</tbody></table><script>{_SCRIPT}</script>"
+        + f'<script type="application/json" id="summary">{_json(summary)}</script>'
+        + "</body></html>\n"
+    )
+
+
+def _json(summary: EvaluationSummary) -> str:
+    counts = {
+        "instances": summary.instances,
+        "resolved": summary.resolved,
+        "resolvedRate": summary.resolved_rate,
+    }
+    return json.dumps(counts).replace("<", "\\u003c")
