@@ -35,7 +35,9 @@ from runner.batch.model import EngineSpec
 from runner.batch.run import Engine as EngineSlot
 from runner.batch.run import endpoint_of, ping
 from runner.model.evaluation import InstanceResult, Prediction, result_key
+from runner.model.layout import RunLayout
 from runner.model.settings import child_environment
+from runner.model.stages import Gate
 from runner.run.grading import GRADE_FILE, GradeReport
 from runner.supervise.job import GradeJob
 from runner.supervise.launcher import Child, Launcher
@@ -144,8 +146,11 @@ def _result(instance: Instance, **values: object) -> InstanceResult:
     )
 
 
-def graded_result(instance: Instance, report: GradeReport, run_dir: str) -> InstanceResult:
-    """The instance's result from its grade's report."""
+def graded_result(
+    instance: Instance, report: GradeReport, run_dir: str, evidence_files: list[str]
+) -> InstanceResult:
+    """The instance's result from its grade's report (`evidence_files`: what the verifier
+    wrote beside its reward, the per-test evidence and the policy's record among them)."""
     reward = report.reward
     if report.verdict == "rewarded":
         status = "resolved"
@@ -172,7 +177,7 @@ def graded_result(instance: Instance, report: GradeReport, run_dir: str) -> Inst
         discarded=report.discarded,
         evidence=report.evidence,
         run_dir=run_dir,
-        logs=[_relative(log_path, run_dir) for log_path in report.logs],
+        logs=list(dict.fromkeys(_relative(p, run_dir) for p in [*evidence_files, *report.logs])),
         seconds=report.seconds,
     )
 
@@ -216,6 +221,8 @@ class Evaluation:
             todo, key=lambda i: (-i.task.weight, i.task.task_id, i.prediction.instance_id)
         )
         plan = _Plan(pending=order)
+        if not order:
+            return self.results
         for engine in self.engines:
             reason = ping(engine)
             if reason is not None:
@@ -316,12 +323,15 @@ class Evaluation:
                     plan.pending.insert(0, instance)
                     continue
             relative = str(entry.run_dir.relative_to(self.options.out))
+            # The grade's own copy of the bundle: the same sealed files as <out>/bundles/<task>,
+            # whose digest the result names (kept, N predictions would keep N copies).
+            shutil.rmtree(entry.run_dir / "bundle", ignore_errors=True)
             if report is None:
                 result = _result(
                     instance, status="error", detail=_no_report(entry, code), run_dir=relative
                 )
             else:
-                result = graded_result(instance, report, relative)
+                result = graded_result(instance, report, relative, _files(entry.run_dir))
             result.seconds = round(time.monotonic() - entry.started, 3)
             write_atomic(self.options.out / "results" / f"{instance.key}.json", result.to_json())
             self.results.append(result)
@@ -336,6 +346,15 @@ class Evaluation:
             if entry.child.wait(60) is None:
                 entry.child.send_signal(signal.SIGKILL)
                 entry.child.wait(10)
+
+
+def _files(run_dir: Path) -> list[str]:
+    """What a grade's page links to: its report, its log, and what its verifier left (the
+    reward, the per-test evidence, the policy's record)."""
+    layout = RunLayout(run_dir)
+    verifier = layout.verifier_logs(Gate.GRADE)
+    found = [p for p in sorted(verifier.glob("*")) if p.is_file() and not p.is_symlink()]
+    return [str(run_dir / GRADE_FILE), str(layout.runner_log), *map(str, found)]
 
 
 def _grade_report(run_dir: Path) -> GradeReport | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -57,6 +58,43 @@ def grade_options(
 def _line(text: str) -> None:
     stamp = time.strftime("%H:%M:%S")
     print(f"{stamp} {text}", file=sys.stderr, flush=True)
+
+
+def _progress(quiet: bool) -> Any:
+    from runner.batch.evaluation import EvaluateProgress
+
+    if quiet:
+        return EvaluateProgress()
+    return EvaluateProgress(
+        started=lambda i, engine: _line(f"grade {i.prediction.instance_id} on {engine}"),
+        finished=lambda r, done, total: _line(
+            f"[{done}/{total}] {r.instance_id}: {r.status} ({r.seconds:.1f} s) {r.detail[:160]}"
+        ),
+        note=_line,
+    )
+
+
+def _said(summary: Any, out: Path, *, as_json: bool) -> None:
+    """The input's problems (FILE:LINE, field) and the totals on stderr; --json's summary."""
+    from runner.base.errors import Problem
+
+    if summary.input_problems:
+        print_problems(
+            [
+                Problem(file=p.where, field=p.field, message=p.message)
+                for p in summary.input_problems
+            ]
+        )
+    if as_json:
+        click.echo(summary.to_json(), nl=False)
+    click.echo(
+        f"evaluate: {summary.resolved} of {summary.instances} resolved "
+        f"({summary.resolved_rate * 100:.1f}%), {summary.unresolved} unresolved, "
+        f"{summary.empty_patches} empty, {summary.not_applied} not applied, {summary.errors} "
+        f"error(s), {summary.tampered} with tampering, {summary.not_graded} not graded, "
+        f"{len(summary.input_problems)} input problem(s); {out / 'index.html'}",
+        err=True,
+    )
 
 
 @cli.command("evaluate")
@@ -165,7 +203,7 @@ def evaluate_command(
       selfbench-runner evaluate bundles/ --predictions patches/ -o eval
     """
     from runner.batch.evaluate import evaluate, key_environment
-    from runner.batch.evaluation import EvaluateOptions, EvaluateProgress
+    from runner.batch.evaluation import EvaluateOptions
     from runner.batch.model import EngineSpec
     from runner.compile import signing
 
@@ -193,35 +231,7 @@ def evaluate_command(
         ),
         env=key_environment(keys),
     )
-    progress = EvaluateProgress()
-    if not quiet:
-        progress = EvaluateProgress(
-            started=lambda i, engine: _line(f"grade {i.prediction.instance_id} on {engine}"),
-            finished=lambda r, done, total: _line(
-                f"[{done}/{total}] {r.instance_id}: {r.status} ({r.seconds:.1f} s) {r.detail[:160]}"
-            ),
-            note=_line,
-        )
     with interrupts():
-        outcome = evaluate(source, predictions_path, options, keys=keys, progress=progress)
-    summary = outcome.summary
-    if summary.input_problems:
-        from runner.base.errors import Problem
-
-        print_problems(
-            [
-                Problem(file=p.where, field=p.field, message=p.message)
-                for p in summary.input_problems
-            ]
-        )
-    if as_json:
-        click.echo(summary.to_json(), nl=False)
-    click.echo(
-        f"evaluate: {summary.resolved} of {summary.instances} resolved "
-        f"({summary.resolved_rate * 100:.1f}%), {summary.unresolved} unresolved, "
-        f"{summary.empty_patches} empty, {summary.not_applied} not applied, {summary.errors} "
-        f"error(s), {summary.tampered} with tampering, {summary.not_graded} not graded, "
-        f"{len(summary.input_problems)} input problem(s); {options.out / 'index.html'}",
-        err=True,
-    )
+        outcome = evaluate(source, predictions_path, options, keys=keys, progress=_progress(quiet))
+    _said(outcome.summary, options.out, as_json=as_json)
     return outcome.exit_code

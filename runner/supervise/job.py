@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from runner.model.layout import RunLayout
 from runner.model.report import Report
 from runner.model.settings import SharedSettings
+from runner.model.stages import Gate
 
 # The exit codes verify gives (accepted, rejected, invalid, infrastructure); anything else
 # (a signal, a crash before the CLI's own handling) means it did not end on its own terms.
@@ -75,7 +76,7 @@ class GradeJob:
 
     def argv(self) -> list[str]:
         return [
-            "grade",
+            Gate.GRADE.value,  # the command is named as its one gate
             str(self.target),
             "--patch",
             str(self.patch),

@@ -1,0 +1,371 @@
+"""`evaluate` without an engine: the predictions read (FILE:LINE and field for each bad line,
+the rest kept), the bundles taken through their seals (an export archive's and a directory's;
+one that fails is a problem of its own), the result keys, the summary's counts and exit codes,
+and the JUnit and HTML views. The grading itself runs on a real engine in
+tests/integration/test_evaluate.py."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from runner.base.errors import UsageError
+from runner.batch.evalsources import gather
+from runner.batch.evaluation import Instance, graded_result, instances
+from runner.cli.main import run_cli
+from runner.compile import signing
+from runner.model import evaluation as model
+from runner.model.evaluation import (
+    EvaluationSummary,
+    InstanceResult,
+    read_jsonl,
+    read_patch_directory,
+    result_key,
+    summarize,
+)
+from runner.present.evaluation import _CSP, _SCRIPT, evaluation_html, junit_xml
+from runner.present.export import Accepted, export
+from runner.run.grading import GradeReport
+from tests.helpers import bash_task
+from tests.unit.test_batch import sealed_bundle
+
+
+def line(**fields: object) -> str:
+    return json.dumps(fields) + "\n"
+
+
+def test_each_bad_line_is_named_by_file_line_and_field_and_the_rest_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model, "MAX_LINE_BYTES", 4096)
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(
+        line(instance_id="a", model_name_or_path="m", model_patch="diff a\n")
+        + "\n"  # a blank line is no prediction
+        + "{not json\n"
+        + "[1, 2]\n"
+        + line(instance_id="../etc", model_patch="x")
+        + line(instance_id="b", model_patch=7)
+        + line(instance_id="a", model_patch="again")
+        + line(instance_id="c", model_name_or_path=None, model_patch=None)
+        + line(instance_id="d", model_patch="x" * 5000)  # longer than the line limit
+        + line(instance_id="e", model_name_or_path="m", model_patch="  \n")
+    )
+    predictions, problems = read_jsonl(preds, tmp_path / "patches")
+    assert [(p.instance_id, p.where, p.empty) for p in predictions] == [
+        ("a", f"{preds}:1", False),
+        ("c", f"{preds}:8", True),
+        ("e", f"{preds}:10", True),
+    ]
+    found = [(p.file, p.field, p.message) for p in problems]
+    assert found[0][:2] == (f"{preds}:3", None) and found[0][2].startswith("is not JSON")
+    assert found[1:] == [
+        (f"{preds}:4", None, "is not a JSON object"),
+        (f"{preds}:5", "instance_id", "must be a task id ([A-Za-z0-9._-], at most 128)"),
+        (f"{preds}:6", "model_patch", "must be a string (the unified diff) or null"),
+        (f"{preds}:7", "instance_id", f"is predicted twice (first at {preds}:1)"),
+        (f"{preds}:9", None, "is longer than 4096 bytes"),
+    ]
+    # Each patch is kept by its content, never read again from the input.
+    first = predictions[0]
+    assert first.patch.read_bytes() == b"diff a\n"
+    assert first.patch.name == hashlib.sha256(b"diff a\n").hexdigest() + ".patch"
+
+
+def test_a_predictions_file_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "preds.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file"):
+        model.read_predictions(fifo, tmp_path / "patches")  # never waits on the FIFO
+
+
+def test_a_directory_of_patches_is_read_by_task_id(tmp_path: Path) -> None:
+    patches = tmp_path / "my-model"
+    patches.mkdir()
+    (patches / "t1.patch").write_text("diff 1\n")
+    (patches / "t2.patch").write_text("")
+    (patches / ".hidden").write_text("x")
+    (patches / "notes.txt").write_text("x")
+    (patches / "t3.patch").symlink_to(patches / "t1.patch")
+    predictions, problems = read_patch_directory(patches, tmp_path / "kept")
+    assert [(p.instance_id, p.model, p.empty) for p in predictions] == [
+        ("t1", "my-model", False),
+        ("t2", "my-model", True),
+    ]
+    assert [(Path(p.file or "").name, p.message) for p in problems] == [
+        ("notes.txt", "is not a <taskId>.patch file"),
+        ("t3.patch", "is a symbolic link; task files must be regular files"),
+    ]
+
+
+def test_the_result_key_is_the_bundle_s_and_the_patch_s_content(tmp_path: Path) -> None:
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(
+        line(instance_id="a", model_patch="one") + line(instance_id="b", model_patch="one")
+    )
+    (a, b), _ = read_jsonl(preds, tmp_path / "patches")
+    assert result_key("d1", a) == result_key("d1", b)  # the same content: the same result
+    assert result_key("d1", a) != result_key("d2", a)
+    preds.write_text(line(instance_id="a", model_patch="two"))
+    (changed,), _ = read_jsonl(preds, tmp_path / "patches")
+    assert result_key("d1", changed) != result_key("d1", a)
+
+
+def _accepted(tmp_path: Path, name: str) -> Path:
+    """A run directory as an accepted verify leaves it: its report and its sealed bundle."""
+    task = bash_task(tmp_path / f"{name}-src", name=name)
+    run = tmp_path / "runs" / name
+    sealed_bundle(task.directory, run / "bundle")
+    (run / "report.json").write_text(json.dumps({"verdict": "accepted", "taskId": name}))
+    return run
+
+
+def test_a_directory_of_runs_gives_each_sealed_bundle_and_refuses_a_changed_one(
+    tmp_path: Path,
+) -> None:
+    good = _accepted(tmp_path, "good-task")
+    bad = _accepted(tmp_path, "bad-task")
+    (bad / "bundle" / "instruction.md").write_text("changed after the seal\n")
+    (tmp_path / "runs" / "stray").mkdir()
+    out = tmp_path / "out"
+    tasks, problems = gather(tmp_path / "runs", out, ())
+    assert list(tasks) == ["good-task"]
+    task = tasks["good-task"]
+    assert task.bundle == out / "bundles" / "good-task"
+    manifest = (good / "bundle" / ".selfbench-manifest.json").read_bytes()
+    assert task.digest == hashlib.sha256(manifest).hexdigest()
+    assert (task.difficulty, task.weight > 0) == ("easy", True)
+    assert [(Path(p.file or "").name, p.message.split(":")[0]) for p in problems] == [
+        ("bundle", "the bundle does not match its seal"),
+        ("stray", "is neither a bundle nor a run"),
+    ]
+    assert not (out / "bundles" / "bad-task").exists()
+    assert [p.name for p in (out / "bundles").iterdir()] == ["good-task"]  # no staging left
+
+
+def _archive(tmp_path: Path, *names: str) -> Path:
+    runs = []
+    for name in names:
+        task = bash_task(tmp_path / f"{name}-src", name=name)
+        bundle = sealed_bundle(task.directory, tmp_path / f"{name}-bundle")
+        runs.append(Accepted(run_dir=tmp_path, bundle=bundle, task_id=name, run_id="r1"))
+    archive = tmp_path / "export.tar.gz"
+    export(runs, archive)
+    return archive
+
+
+def test_an_export_archive_is_unpacked_and_each_bundle_taken_through_its_seal(
+    tmp_path: Path,
+) -> None:
+    archive = _archive(tmp_path, "a-task", "b-task")
+    tasks, problems = gather(archive, tmp_path / "out", ())
+    assert (sorted(tasks), problems) == (["a-task", "b-task"], [])
+    assert (tasks["a-task"].bundle / "task.toml").is_file()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bundles"]
+
+
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    handle = tar.extractfile(member)
+    assert handle is not None
+    return handle.read()
+
+
+def test_an_archive_bundle_that_breaks_a_rule_is_a_problem_and_the_others_are_taken(
+    tmp_path: Path,
+) -> None:
+    """An archive signed by a trusted key whose one bundle holds a member outside its task's
+    folder: that bundle is refused by name, the other one is graded."""
+    archive = _archive(tmp_path, "a-task", "b-task")
+    hostile = tmp_path / "hostile.tar.gz"
+    with tarfile.open(archive) as source:
+        members = {
+            m.name: (m, _read(source, m) if m.isfile() else None) for m in source.getmembers()
+        }
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w:gz") as tar:
+        evil = tarfile.TarInfo("../outside")
+        evil.size = 4
+        tar.addfile(evil, io.BytesIO(b"evil"))
+    data = inner.getvalue()
+    manifest = json.loads(members["manifest.json"][1] or b"")
+    for task in manifest["tasks"]:
+        if task["taskId"] == "b-task":
+            task["sha256"] = hashlib.sha256(data).hexdigest()
+    from runner.present.export import manifest_digest
+
+    manifest["digest"] = manifest_digest(manifest)
+    signing.sign_document(manifest)
+    with tarfile.open(hostile, "w:gz") as target:
+        for name, (member, original) in members.items():
+            content = original
+            if name == "tasks/b-task.tar.gz":
+                content = data
+            if name == "manifest.json":
+                content = json.dumps(manifest).encode()
+            if content is None:
+                target.addfile(member)
+            else:
+                member.size = len(content)
+                target.addfile(member, io.BytesIO(content))
+    tasks, problems = gather(hostile, tmp_path / "out", ())
+    assert list(tasks) == ["a-task"]
+    messages = [p.message for p in problems]
+    assert any("cannot be unpacked" in m and "escaping" in m for m in messages), messages
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "out" / "outside").exists()
+    # An archive whose manifest fails its check is refused whole (exit 2).
+    manifest["tasks"][0]["sha256"] = "0" * 64
+    with tarfile.open(tmp_path / "unsigned.tar.gz", "w:gz") as target:
+        raw = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(raw)
+        target.addfile(info, io.BytesIO(raw))
+    with pytest.raises(UsageError, match=r"manifest\.json"):
+        gather(tmp_path / "unsigned.tar.gz", tmp_path / "out2", ())
+
+
+def _result(instance_id: str, status: str, **extra: object) -> InstanceResult:
+    return InstanceResult.model_validate(
+        {
+            "instance_id": instance_id,
+            "task_id": instance_id,
+            "model": "m",
+            "key": instance_id * 4,
+            "bundle_digest": "d",
+            "patch_sha256": "p",
+            "patch_bytes": 1,
+            "status": status,
+            "detail": f"{status} <b>&",
+            "difficulty": extra.pop("difficulty", "easy"),
+            "repository": "org/repo",
+            **extra,
+        }
+    )
+
+
+def test_the_summary_counts_each_status_and_the_exit_code_says_how_much_was_graded() -> None:
+    results = [
+        _result("a", "resolved", reward=1),
+        _result("b", "unresolved", reward=0, tampering=["the patch policy undid 1 change(s)"]),
+        _result("c", "empty-patch", reward=0, difficulty="hard"),
+        _result("d", "not-applied", reward=0),
+        _result("e", "error"),
+    ]
+    summary = summarize(EvaluationSummary(source="s", predictions="p"), results, not_graded=1)
+    assert (summary.instances, summary.resolved, summary.resolved_rate) == (6, 1, round(1 / 6, 4))
+    assert (summary.unresolved, summary.empty_patches, summary.not_applied) == (1, 1, 1)
+    assert (summary.errors, summary.tampered, summary.not_graded) == (1, 1, 1)
+    assert summary.by_difficulty["easy"].total == 4 and summary.by_difficulty["hard"].total == 1
+    assert summary.by_repository["org/repo"].resolved == 1
+    assert [r.instance_id for r in summary.rows] == ["a", "b", "c", "d", "e"]
+    assert summary.exit_code(interrupted=False) == 1
+    assert summary.exit_code(interrupted=True) == 130
+    whole = summarize(EvaluationSummary(source="s", predictions="p"), results[:4], not_graded=0)
+    assert whole.exit_code(interrupted=False) == 0
+    errors = summarize(EvaluationSummary(source="s", predictions="p"), results[4:], not_graded=0)
+    assert errors.exit_code(interrupted=False) == 3
+    nothing = EvaluationSummary(source="s", predictions="p")
+    nothing.input_problems = [model.InputProblem(where="p:1", field=None, message="bad")]
+    assert summarize(nothing, [], not_graded=0).exit_code(interrupted=False) == 2
+
+
+def test_a_grade_s_report_becomes_the_instance_s_result_with_its_tampering_signals(
+    tmp_path: Path,
+) -> None:
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(line(instance_id="t", model_patch="x"))
+    (prediction,), _ = read_jsonl(preds, tmp_path / "patches")
+    from runner.batch.evalsources import EvalTask
+
+    task = EvalTask(
+        task_id="t", bundle=tmp_path, digest="d", difficulty="easy", repository="r", weight=1.0
+    )
+    instance = Instance(prediction=prediction, task=task, key=result_key("d", prediction))
+    reward = {
+        "reward": 0,
+        "patch_applied": 1,
+        "fail_to_pass": 0,
+        "pass_to_pass": 1,
+        "deterministic": 1,
+        "setup_completed": 1,
+    }
+    report = GradeReport.model_validate(
+        {
+            "verdict": "not-rewarded",
+            "detail": "reward 0: fail-to-pass did not pass",
+            "reward": reward,
+            "discarded": ["tests/test_x.py"],
+            "runId": "r",
+            "logs": [f"{tmp_path}/out/runs/t-1/grade/verifier.log"],
+        }
+    )
+    result = graded_result(instance, report, "runs/t-1", [])
+    assert (result.status, result.reward, result.fail_to_pass, result.pass_to_pass) == (
+        "unresolved",
+        0,
+        False,
+        True,
+    )
+    assert result.tampering == ["the patch policy undid 1 change(s): tests/test_x.py"]
+    assert result.logs == ["runs/t-1/grade/verifier.log"]
+    report.reward = report.reward.model_copy(update={"patch_applied": 0})  # type: ignore[union-attr]
+    assert graded_result(instance, report, "runs/t-1", []).status == "not-applied"
+    problems: list[object] = []
+    assert instances([prediction], {}, problems) == []  # type: ignore[arg-type]
+    assert "is no task of the source" in problems[0].message  # type: ignore[attr-defined]
+
+
+def test_junit_and_the_page_show_every_instance_and_escape_what_predictions_carry() -> None:
+    hostile = "<script>alert(1)</script>"
+    results = [
+        _result("a", "resolved", reward=1),
+        _result("b", "unresolved", reward=0, tampering=[hostile]),
+        _result("e", "error"),
+    ]
+    summary = summarize(EvaluationSummary(source=hostile, predictions="p"), results, not_graded=0)
+    summary.input_problems = [model.InputProblem(where="p:3", field="instance_id", message=hostile)]
+    suites = ET.fromstring(junit_xml(summary))
+    assert (suites.get("tests"), suites.get("failures"), suites.get("errors")) == ("4", "1", "2")
+    cases = {c.get("name"): c for c in suites.iter("testcase")}
+    assert cases["b"].find("failure") is not None and cases["e"].find("error") is not None
+    page = evaluation_html(summary, {r.instance_id: r for r in results})
+    assert hostile not in page and "&lt;script&gt;" in page
+    # The page runs its own script alone: the policy names that script's hash, and no other
+    # script is on the page.
+    assert re.findall(r"<script>", page) == ["<script>"]
+    digest = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
+    assert f"'sha256-{digest}'" in _CSP and f'content="{_CSP}"' in page
+
+
+def test_evaluate_writes_its_outputs_for_empty_patches_and_bad_lines_without_an_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Empty patches need no grade (nop proved the tests fail on the base): with only those
+    and bad lines, evaluate ends without Docker, and a second run grades nothing again."""
+    _accepted(tmp_path, "t-one")
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(
+        line(instance_id="t-one", model_name_or_path="m", model_patch="")
+        + line(instance_id="unknown", model_patch="x")
+    )
+    out = tmp_path / "out"
+    args = ["evaluate", str(tmp_path / "runs"), "--predictions", str(preds), "-o", str(out)]
+    assert run_cli([*args, "--json", "-q"]) == 1
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["instances"], summary["emptyPatches"], summary["gradedNow"]) == (1, 1, 1)
+    assert summary["inputProblems"][0]["where"] == f"{preds}:2"
+    for name in ("evaluation.json", "evaluation.schema.json", "junit.xml", "index.html"):
+        assert (out / name).is_file(), name
+    assert run_cli([*args, "--json", "-q"]) == 1
+    assert json.loads(capsys.readouterr().out)["gradedNow"] == 0
+    preds.write_text("{bad\n")
+    assert run_cli([*args, "-q"]) == 2
+    assert f"{preds}:1: is not JSON" in capsys.readouterr().err
