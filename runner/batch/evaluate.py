@@ -110,6 +110,7 @@ def evaluate(
     for result in evaluation.results:
         results[result.instance_id] = result
     summary = EvaluationSummary(
+        evaluation_id=evaluation.evaluation_id,
         source=str(source),
         predictions=str(predictions_path),
         input_problems=[InputProblem.of(p) for p in problems],

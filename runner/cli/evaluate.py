@@ -74,7 +74,7 @@ def _progress(quiet: bool) -> Any:
     )
 
 
-def _said(summary: Any, out: Path, *, as_json: bool) -> None:
+def _said(summary: Any, out: Path, *, as_json: bool, interrupted: bool) -> None:
     """The input's problems (FILE:LINE, field) and the totals on stderr; --json's summary."""
     from runner.base.errors import Problem
 
@@ -95,6 +95,12 @@ def _said(summary: Any, out: Path, *, as_json: bool) -> None:
         f"{len(summary.input_problems)} input problem(s); {out / 'index.html'}",
         err=True,
     )
+    if interrupted:
+        click.echo(
+            f"evaluate: interrupted; {summary.not_graded} prediction(s) not graded: run the same "
+            "command again to grade them (what has a result is not graded again)",
+            err=True,
+        )
 
 
 @cli.command("evaluate")
@@ -233,5 +239,5 @@ def evaluate_command(
     )
     with interrupts():
         outcome = evaluate(source, predictions_path, options, keys=keys, progress=_progress(quiet))
-    _said(outcome.summary, options.out, as_json=as_json)
+    _said(outcome.summary, options.out, as_json=as_json, interrupted=outcome.interrupted)
     return outcome.exit_code

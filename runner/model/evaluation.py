@@ -288,6 +288,9 @@ class EvaluationSummary(_Model):
 
     schema_version: Literal[1] = 1
     runner_version: str = __version__
+    # This run's id: its grades' run ids (and their containers' run labels) start with
+    # `eval-<evaluationId>-`.
+    evaluation_id: str = ""
     source: str
     predictions: str
     models: list[str] = Field(default_factory=list)
