@@ -87,17 +87,17 @@ def evaluate(
     # The bundles' problems first (a prediction of a refused one says "see above"), then the
     # predictions' in the order of their lines.
     problems = refused + sorted(problems, key=_line_order)
-    results: dict[str, InstanceResult] = {}
+    results: dict[tuple[str, str], InstanceResult] = {}
     todo: list[Instance] = []
     now = 0
     for instance in found:
         stored = stored_result(out / "results", instance)
         if stored is not None:
-            results[stored.instance_id] = stored
+            results[stored.instance_id, stored.model] = stored
         elif instance.prediction.empty:
             result = empty_result(instance)
             write_atomic(out / "results" / f"{instance.key}.json", result.to_json())
-            results[result.instance_id] = result
+            results[result.instance_id, result.model] = result
             now += 1
         else:
             todo.append(instance)
@@ -108,7 +108,7 @@ def evaluate(
     except (KeyboardInterrupt, Interrupted):
         interrupted = True
     for result in evaluation.results:
-        results[result.instance_id] = result
+        results[result.instance_id, result.model] = result
     summary = EvaluationSummary(
         evaluation_id=evaluation.evaluation_id,
         source=str(source),
@@ -128,7 +128,7 @@ def _line_order(problem: Problem) -> tuple[str, int]:
 
 
 def write_outputs(
-    out: Path, summary: EvaluationSummary, results: dict[str, InstanceResult]
+    out: Path, summary: EvaluationSummary, results: dict[tuple[str, str], InstanceResult]
 ) -> None:
     write_atomic(out / SUMMARY_FILE, summary.to_json())
     schema = EvaluationSummary.model_json_schema(by_alias=True)

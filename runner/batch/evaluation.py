@@ -114,7 +114,7 @@ def stored_result(results: Path, instance: Instance) -> InstanceResult | None:
         if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_RESULT_BYTES:
             result = InstanceResult.model_validate_json(path.read_bytes())
             own = result.key == instance.key
-            if own and result.instance_id == instance.prediction.instance_id:
+            if own and (result.instance_id, result.model) == instance.prediction.name:
                 return None if result.status == "error" else result
     return None
 

@@ -61,10 +61,18 @@ class Prediction:
     where: str
     empty: bool = False  # nothing but whitespace: not run (SWE-bench counts it apart too)
 
+    @property
+    def name(self) -> tuple[str, str]:
+        """What names a prediction: its task and its model (several models, or several samples
+        of one, may predict the same task in one file)."""
+        return (self.instance_id, self.model)
+
 
 def result_key(bundle_digest: str, prediction: Prediction) -> str:
-    """The result's name: what was graded (the bundle's sealed content) and with what patch."""
-    return hashlib.sha256(f"{bundle_digest}\0{prediction.patch_sha256}".encode()).hexdigest()
+    """The result's name: what was graded (the bundle's sealed content), with what patch, for
+    which model."""
+    parts = f"{bundle_digest}\0{prediction.patch_sha256}\0{prediction.model}"
+    return hashlib.sha256(parts.encode()).hexdigest()
 
 
 def keep_patch(patches: Path, data: bytes) -> tuple[str, Path]:
@@ -126,7 +134,7 @@ def read_jsonl(path: Path, patches: Path) -> tuple[list[Prediction], list[Proble
     duplicate instance id names the line that gave it first)."""
     predictions: list[Prediction] = []
     problems: list[Problem] = []
-    first: dict[str, str] = {}
+    first: dict[tuple[str, str], str] = {}
     with _open_regular(path) as handle:
         for number, raw in enumerate(_lines(handle), start=1):
             where = f"{path}:{number}"
@@ -147,16 +155,16 @@ def read_jsonl(path: Path, patches: Path) -> tuple[list[Prediction], list[Proble
             item = _prediction(document, where, patches)
             if isinstance(item, Problem):
                 problems.append(item)
-            elif item.instance_id in first:
+            elif item.name in first:
                 problems.append(
                     _problem(
                         where,
                         "instance_id",
-                        f"is predicted twice (first at {first[item.instance_id]})",
+                        f"is predicted twice by this model (first at {first[item.name]})",
                     )
                 )
             else:
-                first[item.instance_id] = where
+                first[item.name] = where
                 predictions.append(item)
     return predictions, problems
 
@@ -306,6 +314,7 @@ class EvaluationSummary(_Model):
     graded_now: int = 0  # graded by this run (the rest were results of an earlier one)
     by_difficulty: dict[str, Tally] = Field(default_factory=dict)
     by_repository: dict[str, Tally] = Field(default_factory=dict)
+    by_model: dict[str, Tally] = Field(default_factory=dict)
     input_problems: list[InputProblem] = Field(default_factory=list)
     rows: list[SummaryRow] = Field(default_factory=list)
     seconds: float = 0.0
@@ -343,11 +352,12 @@ def summarize(
     summary.not_graded = not_graded
     summary.models = sorted({r.model for r in results if r.model})
     counts = {status: 0 for status in STATUSES}
-    for result in sorted(results, key=lambda r: r.instance_id):
+    for result in sorted(results, key=lambda r: (r.instance_id, r.model)):
         counts[result.status] += 1
         resolved = result.status == "resolved"
         _tally(summary.by_difficulty, result.difficulty or "unknown", resolved)
         _tally(summary.by_repository, result.repository or "unknown", resolved)
+        _tally(summary.by_model, result.model or "unknown", resolved)
         summary.tampered += int(bool(result.tampering))
         summary.rows.append(
             SummaryRow(

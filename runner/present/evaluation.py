@@ -124,7 +124,9 @@ _STYLE = (
 )
 
 
-def evaluation_html(summary: EvaluationSummary, results: dict[str, InstanceResult]) -> str:
+def evaluation_html(
+    summary: EvaluationSummary, results: dict[tuple[str, str], InstanceResult]
+) -> str:
     """The page: totals, by difficulty and by repository, the input's problems, then the table
     (`results` by instance id, for the links to each grade's logs)."""
     totals = (
@@ -141,7 +143,7 @@ def evaluation_html(summary: EvaluationSummary, results: dict[str, InstanceResul
     )
     rows = []
     for row in summary.rows:
-        result = results.get(row.instance_id)
+        result = results.get((row.instance_id, row.model))
         tamper = "; ".join(result.tampering) if result is not None else ""
         rows.append(
             f'<tr class="{"tampered" if row.tampered else ""}" data-status="{_e(row.status)}">'
@@ -175,6 +177,7 @@ def evaluation_html(summary: EvaluationSummary, results: dict[str, InstanceResul
         f"<code>{_e(summary.predictions)}</code> · {summary.seconds:.1f} s</p>"
         + _tallies("difficulty", summary.by_difficulty)
         + _tallies("repository", summary.by_repository)
+        + (_tallies("model", summary.by_model) if len(summary.by_model) > 1 else "")
         + (f'<h2>Input problems</h2><ul id="problems">{problems}</ul>' if problems else "")
         + f'<table id="instances"><thead><tr>{head}<th></th></tr></thead><tbody>'
         + "".join(rows)

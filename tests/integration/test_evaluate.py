@@ -100,7 +100,8 @@ def predictions(tmp_path: Path, built: dict[str, Built]) -> Path:
             item["model_patch"] = patch.decode() if isinstance(patch, bytes) else patch
             handle.write(json.dumps({**item, "model_name_or_path": "agent-x"}) + "\n")
         handle.write("{not json\n")
-        handle.write(json.dumps({"instance_id": "real-uv", "model_patch": "again"}) + "\n")
+        again = {"instance_id": "real-uv", "model_name_or_path": "agent-x", "model_patch": "x"}
+        handle.write(json.dumps(again) + "\n")
     return path
 
 

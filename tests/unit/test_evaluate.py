@@ -55,16 +55,18 @@ def test_each_bad_line_is_named_by_file_line_and_field_and_the_rest_is_kept(
         + "[1, 2]\n"
         + line(instance_id="../etc", model_patch="x")
         + line(instance_id="b", model_patch=7)
-        + line(instance_id="a", model_patch="again")
+        + line(instance_id="a", model_name_or_path="m", model_patch="again")
         + line(instance_id="c", model_name_or_path=None, model_patch=None)
         + line(instance_id="d", model_patch="x" * 5000)  # longer than the line limit
         + line(instance_id="e", model_name_or_path="m", model_patch="  \n")
+        + line(instance_id="a", model_name_or_path="other", model_patch="x")  # another model's
     )
     predictions, problems = read_jsonl(preds, tmp_path / "patches")
     assert [(p.instance_id, p.where, p.empty) for p in predictions] == [
         ("a", f"{preds}:1", False),
         ("c", f"{preds}:8", True),
         ("e", f"{preds}:10", True),
+        ("a", f"{preds}:11", False),
     ]
     found = [(p.file, p.field, p.message) for p in problems]
     assert found[0][:2] == (f"{preds}:3", None) and found[0][2].startswith("is not JSON")
@@ -72,7 +74,7 @@ def test_each_bad_line_is_named_by_file_line_and_field_and_the_rest_is_kept(
         (f"{preds}:4", None, "is not a JSON object"),
         (f"{preds}:5", "instance_id", "must be a task id ([A-Za-z0-9._-], at most 128)"),
         (f"{preds}:6", "model_patch", "must be a string (the unified diff) or null"),
-        (f"{preds}:7", "instance_id", f"is predicted twice (first at {preds}:1)"),
+        (f"{preds}:7", "instance_id", f"is predicted twice by this model (first at {preds}:1)"),
         (f"{preds}:9", None, "is longer than 4096 bytes"),
     ]
     # Each patch is kept by its content, never read again from the input.
@@ -336,7 +338,7 @@ def test_junit_and_the_page_show_every_instance_and_escape_what_predictions_carr
     assert (suites.get("tests"), suites.get("failures"), suites.get("errors")) == ("4", "1", "2")
     cases = {c.get("name"): c for c in suites.iter("testcase")}
     assert cases["b"].find("failure") is not None and cases["e"].find("error") is not None
-    page = evaluation_html(summary, {r.instance_id: r for r in results})
+    page = evaluation_html(summary, {(r.instance_id, r.model): r for r in results})
     assert hostile not in page and "&lt;script&gt;" in page
     # The page runs its own script alone: the policy names that script's hash, and no other
     # script is on the page.
