@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.base.errors import Interrupted, Problem
+from runner.base.errors import Interrupted, Problem, UsageError
 from runner.base.safeio import private_dir, write_atomic
 from runner.batch.evalsources import gather
 from runner.batch.evaluation import (
@@ -33,6 +34,7 @@ from runner.batch.evaluation import (
     empty_result,
     instances,
     stored_result,
+    write_result,
 )
 from runner.model.evaluation import (
     EvaluationSummary,
@@ -79,6 +81,7 @@ def evaluate(
     source or the predictions cannot be read at all."""
     started = time.monotonic()
     out = options.out
+    _own_directory(out)
     for directory in (out, out / "results", out / "runs"):
         private_dir(directory)
     predictions, problems = read_predictions(predictions_path, out / "patches")
@@ -96,7 +99,7 @@ def evaluate(
             results[stored.instance_id, stored.model] = stored
         elif instance.prediction.empty:
             result = empty_result(instance)
-            write_atomic(out / "results" / f"{instance.key}.json", result.to_json())
+            write_result(out / "results", result)
             results[result.instance_id, result.model] = result
             now += 1
         else:
@@ -120,6 +123,26 @@ def evaluate(
     summary.seconds = round(time.monotonic() - started, 3)
     write_outputs(out, summary, results)
     return Outcome(summary=summary, interrupted=interrupted)
+
+
+def _own_directory(out: Path) -> None:
+    """An evaluation's directory is this user's alone: one that another user owns, or may
+    write to, could hold results, bundles or patches that this run did not write."""
+    try:
+        info = out.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"cannot be used: {exc.strerror}", path=str(out), field="--out") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise UsageError("is not a directory (a link is refused)", path=str(out), field="--out")
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise UsageError(
+            f"is not this user's own directory (owner uid {info.st_uid}, mode "
+            f"{stat.S_IMODE(info.st_mode):o}): what it holds could be anyone's",
+            path=str(out),
+            field="--out",
+        )
 
 
 def _line_order(problem: Problem) -> tuple[str, int]:

@@ -34,6 +34,7 @@ from runner.batch.evalsources import EvalTask
 from runner.batch.model import EngineSpec
 from runner.batch.run import Engine as EngineSlot
 from runner.batch.run import endpoint_of, ping
+from runner.compile import signing
 from runner.model.evaluation import InstanceResult, Prediction, result_key
 from runner.model.layout import RunLayout
 from runner.model.settings import child_environment
@@ -107,16 +108,29 @@ def instances(
 
 
 def stored_result(results: Path, instance: Instance) -> InstanceResult | None:
-    """The result an earlier run left for this instance's key, if it is whole and its own, and
-    not an error (a grade that could not run, the network down say, is tried again)."""
+    """The result an earlier run left for this instance's key, if it is whole, its own, signed
+    by a key this host trusts (a result planted in the directory is graded again), and not an
+    error (a grade that could not run, the network down say, is tried again)."""
     path = results / f"{instance.key}.json"
-    with contextlib.suppress(OSError, ValueError, ValidationError):
+    with contextlib.suppress(OSError, ValueError, ValidationError, RecursionError):
         if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_RESULT_BYTES:
-            result = InstanceResult.model_validate_json(path.read_bytes())
+            document = json.loads(path.read_bytes())
+            if not isinstance(document, dict):
+                return None
+            if signing.document_problem(document, signing.trusted_keys()) is not None:
+                return None
+            result = InstanceResult.model_validate(document)
             own = result.key == instance.key
             if own and (result.instance_id, result.model) == instance.prediction.name:
                 return None if result.status == "error" else result
     return None
+
+
+def write_result(results: Path, result: InstanceResult) -> None:
+    """results/<key>.json, signed with the runner's key."""
+    document = json.loads(result.model_dump_json(exclude={"signature"}))
+    signing.sign_document(document)
+    write_atomic(results / f"{result.key}.json", json.dumps(document, indent=2) + "\n")
 
 
 def empty_result(instance: Instance) -> InstanceResult:
@@ -333,7 +347,7 @@ class Evaluation:
             else:
                 result = graded_result(instance, report, relative, _files(entry.run_dir))
             result.seconds = round(time.monotonic() - entry.started, 3)
-            write_atomic(self.options.out / "results" / f"{instance.key}.json", result.to_json())
+            write_result(self.options.out / "results", result)
             self.results.append(result)
             plan.done += 1
             self.progress.finished(result, plan.done, total)

@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -268,6 +268,9 @@ class InstanceResult(_Model):
     logs: list[str] = Field(default_factory=list)
     seconds: float = 0.0
     runner_version: str = __version__
+    # The runner's signature (runner.compile.signing): a run that resumes takes a result only
+    # when a key it trusts signed it, never one planted in the evaluation's directory.
+    signature: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"

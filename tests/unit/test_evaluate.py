@@ -368,6 +368,18 @@ def test_evaluate_writes_its_outputs_for_empty_patches_and_bad_lines_without_an_
         assert (out / name).is_file(), name
     assert run_cli([*args, "--json", "-q"]) == 1
     assert json.loads(capsys.readouterr().out)["gradedNow"] == 0
+    # A result changed in the directory (a reward planted) is not taken: graded again.
+    (kept,) = (out / "results").glob("*.json")
+    planted = json.loads(kept.read_text()) | {"status": "resolved", "reward": 1}
+    kept.write_text(json.dumps(planted))
+    assert run_cli([*args, "--json", "-q"]) == 1
+    again = json.loads(capsys.readouterr().out)
+    assert (again["gradedNow"], again["resolved"], again["emptyPatches"]) == (1, 0, 1)
+    # A directory another user may write to is refused before anything is read from it.
+    out.chmod(0o777)
+    assert run_cli([*args, "-q"]) == 2
+    assert "is not this user's own directory" in capsys.readouterr().err
+    out.chmod(0o700)
     preds.write_text("{bad\n")
     assert run_cli([*args, "-q"]) == 2
     assert f"{preds}:1: is not JSON" in capsys.readouterr().err
