@@ -13,19 +13,20 @@ the others are graded."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shutil
 import stat
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
 from runner.base.errors import InvalidTaskError, Problem, RunnerError, UsageError
-from runner.base.treeread import HashingReader, copy_bounded
+from runner.base.safeio import file_sha256
+from runner.base.treeread import copy_bounded
 from runner.compile.bundle import is_bundle, load_bundle
 from runner.compile.seal import SealBrokenError, sealed_files
 from runner.model.layout import MANIFEST_FILE, RunLayout
@@ -34,7 +35,6 @@ from runner.present.exportcheck import MAX_MEMBERS, member_problem, read_manifes
 
 # What one bundle may unpack to: four of its largest files (the snapshot is the large one).
 MAX_UNPACKED_BYTES = 16 * 1024**3
-_CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +56,7 @@ def gather(
     fails its check."""
     bundles = out / "bundles"
     bundles.mkdir(parents=True, exist_ok=True)
+    remove_stale(out)
     tasks: dict[str, EvalTask] = {}
     problems: list[Problem] = []
     if source.is_file():
@@ -146,34 +147,64 @@ def _take(
     )
 
 
+def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """An archive's members, each checked by export --check's rules (bounded, named inside the
+    archive, a regular file or a directory), at most MAX_MEMBERS."""
+    for count, member in enumerate(tar, start=1):
+        if count > MAX_MEMBERS:
+            raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")
+        problem = member_problem(member)
+        if problem is not None:
+            raise InvalidTaskError(problem)
+        yield member
+
+
+def _archive_manifest(archive: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The archive's manifest, checked (its digest and its signature by a trusted key): read
+    in a first pass that writes nothing, so no byte of an archive no trusted key signed is
+    unpacked."""
+    manifest = None
+    with tarfile.open(archive, mode="r|gz") as tar:
+        for member in _members(tar):
+            if member.name == MANIFEST and member.isfile():
+                handle = tar.extractfile(member)
+                assert handle is not None
+                manifest = read_manifest(handle, keys)
+    if manifest is None:
+        raise InvalidTaskError("has no manifest.json")
+    return manifest
+
+
 def _unpack_archive(
     archive: Path, out: Path, keys: tuple[str, ...], problems: list[Problem]
 ) -> dict[str, tuple[Path, str | None]]:
     """Each task of an export archive unpacked into a staging directory of its own, by task id
-    with the run id its manifest lists. Its manifest must pass (UsageError); an inner archive
-    that does not is a problem, and left out."""
+    with the run id its manifest lists. Its manifest must pass first (UsageError); each inner
+    archive is unpacked only once its digest is the one the signed manifest lists; one that
+    does not pass is a problem, and left out."""
     where = str(archive)
-    staged: dict[str, tuple[Path, str]] = {}  # inner file name -> (staging root, sha256)
-    manifest: dict[str, Any] | None = None
+    staged: dict[str, tuple[Path, str | None]] = {}
     try:
+        manifest = _archive_manifest(archive, keys)
+        listed = {task["file"]: task for task in manifest["tasks"]}
+        seen: set[str] = set()
         with tarfile.open(archive, mode="r|gz") as tar:
-            for count, member in enumerate(tar, start=1):
-                if count > MAX_MEMBERS:
-                    raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")
-                problem = member_problem(member)
-                if problem is not None:
-                    raise InvalidTaskError(problem)
-                if member.isdir():
+            for member in _members(tar):
+                name = member.name
+                if member.isdir() or name == MANIFEST:
                     continue
+                if name in seen or name not in listed:
+                    raise InvalidTaskError(f"{name[:200]!r} is not in manifest.json, or is twice")
+                seen.add(name)
                 handle = tar.extractfile(member)
                 assert handle is not None
-                if member.name == MANIFEST:
-                    manifest = read_manifest(handle, keys)
-                    continue
-                name = member.name
-                if not name.startswith("tasks/") or not name.endswith(".tar.gz") or name in staged:
-                    raise InvalidTaskError(f"{name[:200]!r} is not a task archive, or is twice")
-                staged[name] = _unpack_bundle(handle, name, out, problems)
+                root = _unpack_bundle(handle, member.size, listed[name], out, problems)
+                if root is not None:
+                    run_id = listed[name].get("runId")
+                    staged[listed[name]["taskId"]] = (
+                        root,
+                        run_id if isinstance(run_id, str) else None,
+                    )
     except InvalidTaskError as exc:
         _remove(staged)
         raise UsageError(exc.message, path=where, field="SOURCE") from None
@@ -184,53 +215,58 @@ def _unpack_archive(
             path=where,
             field="SOURCE",
         ) from None
-    if manifest is None:
-        _remove(staged)
-        raise UsageError("has no manifest.json", path=where, field="SOURCE")
-    tasks: dict[str, tuple[Path, str | None]] = {}
-    for task in manifest["tasks"]:
-        root, digest = staged.pop(task["file"], (None, ""))
-        if root is None:
-            problems.append(Problem(file=where, field=None, message=f"{task['file']} is missing"))
-        elif digest != task["sha256"]:
-            problems.append(
-                Problem(file=where, field=None, message=f"{task['file']}: digest mismatch")
-            )
-            shutil.rmtree(root.parent, ignore_errors=True)
-        else:
-            run_id = task.get("runId")
-            tasks[task["taskId"]] = (root, run_id if isinstance(run_id, str) else None)
-    for name, (root, _) in staged.items():
-        problems.append(Problem(file=where, field=None, message=f"{name} is not in manifest.json"))
-        shutil.rmtree(root.parent, ignore_errors=True)
-    return tasks
+    except BaseException:
+        _remove(staged)  # interrupted: nothing half-unpacked stays
+        raise
+    for name in sorted(set(listed) - seen):
+        problems.append(Problem(file=where, field=None, message=f"{name} is missing"))
+    return staged
 
 
-def _remove(staged: dict[str, tuple[Path, str]]) -> None:
+def _remove(staged: dict[str, tuple[Path, str | None]]) -> None:
     for root, _ in staged.values():
         shutil.rmtree(root.parent, ignore_errors=True)
 
 
 def _unpack_bundle(
-    handle: IO[bytes], name: str, out: Path, problems: list[Problem]
-) -> tuple[Path, str]:
-    """One inner archive unpacked (streamed: regular files and directories under its task's
-    folder only, each bounded, at most MAX_UNPACKED_BYTES in all); returns the task's folder
-    and the inner archive's sha256. A member that breaks a rule leaves the folder empty, for
-    the seal's check to refuse, and is a problem."""
-    prefix = name[len("tasks/") : -len(".tar.gz")]
+    handle: IO[bytes], size: int, listed: dict[str, Any], out: Path, problems: list[Problem]
+) -> Path | None:
+    """One inner archive copied aside while hashed, then, when its digest is the one the
+    manifest lists, unpacked (regular files and directories under its task's folder only,
+    each bounded, at most MAX_UNPACKED_BYTES in all); its task's folder, or None (a problem)."""
+    name, prefix = listed["file"], listed["taskId"]
     staging = Path(tempfile.mkdtemp(prefix=".unpack.", dir=out))
-    root = staging / "bundle"
-    root.mkdir()
-    hashing = HashingReader(handle)
     try:
-        _unpack_members(io.BufferedReader(hashing, _CHUNK), prefix, root)
-    except (InvalidTaskError, OSError, EOFError, tarfile.TarError, zlib.error) as exc:
-        text = exc.message if isinstance(exc, InvalidTaskError) else str(exc)[:200]
-        problems.append(Problem(file=name, field=None, message=f"cannot be unpacked: {text}"))
-        shutil.rmtree(root, ignore_errors=True)
+        inner = staging / "inner.tar.gz"
+        copy_bounded(cast(BinaryIO, handle), size, inner, name)
+        if file_sha256(inner) != listed["sha256"]:
+            problems.append(Problem(file=name, field=None, message="digest mismatch"))
+            shutil.rmtree(staging)
+            return None
+        root = staging / "bundle"
         root.mkdir()
-    return root, hashing.drain()
+        try:
+            with inner.open("rb") as stream:
+                _unpack_members(stream, prefix, root)
+        except (InvalidTaskError, OSError, EOFError, tarfile.TarError, zlib.error) as exc:
+            text = exc.message if isinstance(exc, InvalidTaskError) else str(exc)[:200]
+            problems.append(Problem(file=name, field=None, message=f"cannot be unpacked: {text}"))
+            shutil.rmtree(staging)
+            return None
+        inner.unlink()
+        return root
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def remove_stale(out: Path) -> None:
+    """What an earlier run that was killed (not interrupted) left half-made: its staging
+    directories, this evaluation's own."""
+    for parent in (out, out / "bundles"):
+        for stale in [*parent.glob(".unpack.*"), *parent.glob(".take.*")]:
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def _unpack_members(stream: IO[bytes], prefix: str, root: Path) -> None:

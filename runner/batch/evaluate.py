@@ -25,28 +25,28 @@ from pathlib import Path
 
 from runner.base.errors import Interrupted, Problem, UsageError
 from runner.base.safeio import private_dir, write_atomic
-from runner.batch.evalsources import gather
-from runner.batch.evaluation import (
-    EvaluateOptions,
-    EvaluateProgress,
-    Evaluation,
+from runner.batch.evalresults import (
     Instance,
     empty_result,
     instances,
     stored_result,
     write_result,
 )
+from runner.batch.evalsources import gather
+from runner.batch.evaluation import EvaluateOptions, EvaluateProgress, Evaluation
+from runner.model.evalinput import read_predictions
 from runner.model.evaluation import (
     EvaluationSummary,
     InputProblem,
     InstanceResult,
-    read_predictions,
     summarize,
 )
 from runner.model.settings import ENV_TRUSTED_KEYS, trusted_key_entries
 from runner.present.evaluation import evaluation_html, junit_xml
 
 SUMMARY_FILE = "evaluation.json"
+# What evaluate writes below its directory, each checked to be its own (no link planted).
+SUBDIRECTORIES = ("results", "runs", "patches", "bundles")
 SCHEMA_FILE = "evaluation.schema.json"
 
 
@@ -81,12 +81,16 @@ def evaluate(
     source or the predictions cannot be read at all."""
     started = time.monotonic()
     out = options.out
+    for given, field in ((predictions_path, "--predictions"), (source, "SOURCE")):
+        if not given.exists():
+            raise UsageError("does not exist", path=str(given), field=field)
     _own_directory(out)
-    for directory in (out, out / "results", out / "runs"):
+    for directory in (out, *(out / name for name in SUBDIRECTORIES)):
         private_dir(directory)
+        _own_directory(directory)
     predictions, problems = read_predictions(predictions_path, out / "patches")
     tasks, refused = gather(source, out, keys)
-    found = instances(predictions, tasks, problems)
+    found = instances(predictions, tasks, problems, options.grade_options)
     # The bundles' problems first (a prediction of a refused one says "see above"), then the
     # predictions' in the order of their lines.
     problems = refused + sorted(problems, key=_line_order)
@@ -118,6 +122,8 @@ def evaluate(
         predictions=str(predictions_path),
         input_problems=[InputProblem.of(p) for p in problems],
     )
+    summary.tasks = len(tasks)
+    summary.grade_options = list(options.grade_options)
     summarize(summary, list(results.values()), not_graded=len(found) - len(results))
     summary.graded_now = now + len(evaluation.results)
     summary.seconds = round(time.monotonic() - started, 3)
@@ -126,8 +132,9 @@ def evaluate(
 
 
 def _own_directory(out: Path) -> None:
-    """An evaluation's directory is this user's alone: one that another user owns, or may
-    write to, could hold results, bundles or patches that this run did not write."""
+    """An evaluation's directory (and each below it) is this user's alone: one that another
+    user owns, or may write to, or a link to elsewhere, could hold results, bundles or patches
+    that this run did not write, or take what it writes elsewhere."""
     try:
         info = out.lstat()
     except FileNotFoundError:

@@ -6,7 +6,7 @@ the patch policy, the canaries), with bounded concurrency over one or more engin
   them, or finds them in the engine's cache); the rest then run side by side. Each task keeps to
   one engine, and the heaviest tasks start first.
 - Each result is <out>/results/<key>.json, its key the content of the bundle and the patch
-  (runner.model.evaluation.result_key): a run started again grades only what has no result, and
+  (runner.model.evalinput.result_key): a run started again grades only what has no result, and
   a changed prediction (or bundle) is graded again. A result is written only once its grade has
   ended; an interrupted grade removes its containers and leaves no result.
 - An empty patch is not run: nop already proved the tests fail on the base.
@@ -15,7 +15,6 @@ the patch policy, the canaries), with bounded concurrency over one or more engin
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import shutil
 import signal
@@ -26,33 +25,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from runner.base.errors import Problem
-from runner.base.safeio import write_atomic
+from runner.batch.evalresults import (
+    Instance,
+    grade_files,
+    grade_report,
+    graded_result,
+    result_of,
+    write_result,
+)
 from runner.batch.evalsources import EvalTask
 from runner.batch.model import EngineSpec
 from runner.batch.run import Engine as EngineSlot
 from runner.batch.run import endpoint_of, ping
-from runner.compile import signing
-from runner.model.evaluation import InstanceResult, Prediction, result_key
-from runner.model.layout import RunLayout
+from runner.model.evaluation import InstanceResult
 from runner.model.settings import child_environment
-from runner.model.stages import Gate
-from runner.run.grading import GRADE_FILE, GradeReport
 from runner.supervise.job import GradeJob
 from runner.supervise.launcher import Child, Launcher
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
-MAX_RESULT_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True, kw_only=True)
-class Instance:
-    prediction: Prediction
-    task: EvalTask
-    key: str
 
 
 @dataclass(kw_only=True)
@@ -84,122 +75,11 @@ class _Plan:
     done: int = 0
 
 
-def instances(
-    predictions: list[Prediction], tasks: dict[str, EvalTask], problems: list[Problem]
-) -> list[Instance]:
-    """Each prediction with its task and result key; one that names no task is a problem."""
-    found = []
-    for prediction in predictions:
-        task = tasks.get(prediction.instance_id)
-        if task is None:
-            problems.append(
-                Problem(
-                    file=prediction.where,
-                    field="instance_id",
-                    message=f"{prediction.instance_id} is no task of the source that can be "
-                    "graded (none by that id, or its bundle was refused: see above)",
-                )
-            )
-            continue
-        found.append(
-            Instance(prediction=prediction, task=task, key=result_key(task.digest, prediction))
-        )
-    return found
-
-
-def stored_result(results: Path, instance: Instance) -> InstanceResult | None:
-    """The result an earlier run left for this instance's key, if it is whole, its own, signed
-    by a key this host trusts (a result planted in the directory is graded again), and not an
-    error (a grade that could not run, the network down say, is tried again)."""
-    path = results / f"{instance.key}.json"
-    with contextlib.suppress(OSError, ValueError, ValidationError, RecursionError):
-        if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_RESULT_BYTES:
-            document = json.loads(path.read_bytes())
-            if not isinstance(document, dict):
-                return None
-            if signing.document_problem(document, signing.trusted_keys()) is not None:
-                return None
-            result = InstanceResult.model_validate(document)
-            own = result.key == instance.key
-            if own and (result.instance_id, result.model) == instance.prediction.name:
-                return None if result.status == "error" else result
-    return None
-
-
-def write_result(results: Path, result: InstanceResult) -> None:
-    """results/<key>.json, signed with the runner's key."""
-    document = json.loads(result.model_dump_json(exclude={"signature"}))
-    signing.sign_document(document)
-    write_atomic(results / f"{result.key}.json", json.dumps(document, indent=2) + "\n")
-
-
-def empty_result(instance: Instance) -> InstanceResult:
-    return _result(
-        instance,
-        status="empty-patch",
-        reward=0,
-        detail="the patch is empty: nothing to grade (nop proved the tests fail on the base)",
-    )
-
-
-def _result(instance: Instance, **values: object) -> InstanceResult:
-    prediction, task = instance.prediction, instance.task
-    return InstanceResult.model_validate(
-        {
-            "instance_id": prediction.instance_id,
-            "task_id": task.task_id,
-            "model": prediction.model,
-            "key": instance.key,
-            "bundle_digest": task.digest,
-            "patch_sha256": prediction.patch_sha256,
-            "patch_bytes": prediction.patch_bytes,
-            "difficulty": task.difficulty,
-            "repository": task.repository,
-            **values,
-        }
-    )
-
-
-def graded_result(
-    instance: Instance, report: GradeReport, run_dir: str, evidence_files: list[str]
-) -> InstanceResult:
-    """The instance's result from its grade's report (`evidence_files`: what the verifier
-    wrote beside its reward, the per-test evidence and the policy's record among them)."""
-    reward = report.reward
-    if report.verdict == "rewarded":
-        status = "resolved"
-    elif report.verdict == "not-rewarded":
-        status = "not-applied" if reward is not None and reward.patch_applied != 1 else "unresolved"
-    else:
-        status = "error"
-    tampering = []
-    if report.discarded:
-        shown = ", ".join(report.discarded[:5]) + (" ..." if len(report.discarded) > 5 else "")
-        tampering.append(f"the patch policy undid {len(report.discarded)} change(s): {shown}")
-    for run in report.evidence.runs if report.evidence else []:
-        if run.canaries is not None and run.canaries.passed:
-            tampering.append(f"{run.canaries.passed} canary test(s) passed in {run.name}")
-    return _result(
-        instance,
-        status=status,
-        reward=None if reward is None else reward.reward,
-        fail_to_pass=None if reward is None else reward.fail_to_pass == 1,
-        pass_to_pass=None if reward is None else reward.pass_to_pass == 1,
-        detail=report.detail,
-        tampering=tampering,
-        undone=report.undone,
-        discarded=report.discarded,
-        evidence=report.evidence,
-        run_dir=run_dir,
-        logs=list(dict.fromkeys(_relative(p, run_dir) for p in [*evidence_files, *report.logs])),
-        seconds=report.seconds,
-    )
-
-
-def _relative(path: str, run_dir: str) -> str:
-    """A log's path as the page links it: below the evaluation's directory when it is."""
-    marker = f"/{run_dir}/"
-    return run_dir + "/" + path.split(marker, 1)[1] if marker in path else path
+def grade_run_id(evaluation_id: str, key: str, attempt: int) -> str:
+    """A grade's run id: `eval-<evaluation>-<key>-<attempt>-<unique>`. Its last part is this
+    grade's alone: container and network names end with it, and a task's predictions run side
+    by side on one engine (with the attempt last, they were all `-1`, and collided)."""
+    return f"eval-{evaluation_id}-{key[:10]}-{attempt}-{uuid.uuid4().hex[:10]}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,7 +178,7 @@ class Evaluation:
             target=instance.task.bundle,
             patch=instance.prediction.patch,
             run_dir=run_dir,
-            run_id=f"eval-{self.evaluation_id}-{instance.key[:10]}-{attempt}",
+            run_id=grade_run_id(self.evaluation_id, instance.key, attempt),
             stderr=run_dir.with_name(run_dir.name + ".stderr.log"),
             options=self.options.grade_options,
             env=engine.env,
@@ -325,7 +205,7 @@ class Evaluation:
             entry.engine.running -= 1
             instance = entry.instance
             plan.built.add((instance.task.task_id, entry.engine.spec.name))
-            report = _grade_report(entry.run_dir)
+            report = grade_report(entry.run_dir)
             if report is None or report.verdict == "infrastructure_failed":
                 why = report.detail if report else _no_report(entry, code)
                 lost = ping(entry.engine)
@@ -341,11 +221,11 @@ class Evaluation:
             # whose digest the result names (kept, N predictions would keep N copies).
             shutil.rmtree(entry.run_dir / "bundle", ignore_errors=True)
             if report is None:
-                result = _result(
+                result = result_of(
                     instance, status="error", detail=_no_report(entry, code), run_dir=relative
                 )
             else:
-                result = graded_result(instance, report, relative, _files(entry.run_dir))
+                result = graded_result(instance, report, relative, grade_files(entry.run_dir))
             result.seconds = round(time.monotonic() - entry.started, 3)
             write_result(self.options.out / "results", result)
             self.results.append(result)
@@ -360,23 +240,6 @@ class Evaluation:
             if entry.child.wait(60) is None:
                 entry.child.send_signal(signal.SIGKILL)
                 entry.child.wait(10)
-
-
-def _files(run_dir: Path) -> list[str]:
-    """What a grade's page links to: its report, its log, and what its verifier left (the
-    reward, the per-test evidence, the policy's record)."""
-    layout = RunLayout(run_dir)
-    verifier = layout.verifier_logs(Gate.GRADE)
-    found = [p for p in sorted(verifier.glob("*")) if p.is_file() and not p.is_symlink()]
-    return [str(run_dir / GRADE_FILE), str(layout.runner_log), *map(str, found)]
-
-
-def _grade_report(run_dir: Path) -> GradeReport | None:
-    path = run_dir / GRADE_FILE
-    with contextlib.suppress(OSError, ValueError, ValidationError):
-        if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_RESULT_BYTES:
-            return GradeReport.model_validate(json.loads(path.read_bytes()))
-    return None
 
 
 def _no_report(entry: _Running, code: int) -> str:

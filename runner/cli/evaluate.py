@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from runner.base.errors import printable
 from runner.cli.common import _build_environment, cli, interrupts
 from runner.cli.options import (
     BASE_IMAGE,
@@ -56,8 +57,9 @@ def grade_options(
 
 
 def _line(text: str) -> None:
+    """A progress line: what a grade said may quote a hostile file name (escaped, one line)."""
     stamp = time.strftime("%H:%M:%S")
-    print(f"{stamp} {text}", file=sys.stderr, flush=True)
+    print(f"{stamp} {printable(text)}", file=sys.stderr, flush=True)
 
 
 def _progress(quiet: bool) -> Any:
@@ -89,7 +91,8 @@ def _said(summary: Any, out: Path, *, as_json: bool, interrupted: bool) -> None:
         click.echo(summary.to_json(), nl=False)
     click.echo(
         f"evaluate: {summary.resolved} of {summary.instances} resolved "
-        f"({summary.resolved_rate * 100:.1f}%), {summary.unresolved} unresolved, "
+        f"({summary.resolved_rate * 100:.1f}%; {summary.resolved_of_tasks * 100:.1f}% of "
+        f"{summary.tasks} task(s)), {summary.unresolved} unresolved, "
         f"{summary.empty_patches} empty, {summary.not_applied} not applied, {summary.errors} "
         f"error(s), {summary.tampered} with tampering, {summary.not_graded} not graded, "
         f"{len(summary.input_problems)} input problem(s); {out / 'index.html'}",

@@ -58,7 +58,10 @@ def main(argv: list[str]) -> int:
     startup_finished()  # what was imported is frozen out of every collection's way
     control = socket.socket(fileno=fd)
     control.set_inheritable(False)
-    control.sendall(b"ready")
+    try:
+        control.sendall(b"ready")
+    except OSError:
+        return 0  # the supervisor went away while this server started (Ctrl-C at once)
     return serve(control, entry)
 
 

@@ -1,41 +1,18 @@
-"""`evaluate`: an agent's predictions (one patch per task), each graded, and the evaluation
-summary. The predictions come as SWE-bench writes them (JSON lines of `instance_id`,
-`model_name_or_path`, `model_patch`) or as a directory of `<taskId>.patch` files; each result
-is keyed by the content of the bundle and of the patch, so a run started again grades only what
-has no result yet, and a changed prediction is graded again.
-
-Bad input is named by FILE:LINE and field, one problem per line of input; what is good is still
-graded."""
+"""`evaluate`'s output: each graded prediction's result (results/<key>.json, keyed by the
+bundle's and the patch's content, the model and grade's options: a run started again grades only
+what has no result yet, and a changed prediction is graded again) and the evaluation summary.
+The input is read by runner.model.evalinput."""
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import json
-import os
-import re
-import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from runner import __version__
-from runner.base.errors import InvalidTaskError, Problem, UsageError
-from runner.base.safeio import os_error_text, read_regular, size_words, write_atomic
+from runner.base.errors import Problem
 from runner.model.evidence import EvidenceSummary, PolicyChange
-from runner.model.settings import MAX_AGENT_PATCH_BYTES
-
-# A predictions file holds at most this many lines (a patch each, at most the agent patch
-# limit): what a benchmark of thousands of tasks writes, not a stream without an end.
-MAX_PREDICTIONS = 100_000
-# A line holds a patch as JSON text: escaped, it may take twice its bytes.
-MAX_LINE_BYTES = 2 * MAX_AGENT_PATCH_BYTES + 64 * 1024
-PATCH_SUFFIX = ".patch"
-_INSTANCE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 Status = Literal["resolved", "unresolved", "empty-patch", "not-applied", "error"]
 STATUSES: tuple[Status, ...] = ("resolved", "unresolved", "empty-patch", "not-applied", "error")
@@ -45,189 +22,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True, extra="forbid"
     )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Prediction:
-    """One instance to grade: the task it names, the model that wrote it, its patch (kept by
-    content under the evaluation's patches/, never read again from the input), and where it
-    was read (FILE:LINE, or the patch file)."""
-
-    instance_id: str
-    model: str
-    patch_sha256: str
-    patch_bytes: int
-    patch: Path
-    where: str
-    empty: bool = False  # nothing but whitespace: not run (SWE-bench counts it apart too)
-
-    @property
-    def name(self) -> tuple[str, str]:
-        """What names a prediction: its task and its model (several models, or several samples
-        of one, may predict the same task in one file)."""
-        return (self.instance_id, self.model)
-
-
-def result_key(bundle_digest: str, prediction: Prediction) -> str:
-    """The result's name: what was graded (the bundle's sealed content), with what patch, for
-    which model."""
-    parts = f"{bundle_digest}\0{prediction.patch_sha256}\0{prediction.model}"
-    return hashlib.sha256(parts.encode()).hexdigest()
-
-
-def keep_patch(patches: Path, data: bytes) -> tuple[str, Path]:
-    """`data` at patches/<sha256>.patch (once: the name is the content)."""
-    digest = hashlib.sha256(data).hexdigest()
-    path = patches / f"{digest}{PATCH_SUFFIX}"
-    if not path.is_file() or path.stat().st_size != len(data):
-        write_atomic(path, data, durable=False)
-    return digest, path
-
-
-def _problem(where: str, field: str | None, message: str) -> Problem:
-    return Problem(file=where, field=field, message=message)
-
-
-def _prediction(document: object, where: str, patches: Path) -> Prediction | Problem:
-    if not isinstance(document, dict):
-        return _problem(where, None, "is not a JSON object")
-    instance = document.get("instance_id")
-    if not isinstance(instance, str) or not _INSTANCE_ID.fullmatch(instance):
-        return _problem(where, "instance_id", "must be a task id ([A-Za-z0-9._-], at most 128)")
-    model = document.get("model_name_or_path") or ""
-    if not isinstance(model, str) or len(model) > 256:
-        return _problem(where, "model_name_or_path", "must be text of at most 256 characters")
-    patch = document.get("model_patch")
-    if patch is None:
-        patch = ""
-    if not isinstance(patch, str):
-        return _problem(where, "model_patch", "must be a string (the unified diff) or null")
-    data = patch.encode("utf-8", errors="surrogateescape")
-    if len(data) > MAX_AGENT_PATCH_BYTES:
-        return _problem(where, "model_patch", f"is larger than {size_words(MAX_AGENT_PATCH_BYTES)}")
-    digest, path = keep_patch(patches, data)
-    return Prediction(
-        instance_id=instance,
-        model=model,
-        patch_sha256=digest,
-        patch_bytes=len(data),
-        patch=path,
-        where=where,
-        empty=not data.strip(),
-    )
-
-
-def _lines(handle: IO[bytes]) -> Iterator[bytes | None]:
-    """The file's lines, each read at most MAX_LINE_BYTES at a time: None for a longer one
-    (skipped to its end, never held whole)."""
-    while raw := handle.readline(MAX_LINE_BYTES + 1):
-        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):
-                raw = handle.readline(MAX_LINE_BYTES + 1)
-            yield None
-        else:
-            yield raw
-
-
-def read_jsonl(path: Path, patches: Path) -> tuple[list[Prediction], list[Problem]]:
-    """Every prediction of a JSON-lines file, and a problem for each line that is not one (a
-    duplicate instance id names the line that gave it first)."""
-    predictions: list[Prediction] = []
-    problems: list[Problem] = []
-    first: dict[tuple[str, str], str] = {}
-    with _open_regular(path) as handle:
-        for number, raw in enumerate(_lines(handle), start=1):
-            where = f"{path}:{number}"
-            if number > MAX_PREDICTIONS:
-                problems.append(_problem(where, None, f"more than {MAX_PREDICTIONS} lines"))
-                break
-            if raw is None:
-                problems.append(_problem(where, None, f"is longer than {MAX_LINE_BYTES} bytes"))
-                continue
-            if not raw.strip():
-                continue
-            try:
-                document = json.loads(raw)
-            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                reason = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)[:120]
-                problems.append(_problem(where, None, f"is not JSON ({reason})"))
-                continue
-            item = _prediction(document, where, patches)
-            if isinstance(item, Problem):
-                problems.append(item)
-            elif item.name in first:
-                problems.append(
-                    _problem(
-                        where,
-                        "instance_id",
-                        f"is predicted twice by this model (first at {first[item.name]})",
-                    )
-                )
-            else:
-                first[item.name] = where
-                predictions.append(item)
-    return predictions, problems
-
-
-def read_patch_directory(path: Path, patches: Path) -> tuple[list[Prediction], list[Problem]]:
-    """Every `<taskId>.patch` of a directory (the model is the directory's name); hidden
-    files are passed over, anything else is a problem."""
-    predictions: list[Prediction] = []
-    problems: list[Problem] = []
-    model = path.resolve().name
-    with os.scandir(path) as listing:
-        entries = sorted(listing, key=lambda e: e.name)
-    for entry in entries[:MAX_PREDICTIONS]:
-        if entry.name.startswith("."):
-            continue
-        where = str(Path(path, entry.name))
-        instance = entry.name.removesuffix(PATCH_SUFFIX)
-        if not entry.name.endswith(PATCH_SUFFIX) or not _INSTANCE_ID.fullmatch(instance):
-            problems.append(_problem(where, None, "is not a <taskId>.patch file"))
-            continue
-        try:
-            data = read_regular(Path(entry.path), limit=MAX_AGENT_PATCH_BYTES)
-        except InvalidTaskError as exc:
-            problems.append(_problem(where, None, exc.message))
-            continue
-        digest, kept = keep_patch(patches, data)
-        predictions.append(
-            Prediction(
-                instance_id=instance,
-                model=model,
-                patch_sha256=digest,
-                patch_bytes=len(data),
-                patch=kept,
-                where=where,
-                empty=not data.strip(),
-            )
-        )
-    return predictions, problems
-
-
-def read_predictions(path: Path, patches: Path) -> tuple[list[Prediction], list[Problem]]:
-    """A JSON-lines file or a directory of patches. Raises UsageError when `path` is neither."""
-    patches.mkdir(parents=True, exist_ok=True)
-    try:
-        if path.is_dir():
-            return read_patch_directory(path, patches)
-        return read_jsonl(path, patches)
-    except OSError as exc:
-        raise UsageError(os_error_text(exc), path=str(path), field="--predictions") from None
-
-
-def _open_regular(path: Path) -> IO[bytes]:
-    """`path` opened for reading only if it is a regular file (never a FIFO that blocks, a
-    device, or a final link)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "is not a regular file")
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 class InputProblem(_Model):
@@ -305,9 +99,15 @@ class EvaluationSummary(_Model):
     source: str
     predictions: str
     models: list[str] = Field(default_factory=list)
-    instances: int = 0
+    # grade's options every prediction was graded with (part of each result's key).
+    grade_options: list[str] = Field(default_factory=list)
+    tasks: int = 0  # the source's tasks that could be graded
+    instances: int = 0  # predictions that name one of them (graded, or not yet)
     resolved: int = 0
-    resolved_rate: float = 0.0
+    resolved_rate: float = 0.0  # of the instances
+    # The benchmark's score: resolved over every task, for every model (a task a model left
+    # out, or predicted on a line that was refused, counts as not resolved).
+    resolved_of_tasks: float = 0.0
     unresolved: int = 0
     empty_patches: int = 0
     not_applied: int = 0
@@ -360,7 +160,7 @@ def summarize(
         resolved = result.status == "resolved"
         _tally(summary.by_difficulty, result.difficulty or "unknown", resolved)
         _tally(summary.by_repository, result.repository or "unknown", resolved)
-        _tally(summary.by_model, result.model or "unknown", resolved)
+        _tally(summary.by_model, result.model, resolved)
         summary.tampered += int(bool(result.tampering))
         summary.rows.append(
             SummaryRow(
@@ -383,4 +183,7 @@ def summarize(
     summary.resolved_rate = (
         round(summary.resolved / summary.instances, 4) if summary.instances else 0.0
     )
+    if summary.tasks:
+        models = max(1, len({r.model for r in results}))
+        summary.resolved_of_tasks = round(summary.resolved / (summary.tasks * models), 4)
     return summary

@@ -26,24 +26,28 @@ def junit_xml(summary: EvaluationSummary) -> bytes:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=f"selfbench.{row.model or 'predictions'}",
-            name=row.instance_id,
+            classname=_x(f"selfbench.model.{row.model}" if row.model else "selfbench.model"),
+            name=_x(row.instance_id),
             time=f"{row.seconds:.3f}",
         )
         counts["tests"] += 1
         if row.status in _FAILED:
-            ET.SubElement(case, "failure", message=row.detail[:2000], type=row.status)
+            ET.SubElement(case, "failure", message=_x(row.detail[:2000]), type=row.status)
             counts["failures"] += 1
         elif row.status == "error":
-            ET.SubElement(case, "error", message=row.detail[:2000], type="error")
+            ET.SubElement(case, "error", message=_x(row.detail[:2000]), type="error")
             counts["errors"] += 1
         ET.SubElement(case, "system-out").text = f"result: {row.result}"
     for index, problem in enumerate(summary.input_problems):
         case = ET.SubElement(
-            suite, "testcase", classname="selfbench.input", name=problem.where or f"input-{index}"
+            suite,
+            "testcase",
+            classname="selfbench.input",
+            name=_x(problem.where or f"input-{index}"),
         )
         field = f"field `{problem.field}`: " if problem.field else ""
-        ET.SubElement(case, "error", message=f"{field}{problem.message}"[:2000], type="input")
+        message = _x(f"{field}{problem.message}"[:2000])
+        ET.SubElement(case, "error", message=message, type="input")
         counts["tests"] += 1
         counts["errors"] += 1
     for key, value in counts.items():
@@ -55,6 +59,12 @@ def junit_xml(summary: EvaluationSummary) -> bytes:
     ET.indent(suites)
     document: bytes = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
     return document + b"\n"
+
+
+def _x(text: str) -> str:
+    """Text as XML 1.0 may hold it: what a patch made (a file name with control characters, in
+    the policy's words) is escaped, never a character XML refuses."""
+    return printable(text)
 
 
 def _e(text: object) -> str:
@@ -131,7 +141,8 @@ def evaluation_html(
     (`results` by instance id, for the links to each grade's logs)."""
     totals = (
         f"<b>{summary.resolved}</b> of <b>{summary.instances}</b> resolved "
-        f"({summary.resolved_rate * 100:.1f}%) · {summary.unresolved} unresolved · "
+        f"({summary.resolved_rate * 100:.1f}%; {summary.resolved_of_tasks * 100:.1f}% of "
+        f"{summary.tasks} task(s)) · {summary.unresolved} unresolved · "
         f"{summary.empty_patches} empty patch(es) · {summary.not_applied} not applied · "
         f"{summary.errors} error(s) · {summary.tampered} with tampering · "
         f"{summary.not_graded} not graded yet · {len(summary.input_problems)} input problem(s)"

@@ -19,17 +19,16 @@ from pathlib import Path
 import pytest
 
 from runner.base.errors import UsageError
+from runner.batch.evalresults import Instance, graded_result, instances
 from runner.batch.evalsources import gather
-from runner.batch.evaluation import Instance, graded_result, instances
 from runner.cli.main import run_cli
 from runner.compile import signing
-from runner.model import evaluation as model
+from runner.model import evalinput as model
+from runner.model.evalinput import read_jsonl, read_patch_directory, result_key
 from runner.model.evaluation import (
     EvaluationSummary,
+    InputProblem,
     InstanceResult,
-    read_jsonl,
-    read_patch_directory,
-    result_key,
     summarize,
 )
 from runner.present.evaluation import _CSP, _SCRIPT, evaluation_html, junit_xml
@@ -275,7 +274,7 @@ def test_the_summary_counts_each_status_and_the_exit_code_says_how_much_was_grad
     errors = summarize(EvaluationSummary(source="s", predictions="p"), results[4:], not_graded=0)
     assert errors.exit_code(interrupted=False) == 3
     nothing = EvaluationSummary(source="s", predictions="p")
-    nothing.input_problems = [model.InputProblem(where="p:1", field=None, message="bad")]
+    nothing.input_problems = [InputProblem(where="p:1", field=None, message="bad")]
     assert summarize(nothing, [], not_graded=0).exit_code(interrupted=False) == 2
 
 
@@ -333,7 +332,7 @@ def test_junit_and_the_page_show_every_instance_and_escape_what_predictions_carr
         _result("e", "error"),
     ]
     summary = summarize(EvaluationSummary(source=hostile, predictions="p"), results, not_graded=0)
-    summary.input_problems = [model.InputProblem(where="p:3", field="instance_id", message=hostile)]
+    summary.input_problems = [InputProblem(where="p:3", field="instance_id", message=hostile)]
     suites = ET.fromstring(junit_xml(summary))
     assert (suites.get("tests"), suites.get("failures"), suites.get("errors")) == ("4", "1", "2")
     cases = {c.get("name"): c for c in suites.iter("testcase")}
@@ -383,3 +382,148 @@ def test_evaluate_writes_its_outputs_for_empty_patches_and_bad_lines_without_an_
     preds.write_text("{bad\n")
     assert run_cli([*args, "-q"]) == 2
     assert f"{preds}:1: is not JSON" in capsys.readouterr().err
+
+
+def test_text_that_cannot_name_a_model_or_be_a_patch_is_a_problem_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(
+        '{"instance_id": "a", "model_patch": "\\ud800"}\n'
+        '{"instance_id": "b", "model_name_or_path": "\\ud800", "model_patch": "x"}\n'
+        '{"instance_id": "c", "model_name_or_path": "m\\u001b[2J", "model_patch": "x"}\n'
+        '{"instance_id": "d", "model_name_or_path": 0, "model_patch": "x"}\n'
+    )
+    predictions, problems = read_jsonl(preds, tmp_path / "patches")
+    assert predictions == []
+    assert [(p.field, p.message) for p in problems] == [
+        ("model_patch", "is not valid Unicode text (a lone surrogate)"),
+        ("model_name_or_path", "is not valid Unicode text (a lone surrogate)"),
+        ("model_name_or_path", "holds control or other unprintable characters"),
+        ("model_name_or_path", "must be text of at most 256 characters"),
+    ]
+
+
+def test_odd_names_in_a_patch_directory_are_shown_escaped_and_a_huge_one_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patches = tmp_path / "agent"
+    patches.mkdir()
+    (patches / os.fsdecode(b"a\xff.patch")).write_text("x")
+    (patches / "b\x1b[2J.patch").write_text("x")
+    predictions, problems = read_patch_directory(patches, tmp_path / "kept")
+    assert predictions == []
+    wheres = sorted(Path(p.file or "").name for p in problems)
+    assert wheres == ["a\\udcff.patch", "b\\x1b[2J.patch"], wheres
+    summary = EvaluationSummary(source="s", predictions="p")
+    summary.input_problems = [InputProblem.of(p) for p in problems]
+    summary.to_json()  # serializable: no lone surrogate left
+    ET.fromstring(junit_xml(summary))
+    monkeypatch.setattr(model, "MAX_PREDICTIONS", 3)
+    for index in range(4):
+        (patches / f".hidden-{index}").write_text("x")
+    predictions, problems = read_patch_directory(patches, tmp_path / "kept")
+    assert predictions == [] and "holds more than 3 entries" in problems[0].message
+
+
+def test_a_patch_file_planted_under_its_digest_is_replaced_by_the_patch(tmp_path: Path) -> None:
+    kept = tmp_path / "patches"
+    kept.mkdir()
+    real = b"the agent's patch\n"
+    planted = kept / (hashlib.sha256(real).hexdigest() + ".patch")
+    planted.write_bytes(b"the gold patch!!!\n")  # the same size
+    _, path = model.keep_patch(kept, real)
+    assert path == planted and path.read_bytes() == real
+
+
+def test_the_result_key_holds_grade_s_options(tmp_path: Path) -> None:
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(line(instance_id="a", model_patch="one"))
+    (a,), _ = read_jsonl(preds, tmp_path / "patches")
+    assert result_key("d", a) != result_key("d", a, ("--reward-only",))
+    assert result_key("d", a, ("--reward-only",)) == result_key("d", a, ("--reward-only",))
+
+
+def test_an_unsigned_archive_is_refused_before_any_bundle_of_it_is_unpacked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.batch import evalsources
+
+    archive = _archive(tmp_path, "a-task")
+    with tarfile.open(archive) as source:
+        members = [(m, _read(source, m) if m.isfile() else None) for m in source.getmembers()]
+    unsigned = tmp_path / "unsigned.tar.gz"
+    with tarfile.open(unsigned, "w:gz") as target:
+        for member, original in members:
+            content = original
+            if member.name == "manifest.json":
+                content = json.dumps({**json.loads(content or b""), "signature": None}).encode()
+            if content is None:
+                target.addfile(member)
+            else:
+                member.size = len(content)
+                target.addfile(member, io.BytesIO(content))
+
+    def never(*args: object) -> None:
+        raise AssertionError("a bundle of an unsigned archive was unpacked")
+
+    monkeypatch.setattr(evalsources, "_unpack_bundle", never)
+    out = tmp_path / "out"
+    (out / ".unpack.stale").mkdir(parents=True)  # a killed run's: removed
+    with pytest.raises(UsageError, match="manifest"):
+        gather(unsigned, out, ())
+    assert not (out / ".unpack.stale").exists()
+
+
+def test_links_in_the_evaluation_directory_and_results_of_other_keys_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _accepted(tmp_path, "t-one")
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(line(instance_id="t-one", model_patch=""))
+    out = tmp_path / "out"
+    args = ["evaluate", str(tmp_path / "runs"), "--predictions", str(preds), "-o", str(out)]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out.mkdir(mode=0o700)
+    (out / "results").symlink_to(elsewhere)
+    assert run_cli([*args, "-q"]) == 2
+    assert "a link is refused" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == []
+    (out / "results").unlink()
+    # Signed by another key this host trusts (for bundles): not this runner's result.
+    assert run_cli([*args, "--json", "-q"]) == 0
+    assert json.loads(capsys.readouterr().out)["gradedNow"] == 1
+    other = tmp_path / "other-key"
+    from runner.compile.signing import _create, _signer, public_text
+
+    _create(other)  # another host's key, which this one trusts for bundles
+    monkeypatch.setenv("SELFBENCH_SIGNING_KEY", str(other))
+
+    _signer.cache_clear()
+    try:
+        (kept,) = (out / "results").glob("*.json")
+        document = json.loads(kept.read_text()) | {"status": "resolved", "reward": 1}
+        document.pop("signature")
+        signing.sign_document(document)
+        kept.write_text(json.dumps(document))
+        foreign = public_text(signing.signer().public)
+    finally:
+        monkeypatch.delenv("SELFBENCH_SIGNING_KEY")
+        _signer.cache_clear()
+    monkeypatch.setenv("SELFBENCH_TRUSTED_KEYS", foreign)
+    assert run_cli([*args, "--json", "-q"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["gradedNow"], again["resolved"], again["tasks"]) == (1, 0, 1)
+    assert again["resolvedOfTasks"] == 0.0
+
+
+def test_each_grade_s_run_id_ends_with_a_part_of_its_own() -> None:
+    """Container names end with a run id's last part: a task's predictions graded side by side
+    must not share it."""
+    from runner.batch.evaluation import grade_run_id
+    from runner.cli.common import RUN_ID
+
+    one, two = grade_run_id("e1", "k" * 64, 1), grade_run_id("e1", "k" * 64, 1)
+    assert one.rsplit("-", 1)[-1] != two.rsplit("-", 1)[-1]
+    assert one.startswith("eval-e1-kkkkkkkkkk-1-") and RUN_ID.fullmatch(one)
