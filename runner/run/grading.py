@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import stat
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from runner.compile.bundle import Bundle, is_bundle, load_bundle
 from runner.compile.seal import SealBrokenError, seal_problem, sealed_files
 from runner.model.census import Census, read_census
 from runner.model.evidence import EvidenceSummary, PolicyChange
+from runner.model.harbor import read_task_toml
 from runner.model.layout import MAX_REPORT_BYTES, BundleLayout, RunLayout
 from runner.model.report import GateData, Status
 from runner.model.reward import Reward, VerifierDetails
@@ -88,13 +90,12 @@ class GradeTarget:
     census: Census | None
 
 
-def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
-    """The bundle to grade with: TARGET itself, or the bundle a run directory's report names;
-    one whose files do not match its seal is refused unless `unsealed` (a bundle is files
-    anyone may edit: a test.sh that writes reward 1, a task.toml asking for a million MB)."""
+def target_root(target: Path) -> Path:
+    """The bundle directory TARGET names: itself, or a run directory's own bundle (whatever
+    its report names). Nothing of it is read yet."""
     if is_bundle(target):
-        bundle = load_bundle(target)
-    elif RunLayout(target).report.is_file():
+        return target
+    if RunLayout(target).report.is_file():
         try:
             report = json.loads(read_regular(RunLayout(target).report, limit=MAX_REPORT_BYTES))
         except (ValueError, InvalidTaskError):
@@ -109,12 +110,18 @@ def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
             raise UsageError(
                 "the run's bundle is gone (its report names none that exists)", path=str(target)
             )
-        bundle = load_bundle(named)
-    else:
-        raise UsageError(
-            "is neither a compiled bundle (task.toml) nor a run directory (report.json)",
-            path=str(target),
-        )
+        return named
+    raise UsageError(
+        "is neither a compiled bundle (task.toml) nor a run directory (report.json)",
+        path=str(target),
+    )
+
+
+def resolve_target(target: Path, *, unsealed: bool = False) -> GradeTarget:
+    """The bundle to grade with: TARGET itself, or the bundle a run directory's report names;
+    one whose files do not match its seal is refused unless `unsealed` (a bundle is files
+    anyone may edit: a test.sh that writes reward 1, a task.toml asking for a million MB)."""
+    bundle = load_bundle(target_root(target))
     if not unsealed:
         problem = seal_problem(bundle.root)
         if problem is not None:
@@ -146,6 +153,16 @@ def _sealed_copy(root: Path, out: Path) -> GradeTarget:
     return GradeTarget(bundle=load_bundle(out), census=census)
 
 
+def _copy_or_leave(root: Path, run_dir: Path, *, made: bool) -> GradeTarget:
+    """The sealed copy in the grade's run directory; on a seal that does not hold, nothing of
+    the grade is left (the run directory too, when this grade made it)."""
+    try:
+        return _sealed_copy(root, RunLayout(run_dir).bundle)
+    except UsageError:
+        shutil.rmtree(run_dir if made else RunLayout(run_dir).bundle, ignore_errors=True)
+        raise
+
+
 def read_patch(path: Path) -> bytes:
     try:
         return read_regular(path, limit=MAX_AGENT_PATCH_BYTES)
@@ -170,20 +187,25 @@ def grade(
     from runner.run.rundir import make_run_dir, run_log
 
     started = time.monotonic()
-    resolved = resolve_target(target, unsealed=unsealed)
+    root = target_root(target)
+    # --unsealed grades the bundle in place; else what is graded is a copy of this grade's own,
+    # made by one checked read of the seal (a file swapped at the bundle once its seal was
+    # checked is never graded), and the bundle is read once for it: its task.toml alone names
+    # the run directory.
+    resolved = resolve_target(target, unsealed=True) if unsealed else None
+    task_id = resolved.bundle.task_id if resolved else read_task_toml(root).task_id
     patch = read_patch(patch_path)
-    bundle = resolved.bundle
     run_id = run_id or new_run_id()
-    run_dir = make_run_dir(settings, safe_dir_name(bundle.task_id), f"grade-{run_id}", bundle.root)
-    # What is graded is a copy of this grade's own, made by one checked read of the seal: a
-    # file swapped at the bundle once its seal was checked is never graded.
-    resolved = resolved if unsealed else _sealed_copy(bundle.root, RunLayout(run_dir).bundle)
+    run_dir = make_run_dir(settings, safe_dir_name(task_id), f"grade-{run_id}", root)
+    if resolved is None:
+        resolved = _copy_or_leave(root, run_dir, made=settings.run_dir is None)
+    bundle = resolved.bundle
     report = GradeReport(
         task_id=bundle.task_id,
         verdict="infrastructure_failed",
         detail="not run",
         census="sealed" if resolved.census else "unsealed",
-        bundle=str(bundle.root),
+        bundle=str(root),
         patch=str(patch_path),
         patch_bytes=len(patch),
         reward_only=settings.reward_only,

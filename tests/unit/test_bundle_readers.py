@@ -280,3 +280,33 @@ def test_grade_grades_a_copy_taken_as_sealed(tmp_path: Path) -> None:
     test_sh.write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")  # after the check
     with pytest.raises(UsageError, match=r"does not match its seal: tests/test\.sh changed"):
         _sealed_copy(own, tmp_path / "grade2" / "bundle")
+
+
+def test_grade_reads_a_sealed_bundle_once_and_leaves_nothing_when_its_seal_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """grade read a bundle four times (its seal, its contexts, the copy's seal, the copy's
+    contexts): now the copy alone, checked as it is made, and the copy's contexts. A seal that
+    does not hold leaves no run directory."""
+    from runner.cli.main import run_cli
+    from runner.compile import seal as seal_module
+
+    run, own, made = accepted_run_dir(tmp_path)
+    (run / "report.json").write_text(made.to_json())
+    reads: list[Path] = []
+    real = seal_module.sealed_files
+
+    def counted(root: Path, *args: object, **kwargs: object) -> object:
+        reads.append(root)
+        return real(root, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("runner.run.grading.sealed_files", counted)
+    monkeypatch.setattr("runner.run.grading.seal_problem", None)  # never called when sealed
+    (own / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
+    patch = tmp_path / "agent.patch"
+    patch.write_text("")
+    logs = tmp_path / "logs"
+    assert run_cli(["grade", str(run), "--patch", str(patch), "--logs", str(logs), "-q"]) == 2
+    assert "does not match its seal: tests/test.sh changed" in capsys.readouterr().err
+    assert reads == [own]
+    assert [p.name for p in logs.rglob("*") if p.is_file() or p.name.startswith("grade-")] == []
