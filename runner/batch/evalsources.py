@@ -46,6 +46,7 @@ class EvalTask:
     repository: str
     # What orders the tasks, heaviest first: the verifier's timeout (what one grade may take).
     weight: float
+    run_id: str | None = None  # the run its seal's census names (the accepting verification)
 
 
 def gather(
@@ -117,7 +118,8 @@ def _take(
                 copy_bounded(entry.file, entry.size, copy, f"{root}/{entry.relative}")
             copy.chmod(stat.S_IMODE(entry.mode) & 0o755)
         bundle = load_bundle(staging)
-        sealed_task = json.loads(manifest).get("taskId")
+        document = json.loads(manifest)
+        sealed_task = document.get("taskId")
         if sealed_task != bundle.task_id:
             raise SealBrokenError("its task.toml names another task than its seal", path=str(root))
         if bundle.task_id in tasks:
@@ -144,7 +146,28 @@ def _take(
         difficulty=metadata.difficulty.value,
         repository=metadata.repo,
         weight=float(bundle.config.verifier.timeout_sec),
+        run_id=_census_run(document),
     )
+
+
+def _census_run(document: dict[str, Any]) -> str | None:
+    census = document.get("census")
+    run_id = census.get("runId") if isinstance(census, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def unpack_bundle_archive(archive: Path, task_id: str, root: Path) -> Path:
+    """A bundle's archive as export writes it (`<taskId>/...`) unpacked at `root` by the same
+    rules as an export's (regular files and directories under its task's folder only, each
+    bounded, at most MAX_UNPACKED_BYTES); InvalidTaskError when it breaks one. Its seal is the
+    reader's to check."""
+    root.mkdir(parents=True)
+    try:
+        with archive.open("rb") as stream:
+            _unpack_members(stream, task_id, root)
+    except (OSError, EOFError, tarfile.TarError, zlib.error) as exc:
+        raise InvalidTaskError(f"cannot be unpacked: {str(exc)[:200]}") from None
+    return root
 
 
 def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:

@@ -108,10 +108,24 @@ def evaluate(
             now += 1
         else:
             todo.append(instance)
-    evaluation = Evaluation(options, progress or EvaluateProgress())
+    progress = progress or EvaluateProgress()
+    evaluation = Evaluation(options, progress)
     interrupted = False
     try:
-        evaluation.run(todo)
+        if options.fleet is None:
+            evaluation.run(todo)
+        else:
+            from runner.worker.evalfleet import grade_on_fleet
+
+            grade_on_fleet(
+                options.fleet,
+                todo,
+                out / "results",
+                f"evaluate-{evaluation.evaluation_id}",
+                note=progress.note,
+                finished=progress.finished,
+                results=evaluation.results,
+            )
     except (KeyboardInterrupt, Interrupted):
         interrupted = True
     for result in evaluation.results:

@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from runner.batch.evalresults import (
     Instance,
@@ -92,6 +93,8 @@ class EvaluateOptions:
     env: dict[str, str] = field(default_factory=dict)  # for every grade (trusted keys)
     python: str = sys.executable
     fork: bool | None = None
+    # The fleet instead of engines (runner.worker.evalfleet.FleetGrade): `evaluate --temporal`.
+    fleet: Any = None
 
 
 class Evaluation:

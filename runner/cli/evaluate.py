@@ -3,6 +3,7 @@ evaluation summary out (runner.batch.evaluate)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -10,8 +11,8 @@ from typing import Any
 
 import click
 
-from runner.base.errors import printable
-from runner.cli.common import _build_environment, cli, interrupts
+from runner.base.errors import UsageError, printable
+from runner.cli.common import _build_environment, cli, interrupts, require_extra
 from runner.cli.options import (
     BASE_IMAGE,
     BUILD_NETWORK,
@@ -24,36 +25,8 @@ from runner.cli.options import (
     TOOLCHAIN_SOURCE,
 )
 from runner.cli.output import print_problems
-
-
-def grade_options(
-    *,
-    base_image: str,
-    extra_ca_certs: Path | None,
-    sources: tuple[str, ...],
-    mirrors: tuple[str, ...],
-    build_network: str | None,
-    pids_limit: int,
-    max_log_size: int,
-    storage_limit: str,
-    evidence_checks: str,
-    reward_only: bool,
-) -> tuple[str, ...]:
-    """grade's options for every child, as evaluate checked them."""
-    args = ["--base-image", base_image]
-    if extra_ca_certs is not None:
-        args += ["--extra-ca-certs", str(extra_ca_certs.resolve())]
-    for source in sources:
-        args += ["--toolchain-source", source]
-    for mirror in mirrors:
-        args += ["--toolchain-mirror", mirror]
-    if build_network:
-        args += ["--build-network", build_network]
-    args += ["--pids-limit", str(pids_limit), "--max-log-size", str(max_log_size)]
-    args += ["--storage-limit", storage_limit, "--evidence-checks", evidence_checks]
-    if reward_only:
-        args.append("--reward-only")
-    return tuple(args)
+from runner.cli.worker import STORE, temporal_queue, temporal_tls
+from runner.model.settings import EvidenceChecks, SharedSettings, StorageLimit
 
 
 def _line(text: str) -> None:
@@ -104,6 +77,72 @@ def _said(summary: Any, out: Path, *, as_json: bool, interrupted: bool) -> None:
             "command again to grade them (what has a result is not graded again)",
             err=True,
         )
+
+
+def _local(
+    out: Path,
+    jobs: int,
+    engines: tuple[str, ...],
+    retries: int,
+    keys: tuple[str, ...],
+    settings: SharedSettings,
+    *,
+    reward_only: bool,
+) -> Any:
+    """The options of an evaluation graded here: its engines, grade's options, the keys."""
+    from runner.batch.evaluate import key_environment
+    from runner.batch.evaluation import EvaluateOptions
+    from runner.batch.model import EngineSpec
+    from runner.supervise.job import grade_arguments
+
+    specs = [EngineSpec.parse(e, default_capacity=jobs) for e in engines] or [
+        EngineSpec.from_environment(jobs)
+    ]
+    return EvaluateOptions(
+        out=out.resolve(),
+        engines=specs,
+        jobs=jobs,
+        retries=retries,
+        grade_options=grade_arguments(settings, reward_only=reward_only),
+        env=key_environment(keys),
+    )
+
+
+def _fleet(
+    temporal: dict[str, str],
+    tls: Any,
+    store: str | None,
+    *,
+    engines: bool,
+    concurrency: int,
+    max_attempts: int,
+    evidence_checks: str,
+    reward_only: bool,
+) -> tuple[Any, tuple[str, ...]]:
+    """`--temporal`: the fleet's grading settings, and what each result's key holds of them."""
+    require_extra("fleet", "evaluate --temporal")
+    from runner.artifacts.store import open_store
+    from runner.cli.batch import _check_temporal_options
+    from runner.model.settings import cache_root
+    from runner.worker.evalfleet import FleetGrade, fleet_key_options
+
+    if store is None:
+        raise UsageError(
+            "--temporal grades by reference: give the fleet's --store", field="--store"
+        )
+    _check_temporal_options(temporal["address"], tls, store, engines=engines, budget=None)
+    fleet = FleetGrade(
+        address=temporal["address"],
+        namespace=temporal["namespace"],
+        task_queue=temporal["task_queue"],
+        store=open_store(store, cache=cache_root() / "store"),
+        concurrency=concurrency,
+        max_attempts=max_attempts,
+        evidence_checks=evidence_checks,
+        reward_only=reward_only,
+        tls=tls,
+    )
+    return fleet, fleet_key_options(evidence_checks, reward_only)
 
 
 @cli.command("evaluate")
@@ -169,6 +208,18 @@ def _said(summary: Any, out: Path, *, as_json: bool, interrupted: bool) -> None:
     is_flag=True,
     help="Each grade stops a test run at its first failed test (the evidence covers what ran).",
 )
+@click.option(
+    "--temporal",
+    "temporal_address",
+    metavar="HOST:PORT",
+    help="Grade on the fleet: a selfbench.pool of kind grade on this Temporal frontend, the "
+    "bundles and patches by reference in --store; the workers polling --task-queue grade with "
+    "their own build options (--evidence-checks and --reward-only travel with each "
+    "prediction); --jobs is the pool's concurrency.",
+)
+@temporal_queue
+@temporal_tls
+@STORE
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def evaluate_command(
@@ -189,6 +240,11 @@ def evaluate_command(
     storage_limit: str,
     evidence_checks: str,
     reward_only: bool,
+    temporal_address: str | None,
+    namespace: str,
+    task_queue: str,
+    tls: Any,
+    store: str | None,
     as_json: bool,
     quiet: bool,
 ) -> int:
@@ -211,35 +267,37 @@ def evaluate_command(
       selfbench-runner evaluate export.tar.gz --predictions preds.jsonl -o eval --jobs 2
       selfbench-runner evaluate bundles/ --predictions patches/ -o eval
     """
-    from runner.batch.evaluate import evaluate, key_environment
-    from runner.batch.evaluation import EvaluateOptions
-    from runner.batch.model import EngineSpec
+    from runner.batch.evaluate import evaluate
     from runner.compile import signing
 
     _build_environment(base_image, extra_ca_certs, sources, mirrors, build_network)
     signing.trusted_keys(keys)  # a key that cannot be read stops here (exit 2)
-    specs = [EngineSpec.parse(e, default_capacity=jobs) for e in engines] or [
-        EngineSpec.from_environment(jobs)
-    ]
-    options = EvaluateOptions(
-        out=out.resolve(),
-        engines=specs,
-        jobs=jobs,
-        retries=retries,
-        grade_options=grade_options(
-            base_image=base_image,
-            extra_ca_certs=extra_ca_certs,
-            sources=sources,
-            mirrors=mirrors,
-            build_network=build_network,
-            pids_limit=pids_limit,
-            max_log_size=max_log_size,
-            storage_limit=storage_limit,
+    settings = SharedSettings(
+        base_image=base_image,
+        extra_ca_certs=extra_ca_certs,
+        sources=sources,
+        mirrors=mirrors,
+        build_network=build_network,
+        pids_limit=pids_limit,
+        max_log_size=max_log_size,
+        storage_limit=StorageLimit(storage_limit),
+        evidence_checks=EvidenceChecks(evidence_checks),
+    )
+    options = _local(out, jobs, engines, retries, keys, settings, reward_only=reward_only)
+    if temporal_address is not None:
+        fleet = _fleet(
+            {"address": temporal_address, "namespace": namespace, "task_queue": task_queue},
+            tls,
+            store,
+            engines=bool(engines),
+            concurrency=jobs,
+            max_attempts=retries + 1,
             evidence_checks=evidence_checks,
             reward_only=reward_only,
-        ),
-        env=key_environment(keys),
-    )
+        )
+        options = dataclasses.replace(options, engines=[], fleet=fleet[0], grade_options=fleet[1])
+    elif store is not None or tls is not None:
+        raise UsageError("--store and the --tls-* options go with --temporal", field="--temporal")
     with interrupts():
         outcome = evaluate(source, predictions_path, options, keys=keys, progress=_progress(quiet))
     _said(outcome.summary, options.out, as_json=as_json, interrupted=outcome.interrupted)

@@ -93,6 +93,26 @@ class GradeJob:
 Job = VerifyJob | GradeJob
 
 
+def grade_arguments(settings: SharedSettings, *, reward_only: bool = False) -> tuple[str, ...]:
+    """grade's options for a child, from a supervisor's checked settings (evaluate's, or a
+    worker's own): what builds the images, the limits, and how the evidence is judged."""
+    args = ["--base-image", settings.base_image]
+    if settings.extra_ca_certs is not None:
+        args += ["--extra-ca-certs", str(settings.extra_ca_certs.resolve())]
+    for source in settings.sources:
+        args += ["--toolchain-source", source]
+    for mirror in settings.mirrors:
+        args += ["--toolchain-mirror", mirror]
+    if settings.build_network:
+        args += ["--build-network", settings.build_network]
+    args += ["--pids-limit", str(settings.pids_limit), "--max-log-size", str(settings.max_log_size)]
+    args += ["--storage-limit", settings.storage_limit.value]
+    args += ["--evidence-checks", settings.evidence_checks.value]
+    if reward_only:
+        args.append("--reward-only")
+    return tuple(args)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChildResult:
     """How a verification ended: its exit code, the report it wrote (as the file holds it, and

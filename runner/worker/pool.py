@@ -22,6 +22,7 @@ histories of every registered workflow against the current code).
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -36,11 +37,21 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from runner.model.stages import Gate
 from runner.worker.workflows import VERDICTS, limits_problem, request_problem, single_input
 
 POOL_WORKFLOW = "selfbench.pool"
 TASK_WORKFLOW = "selfbench.task"
 VERIFY_STORED_ACTIVITY = "selfbench.verify-stored"
+# `evaluate --temporal`: a pool of kind "grade" runs one selfbench.grade child per prediction,
+# whose activity grades a patch against a sealed bundle, both blobs in the store.
+GRADE_WORKFLOW = "selfbench.grade"
+GRADE_STORED_ACTIVITY = "selfbench.grade-stored"
+VERIFY_KIND, GRADE_KIND = "verify", Gate.GRADE.value
+POOL_KINDS = (VERIFY_KIND, GRADE_KIND)
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+EVIDENCE_CHECKS = ("all", "canaries", "in-process")
 PAGE_ACTIVITY = "selfbench.pool-page"
 RECORD_ACTIVITY = "selfbench.pool-record"
 MAX_REASON = 300
@@ -112,6 +123,9 @@ class PoolInput:
     cursor: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     pages: list[str] = field(default_factory=list)  # digests of the segments' summaries
+    # What each child does: verify a task (selfbench.task), or grade a patch (selfbench.grade).
+    # A pool started before kinds has none: "verify", its children as they were.
+    kind: str = VERIFY_KIND
 
 
 @dataclass
@@ -137,7 +151,31 @@ def pool_input(raw: Any) -> tuple[PoolInput | None, str | None]:
     known = {k: raw[k] for k in POOL_LIMITS if k in raw}
     if "total" not in known:
         return None, "total (the manifest's length) is missing"
-    return PoolInput(manifest=manifest, counts=counts, pages=pages, **known), None
+    kind = raw.get("kind", VERIFY_KIND)
+    if kind not in POOL_KINDS:
+        return None, f"kind is one of {', '.join(POOL_KINDS)}"
+    return PoolInput(manifest=manifest, counts=counts, pages=pages, kind=kind, **known), None
+
+
+def grade_reference_problem(reference: Any) -> str | None:
+    """Why a grade's reference cannot be scheduled (None when it can): its id, its task, the
+    digests of its bundle and its patch in the store, and how to grade."""
+    if not isinstance(reference, dict):
+        return "is not an object"
+    for name in ("id", "taskId"):
+        if not isinstance(reference.get(name), str) or not _NAME.fullmatch(reference[name]):
+            return f"field `{name}`: [A-Za-z0-9._-], at most 128"
+    for name in ("bundle", "patch"):
+        if not isinstance(reference.get(name), str) or not _DIGEST.fullmatch(reference[name]):
+            return f"field `{name}`: a digest (sha256:<64 hex>) in the store"
+    if not isinstance(reference.get("rewardOnly", False), bool):
+        return "field `rewardOnly`: true or false"
+    if reference.get("evidenceChecks", "all") not in EVIDENCE_CHECKS:
+        return f"field `evidenceChecks`: one of {', '.join(EVIDENCE_CHECKS)}"
+    unknown = set(reference) - {"id", "taskId", "bundle", "patch", "rewardOnly", "evidenceChecks"}
+    if unknown:
+        return f"fields not known: {', '.join(sorted(unknown))[:200]}"
+    return None
 
 
 def summary_of_failure(name: str, error: BaseException) -> dict[str, Any]:
@@ -195,6 +233,42 @@ class TaskWorkflow:
         return summary
 
 
+@workflow.defn(name=GRADE_WORKFLOW)
+class GradeWorkflow:
+    """One prediction of an evaluation: its grade in an activity with its own retries."""
+
+    @workflow.run
+    async def run(self, *given: Any) -> dict[str, Any]:
+        raw = single_input(GRADE_WORKFLOW, given)
+        reference = raw.get("reference") if isinstance(raw, dict) else None
+        problem = grade_reference_problem(reference)
+        name = raw.get("name") if isinstance(raw, dict) else None
+        name = name if isinstance(name, str) else "?"
+        if problem is None and isinstance(raw, dict):
+            problem = limits_problem(raw, POOL_LIMITS)
+        if problem is not None:
+            return {"id": name, "verdict": "invalid", "reason": problem, "errorType": "Input"}
+        assert isinstance(raw, dict)
+        settings = TaskSettings(**{k: raw[k] for k in asdict(TaskSettings()) if k in raw})
+        try:
+            summary: dict[str, Any] = await workflow.execute_activity(
+                GRADE_STORED_ACTIVITY,
+                reference,
+                start_to_close_timeout=timedelta(seconds=settings.verify_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=settings.max_attempts,
+                    non_retryable_error_types=["InvalidRequest", "Cancelled"],
+                ),
+                result_type=dict,
+            )
+        except ActivityError as exc:
+            return summary_of_failure(name, exc)
+        if summary.get("verdict") not in VERDICTS:
+            summary["verdict"] = "infrastructure_failed"
+        return summary
+
+
 @workflow.defn(name=POOL_WORKFLOW)
 class PoolWorkflow:
     def __init__(self) -> None:
@@ -236,7 +310,7 @@ class PoolWorkflow:
             async with bound:
                 try:
                     summary = await workflow.execute_child_workflow(
-                        TASK_WORKFLOW,
+                        TASK_WORKFLOW if pool.kind == VERIFY_KIND else GRADE_WORKFLOW,
                         {"reference": reference, "name": name, **task_settings},
                         id=f"{me}/{name}",
                         parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,

@@ -19,11 +19,13 @@ from typing import Any
 
 from runner.artifacts.cachebound import BoundedBlobs
 from runner.artifacts.store import open_store
-from runner.model.settings import SharedSettings
+from runner.model.settings import SharedSettings, child_environment
 from runner.sidecar.run import open_service
+from runner.supervise.job import grade_arguments
 from runner.worker.activities import MAX_INFRASTRUCTURE_ATTEMPTS, VerifyActivities
 from runner.worker.client import connect
-from runner.worker.pool import PoolWorkflow, TaskWorkflow
+from runner.worker.gradestored import GradeActivities
+from runner.worker.pool import GradeWorkflow, PoolWorkflow, TaskWorkflow
 from runner.worker.stored import StoredActivities
 from runner.worker.workflows import BatchWorkflow
 
@@ -73,9 +75,16 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
     activities = VerifyActivities(
         service, max_infrastructure_attempts=options.max_infrastructure_attempts
     )
-    stored = None
+    stored = grades = None
     if artifacts is not None:
         stored = StoredActivities(activities, artifacts, keep_runs=options.keep_runs, blobs=blobs)
+        # evaluate's predictions, graded with this worker's own build options.
+        grades = GradeActivities(
+            artifacts,
+            options.state_dir / "grades",
+            grade_arguments(options.verify_settings),
+            env=child_environment(),
+        )
         # A fix whose green verification ran on another worker: its published run is the
         # reference, never the request's own copy.
         service.green_elsewhere = stored.green
@@ -107,8 +116,10 @@ def run_worker(options: WorkerOptions, *, announce: Callable[[str], None]) -> in
             announce(f"metrics: http://{host}:{metrics_server.server_port}/metrics")
 
     try:
-        asyncio.run(_poll(options, activities, stored, announce, start))
+        asyncio.run(_poll(options, activities, stored, grades, announce, start))
     finally:
+        if grades is not None:
+            grades.close()
         if started:
             # The Temporal worker already gave running activities the grace period: what is
             # still running was handed back, so the service only interrupts it (its containers
@@ -129,6 +140,7 @@ async def _poll(
     options: WorkerOptions,
     activities: VerifyActivities,
     stored: StoredActivities | None,
+    grades: GradeActivities | None,
     announce: Callable[[str], None],
     start: Callable[[], None],
 ) -> None:
@@ -139,10 +151,11 @@ async def _poll(
     worker = Worker(
         client,
         task_queue=options.task_queue,
-        workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow],
+        workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow, GradeWorkflow],
         activities=[
             activities.verify,
             *([stored.verify_stored, stored.page, stored.record] if stored else []),
+            *([grades.grade_stored] if grades else []),
         ],
         max_concurrent_activities=options.jobs,
         graceful_shutdown_timeout=timedelta(seconds=options.grace_seconds),

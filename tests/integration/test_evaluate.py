@@ -251,3 +251,88 @@ def test_an_agent_s_run_is_evaluated_interrupted_and_resumed(
     for name in EXPECTED:
         assert f'data-value="{name}"' in dom, name
     assert "no-such-task" in dom and (tmp_path / "eval.png").stat().st_size > 10_000
+
+
+def test_an_evaluation_is_graded_by_the_fleet_and_its_histories_replay(
+    tmp_path: Path, verify_options: list[str]
+) -> None:
+    """`evaluate --temporal --store`: a real Temporal server, a worker process with a key of
+    its own that trusts this host's seals, a shared-directory store. The predictions are graded
+    on the worker; each result names its run in the store; a second run grades nothing; the
+    pool's and the grade's histories replay on the current workflow code."""
+    import asyncio
+    import os
+    import uuid
+
+    from tests.integration.test_batch import example_copy
+    from tests.integration.test_fleet import HISTORIES, _fleet_key, _histories, _replay
+    from tests.temporal import start_worker, stop_worker, temporal_server
+
+    task = example_copy(tmp_path, "fleet-task")
+    run = run_verify(task, verify_options, tmp_path / "run", *FAST)
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    task_id = run.report["taskId"]
+    host_key = run_cli("key")
+    assert host_key.returncode == 0, host_key.stderr
+    fleet_key, _ = _fleet_key(tmp_path)
+    preds = tmp_path / "preds.jsonl"
+    unrelated = "--- /dev/null\n+++ b/NOTES\n@@ -0,0 +1 @@\n+a note, not a fix\n"
+    preds.write_text(
+        "".join(
+            json.dumps({"instance_id": task_id, "model_name_or_path": model, "model_patch": patch})
+            + "\n"
+            for model, patch in (
+                ("gold", (ROOT / "examples" / "bash-calc" / "gold.patch").read_text()),
+                ("unrelated", unrelated),
+                ("nothing", ""),
+            )
+        )
+    )
+    out = tmp_path / "eval"
+    store = f"file://{tmp_path / 'store'}"
+    queue = f"evaluate-{uuid.uuid4().hex[:8]}"
+    command = ["evaluate", str(run.run_dir), "--predictions", str(preds), "-o", str(out)]
+    fleet = ["--temporal", "", "--task-queue", queue, "--store", store, "--jobs", "2"]
+    with temporal_server(tmp_path / "temporal") as server:
+        fleet[1] = server
+        worker = start_worker(
+            server,
+            tmp_path / "worker",
+            queue,
+            [*verify_options, "--store", store],
+            env={
+                **os.environ,
+                "SELFBENCH_CACHE_DIR": str(tmp_path / "worker-cache"),
+                "SELFBENCH_SIGNING_KEY": str(fleet_key),
+                "SELFBENCH_TRUSTED_KEYS": host_key.stdout.strip(),
+            },
+        )
+        try:
+            done = run_cli(*command, *fleet, "--json", "-q", timeout=900)
+        finally:
+            stop_worker(worker)
+        assert done.returncode == 0, done.stderr[-3000:] + worker.text()[-3000:]
+        summary = json.loads(done.stdout)
+        workflow_id = f"evaluate-{summary['evaluationId']}"
+        histories = asyncio.run(_histories(server, workflow_id))
+    statuses = {row["model"]: row["status"] for row in summary["rows"]}
+    assert statuses == {"gold": "resolved", "unrelated": "unresolved", "nothing": "empty-patch"}
+    for row in summary["rows"]:
+        result = json.loads((out / row["result"]).read_text())
+        if row["status"] != "empty-patch":
+            assert result["runDir"].startswith(f"{store}/runs/"), result["runDir"]
+            assert result["evidence"]["mode"] == "exit-code", result["evidence"]
+    assert summary["gradeOptions"] == ["fleet", "--evidence-checks", "all"]
+    # Everything has its result: a second run grades nothing (no worker, no Temporal needed).
+    again = run_cli(*command, *fleet, "--json", "-q")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["gradedNow"] == 0
+
+    kinds = sorted(kind for kind, _, _ in histories)
+    assert kinds == ["selfbench.grade", "selfbench.grade", "selfbench.pool"], kinds
+    asyncio.run(_replay(histories))
+    if os.environ.get("UPDATE_HISTORIES"):
+        for kind in ("selfbench.pool", "selfbench.grade"):
+            _, found_id, text = next(h for h in histories if h[0] == kind)
+            label = "selfbench.pool-grade" if kind == "selfbench.pool" else kind
+            (HISTORIES / f"{label}--{found_id.replace('/', '--')}.json").write_text(text)

@@ -218,10 +218,10 @@ async def _replay(histories: list[tuple[str, str, str]]) -> None:
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
-    from runner.worker.pool import PoolWorkflow, TaskWorkflow
+    from runner.worker.pool import GradeWorkflow, PoolWorkflow, TaskWorkflow
     from runner.worker.workflows import BatchWorkflow
 
-    replayer = Replayer(workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow])
+    replayer = Replayer(workflows=[BatchWorkflow, PoolWorkflow, TaskWorkflow, GradeWorkflow])
     for _, workflow_id, text in histories:
         await replayer.replay_workflow(WorkflowHistory.from_json(workflow_id, text))
 

@@ -527,3 +527,33 @@ def test_each_grade_s_run_id_ends_with_a_part_of_its_own() -> None:
     one, two = grade_run_id("e1", "k" * 64, 1), grade_run_id("e1", "k" * 64, 1)
     assert one.rsplit("-", 1)[-1] != two.rsplit("-", 1)[-1]
     assert one.startswith("eval-e1-kkkkkkkkkk-1-") and RUN_ID.fullmatch(one)
+
+
+def test_a_grade_pool_and_its_references_are_checked_before_anything_runs() -> None:
+    """The fleet's side (runner.worker.pool): a pool of kind "grade" runs selfbench.grade
+    children; a pool with no kind is a verify pool (one started before kinds replays as it
+    ran); a grade's reference must name its task and two digests, and how to judge."""
+    from runner.worker.pool import grade_reference_problem, pool_input
+
+    digest = "sha256:" + "a" * 64
+    base = {"manifest": digest, "total": 2}
+    assert pool_input(base)[0].kind == "verify"  # type: ignore[union-attr]
+    assert pool_input({**base, "kind": "grade"})[0].kind == "grade"  # type: ignore[union-attr]
+    assert pool_input({**base, "kind": "shell"}) == (None, "kind is one of verify, grade")
+    good = {"id": "k" * 64, "taskId": "t-1", "bundle": digest, "patch": digest}
+    assert grade_reference_problem(good) is None
+    assert (
+        grade_reference_problem({**good, "rewardOnly": True, "evidenceChecks": "canaries"}) is None
+    )
+    for bad, words in (
+        ("x", "is not an object"),
+        ({**good, "id": "../x"}, "field `id`"),
+        ({**good, "taskId": None}, "field `taskId`"),
+        ({**good, "bundle": "md5:0"}, "field `bundle`"),
+        ({**good, "patch": "/etc/passwd"}, "field `patch`"),
+        ({**good, "rewardOnly": "yes"}, "field `rewardOnly`"),
+        ({**good, "evidenceChecks": "none"}, "field `evidenceChecks`"),
+        ({**good, "options": ["--unsealed"]}, "fields not known: options"),
+    ):
+        problem = grade_reference_problem(bad)
+        assert problem is not None and words in problem, (bad, problem)
