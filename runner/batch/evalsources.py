@@ -22,16 +22,22 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, Any, BinaryIO, NamedTuple, cast
 
 from runner.base.errors import InvalidTaskError, Problem, RunnerError, UsageError
 from runner.base.safeio import file_sha256
 from runner.base.treeread import copy_bounded
+from runner.base.validation import check_task_id
 from runner.compile.bundle import is_bundle, load_bundle
 from runner.compile.seal import SealBrokenError, sealed_files
 from runner.model.layout import MANIFEST_FILE, RunLayout
 from runner.present.export import MANIFEST
-from runner.present.exportcheck import MAX_MEMBERS, member_problem, read_manifest
+from runner.present.exportcheck import (
+    MAX_MEMBERS,
+    BoundedHeaders,
+    member_problem,
+    read_manifest,
+)
 
 # What one bundle may unpack to: four of its largest files (the snapshot is the large one).
 MAX_UNPACKED_BYTES = 16 * 1024**3
@@ -49,9 +55,13 @@ class EvalTask:
     run_id: str | None = None  # the run its seal's census names (the accepting verification)
 
 
-def gather(
-    source: Path, out: Path, keys: tuple[str, ...]
-) -> tuple[dict[str, EvalTask], list[Problem]]:
+class Sources(NamedTuple):
+    tasks: dict[str, EvalTask]  # by task id
+    problems: list[Problem]
+    refused: int  # tasks of the source that were not taken (a score counts them unresolved)
+
+
+def gather(source: Path, out: Path, keys: tuple[str, ...]) -> Sources:
     """Every task of `source` taken into <out>/bundles, and a problem for each that could not
     be. UsageError when `source` is none of what evaluate takes, or an archive whose manifest
     fails its check."""
@@ -68,7 +78,7 @@ def gather(
         finally:
             for root, _ in staged.values():
                 shutil.rmtree(root.parent, ignore_errors=True)
-        return tasks, problems
+        return Sources(tasks, problems, len(problems))
     if not source.is_dir():
         raise UsageError(
             "is neither an export archive nor a directory of bundles or run directories",
@@ -82,15 +92,17 @@ def gather(
             (p for p in source.iterdir() if not p.name.startswith(".") and p.is_dir()),
             key=lambda p: p.name,
         )
+    strays = 0
     for candidate in candidates:
         root = candidate if is_bundle(candidate) else RunLayout(candidate).bundle
         if not is_bundle(candidate) and not RunLayout(candidate).report.is_file():
             problems.append(
                 Problem(file=str(candidate), field=None, message="is neither a bundle nor a run")
             )
+            strays += 1
             continue
         _take(root, bundles, keys, tasks, problems)
-    return tasks, problems
+    return Sources(tasks, problems, len(problems) - strays)
 
 
 def _take(
@@ -161,6 +173,8 @@ def unpack_bundle_archive(archive: Path, task_id: str, root: Path) -> Path:
     rules as an export's (regular files and directories under its task's folder only, each
     bounded, at most MAX_UNPACKED_BYTES); InvalidTaskError when it breaks one. Its seal is the
     reader's to check."""
+    if check_task_id(task_id) is not None:
+        raise InvalidTaskError("names no task id (its folder in the archive)")
     root.mkdir(parents=True)
     try:
         with archive.open("rb") as stream:
@@ -187,7 +201,7 @@ def _archive_manifest(archive: Path, keys: tuple[str, ...]) -> dict[str, Any]:
     in a first pass that writes nothing, so no byte of an archive no trusted key signed is
     unpacked."""
     manifest = None
-    with tarfile.open(archive, mode="r|gz") as tar:
+    with tarfile.open(archive, mode="r|gz", tarinfo=BoundedHeaders) as tar:
         for member in _members(tar):
             if member.name == MANIFEST and member.isfile():
                 handle = tar.extractfile(member)
@@ -211,7 +225,7 @@ def _unpack_archive(
         manifest = _archive_manifest(archive, keys)
         listed = {task["file"]: task for task in manifest["tasks"]}
         seen: set[str] = set()
-        with tarfile.open(archive, mode="r|gz") as tar:
+        with tarfile.open(archive, mode="r|gz", tarinfo=BoundedHeaders) as tar:
             for member in _members(tar):
                 name = member.name
                 if member.isdir() or name == MANIFEST:
@@ -294,7 +308,7 @@ def remove_stale(out: Path) -> None:
 
 def _unpack_members(stream: IO[bytes], prefix: str, root: Path) -> None:
     total = 0
-    with tarfile.open(fileobj=stream, mode="r|gz") as inner:
+    with tarfile.open(fileobj=stream, mode="r|gz", tarinfo=BoundedHeaders) as inner:
         for count, member in enumerate(inner, start=1):
             if count > MAX_MEMBERS:
                 raise InvalidTaskError(f"holds more than {MAX_MEMBERS} entries")

@@ -89,11 +89,12 @@ def evaluate(
         private_dir(directory)
         _own_directory(directory)
     predictions, problems = read_predictions(predictions_path, out / "patches")
-    tasks, refused = gather(source, out, keys)
+    sources = gather(source, out, keys)
+    tasks = sources.tasks
     found = instances(predictions, tasks, problems, options.grade_options)
     # The bundles' problems first (a prediction of a refused one says "see above"), then the
     # predictions' in the order of their lines.
-    problems = refused + sorted(problems, key=_line_order)
+    problems = sources.problems + sorted(problems, key=_line_order)
     results: dict[tuple[str, str], InstanceResult] = {}
     todo: list[Instance] = []
     now = 0
@@ -136,9 +137,10 @@ def evaluate(
         predictions=str(predictions_path),
         input_problems=[InputProblem.of(p) for p in problems],
     )
-    summary.tasks = len(tasks)
+    summary.tasks = len(tasks) + sources.refused
+    models = {prediction.model for prediction in predictions}
     summary.grade_options = list(options.grade_options)
-    summarize(summary, list(results.values()), not_graded=len(found) - len(results))
+    summarize(summary, list(results.values()), not_graded=len(found) - len(results), models=models)
     summary.graded_now = now + len(evaluation.results)
     summary.seconds = round(time.monotonic() - started, 3)
     write_outputs(out, summary, results)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.base.safeio import private_dir
 from runner.batch.evalresults import (
     Instance,
     grade_files,
@@ -175,14 +176,18 @@ class Evaluation:
         run_dir = (
             self.options.out / "runs" / f"{instance.prediction.instance_id}-{instance.key[:12]}"
         )
-        shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted grade's: it left no result
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        # An interrupted grade's leftovers (it left no result): removed, a link as a link (never
+        # followed: the grade would write wherever it points), then made afresh.
+        stderr = run_dir.with_name(run_dir.name + ".stderr.log")
+        for path in (run_dir, stderr):
+            _remove(path)
+        private_dir(run_dir, exist_ok=False)
         job = GradeJob(
             target=instance.task.bundle,
             patch=instance.prediction.patch,
             run_dir=run_dir,
             run_id=grade_run_id(self.evaluation_id, instance.key, attempt),
-            stderr=run_dir.with_name(run_dir.name + ".stderr.log"),
+            stderr=stderr,
             options=self.options.grade_options,
             env=engine.env,
         )
@@ -243,6 +248,14 @@ class Evaluation:
             if entry.child.wait(60) is None:
                 entry.child.send_signal(signal.SIGKILL)
                 entry.child.wait(10)
+
+
+def _remove(path: Path) -> None:
+    """Whatever is at `path`: a directory's tree, or the file or link itself."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
 
 
 def _no_report(entry: _Running, code: int) -> str:

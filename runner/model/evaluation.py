@@ -5,6 +5,7 @@ The input is read by runner.model.evalinput."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -147,7 +148,11 @@ def _tally(groups: dict[str, Tally], name: str, resolved: bool) -> None:
 
 
 def summarize(
-    summary: EvaluationSummary, results: list[InstanceResult], *, not_graded: int
+    summary: EvaluationSummary,
+    results: list[InstanceResult],
+    *,
+    not_graded: int,
+    models: Collection[str] = (),
 ) -> EvaluationSummary:
     """`summary` (its source, predictions, problems already set) counted from `results`, in
     instance order."""
@@ -184,6 +189,7 @@ def summarize(
         round(summary.resolved / summary.instances, 4) if summary.instances else 0.0
     )
     if summary.tasks:
-        models = max(1, len({r.model for r in results}))
-        summary.resolved_of_tasks = round(summary.resolved / (summary.tasks * models), 4)
+        # Every model that predicted: one whose predictions all failed to grade is still one.
+        count = max(1, len({r.model for r in results} | set(models)))
+        summary.resolved_of_tasks = round(summary.resolved / (summary.tasks * count), 4)
     return summary

@@ -30,6 +30,28 @@ MAX_MEMBERS = 100_000
 _CHUNK = 1024 * 1024
 
 
+# A header tarfile reads whole before any member's rule applies: a GNU long name or a pax
+# header. Real ones are a few hundred bytes; a 9 MB archive's 2 GiB long name cost 4 GB.
+MAX_HEADER_BYTES = 1024 * 1024
+
+
+class BoundedHeaders(tarfile.TarInfo):
+    """tarfile's headers, but a long-name or pax header over MAX_HEADER_BYTES is refused
+    before it is read (`tarfile.open(..., tarinfo=BoundedHeaders)`)."""
+
+    def _proc_gnulong(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.size > MAX_HEADER_BYTES:
+            raise tarfile.HeaderError(f"a long-name header of {self.size} bytes")
+        found: tarfile.TarInfo = super()._proc_gnulong(tar)  # type: ignore[misc]
+        return found
+
+    def _proc_pax(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        if self.size > MAX_HEADER_BYTES:
+            raise tarfile.HeaderError(f"a pax header of {self.size} bytes")
+        found: tarfile.TarInfo = super()._proc_pax(tar)  # type: ignore[misc]
+        return found
+
+
 def member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
     name = member.name
     parts = name.split("/")
@@ -39,8 +61,8 @@ def member_problem(member: tarfile.TarInfo, prefix: str = "") -> str | None:
         return f"{name[:200]!r} is outside {prefix}/"
     if not (member.isfile() or member.isdir()):
         return f"{name[:200]!r} is a link or a special file"
-    if member.size > MAX_MEMBER_BYTES:
-        return f"{name[:200]!r} is larger than 4 GiB"
+    if member.size > MAX_MEMBER_BYTES or member.size < 0:
+        return f"{name[:200]!r} is larger than 4 GiB, or of a negative size"
     return None
 
 
@@ -53,7 +75,7 @@ def _check_bundle(
     count = 0
     files: dict[str, str] = {}
     sealed: bytes | None = None
-    with tarfile.open(fileobj=stream, mode="r|gz") as inner:
+    with tarfile.open(fileobj=stream, mode="r|gz", tarinfo=BoundedHeaders) as inner:
         for member in inner:
             count += 1
             if count > MAX_MEMBERS:
@@ -107,7 +129,7 @@ def _check(archive: Path, trusted: dict[str, Any]) -> dict[str, Any]:
     ids: dict[str, str] = {}  # file -> task id, once the manifest is read
     runs: dict[str, object] = {}  # file -> the run id the listing names
     count = 0
-    with tarfile.open(archive, mode="r|gz") as tar:
+    with tarfile.open(archive, mode="r|gz", tarinfo=BoundedHeaders) as tar:
         for member in tar:
             count += 1
             if count > MAX_MEMBERS:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from runner.artifacts.store import ArtifactStore, StoreError
-from runner.base.errors import InfrastructureError, Interrupted
+from runner.base.errors import InfrastructureError, Interrupted, RunnerError
 from runner.batch.evalresults import Instance, graded_result, result_of, write_result
 from runner.model.evaluation import InstanceResult
 from runner.present.export import Accepted, write_bundle_archive
@@ -118,19 +118,47 @@ def grade_on_fleet(
         instance = by_key.pop(str(summary.get("id")), None) if isinstance(summary, dict) else None
         if instance is None:
             return
-        result = _result(options.store, instance, summary)
+        result = _result(options.store, instance, summary, options)
         write_result(results_dir, result)
         results.append(result)
         finished(result, total - len(by_key), total)
 
     done = asyncio.run(_drive(options, pool, workflow_id, take, note))
     for digest in done.pages:
-        page = options.store.get_json(digest, limit=MAX_PAGE_BYTES)
+        try:
+            page = options.store.get_json(digest, limit=MAX_PAGE_BYTES)
+        except (StoreError, ValueError, RecursionError, RunnerError) as exc:
+            note(f"a page of the pool's summaries ({digest}) is not readable: {exc}")
+            continue
         for summary in page if isinstance(page, list) else []:
             take(summary)
 
 
-def _result(store: ArtifactStore, instance: Instance, summary: dict[str, Any]) -> InstanceResult:
+def _not_this(
+    store: ArtifactStore, instance: Instance, report: GradeReport, run: str, options: FleetGrade
+) -> str | None:
+    """Why a grade read back from the fleet is not this prediction's, or contradicts itself
+    (None when it is its own): a confused worker, or a store that holds another grade."""
+    prediction = instance.prediction
+    if report.task_id != instance.task.task_id:
+        return f"is of task {report.task_id}"
+    if Path(report.patch or "").name != prediction.patch_sha256:
+        return "is of another patch"
+    if report.patch_bytes != prediction.patch_bytes:
+        return "is of a patch of another size"
+    if run != store.url.run_address(instance.key):
+        return "names another run"
+    if report.census != "sealed" or report.reward_only != options.reward_only:
+        return "was not graded as asked (sealed census, --reward-only as given)"
+    reward = report.reward.reward if report.reward is not None else None
+    if (report.verdict == "rewarded") != (reward == 1):
+        return f"says {report.verdict} with reward {reward}"
+    return None
+
+
+def _result(
+    store: ArtifactStore, instance: Instance, summary: dict[str, Any], options: FleetGrade
+) -> InstanceResult:
     """A prediction's result from its grade's summary: its grade.json read back by digest."""
     run = str(summary.get("run") or "")
     digest = summary.get("gradeReport")
@@ -139,8 +167,12 @@ def _result(store: ArtifactStore, instance: Instance, summary: dict[str, Any]) -
         return result_of(instance, status="error", detail=f"the fleet: {reason}", run_dir=run)
     try:
         report = GradeReport.model_validate(store.get_json(digest, limit=MAX_GRADE_BYTES))
-    except (StoreError, ValidationError, ValueError) as exc:
+    except (StoreError, ValidationError, ValueError, RecursionError, RunnerError) as exc:
         detail = f"its grade.json ({digest}) is not readable: {str(exc)[:200]}"
+        return result_of(instance, status="error", detail=detail, run_dir=run)
+    problem = _not_this(store, instance, report, run, options)
+    if problem is not None:
+        detail = f"the fleet's grade ({digest}) {problem}: not taken"
         return result_of(instance, status="error", detail=detail, run_dir=run)
     result = graded_result(instance, report, run, [])
     result.logs = []  # they are in the run's archive in the store (`logs <run>`)

@@ -140,13 +140,21 @@ def pool_input(raw: Any) -> tuple[PoolInput | None, str | None]:
     if not isinstance(raw, dict):
         return None, "the input is not an object"
     manifest = raw.get("manifest")
-    if not isinstance(manifest, str) or not manifest.startswith("sha256:"):
-        return None, "manifest is not a digest (sha256:<hex>)"
+    if not isinstance(manifest, str) or not _DIGEST.fullmatch(manifest):
+        return None, "manifest is not a digest (sha256:<64 hex>)"
     problem = limits_problem(raw, POOL_LIMITS)
     if problem is not None:
         return None, problem
     counts, pages = raw.get("counts", {}), raw.get("pages", [])
-    if not isinstance(counts, dict) or not isinstance(pages, list):
+    # What a continuation carries: counts by verdict, the pages' digests (a pool that took
+    # anything else would fail only after every child ran, and be retried without end).
+    well_formed = (
+        isinstance(counts, dict)
+        and all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in counts.items())
+        and isinstance(pages, list)
+        and all(isinstance(d, str) and _DIGEST.fullmatch(d) for d in pages)
+    )
+    if not well_formed:
         return None, "counts or pages is malformed"
     known = {k: raw[k] for k in POOL_LIMITS if k in raw}
     if "total" not in known:

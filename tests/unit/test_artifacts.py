@@ -249,15 +249,25 @@ def test_a_pool_input_that_cannot_run_says_why(raw: Any, words: str) -> None:
 def test_a_pool_input_carries_its_cursor_counts_and_pages() -> None:
     from runner.worker.pool import pool_input
 
-    raw = {"manifest": "sha256:" + "1" * 64, "total": 1000, "cursor": 250, "pages": ["p"]}
+    page = "sha256:" + "2" * 64
+    raw = {"manifest": "sha256:" + "1" * 64, "total": 1000, "cursor": 250, "pages": [page]}
     pool, problem = pool_input({**raw, "counts": {"accepted": 250}, "concurrency": 8})
     assert problem is None and pool is not None
     assert (pool.cursor, pool.pages, pool.counts["accepted"], pool.concurrency) == (
         250,
-        ["p"],
+        [page],
         250,
         8,
     )
+    # What would fail only after every child ran (and be retried without end) is refused.
+    for bad in (
+        {"counts": {"accepted": "x"}},
+        {"counts": {"accepted": True}},
+        {"pages": [1, None]},
+        {"pages": ["sha256:../../x"]},
+        {"manifest": "sha256:../../x"},
+    ):
+        assert pool_input({**raw, **bad})[0] is None, bad
 
 
 def test_a_worker_s_published_run_leaves_its_disk_and_a_retry_reads_the_store(

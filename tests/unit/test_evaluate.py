@@ -138,7 +138,8 @@ def test_a_directory_of_runs_gives_each_sealed_bundle_and_refuses_a_changed_one(
     (bad / "bundle" / "instruction.md").write_text("changed after the seal\n")
     (tmp_path / "runs" / "stray").mkdir()
     out = tmp_path / "out"
-    tasks, problems = gather(tmp_path / "runs", out, ())
+    tasks, problems, refused = gather(tmp_path / "runs", out, ())
+    assert refused == 1  # the changed bundle is a task not taken; the stray directory is none
     assert list(tasks) == ["good-task"]
     task = tasks["good-task"]
     assert task.bundle == out / "bundles" / "good-task"
@@ -168,7 +169,8 @@ def test_an_export_archive_is_unpacked_and_each_bundle_taken_through_its_seal(
     tmp_path: Path,
 ) -> None:
     archive = _archive(tmp_path, "a-task", "b-task")
-    tasks, problems = gather(archive, tmp_path / "out", ())
+    tasks, problems, refused = gather(archive, tmp_path / "out", ())
+    assert refused == 0
     assert (sorted(tasks), problems) == (["a-task", "b-task"], [])
     assert (tasks["a-task"].bundle / "task.toml").is_file()
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["bundles"]
@@ -217,7 +219,8 @@ def test_an_archive_bundle_that_breaks_a_rule_is_a_problem_and_the_others_are_ta
             else:
                 member.size = len(content)
                 target.addfile(member, io.BytesIO(content))
-    tasks, problems = gather(hostile, tmp_path / "out", ())
+    tasks, problems, refused = gather(hostile, tmp_path / "out", ())
+    assert refused == 1
     assert list(tasks) == ["a-task"]
     messages = [p.message for p in problems]
     assert any("cannot be unpacked" in m and "escaping" in m for m in messages), messages
@@ -557,3 +560,85 @@ def test_a_grade_pool_and_its_references_are_checked_before_anything_runs() -> N
     ):
         problem = grade_reference_problem(bad)
         assert problem is not None and words in problem, (bad, problem)
+
+
+def test_the_score_counts_refused_tasks_and_every_model_that_predicted() -> None:
+    results = [_result("a", "resolved", reward=1)]
+    summary = EvaluationSummary(source="s", predictions="p", tasks=2)
+    summarize(summary, results, not_graded=0, models={"m", "other"})
+    assert summary.resolved_of_tasks == 0.25  # 1 of 2 tasks, for each of 2 models
+
+
+def test_a_huge_archive_header_is_refused_before_it_is_read_and_an_empty_prefix_too(
+    tmp_path: Path,
+) -> None:
+    from runner.base.errors import InvalidTaskError
+    from runner.batch.evalsources import unpack_bundle_archive
+
+    archive = tmp_path / "long.tar.gz"
+    with tarfile.open(archive, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("x" * (2 * 1024 * 1024))  # a GNU long-name header of 2 MiB
+        tar.addfile(info, io.BytesIO(b""))
+    with pytest.raises(UsageError, match="a long-name header of"):
+        gather(archive, tmp_path / "out", ())
+    with pytest.raises(InvalidTaskError, match="long-name header"):
+        unpack_bundle_archive(archive, "t", tmp_path / "unpacked")
+    with pytest.raises(InvalidTaskError, match="no task id"):
+        unpack_bundle_archive(archive, "", tmp_path / "unpacked-2")
+
+
+def test_a_grade_read_back_from_the_fleet_must_be_this_prediction_s(tmp_path: Path) -> None:
+    """A confused worker, or a store holding another grade: a grade of another patch, another
+    run, or one that says rewarded with reward 0 becomes an error, never a resolved result;
+    a grade.json nested past the parser's depth too."""
+    from runner.artifacts.store import open_store
+    from runner.batch.evalsources import EvalTask
+    from runner.worker.evalfleet import FleetGrade, _result
+
+    store = open_store(f"file://{tmp_path / 'store'}", cache=tmp_path / "cache")
+    preds = tmp_path / "p.jsonl"
+    preds.write_text(line(instance_id="t", model_name_or_path="m", model_patch="diff\n"))
+    (prediction,), _ = read_jsonl(preds, tmp_path / "patches")
+    task = EvalTask(
+        task_id="t", bundle=tmp_path, digest="d", difficulty="easy", repository="r", weight=1.0
+    )
+    instance = Instance(prediction=prediction, task=task, key="k" * 64)
+    options = FleetGrade(
+        address="x:1", namespace="n", task_queue="q", store=store, concurrency=1, max_attempts=1
+    )
+    reward = {
+        "reward": 1,
+        "patch_applied": 1,
+        "fail_to_pass": 1,
+        "pass_to_pass": 1,
+        "deterministic": 1,
+        "setup_completed": 1,
+    }
+    own = {
+        "taskId": "t",
+        "verdict": "rewarded",
+        "detail": "reward 1",
+        "reward": reward,
+        "census": "sealed",
+        "patch": f"/w/cache/blobs/{prediction.patch_sha256}",
+        "patchBytes": prediction.patch_bytes,
+        "runId": "r",
+    }
+    run = store.url.run_address("k" * 64)
+
+    def graded(document: object, where: str = run) -> str:
+        digest = store.put_json(document)
+        return _result(store, instance, {"gradeReport": digest, "run": where}, options).status
+
+    assert graded(own) == "resolved"
+    assert graded({**own, "patch": "/w/cache/blobs/" + "0" * 64}) == "error"
+    assert graded({**own, "patchBytes": 1}) == "error"
+    assert graded({**own, "taskId": "other"}) == "error"
+    assert graded(own, where="../../../../etc/passwd") == "error"
+    assert graded({**own, "reward": {**reward, "reward": 0}}) == "error"
+    assert graded({**own, "rewardOnly": True}) == "error"
+    assert graded({**own, "census": "unsealed"}) == "error"
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    digest = store.put_file(deep)
+    assert _result(store, instance, {"gradeReport": digest, "run": run}, options).status == "error"
