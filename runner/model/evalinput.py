@@ -71,6 +71,20 @@ def keep_patch(patches: Path, data: bytes) -> tuple[str, Path]:
     return digest, path
 
 
+def _kept(instance: str, model: str, data: bytes, patches: Path, where: str) -> Prediction:
+    """A prediction whose patch is kept by its digest under `patches`."""
+    digest, path = keep_patch(patches, data)
+    return Prediction(
+        instance_id=instance,
+        model=model,
+        patch_sha256=digest,
+        patch_bytes=len(data),
+        patch=path,
+        where=where,
+        empty=not data.strip(),
+    )
+
+
 def _problem(where: str, field: str | None, message: str) -> Problem:
     # A file's name may hold bytes that are not UTF-8, or control characters: shown escaped.
     return Problem(file=printable(where), field=field, message=message)
@@ -111,16 +125,7 @@ def _prediction(document: object, where: str, patches: Path) -> Prediction | Pro
         return _problem(where, "model_patch", "is not valid Unicode text (a lone surrogate)")
     if len(data) > MAX_AGENT_PATCH_BYTES:
         return _problem(where, "model_patch", f"is larger than {size_words(MAX_AGENT_PATCH_BYTES)}")
-    digest, path = keep_patch(patches, data)
-    return Prediction(
-        instance_id=instance,
-        model=model,
-        patch_sha256=digest,
-        patch_bytes=len(data),
-        patch=path,
-        where=where,
-        empty=not data.strip(),
-    )
+    return _kept(instance, model, data, patches, where)
 
 
 def _lines(handle: IO[bytes]) -> Iterator[bytes | None]:
@@ -198,18 +203,7 @@ def read_patch_directory(path: Path, patches: Path) -> tuple[list[Prediction], l
         except InvalidTaskError as exc:
             problems.append(_problem(where, None, exc.message))
             continue
-        digest, kept = keep_patch(patches, data)
-        predictions.append(
-            Prediction(
-                instance_id=instance,
-                model=model,
-                patch_sha256=digest,
-                patch_bytes=len(data),
-                patch=kept,
-                where=where,
-                empty=not data.strip(),
-            )
-        )
+        predictions.append(_kept(instance, model, data, patches, where))
     return predictions, problems
 
 

@@ -206,6 +206,31 @@ def summary_of_failure(name: str, error: BaseException) -> dict[str, Any]:
     return summary
 
 
+async def _one_activity(
+    activity: str, raw: dict[str, Any], reference: Any, name: str
+) -> dict[str, Any]:
+    """A child's one activity (a verification or a grade) under the pool's timeouts and
+    retries, and its summary (a failure's too)."""
+    settings = TaskSettings(**{k: raw[k] for k in asdict(TaskSettings()) if k in raw})
+    try:
+        summary: dict[str, Any] = await workflow.execute_activity(
+            activity,
+            reference,
+            start_to_close_timeout=timedelta(seconds=settings.verify_timeout_seconds),
+            heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
+            retry_policy=RetryPolicy(
+                maximum_attempts=settings.max_attempts,
+                non_retryable_error_types=["InvalidRequest", "Cancelled"],
+            ),
+            result_type=dict,
+        )
+    except ActivityError as exc:
+        return summary_of_failure(name, exc)
+    if summary.get("verdict") not in VERDICTS:
+        summary["verdict"] = "infrastructure_failed"
+    return summary
+
+
 @workflow.defn(name=TASK_WORKFLOW)
 class TaskWorkflow:
     @workflow.run
@@ -221,24 +246,7 @@ class TaskWorkflow:
         if problem is not None:
             return {"id": name, "verdict": "invalid", "reason": problem, "errorType": "Input"}
         assert isinstance(raw, dict) and isinstance(reference, dict)
-        settings = TaskSettings(**{k: raw[k] for k in asdict(TaskSettings()) if k in raw})
-        try:
-            summary: dict[str, Any] = await workflow.execute_activity(
-                VERIFY_STORED_ACTIVITY,
-                reference,
-                start_to_close_timeout=timedelta(seconds=settings.verify_timeout_seconds),
-                heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=settings.max_attempts,
-                    non_retryable_error_types=["InvalidRequest", "Cancelled"],
-                ),
-                result_type=dict,
-            )
-        except ActivityError as exc:
-            return summary_of_failure(name, exc)
-        if summary.get("verdict") not in VERDICTS:
-            summary["verdict"] = "infrastructure_failed"
-        return summary
+        return await _one_activity(VERIFY_STORED_ACTIVITY, raw, reference, name)
 
 
 @workflow.defn(name=GRADE_WORKFLOW)
@@ -257,24 +265,7 @@ class GradeWorkflow:
         if problem is not None:
             return {"id": name, "verdict": "invalid", "reason": problem, "errorType": "Input"}
         assert isinstance(raw, dict)
-        settings = TaskSettings(**{k: raw[k] for k in asdict(TaskSettings()) if k in raw})
-        try:
-            summary: dict[str, Any] = await workflow.execute_activity(
-                GRADE_STORED_ACTIVITY,
-                reference,
-                start_to_close_timeout=timedelta(seconds=settings.verify_timeout_seconds),
-                heartbeat_timeout=timedelta(seconds=settings.heartbeat_timeout_seconds),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=settings.max_attempts,
-                    non_retryable_error_types=["InvalidRequest", "Cancelled"],
-                ),
-                result_type=dict,
-            )
-        except ActivityError as exc:
-            return summary_of_failure(name, exc)
-        if summary.get("verdict") not in VERDICTS:
-            summary["verdict"] = "infrastructure_failed"
-        return summary
+        return await _one_activity(GRADE_STORED_ACTIVITY, raw, reference, name)
 
 
 @workflow.defn(name=POOL_WORKFLOW)
