@@ -116,10 +116,7 @@ def evaluate(
         if options.fleet is None:
             evaluation.run(todo)
         else:
-            from runner.worker.evalfleet import grade_on_fleet
-
-            grade_on_fleet(
-                options.fleet,
+            options.fleet.grade(
                 todo,
                 out / "results",
                 f"evaluate-{evaluation.evaluation_id}",

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from runner.base.safeio import private_dir
 from runner.batch.evalresults import (
@@ -77,6 +77,22 @@ class _Plan:
     done: int = 0
 
 
+class FleetGrader(Protocol):
+    """What grades the predictions elsewhere: each result written (signed) in `results_dir`
+    as it comes, and added to `results`."""
+
+    def grade(
+        self,
+        todo: list[Instance],
+        results_dir: Path,
+        workflow_id: str,
+        *,
+        note: Callable[[str], None],
+        finished: Callable[[InstanceResult, int, int], None],
+        results: list[InstanceResult],
+    ) -> None: ...
+
+
 def grade_run_id(evaluation_id: str, key: str, attempt: int) -> str:
     """A grade's run id: `eval-<evaluation>-<key>-<attempt>-<unique>`. Its last part is this
     grade's alone: container and network names end with it, and a task's predictions run side
@@ -94,8 +110,9 @@ class EvaluateOptions:
     env: dict[str, str] = field(default_factory=dict)  # for every grade (trusted keys)
     python: str = sys.executable
     fork: bool | None = None
-    # The fleet instead of engines (runner.worker.evalfleet.FleetGrade): `evaluate --temporal`.
-    fleet: Any = None
+    # The fleet instead of engines: `evaluate --temporal` (runner.worker.evalfleet.FleetGrade,
+    # handed in by the command line: this layer does not reach up to the worker's).
+    fleet: FleetGrader | None = None
 
 
 class Evaluation:

@@ -43,6 +43,21 @@ class FleetGrade:
     reward_only: bool = False
     tls: Any = None
 
+    def grade(
+        self,
+        todo: list[Instance],
+        results_dir: Path,
+        workflow_id: str,
+        *,
+        note: Callable[[str], None],
+        finished: Callable[[InstanceResult, int, int], None],
+        results: list[InstanceResult],
+    ) -> None:
+        """runner.batch.evaluation.FleetGrader: grade_on_fleet with these settings."""
+        grade_on_fleet(
+            self, todo, results_dir, workflow_id, note=note, finished=finished, results=results
+        )
+
 
 def fleet_key_options(evidence_checks: str, reward_only: bool) -> tuple[str, ...]:
     """What a result's key holds of how it was graded on the fleet: the workers build with
