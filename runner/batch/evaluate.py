@@ -114,7 +114,8 @@ def evaluate(
     interrupted = False
     try:
         if options.fleet is None:
-            evaluation.run(todo)
+            graded_before = {r.task_id for r in results.values() if r.status != "empty-patch"}
+            evaluation.run(todo, built=frozenset(graded_before))
         else:
             options.fleet.grade(
                 todo,
