@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import stat
 import tarfile
 import tempfile
 import zlib
@@ -29,8 +28,8 @@ from runner.base.safeio import file_sha256
 from runner.base.treeread import copy_bounded
 from runner.base.validation import check_task_id
 from runner.compile.bundle import is_bundle, load_bundle
-from runner.compile.seal import SealBrokenError, sealed_files
-from runner.model.layout import MANIFEST_FILE, RunLayout
+from runner.compile.seal import SealBrokenError, copy_sealed
+from runner.model.layout import RunLayout
 from runner.present.export import MANIFEST
 from runner.present.exportcheck import (
     MAX_MEMBERS,
@@ -118,17 +117,7 @@ def _take(
     """The bundle at `root` copied into `bundles` through one checked read of its seal."""
     staging = Path(tempfile.mkdtemp(prefix=".take.", dir=bundles))
     try:
-        manifest = b""
-        for entry in sealed_files(root, keys, task_id=task_id, run_id=run_id):
-            assert entry.file is not None  # sealed_files yields regular files only
-            copy = staging / entry.relative
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            if entry.relative == MANIFEST_FILE:
-                manifest = entry.file.read()
-                copy.write_bytes(manifest)
-            else:
-                copy_bounded(entry.file, entry.size, copy, f"{root}/{entry.relative}")
-            copy.chmod(stat.S_IMODE(entry.mode) & 0o755)
+        manifest = copy_sealed(root, staging, keys, task_id=task_id, run_id=run_id)
         bundle = load_bundle(staging)
         document = json.loads(manifest)
         sealed_task = document.get("taskId")

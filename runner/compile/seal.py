@@ -9,6 +9,7 @@ import io
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from runner.base.treeread import (
     FILE_FLAGS,
     Below,
     HashingReader,
+    copy_bounded,
     held_directory,
     walk_below,
     walk_held,
@@ -152,6 +154,29 @@ def sealed_files(
             seen.add(name)
         for name in sorted({*files, MANIFEST_FILE} - seen):
             raise SealBrokenError(f"{name} is gone since it was sealed", path=str(root))
+
+
+def copy_sealed(
+    root: Path,
+    out: Path,
+    trusted: tuple[str, ...] = (),
+    *,
+    task_id: str | None = None,
+    run_id: str | None = None,
+) -> bytes:
+    """The sealed bundle at `root` copied to `out` through sealed_files (each file taken only
+    as sealed, its mode bits kept but for write by others); the manifest's bytes as checked.
+    SealBrokenError (or InvalidTaskError from the walk) when anything differs."""
+    manifest = b""
+    for entry in sealed_files(root, trusted, task_id=task_id, run_id=run_id):
+        assert entry.file is not None  # sealed_files yields regular files only
+        copy = out / entry.relative
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy_bounded(entry.file, entry.size, copy, f"{root}/{entry.relative}")
+        copy.chmod(stat.S_IMODE(entry.mode) & 0o755)
+        if entry.relative == MANIFEST_FILE:
+            manifest = copy.read_bytes()
+    return manifest
 
 
 def _manifest_document(raw: bytes | None, root: Path) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +23,9 @@ from pydantic.alias_generators import to_camel
 from runner import __version__
 from runner.base.errors import ExitCode, InvalidTaskError, RunnerError, UsageError
 from runner.base.safeio import optional_regular, read_regular, write_atomic
-from runner.base.treeread import copy_bounded
 from runner.base.validation import safe_dir_name
 from runner.compile.bundle import Bundle, is_bundle, load_bundle
-from runner.compile.seal import SealBrokenError, seal_problem, sealed_files
+from runner.compile.seal import SealBrokenError, copy_sealed, seal_problem
 from runner.model.census import Census, read_census
 from runner.model.evidence import EvidenceSummary, PolicyChange
 from runner.model.harbor import read_task_toml
@@ -139,12 +137,7 @@ def _sealed_copy(root: Path, out: Path) -> GradeTarget:
     as sealed, its mode bits kept but for write by others), and the grade's target read from
     that copy. UsageError when anything differs from the seal."""
     try:
-        for entry in sealed_files(root):
-            assert entry.file is not None  # sealed_files yields regular files only
-            copy = out / entry.relative
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            copy_bounded(entry.file, entry.size, copy, f"{root}/{entry.relative}")
-            copy.chmod(stat.S_IMODE(entry.mode) & 0o755)
+        copy_sealed(root, out)
     except (SealBrokenError, InvalidTaskError) as exc:
         raise UsageError(
             f"the bundle does not match its seal: {exc.message}", path=str(root)

@@ -300,7 +300,7 @@ def test_grade_reads_a_sealed_bundle_once_and_leaves_nothing_when_its_seal_fails
         reads.append(root)
         return real(root, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("runner.run.grading.sealed_files", counted)
+    monkeypatch.setattr(seal_module, "sealed_files", counted)
     monkeypatch.setattr("runner.run.grading.seal_problem", None)  # never called when sealed
     (own / "tests" / "test.sh").write_text("#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n")
     patch = tmp_path / "agent.patch"
