@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from runner.base.errors import Problem
-from runner.base.safeio import write_atomic
+from runner.base.errors import InvalidTaskError, Problem
+from runner.base.safeio import optional_regular, write_atomic
 from runner.batch.evalsources import EvalTask
 from runner.compile import signing
 from runner.model.evalinput import Prediction, result_key
@@ -64,19 +64,27 @@ def stored_result(results: Path, instance: Instance) -> InstanceResult | None:
     """The result an earlier run left for this instance's key, if it is whole, its own, signed
     by a key this host trusts (a result planted in the directory is graded again), and not an
     error (a grade that could not run, the network down say, is tried again)."""
-    path = results / f"{instance.key}.json"
-    with contextlib.suppress(OSError, ValueError, ValidationError, RecursionError):
-        if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_RESULT_BYTES:
-            document = json.loads(path.read_bytes())
-            if not isinstance(document, dict):
-                return None
-            if signing.document_problem(document, _own_key()) is not None:
-                return None
-            result = InstanceResult.model_validate(document)
-            own = result.key == instance.key
-            if own and (result.instance_id, result.model) == instance.prediction.name:
-                return None if result.status == "error" else result
+    raw = _read(results / f"{instance.key}.json")
+    with contextlib.suppress(ValueError, ValidationError, RecursionError):
+        document = json.loads(raw) if raw is not None else None
+        if not isinstance(document, dict):
+            return None
+        if signing.document_problem(document, _own_key()) is not None:
+            return None
+        result = InstanceResult.model_validate(document)
+        own = result.key == instance.key
+        if own and (result.instance_id, result.model) == instance.prediction.name:
+            return None if result.status == "error" else result
     return None
+
+
+def _read(path: Path) -> bytes | None:
+    """A file of the evaluation's (a result, a grade's report) through no link, regular and at
+    most MAX_RESULT_BYTES; None when it is not there or is not that."""
+    try:
+        return optional_regular(path, limit=MAX_RESULT_BYTES)
+    except InvalidTaskError:
+        return None
 
 
 def _own_key() -> signing.Trusted:
@@ -173,8 +181,7 @@ def grade_files(run_dir: Path) -> list[str]:
 
 
 def grade_report(run_dir: Path) -> GradeReport | None:
-    path = run_dir / GRADE_FILE
-    with contextlib.suppress(OSError, ValueError, ValidationError):
-        if path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_RESULT_BYTES:
-            return GradeReport.model_validate(json.loads(path.read_bytes()))
+    raw = _read(run_dir / GRADE_FILE)
+    with contextlib.suppress(ValueError, ValidationError, RecursionError):
+        return GradeReport.model_validate(json.loads(raw)) if raw is not None else None
     return None

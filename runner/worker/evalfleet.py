@@ -24,10 +24,10 @@ from runner.model.evaluation import InstanceResult
 from runner.present.export import Accepted, write_bundle_archive
 from runner.run.grading import GradeReport
 from runner.worker.client import connect
+from runner.worker.fleet import MAX_PAGE_BYTES
 from runner.worker.pool import GRADE_KIND, POOL_WORKFLOW, PoolInput, PoolSummary
 
 MAX_GRADE_BYTES = 64 * 1024 * 1024
-MAX_PAGE_BYTES = 256 * 1024 * 1024
 POLL_SECONDS = 1.0
 
 
@@ -53,10 +53,46 @@ class FleetGrade:
         finished: Callable[[InstanceResult, int, int], None],
         results: list[InstanceResult],
     ) -> None:
-        """runner.batch.evaluation.FleetGrader: grade_on_fleet with these settings."""
-        grade_on_fleet(
-            self, todo, results_dir, workflow_id, note=note, finished=finished, results=results
+        """runner.batch.evaluation.FleetGrader: grade `todo` on the fleet; each result written
+        (signed) as it is read back, and added to `results` (what an interruption leaves there
+        was graded)."""
+        if not todo:
+            return
+        found = references(self, todo)
+        manifest = self.store.put_json(found)
+        note(
+            f"{len(found)} prediction(s) in the store {self.store.url} (manifest {manifest[:19]}…)"
         )
+        pool = PoolInput(
+            manifest=manifest,
+            total=len(found),
+            concurrency=self.concurrency,
+            max_attempts=self.max_attempts,
+            kind=GRADE_KIND,
+        )
+        by_key = {instance.key: instance for instance in todo}
+        total = len(todo)
+
+        def take(summary: Any) -> None:
+            instance = (
+                by_key.pop(str(summary.get("id")), None) if isinstance(summary, dict) else None
+            )
+            if instance is None:
+                return
+            result = _result(self.store, instance, summary, self)
+            write_result(results_dir, result)
+            results.append(result)
+            finished(result, total - len(by_key), total)
+
+        done = asyncio.run(_drive(self, pool, workflow_id, take, note))
+        for digest in done.pages:
+            try:
+                page = self.store.get_json(digest, limit=MAX_PAGE_BYTES)
+            except (StoreError, ValueError, RecursionError, RunnerError) as exc:
+                note(f"a page of the pool's summaries ({digest}) is not readable: {exc}")
+                continue
+            for summary in page if isinstance(page, list) else []:
+                take(summary)
 
 
 def fleet_key_options(evidence_checks: str, reward_only: bool) -> tuple[str, ...]:
@@ -100,53 +136,6 @@ def references(options: FleetGrade, todo: list[Instance]) -> list[dict[str, Any]
             }
         )
     return found
-
-
-def grade_on_fleet(
-    options: FleetGrade,
-    todo: list[Instance],
-    results_dir: Path,
-    workflow_id: str,
-    *,
-    note: Callable[[str], None],
-    finished: Callable[[InstanceResult, int, int], None],
-    results: list[InstanceResult],
-) -> None:
-    """Grade `todo` on the fleet; each result written (signed) as it is read back, and added
-    to `results` (what an interruption leaves there was graded)."""
-    if not todo:
-        return
-    found = references(options, todo)
-    manifest = options.store.put_json(found)
-    note(f"{len(found)} prediction(s) in the store {options.store.url} (manifest {manifest[:19]}…)")
-    pool = PoolInput(
-        manifest=manifest,
-        total=len(found),
-        concurrency=options.concurrency,
-        max_attempts=options.max_attempts,
-        kind=GRADE_KIND,
-    )
-    by_key = {instance.key: instance for instance in todo}
-    total = len(todo)
-
-    def take(summary: Any) -> None:
-        instance = by_key.pop(str(summary.get("id")), None) if isinstance(summary, dict) else None
-        if instance is None:
-            return
-        result = _result(options.store, instance, summary, options)
-        write_result(results_dir, result)
-        results.append(result)
-        finished(result, total - len(by_key), total)
-
-    done = asyncio.run(_drive(options, pool, workflow_id, take, note))
-    for digest in done.pages:
-        try:
-            page = options.store.get_json(digest, limit=MAX_PAGE_BYTES)
-        except (StoreError, ValueError, RecursionError, RunnerError) as exc:
-            note(f"a page of the pool's summaries ({digest}) is not readable: {exc}")
-            continue
-        for summary in page if isinstance(page, list) else []:
-            take(summary)
 
 
 def _not_this(

@@ -37,6 +37,7 @@ from runner.supervise.job import GradeJob
 from runner.supervise.launcher import Launcher
 from runner.worker.activities import INFRASTRUCTURE, clip
 from runner.worker.pool import GRADE_STORED_ACTIVITY, MAX_REASON, grade_reference_problem
+from runner.worker.stored import invalid, store_failure
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
@@ -49,10 +50,6 @@ POOL_VERDICT = {
     "invalid": "invalid",
     "infrastructure_failed": "infrastructure_failed",
 }
-
-
-def _invalid(message: str) -> ApplicationError:
-    return ApplicationError(message, type="InvalidRequest", non_retryable=True)
 
 
 class GradeActivities:
@@ -76,7 +73,7 @@ class GradeActivities:
     async def grade_stored(self, reference: Any) -> dict[str, Any]:
         problem = grade_reference_problem(reference)
         if problem is not None:
-            raise _invalid(f"the grade's reference: {problem}")
+            raise invalid(f"the grade's reference: {problem}")
         started = time.monotonic()
         self.work.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{reference['id'][:40]}.", dir=self.work))
@@ -84,9 +81,7 @@ class GradeActivities:
             try:
                 bundle, patch = await asyncio.to_thread(self._fetch, reference, work)
             except StoreError as exc:
-                raise ApplicationError(
-                    clip(str(exc), MAX_REASON), type="StoreUnavailable"
-                ) from None
+                raise store_failure(exc) from None
             report = await self._grade(reference, bundle, patch, work / "run")
             if report is None or report.verdict == "infrastructure_failed":
                 why = report.detail if report is not None else "grade left no result"
@@ -96,9 +91,7 @@ class GradeActivities:
                     self._publish, reference, report, work / "run", time.monotonic() - started
                 )
             except StoreError as exc:
-                raise ApplicationError(
-                    clip(str(exc), MAX_REASON), type="StoreUnavailable"
-                ) from None
+                raise store_failure(exc) from None
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -109,7 +102,7 @@ class GradeActivities:
         try:
             bundle = unpack_bundle_archive(blob, reference["taskId"], work / "bundle")
         except InvalidTaskError as exc:
-            raise _invalid(f"the bundle {reference['bundle']}: {exc.message}") from None
+            raise invalid(f"the bundle {reference['bundle']}: {exc.message}") from None
         return bundle, patch
 
     async def _grade(

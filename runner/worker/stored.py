@@ -52,11 +52,11 @@ MAX_MANIFEST_BYTES = 512 * 1024 * 1024
 MAX_SUMMARIES = 5000
 
 
-def _invalid(message: str) -> ApplicationError:
+def invalid(message: str) -> ApplicationError:
     return ApplicationError(message, type="InvalidRequest", non_retryable=True)
 
 
-def _store_failure(exc: StoreError) -> ApplicationError:
+def store_failure(exc: StoreError) -> ApplicationError:
     # Retried: a store that did not answer, or an object not yet visible, may be there next time.
     return ApplicationError(clip(str(exc), MAX_REASON_BYTES), type="StoreUnavailable")
 
@@ -65,18 +65,18 @@ def resolve(store: ArtifactStore, reference: Any) -> dict[str, Any]:
     """The request document a reference stands for: its task's files and its repository bundle
     fetched and checked (a local path in this worker's cache). Shape errors are InvalidRequest."""
     if not isinstance(reference, dict):
-        raise _invalid("the reference is not an object")
+        raise invalid("the reference is not an object")
     task = reference.get("task")
     if not isinstance(task, str) or not DIGEST.fullmatch(task):
-        raise _invalid("field `task`: a reference's task is a digest (sha256:<64 hex>)")
+        raise invalid("field `task`: a reference's task is a digest (sha256:<64 hex>)")
     request = {k: v for k, v in reference.items() if k != "repoBlob"}
     request["task"] = store.get_json(task, limit=MAX_TASK_BYTES)
     bundle = reference.get("repoBlob")
     if bundle is not None:
         if not isinstance(bundle, str) or not DIGEST.fullmatch(bundle):
-            raise _invalid("field `repoBlob`: a digest (sha256:<64 hex>) of a git bundle")
+            raise invalid("field `repoBlob`: a digest (sha256:<64 hex>) of a git bundle")
         if reference.get("repo") is not None:
-            raise _invalid("field `repo`: give a repository or repoBlob, not both")
+            raise invalid("field `repo`: give a repository or repoBlob, not both")
         request["repo"] = str(store.fetch(bundle))
     return request
 
@@ -199,7 +199,7 @@ class StoredActivities:
         try:
             document = await asyncio.to_thread(resolve, self.store, reference)
         except StoreError as exc:
-            raise _store_failure(exc) from None
+            raise store_failure(exc) from None
         try:
             parsed = VerificationRequest.model_validate(document)
         except ValidationError as exc:
@@ -208,7 +208,7 @@ class StoredActivities:
         try:
             record = await asyncio.to_thread(self._publish, job)
         except StoreError as exc:
-            raise _store_failure(exc) from None
+            raise store_failure(exc) from None
         if job.state is JobState.DONE and job.verdict != "infrastructure_failed":
             return summary_of(job, record)
         try:
@@ -231,21 +231,21 @@ class StoredActivities:
     async def page(self, ask: Any) -> list[Any]:
         """References [offset, offset + limit) of a pool's manifest."""
         if not isinstance(ask, dict):
-            raise _invalid("the page request is not an object")
+            raise invalid("the page request is not an object")
         manifest, offset, limit = ask.get("manifest"), ask.get("offset"), ask.get("limit")
         if not isinstance(manifest, str) or not DIGEST.fullmatch(manifest):
-            raise _invalid("field `manifest`: a digest (sha256:<64 hex>)")
+            raise invalid("field `manifest`: a digest (sha256:<64 hex>)")
         if not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 or limit < 1:
-            raise _invalid("fields `offset` and `limit`: an offset from 0 and a limit from 1")
+            raise invalid("fields `offset` and `limit`: an offset from 0 and a limit from 1")
         try:
             with self._using(manifest):
                 references = await asyncio.to_thread(
                     self.store.get_json, manifest, limit=MAX_MANIFEST_BYTES
                 )
         except StoreError as exc:
-            raise _store_failure(exc) from None
+            raise store_failure(exc) from None
         if not isinstance(references, list):
-            raise _invalid(f"the manifest {manifest} is not a JSON list of references")
+            raise invalid(f"the manifest {manifest} is not a JSON list of references")
         return list(references[offset : offset + limit])
 
     @activity.defn(name=RECORD_ACTIVITY)
@@ -253,8 +253,8 @@ class StoredActivities:
         """A segment's summaries as one blob in the store: its digest."""
         summaries = ask.get("summaries") if isinstance(ask, dict) else None
         if not isinstance(summaries, list) or len(summaries) > MAX_SUMMARIES:
-            raise _invalid(f"field `summaries`: a list of at most {MAX_SUMMARIES} summaries")
+            raise invalid(f"field `summaries`: a list of at most {MAX_SUMMARIES} summaries")
         try:
             return await asyncio.to_thread(self.store.put_json, summaries)
         except StoreError as exc:
-            raise _store_failure(exc) from None
+            raise store_failure(exc) from None
