@@ -56,22 +56,45 @@ class DevServer:
         self.others = [str(free_port()) for _ in range(3)]  # HTTP, metrics, UI
         self.address = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
+        self.started = False
 
     def start(self) -> None:
+        """Start on this server's ports. The CLI picks the ports of its internal services
+        (history, matching, worker) itself, by binding port 0 as free_port does, so one of them
+        can land on a port chosen here (CI of 2026-12-07: the worker service bound the
+        frontend's port and the server panicked); that race is run again, up to 3 times, on
+        other ports (and, before the first start, another frontend port: a restart keeps its
+        address)."""
+        for attempt in range(3):
+            log_text = self._start_once()
+            if log_text is None:
+                self.started = True
+                return
+            if "address already in use" not in log_text or attempt == 2:
+                raise RuntimeError(f"the Temporal server did not start: {log_text}")
+            self.others = [str(free_port()) for _ in range(3)]
+            if not self.started:
+                self.port = free_port()
+                self.address = f"127.0.0.1:{self.port}"
+
+    def _start_once(self) -> str | None:
+        """None once the server answers; else the log of a server that ended or timed out."""
         http, metrics, ui = self.others
         command = [str(TEMPORAL), "server", "start-dev", "--ip", "127.0.0.1"]
         command += ["--port", str(self.port), "--http-port", http, "--metrics-port", metrics]
         command += ["--ui-port", ui, "--headless", "--log-level", "error"]
         command += ["--db-filename", str(self.directory / "temporal.sqlite")]
         log_path = self.directory / "temporal.log"
+        start = log_path.stat().st_size if log_path.exists() else 0
         with log_path.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while temporal(self.address, "operator", "cluster", "health", timeout=30).returncode:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the Temporal server did not start: {log_path.read_text()}")
+                return log_path.read_bytes()[start:].decode(errors="replace")
             time.sleep(0.5)
+        return None
 
     def stop(self) -> None:
         if self.process is not None:
