@@ -68,6 +68,9 @@ class HackRunner:
         # for one of the run's verifier slots). The pool ends first, so a container still
         # opening is in the stack before the stack removes it.
         memory = self._memory = HackMemory.of(self.state, self.exploit_agent)
+        if memory is not None:
+            plan = memory.pinned()
+            self.state.plan = self.state.plan.model_copy(update={"hack": plan})
         sides = memory.sides(stage) if memory is not None else {}
         known = memory.checks(sides) if memory is not None else {}
         missing = [e for e in plan.exploits if e.name not in sides]

@@ -13,7 +13,7 @@ from runner import __version__
 from runner.base.errors import RunnerError
 from runner.model.evidence import PolicyCheck
 from runner.plan.runtime import ExecOutcome
-from runner.plan.types import ExploitPlan, HackPlan, TrialPlan
+from runner.plan.types import ContainerPlan, ExploitPlan, HackPlan, TrialPlan
 from runner.run.collect import read_verifier
 from runner.run.hackagent import ExploitAgent
 from runner.run.remembered import (
@@ -78,6 +78,33 @@ class HackMemory:
             verifier_image=verifier.id if verifier is not None else None,
             exploit_agent=exploit_agent,
             facts=facts,
+        )
+
+    def pinned(self) -> HackPlan:
+        """The stage's plan with its containers made from the image ids the keys name, not
+        from tags: what the stage remembers is then what those images did, even when a tag is
+        moved to another image while it runs (a rebuild by another runner on the same engine)."""
+        plan = self.plan
+        verifier_tag = plan.policy.image if plan.policy is not None else None
+
+        def pin(container: ContainerPlan) -> ContainerPlan:
+            if self.verifier_image is None or container.image != verifier_tag:
+                return container
+            return container.model_copy(update={"image": self.verifier_image})
+
+        return plan.model_copy(
+            update={
+                "agent": plan.agent.model_copy(update={"image": self.agent_image}),
+                "policy": pin(plan.policy) if plan.policy is not None else None,
+                "exploits": [
+                    e.model_copy(
+                        update={
+                            "trial": e.trial.model_copy(update={"verifier": pin(e.trial.verifier)})
+                        }
+                    )
+                    for e in plan.exploits
+                ],
+            }
         )
 
     def _side_key(self, exploit: ExploitPlan) -> str:
@@ -172,7 +199,8 @@ class HackMemory:
             return None
         if trial.verifier.network != "none":
             return None
-        image = self._image_id(trial.verifier.image)
+        pinned = trial.verifier.image == self.verifier_image  # pinned(): the id itself
+        image = self.verifier_image if pinned else self._image_id(trial.verifier.image)
         if image is None:
             return None
         return run_key(

@@ -468,3 +468,39 @@ def test_no_hack_memory_neither_reads_nor_writes_the_store(tmp_path: Path) -> No
     assert default_env(settings(tmp_path)).remembered is not None
     off = settings_of(SharedSettings(hack_memory=False))
     assert off.hack_memory is False and default_env(off).remembered is None
+
+
+def test_the_stage_runs_the_images_its_memory_is_keyed_by(tmp_path: Path) -> None:
+    """A tag moved to another image while the stage runs (another runner rebuilding on the same
+    engine) does not change what the stage's containers run: they are made from the ids the
+    memory looked up, so what it remembers is what those images did."""
+    task = bash_task(tmp_path).directory
+    fake = engine()
+    original_container = fake.container
+    made: list[tuple[str, str]] = []
+    moved: list[str] = []
+
+    def container(plan, **kwargs):  # type: ignore[no-untyped-def]
+        kind = plan.labels["org.selfbench.kind"]
+        if kind == "hack":
+            made.append((plan.labels.get("org.selfbench.side", ""), plan.image))
+            for tag, info in list(fake.images.items()):
+                if ":verifier-" in tag or ":agent-" in tag:
+                    # Moved once the stage has begun: every later lookup by tag sees another id.
+                    fake.images[tag] = replace(info, id=info.id + "-moved")
+                    moved.append(tag)
+        return original_container(plan, **kwargs)
+
+    fake.container = container  # type: ignore[method-assign]
+    outcome = remembering(tmp_path, fake, task)
+    assert outcome.report.verdict is Verdict.ACCEPTED, outcome.report.reason
+    assert moved
+    assert made and {image for _, image in made} == {"sha256:agent", "sha256:verifier"}
+    assert {image for side, image in made if side == "agent"} == {"sha256:agent"}
+    # A second verify of the images as they are now (the moved ids) remembers nothing of them.
+    again = engine()
+    for tag, info in fake.images.items():
+        again.images[tag] = info
+    second = remembering(tmp_path, again, task)
+    assert second.report.verdict is Verdict.ACCEPTED, second.report.reason
+    assert any(e.startswith("exec hack/driver") for e in again.events)
