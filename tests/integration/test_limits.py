@@ -23,6 +23,18 @@ FILL_DISK = (
 )
 
 
+# FILL_DISK after a 6 GB burst (allocated at once, then removed), where a quota holds the
+# container's filesystem (btrfs): the main engine's watchdog samples and cannot stop a burst
+# (docs/gates.md), so there it is not tried.
+BURST_THEN_FILL = FILL_DISK.replace(
+    "\nfor i",
+    '\nif [ "$(stat -f -c %T /)" = btrfs ]; then\n'
+    "  fallocate -l 6G /tmp/burst; echo \"burst: exit $?\"; rm -f /tmp/burst\n"
+    "fi\nfor i",
+    1,
+)
+
+
 def test_storage_watchdog_stops_a_test_that_writes_past_the_limit(
     tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
 ) -> None:
@@ -50,7 +62,7 @@ def test_storage_quota_on_a_btrfs_engine(tmp_path: Path, base_image: str) -> Non
     # oracle's 1024 MB took 69 s), no exploits; 640 MB holds the verifier's image (about 400 MB)
     # and little more.
     task = bash_task(
-        tmp_path, name="disk-hog-quota", new_test=FILL_DISK, resources={"storageMb": 640}
+        tmp_path, name="disk-hog-quota", new_test=BURST_THEN_FILL, resources={"storageMb": 640}
     )
     options = [
         *FAST,
@@ -92,7 +104,14 @@ def test_storage_quota_on_a_btrfs_engine(tmp_path: Path, base_image: str) -> Non
             )
             return done, json.loads(done.stdout)
 
+        disk = tmp_path / "engine" / "fs.img"  # the engine's data root, a sparse loop file
+        allocated = disk.stat().st_blocks * 512
         result, report = verify(task.directory, "run")
+        # The burst was refused whole: the host's disk grew by at most storageMb + 10 %.
+        grown_mb = (disk.stat().st_blocks * 512 - allocated) / (1024 * 1024)
+        assert grown_mb <= 640 * 1.1, grown_mb
+        said = (tmp_path / "run" / "oracle" / "verifier.log").read_text()
+        assert "Disk quota exceeded" in said and "burst: exit 1" in said, said[-2000:]
         assert all(
             image["cached"] for image in report["stages"]["build"]["data"]["images"].values()
         )
