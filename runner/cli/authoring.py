@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from runner.base.errors import ExitCode
-from runner.cli.common import cli
-from runner.cli.options import out_directory
+from runner.cli.common import cli, toolchain_settings
+from runner.cli.options import TOOLCHAIN_MIRROR, TOOLCHAIN_SOURCE, out_directory
 
 
 @cli.command("init")
@@ -31,6 +31,8 @@ from runner.cli.options import out_directory
 @click.option("--source-url", help="The pull request's URL.")
 @click.option("--source-pr", type=click.IntRange(1, None), help="The pull request's number.")
 @click.option("--prompt", help="What the agent is asked to do (default: marked TODO).")
+@TOOLCHAIN_SOURCE
+@TOOLCHAIN_MIRROR
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def init_command(
     repo: str,
@@ -42,20 +44,27 @@ def init_command(
     source_url: str | None,
     source_pr: int | None,
     prompt: str | None,
+    sources: tuple[str, ...],
+    mirrors: tuple[str, ...],
     as_json: bool,
 ) -> int:
     """Write a task directory from a change of REPO (a path, a git bundle or a git URL):
     test.patch (the changed test files), gold.patch (the rest) and a definition.json with every
     field filled from the repository or marked TODO, then audit it and say what is missing.
-    Exit 0 when the audit accepts it and nothing is marked TODO, 1 when something is left to
-    do (the task is written either way), 2 on bad input.
+    Each proposed toolchain's download is asked whether it answers from this machine (with
+    the sources and mirrors verify would take); one that does not is said, with what to do
+    instead, before anything is built. Exit 0 when the audit accepts it, nothing is marked TODO
+    and every toolchain can be downloaded, 1 when something is left to do (the task is written
+    either way), 2 on bad input.
 
     \b
     Example:
       selfbench-runner init ~/src/project --base 1a2b3c4 --head my-feature -o tasks/my-task
     """
     from runner.compile.init import init_task
+    from runner.run.reach import unreachable_downloads
 
+    settings = toolchain_settings(sources, mirrors)
     made = init_task(
         repo,
         base,
@@ -69,14 +78,25 @@ def init_command(
     )
     audited = made.audit
     accepted = audited is not None and audited.result.accepted
-    ready = accepted and not made.todo
+    toolchains = made.definition.get("toolchains")
+    unreachable = (
+        unreachable_downloads([t for t in toolchains if isinstance(t, str)], settings)
+        if isinstance(toolchains, list)
+        else []
+    )
+    ready = accepted and not made.todo and not unreachable
     if as_json:
-        click.echo(json.dumps(_init_json(made, accepted, ready), indent=2))
+        document = _init_json(made, accepted, ready)
+        document["unreachable"] = [
+            {"toolchain": u.toolchain.value, "url": u.url, "reason": u.reason, "instead": u.instead}
+            for u in unreachable
+        ]
+        click.echo(json.dumps(document, indent=2))
     else:
         click.echo(f"wrote {made.directory}")
         click.echo(f"  test.patch: {len(made.test_files)} file(s): {', '.join(made.test_files)}")
         click.echo(f"  gold.patch: {len(made.gold_files)} file(s): {', '.join(made.gold_files)}")
-        for note in made.notes:
+        for note in [*made.notes, *(u.sentence() for u in unreachable)]:
             click.echo(f"review: {note}")
         if audited is not None:
             if audited.note:
@@ -87,6 +107,9 @@ def init_command(
             click.echo(f"audit: {verdict}")
         if made.todo:
             click.echo(f"not ready: still marked TODO: {', '.join(made.todo)}")
+        if unreachable:
+            names = ", ".join(u.toolchain.value for u in unreachable)
+            click.echo(f"not ready: cannot be downloaded on this machine: {names} (see review)")
         click.echo(f"next: edit {made.directory}/definition.json, then selfbench-runner verify "
                    f"{made.directory}")  # fmt: skip
     return int(ExitCode.ACCEPTED if ready else ExitCode.REJECTED)

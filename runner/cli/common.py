@@ -123,7 +123,7 @@ def _compile_options(allowed_hosts: tuple[str, ...]) -> CompileOptions:
     return CompileOptions(agent_allowed_hosts=tuple(dict.fromkeys(allowed_hosts)))
 
 
-def _toolchain_settings(sources: tuple[str, ...], mirrors: tuple[str, ...]) -> Any:
+def toolchain_settings(sources: tuple[str, ...], mirrors: tuple[str, ...]) -> Any:
     from runner.model.toolchains import settings_from
 
     for mirror in mirrors:
@@ -147,7 +147,7 @@ def _build_environment(
         base_image=base_image,
         extra_ca_certs=extra_ca_certs,
         extra_ca_pem=_read_ca(extra_ca_certs),
-        toolchains=_toolchain_settings(sources, mirrors),
+        toolchains=toolchain_settings(sources, mirrors),
         build_network=build_network,
         proxies=proxy_environment(),
     )

@@ -73,6 +73,9 @@ class ToolchainSpec(_Frozen):
     smoke: list[str] = Field(min_length=1)
     upstream: Upstream
     registry: Registry | None = None
+    # What an author does where neither the upstream download nor a registry answers, beside a
+    # mirror (runner.run.reach): one clause, said by `init`.
+    without_download: str | None = None
 
     @model_validator(mode="after")
     def _pinned(self) -> ToolchainSpec:

@@ -3,7 +3,11 @@ its rules (runner.compile.initrules) and its refusals."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,24 @@ from runner.model.task import Difficulty
 from tests.helpers import git, make_repo, run_cli_captured, write_files
 
 run = run_cli_captured
+
+
+@pytest.fixture(autouse=True)
+def downloads_answer(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every toolchain's download mirrored by a local server that answers: init asks each
+    proposed toolchain's download before anything is built, and no unit test asks the
+    internet."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    mirrors = ",".join(f"{name}={url}" for name in ("uv", "python", "node", "go", "rust"))
+    monkeypatch.setenv("SELFBENCH_TOOLCHAIN_MIRRORS", mirrors)
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def commit(repo: Path, files: dict[str, str | bytes | None], message: str) -> str:
@@ -108,6 +130,48 @@ def test_init_marks_what_it_cannot_know_and_says_so(
     assert "review: prompt: marked TODO" in stdout
     assert "audit: accepted" in stdout
     assert json.loads((out / "definition.json").read_text())["prompt"].startswith("TODO: ")
+
+
+def test_init_says_which_toolchain_cannot_be_downloaded_here_before_anything_is_built(
+    uv_project: tuple[Path, str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    downloads_answer: str,
+) -> None:
+    """python's CPython download does not answer (a closed port stands for a machine where no
+    registry serves CPython): init says so, names the download and what to do instead, and the
+    task is not ready; uv comes from a registry (pip on the host), so it is not asked."""
+    repo, base, _ = uv_project
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}/cpython"
+    monkeypatch.setenv("SELFBENCH_TOOLCHAIN_MIRRORS", f"python={closed}")
+    monkeypatch.setenv("SELFBENCH_TOOLCHAIN_SOURCES", "uv=registry")
+    out = tmp_path / "task"
+    args = ["init", str(repo), "--base", base, "--head", "feature", "-o", str(out)]
+    args += ["--prompt", "Add mul.", "--source-url", "https://git.example.org/calc/pull/42"]
+    code, stdout, err = run(*args)
+    assert code == 1, (stdout, err)
+    assert (
+        f"review: toolchains: python cannot be built on this machine: its download {closed} "
+        "does not answer (Connection refused); instead, give a mirror (--toolchain-mirror "
+        "python=URL); or use the base image's Python: take python out of toolchains (uv stays)"
+    ) in stdout
+    assert "/usr/bin/python3" in stdout
+    assert "toolchains: uv" not in stdout
+    assert "not ready: cannot be downloaded on this machine: python (see review)" in stdout
+    # The same in --json, and a download that answers (the option beats the variable) is ready.
+    code, stdout, _ = run(*args[:6], "-o", str(tmp_path / "again"), *args[8:], "--json")
+    made = json.loads(stdout)
+    assert [u["toolchain"] for u in made["unreachable"]] == ["python"]
+    assert made["unreachable"][0]["reason"] == "Connection refused" and not made["ready"]
+    monkeypatch.delenv("SELFBENCH_TOOLCHAIN_MIRRORS")
+    code, stdout, _ = run(
+        *args[:6], "-o", str(tmp_path / "third"), *args[8:], "--json",
+        "--toolchain-source", "uv=registry",
+        "--toolchain-mirror", "python=" + downloads_answer,
+    )  # fmt: skip
+    assert code == 0 and json.loads(stdout)["unreachable"] == [], stdout
 
 
 def test_init_takes_a_go_modules_packages_as_selectors(tmp_path: Path) -> None:
