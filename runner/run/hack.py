@@ -19,7 +19,7 @@ from runner.model.report import (
     Status,
 )
 from runner.model.stages import Gate, Skip, Stage
-from runner.plan.types import ExploitPlan, TrialPlan
+from runner.plan.types import ExploitPlan, HackPlan, TrialPlan
 from runner.run.build import Builder
 from runner.run.hackagent import ExploitAgent
 from runner.run.hackjudge import judge_exploit
@@ -50,6 +50,8 @@ class HackRunner:
         self.exploit_agent = ExploitAgent(state)
         self._pending: _Pending | None = None
         self._memory: HackMemory | None = None
+        # The plan with its images pinned to the ids the memory's keys name (HackMemory.pinned).
+        self._pinned: HackPlan | None = None
 
     def hack(self, stage: StageResult) -> None:
         """Each canned exploit runs as the agent in one agent container (reset to the post-setup
@@ -69,8 +71,7 @@ class HackRunner:
         # opening is in the stack before the stack removes it.
         memory = self._memory = HackMemory.of(self.state, self.exploit_agent)
         if memory is not None:
-            plan = memory.pinned()
-            self.state.plan = self.state.plan.model_copy(update={"hack": plan})
+            plan = self._pinned = memory.pinned()
         sides = memory.sides(stage) if memory is not None else {}
         known = memory.checks(sides) if memory is not None else {}
         missing = [e for e in plan.exploits if e.name not in sides]
@@ -82,7 +83,9 @@ class HackRunner:
             ThreadPoolExecutor(max_workers=3, thread_name_prefix=Stage.HACK) as pool,
         ):
             policy = (
-                pool.submit(self.policy.open, policy_stack) if plan.policy and needs_check else None
+                pool.submit(self.policy.open, policy_stack, plan.policy)
+                if plan.policy and needs_check
+                else None
             )
             if missing:
                 with self.state.engine.container(
@@ -196,7 +199,7 @@ class HackRunner:
     def _judge_all(
         self, sides: dict[str, ExploitSide], runs: dict[str, TrialRun], stage: StageResult
     ) -> None:
-        plan = self.state.plan.hack
+        plan = self._pinned or self.state.plan.hack
         assert plan is not None
         data = HackData()
         stage.data = data
@@ -302,7 +305,7 @@ class HackRunner:
         """The runners that prove the exploits the policy left in the tree, from a fail-to-pass
         selection's evidence mode and runners (nop's, or the census's), or () when each must
         run."""
-        plan = self.state.plan.hack
+        plan = self._pinned or self.state.plan.hack
         assert plan is not None
         return judge.runner_proof(mode, runners, plan.command_runners, full=plan.full) or ()
 

@@ -13,6 +13,7 @@ from runner.model.evidence import MAX_EVIDENCE_BYTES, PolicyCheck, parse_policy_
 from runner.model.stages import Stage
 from runner.plan.inimage import HACK_POLICY_DIR, HACK_POLICY_RESULT
 from runner.plan.runtime import Container
+from runner.plan.types import ContainerPlan
 from runner.run.state import ExploitSide, RunState, StageResult
 
 log = logging.getLogger(__name__)
@@ -25,14 +26,13 @@ class PolicyChecker:
     def __init__(self, state: RunState) -> None:
         self.state = state
 
-    def open(self, stack: contextlib.ExitStack) -> Container:
-        """The policy check's verifier container, started while the agent side runs (its
-        start is then off the hack gate's longest path); removed when `stack` closes."""
-        plan = self.state.plan.hack
-        assert plan is not None and plan.policy is not None
+    def open(self, stack: contextlib.ExitStack, container: ContainerPlan) -> Container:
+        """The policy check's verifier container (the hack plan's `policy`, its image maybe
+        pinned to an id: HackMemory.pinned), started while the agent side runs (its start is
+        then off the hack gate's longest path); removed when `stack` closes."""
         return stack.enter_context(
             self.state.engine.container(
-                plan.policy, env=self.state.env.proxies, keep=self.state.plan.keep
+                container, env=self.state.env.proxies, keep=self.state.plan.keep
             )
         )
 
