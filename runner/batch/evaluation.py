@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Protocol
 
 from runner.base.safeio import private_dir
+from runner.batch.engines import Engine as EngineSlot
+from runner.batch.engines import EnginePool, endpoint_of, ping
 from runner.batch.evalresults import (
     Instance,
     grade_files,
@@ -37,8 +39,6 @@ from runner.batch.evalresults import (
 )
 from runner.batch.evalsources import EvalTask
 from runner.batch.model import EngineSpec
-from runner.batch.run import Engine as EngineSlot
-from runner.batch.run import endpoint_of, ping
 from runner.model.evaluation import InstanceResult
 from runner.model.settings import child_environment
 from runner.supervise.job import GradeJob
@@ -67,6 +67,7 @@ class _Running:
     run_dir: Path
     started: float
     attempt: int
+    run_id: str
 
 
 @dataclass(kw_only=True)
@@ -125,10 +126,14 @@ class Evaluation:
         self.options = options
         self.progress = progress
         base = child_environment()
-        self.engines = [
-            EngineSlot(spec=s, env=endpoint_of(s, base).environment(base) | options.env)
-            for s in options.engines
-        ]
+        self.pool = EnginePool(
+            [
+                EngineSlot(spec=s, env=endpoint_of(s, base).environment(base) | options.env)
+                for s in options.engines
+            ],
+            note=progress.note,
+        )
+        self.engines = self.pool.engines
         self.evaluation_id = uuid.uuid4().hex[:10]
         self.launcher = Launcher(python=options.python, fork=options.fork)
         self.results: list[InstanceResult] = []
@@ -145,15 +150,12 @@ class Evaluation:
         plan = _Plan(pending=order, prebuilt=set(built))
         if not order:
             return self.results
-        for engine in self.engines:
-            reason = ping(engine)
-            if reason is not None:
-                engine.alive, engine.lost_reason = False, reason
-                self.progress.note(f"engine {engine.spec.name} does not answer: {reason}")
+        self.pool.open()
         total = len(order)
         try:
             while plan.pending or plan.running:
-                if not any(e.alive for e in self.engines):
+                self.pool.look_at_lost()
+                if not self.pool.alive() and not plan.running:
                     self.progress.note("no engine answers: the rest is not graded")
                     break
                 self._start_what_fits(plan)
@@ -161,6 +163,7 @@ class Evaluation:
                     time.sleep(POLL_SECONDS)
         finally:
             self._stop(plan)
+            self.pool.close()
             self.launcher.close()
         return self.results
 
@@ -209,11 +212,12 @@ class Evaluation:
         for path in (run_dir, stderr):
             _remove(path)
         private_dir(run_dir, exist_ok=False)
+        run_id = grade_run_id(self.evaluation_id, instance.key, attempt)
         job = GradeJob(
             target=instance.task.bundle,
             patch=instance.prediction.patch,
             run_dir=run_dir,
-            run_id=grade_run_id(self.evaluation_id, instance.key, attempt),
+            run_id=run_id,
             stderr=stderr,
             options=self.options.grade_options,
             env=engine.env,
@@ -229,6 +233,7 @@ class Evaluation:
             run_dir=run_dir,
             started=time.monotonic(),
             attempt=attempt,
+            run_id=run_id,
         )
 
     def _reap(self, plan: _Plan, total: int) -> int:
@@ -248,8 +253,7 @@ class Evaluation:
                 why = report.detail if report else _no_report(entry, code)
                 lost = ping(entry.engine)
                 if lost is not None:
-                    entry.engine.alive, entry.engine.lost_reason = False, lost
-                    self.progress.note(f"engine {entry.engine.spec.name} left: {lost}")
+                    self.pool.lose(entry.engine, lost, stranded=entry.run_id)
                 if lost is not None or entry.attempt <= self.options.retries:
                     self.progress.note(f"{instance.prediction.instance_id}: {why[:200]}; again")
                     plan.pending.insert(0, instance)

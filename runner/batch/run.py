@@ -21,16 +21,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from runner.base.errors import RunnerError
+from runner.batch.engines import Engine, EnginePool, apply_budget, endpoint_of, ping
 from runner.batch.model import BatchResult, EngineSpec, TaskOutcome
-from runner.engine.cachebudget import collect
-from runner.engine.docker import connected
-from runner.engine.hosts import Endpoint, SshTunnel, context_endpoint
-from runner.engine.hosts import resolve as resolve_endpoint
 from runner.model.settings import SharedSettings, child_environment
-from runner.plan.labels import runner_labels
 from runner.run.events import read_events
 from runner.run.state import PROGRESS
 from runner.supervise.job import VerifyJob
@@ -38,34 +32,6 @@ from runner.supervise.launcher import Child, Launcher
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.2
-LOST_ENGINE_LOOK_SECONDS = 10.0
-
-
-@dataclass(kw_only=True)
-class Engine:
-    spec: EngineSpec
-    env: dict[str, str]
-    alive: bool = True
-    running: int = 0
-    ran: int = 0
-    lost_reason: str | None = None
-    tunnel: SshTunnel | None = None  # an ssh engine: one login for every task sent there
-    # Attempts that were running when the engine was lost: their containers are removed once
-    # it answers again.
-    stranded: list[str] = field(default_factory=list)
-    next_look: float = 0.0
-    cleaned: int = 0
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.spec.name,
-            "capacity": self.spec.capacity,
-            "tasks": self.ran,
-            "alive": self.alive,
-            "lostReason": self.lost_reason,
-            "strandedRuns": list(self.stranded),
-            "removedAfterLoss": self.cleaned,
-        }
 
 
 @dataclass(kw_only=True)
@@ -123,44 +89,6 @@ def _declared_task_id(target: Path) -> str:
     return target.resolve().name
 
 
-def ping(engine: Engine) -> str | None:
-    """None when the engine answers, else why not."""
-    try:
-        with connected(environment=engine.env, timeout=15):
-            return None
-    except RunnerError as exc:
-        return exc.message
-
-
-def remove_runs(engine: Engine, run_ids: list[str]) -> int:
-    """Remove what these runs left on the engine (labelled by run id); how many objects."""
-    if not run_ids:
-        return 0
-    try:
-        with connected(environment=engine.env, timeout=60) as docker_engine:
-            return sum(docker_engine.cleanup(runner_labels(run=r)) for r in run_ids)
-    except RunnerError as exc:
-        log.warning("removing stranded runs on %s: %s", engine.spec.name, exc)
-        return 0
-
-
-def endpoint_of(spec: EngineSpec, base: dict[str, str]) -> Endpoint:
-    if spec.inherit:
-        return resolve_endpoint(base)
-    if spec.url is not None:
-        return Endpoint(url=spec.url, name=spec.url, from_host_variable=True)
-    return context_endpoint(spec.name, base, field="--engine")
-
-
-def apply_budget(engine: Engine, budget: int, *, protect_since: float) -> int:
-    try:
-        with connected(environment=engine.env, timeout=60) as docker_engine:
-            return collect(docker_engine, budget, protect_since=protect_since).freed_bytes
-    except RunnerError as exc:
-        log.warning("cache budget on %s: %s", engine.spec.name, exc)
-        return 0
-
-
 class Batch:
     def __init__(self, options: BatchOptions, progress: Progress) -> None:
         self.options = options
@@ -168,9 +96,11 @@ class Batch:
         base = child_environment()
         # Every engine's endpoint resolved now, as the docker CLI resolves it: an unknown
         # context name stops the batch before anything runs (exit 2), never a silent default.
-        self.engines = [
-            Engine(spec=s, env=endpoint_of(s, base).environment(base)) for s in options.engines
-        ]
+        self.pool = EnginePool(
+            [Engine(spec=s, env=endpoint_of(s, base).environment(base)) for s in options.engines],
+            note=progress.note,
+        )
+        self.engines = self.pool.engines
         self.batch_id = uuid.uuid4().hex[:10]
         self.outcomes = [
             TaskOutcome(target=str(t), task_id=_declared_task_id(t)) for t in options.targets
@@ -184,15 +114,12 @@ class Batch:
     def run(self) -> BatchResult:
         started = time.monotonic()
         state = _State(pending=list(range(len(self.outcomes))))
-        for engine in self.engines:
-            reason = self._connect(engine)
-            if reason is not None:
-                self._lose(engine, reason)
+        self.pool.open()
         try:
             while (state.pending or state.running) and not self.stop.is_set():
                 self._start_what_fits(state)
                 self._reap(state)
-                self._look_at_lost_engines()
+                self.pool.look_at_lost()
                 if not any(e.alive for e in self.engines) and state.pending:
                     for index in state.pending:
                         outcome = self.outcomes[index]
@@ -205,13 +132,7 @@ class Batch:
                 time.sleep(POLL_SECONDS)
         finally:
             self._interrupt(state)
-            for engine in self.engines:
-                if engine.stranded:
-                    engine.next_look = 0.0
-            self._look_at_lost_engines(rejoin=False)
-            for engine in self.engines:
-                if engine.tunnel is not None:
-                    engine.tunnel.close()
+            self.pool.close()
             self.launcher.close()
         return BatchResult(
             tasks=self.outcomes,
@@ -298,8 +219,7 @@ class Batch:
             if report_verdict == "infrastructure_failed" and not self.stop.is_set():
                 lost = ping(entry.engine)
                 if lost is not None:
-                    self._lose(entry.engine, lost)
-                    entry.engine.stranded.append(entry.run_id)
+                    self.pool.lose(entry.engine, lost, stranded=entry.run_id)
                     outcome.moved += 1
                     self.progress.note(
                         f"{outcome.target}: engine {entry.engine.spec.name} stopped answering; "
@@ -329,47 +249,6 @@ class Batch:
                 self.freed += apply_budget(
                     entry.engine, self.options.cache_budget, protect_since=since
                 )
-
-    def _connect(self, engine: Engine) -> str | None:
-        """Open an ssh engine's one login (again, after a loss), then ping. None: it answers."""
-        url = engine.env.get("DOCKER_HOST", "")
-        if engine.tunnel is not None or url.startswith("ssh://"):
-            try:
-                if engine.tunnel is None:
-                    engine.tunnel = SshTunnel(url)
-                if not engine.tunnel.alive():
-                    engine.env = {**engine.env, "DOCKER_HOST": engine.tunnel.open()}
-            except RunnerError as exc:
-                return exc.message
-        return ping(engine)
-
-    def _look_at_lost_engines(self, *, rejoin: bool = True) -> None:
-        """A lost engine that answers again: the containers of the attempts it stranded are
-        removed, and it takes tasks again."""
-        now = time.monotonic()
-        for engine in self.engines:
-            if engine.alive or now < engine.next_look:
-                continue
-            engine.next_look = now + LOST_ENGINE_LOOK_SECONDS
-            if self._connect(engine) is not None:
-                continue
-            removed = remove_runs(engine, engine.stranded)
-            engine.cleaned += removed
-            if engine.stranded:
-                self.progress.note(
-                    f"engine {engine.spec.name} answers again: removed {removed} container(s), "
-                    f"network(s) and volume(s) of {len(engine.stranded)} stranded attempt(s)"
-                )
-            engine.stranded = []
-            if rejoin:
-                engine.alive = True
-                self.progress.note(f"engine {engine.spec.name} rejoins the pool")
-
-    def _lose(self, engine: Engine, reason: str) -> None:
-        if engine.alive:
-            engine.alive = False
-            engine.lost_reason = reason
-            self.progress.note(f"engine {engine.spec.name} left the pool: {reason}")
 
     def _interrupt(self, state: _State) -> None:
         """Stop what still runs (each verification removes its own containers)."""

@@ -642,3 +642,118 @@ def test_a_grade_read_back_from_the_fleet_must_be_this_prediction_s(tmp_path: Pa
     deep.write_text("[" * 100_000 + "]" * 100_000)
     digest = store.put_file(deep)
     assert _result(store, instance, {"gradeReport": digest, "run": run}, options).status == "error"
+
+
+def test_a_lost_engine_s_prediction_moves_and_the_engine_rejoins_once_it_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler over two engines, its grade children and the engines' answers scripted:
+    engine a stops answering under a grade (no report), which is graded again although no retry
+    is allowed (a lost engine is not the prediction's failure); once a answers again the
+    containers of its stranded grade are removed by run id, and it takes predictions again."""
+    from runner.batch import engines as engine_pool
+    from runner.batch import evaluation as scheduler
+    from runner.batch.evalsources import EvalTask
+    from runner.batch.model import EngineSpec
+
+    monkeypatch.setattr(engine_pool, "LOST_ENGINE_LOOK_SECONDS", 0.0)
+    answers = {"a": True, "b": True}
+    pings: list[str] = []
+
+    def ping(engine: engine_pool.Engine) -> str | None:
+        pings.append(engine.spec.name)
+        return None if answers[engine.spec.name] else "connection refused"
+
+    removed: list[tuple[str, list[str]]] = []
+
+    def remove_runs(engine: engine_pool.Engine, run_ids: list[str]) -> int:
+        removed.append((engine.spec.name, list(run_ids)))
+        return 2 * len(run_ids)
+
+    monkeypatch.setattr(engine_pool, "ping", ping)
+    monkeypatch.setattr(scheduler, "ping", ping)
+    monkeypatch.setattr(engine_pool, "remove_runs", remove_runs)
+    graded: list[tuple[str, str]] = []  # (prediction, engine)
+
+    class Child:
+        def __init__(self, job: scheduler.GradeJob) -> None:
+            self.job, self.pid = job, 0
+            engine = "a" if job.env["DOCKER_HOST"].endswith("a.sock") else "b"
+            self.code = 0
+            if engine == "a" and not answers["a"]:
+                self.code = 3  # the engine went away under it: no report
+            else:
+                reward = dict.fromkeys(
+                    ("reward", "patch_applied", "fail_to_pass", "pass_to_pass"), 1
+                ) | {"deterministic": 1, "setup_completed": 1}
+                document = {"verdict": "rewarded", "detail": "reward 1", "reward": reward,
+                            "runId": job.run_id, "logs": []}  # fmt: skip
+                (job.run_dir / "grade.json").write_text(json.dumps(document))
+                graded.append((job.patch.name, engine))
+
+        def poll(self) -> int:
+            return self.code
+
+        def wait(self, timeout: float | None = None) -> int:
+            return self.code
+
+        def send_signal(self, signum: int) -> None:
+            pass
+
+    class Launcher:
+        def start(self, job: scheduler.GradeJob) -> Child:
+            if len(graded) == 1:
+                answers["a"] = False  # a stops answering once the first grade has ended
+            return Child(job)
+
+        def close(self) -> None:
+            pass
+
+    out = tmp_path / "out"
+    (out / "results").mkdir(parents=True)
+    options = scheduler.EvaluateOptions(
+        out=out,
+        engines=[
+            EngineSpec(name="a", url="unix:///run/a.sock", capacity=1),
+            EngineSpec(name="b", url="unix:///run/b.sock", capacity=1),
+        ],
+        jobs=1,
+        retries=0,
+    )
+    notes: list[str] = []
+    evaluation = scheduler.Evaluation(options, scheduler.EvaluateProgress(note=notes.append))
+    evaluation.launcher = Launcher()  # type: ignore[assignment]
+    todo = []
+    for index in range(4):
+        patch = tmp_path / f"p{index}.patch"
+        patch.write_text("x")
+        task = EvalTask(
+            task_id=f"t{index}", bundle=tmp_path, digest="d", difficulty="easy",
+            repository="r", weight=1.0,
+        )  # fmt: skip
+        prediction = model.Prediction(
+            instance_id=task.task_id, model="m", patch_sha256="s", patch_bytes=1, patch=patch,
+            where="p",
+        )  # fmt: skip
+        todo.append(Instance(prediction=prediction, task=task, key=f"k{index}"))
+
+    original_reap = evaluation._reap
+
+    def reap(plan: scheduler._Plan, total: int) -> int:
+        ended = original_reap(plan, total)
+        if any("left the pool" in n for n in notes) and not answers["a"]:
+            answers["a"] = True  # it comes back
+        return ended
+
+    evaluation._reap = reap  # type: ignore[method-assign]
+    results = evaluation.run(todo)
+    assert sorted(r.status for r in results) == ["resolved"] * 4
+    assert any(n.startswith("engine a left the pool: connection refused") for n in notes), notes
+    assert "engine a rejoins the pool" in notes, notes
+    # The grade a lost was running was graded again (once: retries=0 did not stop it).
+    assert len(graded) == 4 and len({p for p, _ in graded}) == 4
+    stranded = [ids for name, ids in removed if name == "a" and ids]
+    assert len(stranded) == 1 and stranded[0][0].startswith(f"eval-{evaluation.evaluation_id}-")
+    # a took predictions again after it rejoined.
+    rejoined = notes.index("engine a rejoins the pool")
+    assert rejoined and [e for _, e in graded].count("a") >= 2, graded
