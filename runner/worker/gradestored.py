@@ -127,8 +127,11 @@ class GradeActivities:
             while await asyncio.to_thread(child.wait, POLL_SECONDS) is None:
                 activity.heartbeat({"id": reference["id"]})
         except asyncio.CancelledError:
+            what = f"grade {reference['id'][:16]} ({job.run_id})"
+            log.info("%s: cancelled; it stops and removes its containers", what)
             child.send_signal(signal.SIGTERM)  # it removes its containers
-            await asyncio.to_thread(child.wait, 60)
+            ended = await asyncio.to_thread(child.wait, 60)
+            log.info("%s: stopped (exit %s)", what, ended)
             if activity.is_worker_shutdown():
                 raise ApplicationError(
                     "this worker stopped before the grade ended; another worker takes it",

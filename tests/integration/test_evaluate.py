@@ -336,3 +336,86 @@ def test_an_evaluation_is_graded_by_the_fleet_and_its_histories_replay(
             _, found_id, text = next(h for h in histories if h[0] == kind)
             label = "selfbench.pool-grade" if kind == "selfbench.pool" else kind
             (HISTORIES / f"{label}--{found_id.replace('/', '--')}.json").write_text(text)
+
+
+def test_ctrl_c_cancels_the_fleet_s_evaluation_and_leaves_no_container(
+    tmp_path: Path, verify_options: list[str], docker_client: docker.DockerClient
+) -> None:
+    """`evaluate --temporal`, SIGINT while a worker grades a prediction: the command ends 130
+    with its summary written (what was not graded counted), the pool workflow is cancelled, and
+    the worker's grades stop and remove their containers (found by this test's own task id)."""
+    import os
+    import uuid
+
+    from tests.integration.test_batch import example_copy
+    from tests.integration.test_fleet import _fleet_key
+    from tests.temporal import start_worker, stop_worker, temporal, temporal_server
+
+    task_id = f"fleet-cancel-{uuid.uuid4().hex[:8]}"
+    task = example_copy(tmp_path, "fleet-cancel", taskId=task_id)
+    run = run_verify(task, verify_options, tmp_path / "run", *FAST)
+    assert run.report["verdict"] == "accepted", run.report["reason"]
+    host_key = run_cli("key")
+    assert host_key.returncode == 0, host_key.stderr
+    fleet_key, _ = _fleet_key(tmp_path)
+    gold = (ROOT / "examples" / "bash-calc" / "gold.patch").read_text()
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text(
+        "".join(
+            json.dumps({"instance_id": task_id, "model_name_or_path": f"m{n}", "model_patch": gold})
+            + "\n"
+            for n in range(8)
+        )
+    )
+    out = tmp_path / "eval"
+    store = f"file://{tmp_path / 'store'}"
+    queue = f"evaluate-{uuid.uuid4().hex[:8]}"
+    ours = {"label": f"org.selfbench.task={task_id}"}
+    with temporal_server(tmp_path / "temporal") as server:
+        worker = start_worker(
+            server,
+            tmp_path / "worker",
+            queue,
+            [*verify_options, "--store", store],
+            jobs=1,
+            env={
+                **os.environ,
+                "SELFBENCH_CACHE_DIR": str(tmp_path / "worker-cache"),
+                "SELFBENCH_SIGNING_KEY": str(fleet_key),
+                "SELFBENCH_TRUSTED_KEYS": host_key.stdout.strip(),
+            },
+        )
+        try:
+            command = [sys.executable, "-m", "runner", "evaluate", str(run.run_dir)]
+            command += ["--predictions", str(preds), "-o", str(out), "--json", "-q"]
+            command += ["--temporal", server, "--task-queue", queue, "--store", store]
+            stdout, stderr = tmp_path / "evaluate.out", tmp_path / "evaluate.err"
+            with stdout.open("wb") as out_file, stderr.open("wb") as err_file:
+                process = subprocess.Popen(command, cwd=ROOT, stdout=out_file, stderr=err_file)
+            # Interrupted while a worker's grade has a container of this task running.
+            deadline = time.monotonic() + 300
+            while not docker_client.api.containers(filters=ours):
+                assert process.poll() is None, stderr.read_text()[-3000:]
+                assert time.monotonic() < deadline, worker.text()[-3000:]
+                time.sleep(0.1)
+            process.send_signal(signal.SIGINT)
+            code = process.wait(120)
+            said = stderr.read_text()
+            assert code == 130, said[-3000:]
+            summary = json.loads(stdout.read_text())
+            assert summary["notGraded"] >= 1, summary
+            workflow = f"evaluate-{summary['evaluationId']}"
+            described = temporal(server, "workflow", "describe", "--workflow-id", workflow)
+            assert described.returncode == 0, described.stderr
+            assert "Status   CANCELED" in described.stdout, described.stdout
+            # The worker's grade hears it at its next heartbeat, stops and removes what it made
+            # (its child has ended when the worker says so).
+            deadline = time.monotonic() + 120
+            while ": stopped (exit " not in worker.text():
+                assert time.monotonic() < deadline, worker.text()[-3000:]
+                time.sleep(0.2)
+            assert ": cancelled; it stops and removes its containers" in worker.text()
+            left = docker_client.api.containers(all=True, filters=ours)
+            assert left == [], ([c["Names"] for c in left], worker.text()[-3000:])
+        finally:
+            stop_worker(worker)
