@@ -1573,7 +1573,9 @@ sub cmd_canaries {
             next;
         }
         my @lines = split /(?<=\n)/, $raw;
-        for my $canary (sort { $b->{line} <=> $a->{line} || $b->{key} cmp $a->{key} } @{ $by_file{$file} }) {
+        # Bottom up; the canaries before one line go in their order (the group's random one:
+        # never the order they were made in, which gave the test they copy away).
+        for my $canary (sort { $b->{line} <=> $a->{line} || ($b->{order} // 0) <=> ($a->{order} // 0) || $b->{key} cmp $a->{key} } @{ $by_file{$file} }) {
             my $at = $canary->{line};
             $at = scalar @lines if $at > @lines;
             splice @lines, $at, 0, $canary->{text};

@@ -25,7 +25,7 @@ CANARY_RULE = "a test the reference solution fails passed"
 # it): code that takes tests out of the run must not leave only those it can answer.
 CANARY_SILENT_RULE = "a test the reference solution fails did not run"
 # A blind guess must get past every canary with at most this chance (each held-out test with k
-# canaries of its own is guessed right with 1/(k+1)).
+# canaries of its own is guessed right with 1/k, 1/2 for one: blind_guess).
 GUESS_TARGET = 1 / 8
 CanaryOutcome = Literal["killed", "passed", "not-run", "flaky", "interfered", "unplaced"]
 
@@ -38,13 +38,15 @@ class _Model(BaseModel):
 
 class Canary(_Model):
     """One canary of a per-test runner: `text` is inserted before line `line` (0-based) of
-    `file` as test.patch leaves it."""
+    `file` as test.patch leaves it; the canaries inserted before one line go in `order`
+    (lowest first: a random order of the group's, never the order they were made in)."""
 
     key: str
     runner: str
     file: str  # repository path
     line: int
     text: str
+    order: int = 0
     name: str  # its test's name as written
     of: str  # the held-out test it copies
     group: str  # that test's key: the canaries of one test are guessed together
@@ -142,13 +144,16 @@ class CanaryRun(_Model):
 
 def blind_guess(groups: list[str]) -> float:
     """The chance that a guess, blind to which tests are canaries, passes every held-out test
-    and fails every canary: per copied test with k canaries, 1/(k+1)."""
+    and fails every canary: per copied test with k canaries, 1/k, or 1/2 for one. Not
+    1/(k+1): a test's copies are made around its first one (the pivot), which code that reads
+    the file finds at the centre of its group, so a forger that knows how canaries are made
+    picks among the k others (runner.runners.canaries.derive)."""
     counts: dict[str, int] = {}
     for group in groups:
         counts[group] = counts.get(group, 0) + 1
     chance = 1.0
     for k in counts.values():
-        chance /= k + 1
+        chance /= max(k, 2)
     return chance
 
 

@@ -58,7 +58,7 @@ def written(canaries: CanarySet, path: str, text: str) -> str:
     text inserted before its line, from the bottom up."""
     lines = text.splitlines(keepends=True)
     mine = [c for c in canaries.canaries if c.file == path]
-    for canary in sorted(mine, key=lambda c: (c.line, c.key), reverse=True):
+    for canary in sorted(mine, key=lambda c: (c.line, c.order, c.key), reverse=True):
         lines[canary.line : canary.line] = [canary.text]
     return "".join(lines)
 
@@ -291,9 +291,11 @@ def test_a_custom_command_gets_one_exit_code_canary() -> None:
 
 
 def test_a_blind_guess_is_the_product_over_copied_tests() -> None:
+    # A test with one canary: 1/2; with k > 1: 1/k (its pivot, the centre, is known a canary).
     assert blind_guess(["a", "b", "c"]) == 1 / 8
-    assert blind_guess(["a", "a", "b"]) == 1 / 6
-    assert blind_guess(["a"] * 7) == 1 / 8
+    assert blind_guess(["a", "a", "b"]) == 1 / 4
+    assert blind_guess(["a", "a", "a", "b"]) == 1 / 6
+    assert blind_guess(["a"] * 7) == 1 / 7
 
 
 def test_every_file_the_engines_derive_from_parses_as_its_language() -> None:
@@ -416,7 +418,7 @@ def test_the_census_keeps_the_canaries_the_oracle_killed_in_every_run() -> None:
         "c4": "flaky",
         "c5": "unplaced",
     }
-    assert census.guess == 1 / 3  # two copies of one test
+    assert census.guess == 1 / 2  # two copies of one test (one of them the centre)
     interfered = canary_census(plan, runs, interfered="oracle passed only without them")
     assert interfered.keys == [] and {d.why for d in interfered.dropped} == {"interfered"}
 
@@ -565,3 +567,42 @@ def test_code_that_reads_the_file_does_not_find_the_test_at_the_centre_of_its_co
             guess += 1 / len(members)
     assert guess > 30
     assert centre <= guess, (centre, guess)
+
+
+def test_where_the_copies_sit_does_not_give_the_test_away() -> None:
+    """A forger that finds the centre of each group (the pivot, a canary) and then reads the
+    layout: the copies of a test used to keep the order they were made in, so the pivot was
+    the group's first member or the one right after the test, and "the member before the
+    centre" found the test (an attack earned reward 1 on a real uv task so: 0.54 of its
+    groups). The group is laid out in one random order: the member before the centre is the
+    test no more often than a blind pick among the members that are not the centre."""
+    originals = {m.group(1) for m in _BLOCK.finditer(CENTRE_FILE)}
+    layout = blind = 0.0
+    for seed in range(200):
+        found = canaries_of(
+            "npx jest {tests}",
+            ["test/r.test.js"],
+            held("test/r.test.js", CENTRE_FILE),
+            seed=f"layout-{seed}",
+        )
+        groups: dict[str, list[tuple[str, list[str]]]] = {}
+        for name, body in _BLOCK.findall(written(found, "test/r.test.js", CENTRE_FILE)):
+            groups.setdefault(_LITERAL.sub("#", body), []).append((name, _LITERAL.findall(body)))
+        for members in (g for g in groups.values() if len(g) > 2):
+
+            def spread(
+                x: tuple[str, list[str]], members: list[tuple[str, list[str]]] = members
+            ) -> int:
+                return sum(
+                    _words_apart(x[0].split(), y[0].split())
+                    + sum(a != b for a, b in zip(x[1], y[1], strict=True))
+                    for y in members
+                )
+
+            centre = members.index(min(members, key=spread))
+            rest = [m for i, m in enumerate(members) if i != centre]
+            pick = members[centre - 1] if centre > 0 else rest[(len(rest) - 1) // 2]
+            layout += pick[0] in originals
+            blind += 1 / len(rest)
+    assert blind > 100
+    assert layout <= blind * 1.15, (layout, blind)

@@ -65,8 +65,11 @@ class Unit:
 class Copy:
     unit: Unit
     name: str
-    line: int  # 0-based line the text goes before
-    text: str
+    # Its text placed before the test (inserted before unit.first_line) or after it (before
+    # unit.end_line), the file's spacing kept either way: which one, and its order among the
+    # test's other copies there, derive decides for the whole group (place_group).
+    before: str
+    after: str
     mutation: str
     # The literals it changed, (start, end) in the file -> its text there: a copy made from
     # this one starts from them (derive: the unit's first copy is its others' pivot).
@@ -197,7 +200,7 @@ def copy_unit(
     natural: Mapping[ScalarKind, Sequence[str]] | None = None,
 ) -> Copy | None:
     """`unit`'s lines with `name` for its name and one literal of every slot of its site
-    `site_index` changed, placed before or after it (the file's spacing kept). Made from
+    `site_index` changed, to be placed before or after it (the file's spacing kept). Made from
     `pivot` (the unit's first copy), it changes again each literal the pivot changed, and
     nothing else: every member of the group then differs from the pivot in the same places, by
     one move each. A new value is never the test's own, nor one a member of the group has there
@@ -235,18 +238,15 @@ def copy_unit(
     if not block.endswith(b"\n"):
         block += b"\n"
     blank = b"\n" * unit.gap
-    if rng.random() < 0.5:
-        line, inserted = unit.first_line, block + blank
-    else:
-        line, inserted = unit.end_line, blank + block
-        if unit.end_line == len(lines) and lines and not lines[-1].endswith(b"\n"):
-            inserted = b"\n" + inserted
+    after = blank + block
+    if unit.end_line == len(lines) and lines and not lines[-1].endswith(b"\n"):
+        after = b"\n" + after
     where = f"line {site.line}"
     return Copy(
         unit=unit,
         name=name,
-        line=line,
-        text=inserted.decode("utf-8", "surrogateescape"),
+        before=(block + blank).decode("utf-8", "surrogateescape"),
+        after=after.decode("utf-8", "surrogateescape"),
         mutation=f"{where}: " + "; ".join(changes[:3]) + ("; ..." if len(changes) > 3 else ""),
         literals=tuple((start, end, text) for (start, end), text in sorted(literals.items())),
         site=site_index,

@@ -136,6 +136,8 @@ def _per_test(
     made = [0] * len(units)
     spent = [False] * len(units)  # no name the selection runs is left for it
     pivots: dict[int, Copy] = {}  # each test's first copy, which its others are made from
+    # Each test's canaries (their indexes, and the copies they are), in the order made.
+    copies: dict[int, list[tuple[int, Copy]]] = {}
     values: dict[int, dict[tuple[int, int], set[str]]] = {}  # each test's group's, by span
     natural = {held.path: file_literals(held.text) for _, held, _, _ in found}
     taken: dict[str, set[str]] = {}
@@ -160,7 +162,10 @@ def _per_test(
             group.setdefault((start, end), set()).add(text)
         names.add(copy.name)
         made[index] += 1
+        copies.setdefault(index, []).append((len(canaries), copy))
         canaries.append(_canary(room, held, copy, len(canaries) + 1, inputs.workdir))
+    for members in copies.values():
+        _place_group(canaries, members, rng)
     for index, (_room, held, _tests, _scope, unit) in enumerate(units):
         if spent[index] and not made[index]:
             none.append(f"{held.path}: {unit.name}: no name of its file's words the selection runs")
@@ -200,6 +205,31 @@ def _one_copy(
     return None
 
 
+def _place_group(canaries: list[Canary], members: list[tuple[int, Copy]], rng: Random) -> None:
+    """A test and its copies in one uniformly random order around it: the copies before the
+    test in the file go before its first line, the others before the line after it, each side
+    in that order. Placed one by one, each on a side of its own, a test's copies kept the
+    order they were made in on either side: the pivot (its first copy, the centre a forger
+    finds) was then the group's first member or the one right after the test, which gave the
+    test away (measured: 0.54 of groups like a real uv task's two tests against 1/16 blind).
+    Any subset of a uniformly random order (the copies the oracle keeps) is one too."""
+    order: list[tuple[int, Copy] | None] = [*members, None]  # None: the test itself
+    rng.shuffle(order)
+    split = order.index(None)
+    for position, member in enumerate(order):
+        if member is None:
+            continue
+        index, copy = member
+        before = position < split
+        canaries[index] = canaries[index].model_copy(
+            update={
+                "line": copy.unit.first_line if before else copy.unit.end_line,
+                "text": copy.before if before else copy.after,
+                "order": position,
+            }
+        )
+
+
 def _canary(room: Room, held: HeldOutFile, copy: Copy, number: int, workdir: str) -> Canary:
     relative = _relative(held.path, workdir) or held.path
     unit: Unit = copy.unit
@@ -207,8 +237,8 @@ def _canary(room: Room, held: HeldOutFile, copy: Copy, number: int, workdir: str
         key=f"c{number}",
         runner=room.name,
         file=held.path,
-        line=copy.line,
-        text=copy.text,
+        line=unit.first_line,
+        text=copy.before,
         name=copy.name,
         of=unit.name,
         group=f"{held.path}:{'/'.join(unit.containers)}:{unit.name}",
