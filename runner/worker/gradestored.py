@@ -138,7 +138,15 @@ class GradeActivities:
                     type="WorkerStopping",
                 ) from None
             raise
-        return grade_report(run_dir)
+        report = grade_report(run_dir)
+        log.info(
+            "grade %s (%s): %s (exit %s)",
+            reference["id"][:16],
+            job.run_id,
+            report.verdict if report is not None else "no result",
+            child.poll(),
+        )
+        return report
 
     def _publish(
         self, reference: dict[str, Any], report: GradeReport, run_dir: Path, seconds: float

@@ -358,13 +358,13 @@ def test_ctrl_c_cancels_the_fleet_s_evaluation_and_leaves_no_container(
     host_key = run_cli("key")
     assert host_key.returncode == 0, host_key.stderr
     fleet_key, _ = _fleet_key(tmp_path)
-    gold = (ROOT / "examples" / "bash-calc" / "gold.patch").read_text()
+    slow = _slow_gold(tmp_path)  # the fix, each calc.sh call 2 s longer: a grade of minutes
     preds = tmp_path / "preds.jsonl"
     preds.write_text(
         "".join(
-            json.dumps({"instance_id": task_id, "model_name_or_path": f"m{n}", "model_patch": gold})
+            json.dumps({"instance_id": task_id, "model_name_or_path": f"m{n}", "model_patch": slow})
             + "\n"
-            for n in range(8)
+            for n in range(3)
         )
     )
     out = tmp_path / "eval"
@@ -408,14 +408,31 @@ def test_ctrl_c_cancels_the_fleet_s_evaluation_and_leaves_no_container(
             described = temporal(server, "workflow", "describe", "--workflow-id", workflow)
             assert described.returncode == 0, described.stderr
             assert "Status   CANCELED" in described.stdout, described.stdout
-            # The worker's grade hears it at its next heartbeat, stops and removes what it made
-            # (its child has ended when the worker says so).
+            # The worker's grade (minutes long) hears it at its next heartbeat, stops and removes
+            # what it made (its child has ended when the worker says so).
             deadline = time.monotonic() + 120
             while ": stopped (exit " not in worker.text():
                 assert time.monotonic() < deadline, worker.text()[-3000:]
                 time.sleep(0.2)
             assert ": cancelled; it stops and removes its containers" in worker.text()
+            assert "(exit 0)" not in worker.text(), worker.text()[-3000:]  # no grade ended
             left = docker_client.api.containers(all=True, filters=ours)
             assert left == [], ([c["Names"] for c in left], worker.text()[-3000:])
         finally:
             stop_worker(worker)
+
+
+def _slow_gold(tmp_path: Path) -> str:
+    """The bash-calc example's fix with `sleep 2` at the top of calc.sh, as a patch."""
+    example = ROOT / "examples" / "bash-calc"
+    base = json.loads((example / "definition.json").read_text())["baseCommit"]
+    repo = tmp_path / "slow-gold"
+    git = ["git", "-C", str(repo), "-c", "advice.detachedHead=false"]
+    subprocess.run(["git", "clone", "-q", str(example / "repo.bundle"), str(repo)], check=True)
+    subprocess.run([*git, "checkout", "-q", base], check=True)
+    subprocess.run([*git, "apply", str(example / "gold.patch")], check=True)
+    calc = repo / "calc.sh"
+    lines = calc.read_text().splitlines(keepends=True)
+    calc.write_text("".join([lines[0], "sleep 2\n", *lines[1:]]))
+    done = subprocess.run([*git, "diff"], capture_output=True, text=True, check=True)
+    return done.stdout
