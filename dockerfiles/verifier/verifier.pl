@@ -10,13 +10,15 @@
 #   canaries TASK           after test.patch: the canaries (tests the reference solution must
 #                           fail, tests/canaries.json) written among the held-out tests
 #   canary-ready TASK       exit 0 when an exit-code canary run is due
+#   canary-sealed TASK      exit 0 when it is due by a sealed census (known before any run)
 #   lockdown TASK           after test.patch: the harness root-owned and read-only, the
 #                           prepared tree recorded so each test run starts from it
 #   canaries-lockdown TASK  canaries, then lockdown
 #   reset TASK              between two test runs: back to the prepared tree
-#   reset-run TASK NAME KIND CMD
+#   reset-run TASK (the run in SELFBENCH_RUN_NAME, _KIND, _COMMAND)
 #                           reset, then run (a test run after the first)
-#   run TASK NAME KIND CMD  one test run: CMD as the verifier user, its evidence collected over
+#   run TASK                one test run (NAME, KIND, CMD in SELFBENCH_RUN_NAME, _KIND,
+#                           _COMMAND): CMD as the verifier user, its evidence collected over
 #                           the collector's signed channel, judged; NAME.log, evidence/NAME.json
 #                           (KIND canary: the exit-code canary's run, which must fail)
 #   collect TASK NAME KIND EXIT LOG
@@ -577,6 +579,7 @@ sub cmd_lockdown {
     go_overlay($task);
     harden_interpreters();
     save_manifest(scan_tree());
+    record_outside() if exit_code_canary();
     return 0;
 }
 
@@ -754,11 +757,146 @@ sub out_of_reach {
     return 1;
 }
 
+# ---- what a run leaves outside /app (an exit-code task's runs) ----------------------------------
+# An exit-code task's canary is one run of the test command among the fail-to-pass run and its
+# repeat, in a random order: code that remembered an earlier run (a counter in /tmp, the home
+# directory, a shared memory segment) could tell the runs apart. Before each such run, what the
+# verifier user can write outside /app comes back as it was at the lockdown: what a run added
+# there goes, what it changed is restored from a snapshot, and its System V objects go.
+my $OUTSIDE = "$WORK/outside.json";
+my $OUTSIDE_TAR = "$WORK/outside.tar";
+my $OUTSIDE_MAX_BYTES = 64 << 20;
+# Mounts of their own that find -xdev does not enter, each writable by every user.
+my @OUTSIDE_MOUNTS = ('/dev/shm', '/dev/mqueue');
+
+# writable_outside: the directories and files outside /app the verifier user can change (owns,
+# or may write), links aside; /proc, /sys and the runner's own trees are not walked.
+sub writable_outside {
+    @VERIFIER = (getpwnam('verifier'))[2, 3] unless @VERIFIER;
+    return ([], []) unless defined $VERIFIER[0];
+    my @roots = ('/', grep { -d $_ && !-l $_ } @OUTSIDE_MOUNTS);
+    open(my $fh, '-|', 'find', @roots, '-xdev',
+      '(', '-path', '/proc', '-o', '-path', '/sys', '-o', '-path', $APP, '-o', '-path', $WORK,
+      '-o', '-path', $EVIDENCE_ROOT, '-o', '-path', '/tests', '-o', '-path', $LOGS, ')', '-prune',
+      '-o', '(', '!', '-type', 'l', '(', '-uid', $VERIFIER[0], '-o', '-perm', '-0002', ')', ')',
+      '-print0') or fail("cannot list what the verifier user may write: $!");
+    local $/;
+    my $raw = <$fh> // '';
+    close $fh;
+    my (@dirs, @files);
+    for my $path (grep { length } split /\0/, $raw) {
+        if (-d $path && !-l $path) { push @dirs, $path } else { push @files, $path }
+    }
+    return (\@dirs, \@files);
+}
+
+sub record_outside {
+    # The held-out file the canary changes, as the lockdown leaves it: every run of the task gets
+    # its own copy of it written in place (put_canary_file), so that its times and inode are the
+    # same in every run whichever version it holds.
+    my $canary = exit_code_canary();
+    my $held = "$APP/$canary->{file}";
+    my @st = lstat $held;
+    if (@st && -f _) {
+        write_file("$WORK/canary-original", read_file($held, 64 << 20) // '');
+        write_json("$WORK/canary-times", { atime => $st[8], mtime => $st[9] });
+    }
+    my ($dirs, $files) = writable_outside();
+    my %entries;
+    for my $dir (@$dirs) {
+        opendir(my $dh, $dir) or next;
+        $entries{$dir} = [sort grep { $_ ne '.' && $_ ne '..' } readdir $dh];
+        closedir $dh;
+    }
+    my $bytes = 0;
+    $bytes += (lstat $_)[7] // 0 for @$files;
+    my $snapshot = $bytes <= $OUTSIDE_MAX_BYTES;
+    if ($snapshot && (@$dirs || @$files)) {
+        # The directories themselves (their modes and owners) and the files, as they are.
+        open(my $list, '>', "$OUTSIDE_TAR.list") or fail("cannot write $OUTSIDE_TAR.list");
+        print {$list} map { "$_\0" } (@$dirs, @$files);
+        close $list;
+        $snapshot = system('tar', '--create', '--file', $OUTSIDE_TAR, '--null', '--no-recursion',
+          '--numeric-owner', '--files-from', "$OUTSIDE_TAR.list") == 0;
+        unlink "$OUTSIDE_TAR.list";
+    }
+    say_line("what the tests may write outside /app is $bytes bytes: it is cleared between runs, "
+      . 'not restored') unless $snapshot;
+    write_json($OUTSIDE, { entries => \%entries, snapshot => $snapshot ? JSON::PP::true() : JSON::PP::false() });
+    chmod 0600, $OUTSIDE, $OUTSIDE_TAR;
+    return 0;
+}
+
+# restore_outside: before a run of an exit-code task (its processes are gone): every entry a
+# writable directory did not hold at the lockdown goes, the snapshot comes back, and the verifier
+# user's System V shared memory, semaphores and message queues are removed.
+sub restore_outside {
+    my $was = read_json($OUTSIDE) // return;
+    my ($dirs) = writable_outside();
+    my %known = %{ $was->{entries} // {} };
+    for my $dir (@$dirs) {
+        next unless $known{$dir};  # a new one is inside one that was: it goes with it
+        my %had = map { $_ => 1 } @{ $known{$dir} };
+        opendir(my $dh, $dir) or next;
+        my @new = grep { $_ ne '.' && $_ ne '..' && !$had{$_} } readdir $dh;
+        closedir $dh;
+        system('rm', '-rf', '--', map { "$dir/$_" } @new) if @new;
+    }
+    if ($was->{snapshot} && -f $OUTSIDE_TAR) {
+        system('tar', '--extract', '--file', $OUTSIDE_TAR, '--directory', '/', '--no-recursion',
+          '--numeric-owner', '--same-owner', '--same-permissions', '--overwrite') == 0
+          or say_line('what the tests may write outside /app could not be restored');
+    }
+    remove_verifier_ipc();
+}
+
+# put_canary_file CANARY KIND: the held-out file the exit-code canary changes, written in place
+# before a run of an exit-code task: the canary's version for the canary run, the original for
+# the others, with the lockdown's access and modification times either way (its change time is
+# every run's own). True when it was written.
+sub put_canary_file {
+    my ($canary, $kind) = @_;
+    my $original = read_file("$WORK/canary-original", 64 << 20) // return 0;
+    my $times = read_json("$WORK/canary-times") // return 0;
+    my $full = "$APP/$canary->{file}";
+    sysopen(my $fh, $full, O_WRONLY | O_TRUNC | O_NOFOLLOW) or fail("cannot write $full: $!");
+    print {$fh} ($kind eq 'canary' ? $canary->{content} : $original);
+    close $fh;
+    utime $times->{atime}, $times->{mtime}, $full;
+    return 1;
+}
+
+sub remove_verifier_ipc {
+    @VERIFIER = (getpwnam('verifier'))[2, 3] unless @VERIFIER;
+    return unless defined $VERIFIER[0];
+    require IPC::SysV;
+    for my $kind (['shm', sub { shmctl($_[0], IPC::SysV::IPC_RMID(), 0) }],
+                  ['sem', sub { semctl($_[0], 0, IPC::SysV::IPC_RMID(), 0) }],
+                  ['msg', sub { msgctl($_[0], IPC::SysV::IPC_RMID(), 0) }]) {
+        my ($name, $remove) = @$kind;
+        open(my $fh, '<', "/proc/sysvipc/$name") or next;
+        my $header = <$fh> // next;
+        my @columns = split ' ', $header;
+        my ($id_at) = grep { $columns[$_] eq ($name eq 'shm' ? 'shmid' : $name eq 'sem' ? 'semid' : 'msqid') } 0 .. $#columns;
+        my ($uid_at) = grep { $columns[$_] eq 'uid' } 0 .. $#columns;
+        next unless defined $id_at && defined $uid_at;
+        while (my $line = <$fh>) {
+            my @fields = split ' ', $line;
+            $remove->($fields[$id_at]) if ($fields[$uid_at] // -1) == $VERIFIER[0];
+        }
+        close $fh;
+    }
+}
+
 sub cmd_reset {
     my ($task_path) = @_;
     my $index = "$WORK/prepared.index";
     my $manifest = load_manifest();
     return 0 unless -f $index && $manifest;
+    if (-f $OUTSIDE) {
+        kill_verifier_processes();  # nothing of the last run writes while it is undone
+        restore_outside();
+    }
     # What the run added goes, wherever it is (ignored directories too): only the directories a
     # run can add to are walked.
     my $was = $manifest->{entries};
@@ -771,8 +909,14 @@ sub cmd_reset {
         system('rm', '-rf', '--', "$APP/$path") == 0 or fail("cannot remove $APP/$path");
         push @gone, $path;
     }
-    # Changed and deleted tracked files come back from the prepared index.
+    # Changed and deleted tracked files come back from the prepared index; an exit-code task's
+    # canary file is put back in place (a checkout would give it a new inode, which the next
+    # run could tell from the one every run before the canary's saw).
     my @changed = zsplit(git_out($index, 'diff-files', '--name-only', '-z'));
+    if (-f $OUTSIDE and my $canary = exit_code_canary()) {
+        @changed = grep { $_ ne $canary->{file} } @changed;
+        put_canary_file($canary, 'original');
+    }
     if (@changed) {
         my ($code) = git_run($index, undef, 'checkout-index', '--force', '--', @changed);
         fail('cannot restore the prepared tree') if $code != 0;
@@ -809,12 +953,12 @@ sub in_child {
     return $? >> 8 || ($? & 127 ? 128 + ($? & 127) : 0);
 }
 
-# reset-run TASK NAME KIND COMMAND: reset, then run (a test run after the first). A failed reset
+# reset-run TASK: reset, then run (a test run after the first). A failed reset
 # is said and the run goes on.
 sub cmd_reset_run {
-    my ($task_path, @run) = @_;
+    my ($task_path) = @_;
     say_line('reset failed') if in_child(\&cmd_reset, $task_path) != 0;
-    return cmd_run($task_path, @run);
+    return cmd_run($task_path);
 }
 
 # canaries-lockdown TASK: canaries, then lockdown, once test.patch is applied. Canaries that
@@ -1350,15 +1494,30 @@ sub cmd_canary_ready {
     return ($doc->{mode} // '') eq 'per-test' ? 1 : 0;
 }
 
-# run TASK NAME KIND COMMAND: one test run (NAME: fail_to_pass, pass_to_pass, ...), collected and
+# canary-sealed TASK: exit 0 when an exit-code canary run is due by a sealed census (its
+# fail-to-pass selection judged by exit codes), known before any run: then the runs go in a
+# random order (test.sh).
+sub cmd_canary_sealed {
+    my ($task_path) = @_;
+    return 1 unless exit_code_canary();
+    my $sealed = census() // return 1;
+    return ((($sealed->{failToPass} // {})->{mode} // 'exit-code') eq 'per-test') ? 1 : 0;
+}
+
+# run TASK: one test run (its NAME, KIND and COMMAND in SELFBENCH_RUN_NAME, _KIND, _COMMAND) (NAME: fail_to_pass, pass_to_pass, ...), collected and
 # judged; /logs/verifier/NAME.log, /logs/verifier/evidence/NAME.json; prints `passed=0|1`, the
 # command's exit status and its milliseconds to /opt/selfbench/work/NAME.result.
 sub cmd_run {
-    my ($task_path, $name, $kind, $command) = @_;
+    my ($task_path) = @_;
+    # The run's name, kind and command come in the environment, not as arguments: a test process
+    # reads every process's arguments (/proc/PID/cmdline), never root's environment, and the
+    # canary run must look like any other. So does its scratch directory's name.
+    my ($name, $kind, $command) = @ENV{qw(SELFBENCH_RUN_NAME SELFBENCH_RUN_KIND SELFBENCH_RUN_COMMAND)};
+    fail('no run named') unless defined $name && defined $kind && defined $command;
     fail("bad run name $name") unless $name =~ /^[A-Za-z0-9_]+$/;
     my $task = task($task_path);
-    my ($evidence, $scratch) = ("$EVIDENCE_ROOT/$name", "/tmp/selfbench-run-$name");
-    system('rm', '-rf', '--', $evidence, $scratch);
+    my ($evidence, $scratch) = ("$EVIDENCE_ROOT/$name", '/tmp/selfbench-run-' . random_hex(8));
+    system('rm', '-rf', '--', $evidence, glob('/tmp/selfbench-run-*'));
     system('mkdir', '-p', '-m', '0700', $EVIDENCE_ROOT, $evidence, $WORK, $LOGS) == 0 or fail("cannot make $evidence");
     mkdir $scratch, 0700 or fail("cannot make $scratch: $!");
     my (undef, undef, $uid, $gid) = getpwnam('verifier');
@@ -1380,14 +1539,18 @@ sub cmd_run {
         $watch = { runners => \%runners, output => $output,
           canaries => canary_matchers(applied_canaries()) };
     }
-    if ($kind eq 'canary') {
-        # The exit-code canary: the held-out file with one expected value changed, for this run
-        # (the reset before the next run restores the prepared tree).
+    if ($kind eq 'canary' || -f $OUTSIDE) {
+        # The exit-code canary: the held-out file with one expected value changed, for this run;
+        # every other run of such a task gets the original written the same way.
         my $canary = exit_code_canary() or fail('no exit-code canary to run');
-        my $full = "$APP/$canary->{file}";
-        sysopen(my $fh, $full, O_WRONLY | O_TRUNC | O_NOFOLLOW) or fail("cannot write $full: $!");
-        print {$fh} $canary->{content};
-        close $fh;
+        put_canary_file($canary, $kind) or fail('the canary\'s held-out file was not recorded')
+          if -f $OUTSIDE;
+        if (!-f $OUTSIDE && $kind eq 'canary') {
+            my $full = "$APP/$canary->{file}";
+            sysopen(my $fh, $full, O_WRONLY | O_TRUNC | O_NOFOLLOW) or fail("cannot write $full: $!");
+            print {$fh} $canary->{content};
+            close $fh;
+        }
     }
     kill_verifier_processes();
     my $started = Time::HiRes::time();
@@ -2478,8 +2641,9 @@ my %COMMANDS = (
     'canaries' => [\&cmd_canaries, 1],
     'canaries-lockdown' => [\&cmd_canaries_lockdown, 1],
     'canary-ready' => [\&cmd_canary_ready, 1],
+    'canary-sealed' => [\&cmd_canary_sealed, 1],
     'reset' => [\&cmd_reset, 1],
-    'reset-run' => [\&cmd_reset_run, 4],
+    'reset-run' => [\&cmd_reset_run, 1],
     'collect' => [\&cmd_collect, 5],
     'judge' => [\&cmd_judge, 1],
     'sessions' => [\&cmd_sessions, 1],
@@ -2488,7 +2652,7 @@ my %COMMANDS = (
     'grade' => [\&cmd_grade, 1],
     'go-filter' => [\&cmd_go_filter, 0],
     'go-merge-overlay' => [\&cmd_go_merge_overlay, 2],
-    'run' => [\&cmd_run, 4],
+    'run' => [\&cmd_run, 1],
     'policy-check' => [\&cmd_policy_check, 3],
     'classify' => [\&cmd_classify, 2],
     'parse' => [\&cmd_parse, 3],

@@ -24,8 +24,10 @@ def grade_detail(reward: Reward, *, problems: Mapping[str, str], undone: str) ->
         detail = "reward 0: setup did not complete in the verifier image"
     elif reward.fail_to_pass != 1:
         detail = "reward 0: fail-to-pass did not pass"
-        if problems.get("fail_to_pass"):
-            detail += f" ({problems['fail_to_pass']})"
+        # Or an exit-code task's canary run, which must fail, passed.
+        why = problems.get("fail_to_pass") or problems.get("canary")
+        if why:
+            detail += f" ({why})"
     elif reward.deterministic != 1:
         detail = "reward 0: fail-to-pass passed once, then failed on the repeat"
         if problems.get("fail_to_pass_repeat"):

@@ -31,5 +31,5 @@ BASH_RUNNER = Project(
 
 
 # What test_real_projects.py runs of this family (tests/realistic/python.py says how).
-PROJECTS = (shaped(BASH_RUNNER, "exit-code-bash"),)
+PROJECTS = (shaped(BASH_RUNNER, "exit-code-bash", forged=True),)
 MANIFEST_PROJECTS: tuple[Project, ...] = ()

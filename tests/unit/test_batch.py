@@ -674,7 +674,8 @@ def test_the_live_view_follows_each_running_tasks_stages_and_progress_lines(
 ) -> None:
     """A running task's line in the batch's live view: the stage it started last, then what
     its stages say they do (verify's progress events, as the events file carries them)."""
-    from runner.batch.run import Batch, BatchOptions, Engine, Progress, Running, _State
+    from runner.batch.engines import Engine
+    from runner.batch.run import Batch, BatchOptions, Progress, Running, _State
 
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
     said: list[str] = []

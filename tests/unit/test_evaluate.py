@@ -655,6 +655,7 @@ def test_a_lost_engine_s_prediction_moves_and_the_engine_rejoins_once_it_answers
     from runner.batch import evaluation as scheduler
     from runner.batch.evalsources import EvalTask
     from runner.batch.model import EngineSpec
+    from runner.supervise.job import GradeJob
 
     monkeypatch.setattr(engine_pool, "LOST_ENGINE_LOOK_SECONDS", 0.0)
     answers = {"a": True, "b": True}
@@ -676,7 +677,7 @@ def test_a_lost_engine_s_prediction_moves_and_the_engine_rejoins_once_it_answers
     graded: list[tuple[str, str]] = []  # (prediction, engine)
 
     class Child:
-        def __init__(self, job: scheduler.GradeJob) -> None:
+        def __init__(self, job: GradeJob) -> None:
             self.job, self.pid = job, 0
             engine = "a" if job.env["DOCKER_HOST"].endswith("a.sock") else "b"
             self.code = 0
@@ -701,7 +702,7 @@ def test_a_lost_engine_s_prediction_moves_and_the_engine_rejoins_once_it_answers
             pass
 
     class Launcher:
-        def start(self, job: scheduler.GradeJob) -> Child:
+        def start(self, job: GradeJob) -> Child:
             if len(graded) == 1:
                 answers["a"] = False  # a stops answering once the first grade has ended
             return Child(job)

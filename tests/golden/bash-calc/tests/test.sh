@@ -21,8 +21,12 @@ set -uo pipefail
 # Root's alone, under Harbor too: the held-out tests' patch, the census and the canaries.
 chmod 0700 /tests 2>/dev/null || true
 mkdir -p /logs/verifier
-# The tests run as `verifier`: the reward and evidence files are root's alone to write.
-chmod go-w /logs/verifier
+# The tests run as `verifier`: the reward and evidence files are root's alone to write, and
+# while they run the directory is root's alone to read too (a run's log is named after it: a
+# test that saw `canary.log` being written would know which run it is in). Readable again at
+# the end, for whoever collects it.
+chmod 0700 /logs/verifier
+trap 'chmod 0755 /logs/verifier 2>/dev/null' EXIT
 rm -rf /logs/verifier/reward.txt /logs/verifier/reward.json /logs/verifier/evidence
 # Root steps after the Dockerfile can leave root-owned files in the verifier's home.
 chown -R verifier:verifier /home/verifier 2>/dev/null || true
@@ -103,8 +107,11 @@ run_tests() {
   run_passed=0
   echo "selfbench: running $name: $3"
   rm -f "/opt/selfbench/work/$name.result"
+  # The run's name, kind and command go to the helper in its environment, never as arguments
+  # (which every test process can read).
   SELFBENCH_TEST_PATH="$test_path" SELFBENCH_MAX_LOG_BYTES="$max_log_bytes" \
-    "${verifier[@]}" "$step" "$task" "$name" "$kind" "$3"
+    SELFBENCH_RUN_NAME="$name" SELFBENCH_RUN_KIND="$kind" SELFBENCH_RUN_COMMAND="$3" \
+    "${verifier[@]}" "$step" "$task"
   while IFS='=' read -r key value; do
     case "$key" in
       passed) [ "$value" = 1 ] && run_passed=1 ;;
@@ -117,6 +124,18 @@ run_tests() {
   printf -v "${name}_ms" '%d' "$ms"
   echo "selfbench: $name exited $status ($( [ "$run_passed" = 1 ] && echo passed || echo not passed ))"
   return "$status"
+}
+
+# random_order WORD...: the words in a uniformly random order, one a line (the kernel's
+# randomness: nothing a test can predict).
+random_order() {
+  local -a words=("$@")
+  local i j word
+  for ((i = $# - 1; i > 0; i--)); do
+    j=$(( $(od -An -N4 -tu4 /dev/urandom) % (i + 1) ))
+    word=${words[i]}; words[i]=${words[j]}; words[j]=$word
+  done
+  printf '%s\n' "${words[@]}"
 }
 
 # cgroup_count FILE... KEY: the KEY counter of the first readable cgroup events file.
@@ -184,14 +203,43 @@ if [ "$nothing_left" -eq 1 ] && [ -n "${SELFBENCH_SKIP_EMPTY:-}" ] && [ "$patch_
   echo "selfbench: every change was undone by the patch policy; the tests were not run (nop's tree)"
 elif [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
   if cd '/app'; then
-    run_tests fail_to_pass f2p "$fail_to_pass_command"
-    fail_to_pass_exit_code=$?
-    fail_to_pass=$run_passed
-    if [ "$fail_to_pass" -eq 1 ] && "${verifier[@]}" canary-ready "$task"; then
-      # Judged by exit codes: the same command over a held-out file whose expected value was
-      # changed must fail (one more run).
-      run_tests canary canary "$fail_to_pass_command"
-      [ "$run_passed" -eq 1 ] || fail_to_pass=0
+    shuffled=0
+    if [ -z "${SELFBENCH_FAIL_TO_PASS_ONLY:-}" ] && "${verifier[@]}" canary-sealed "$task"; then
+      # Judged by exit codes against a sealed census: the same command over a held-out file
+      # whose expected value was changed must fail. That run, fail-to-pass and its repeat go in
+      # a random order (each from the prepared tree, and from what the verifier user may write
+      # outside it as the lockdown left it), so that no run can tell which one it is.
+      shuffled=1 fail_to_pass=1
+      for step in $(random_order f2p canary repeat); do
+        case $step in
+          f2p)
+            run_tests fail_to_pass f2p "$fail_to_pass_command"
+            fail_to_pass_exit_code=$?
+            [ "$run_passed" -eq 1 ] || fail_to_pass=0 ;;
+          canary)
+            run_tests canary canary "$fail_to_pass_command"
+            [ "$run_passed" -eq 1 ] || fail_to_pass=0 ;;
+          repeat)
+            run_tests fail_to_pass_repeat f2p "$fail_to_pass_command"
+            fail_to_pass_repeat_exit_code=$?
+            deterministic=$run_passed ;;
+        esac
+        # Once the reward is 0 (a red run, a canary that passed), the rest would not change it.
+        if [ "$fail_to_pass" -eq 0 ] || { [ "$step" = repeat ] && [ "$deterministic" -eq 0 ]; }; then
+          break
+        fi
+      done
+      [ "$fail_to_pass" -eq 1 ] || deterministic=0
+    else
+      run_tests fail_to_pass f2p "$fail_to_pass_command"
+      fail_to_pass_exit_code=$?
+      fail_to_pass=$run_passed
+      if [ "$fail_to_pass" -eq 1 ] && "${verifier[@]}" canary-ready "$task"; then
+        # Judged by exit codes (the oracle, recording the census): the same command over a
+        # held-out file whose expected value was changed must fail (one more run).
+        run_tests canary canary "$fail_to_pass_command"
+        [ "$run_passed" -eq 1 ] || fail_to_pass=0
+      fi
     fi
     : > /logs/verifier/selectors.tsv
     if [ "$fail_to_pass" -eq 0 ] && [ 0 -gt 1 ] \
@@ -203,7 +251,8 @@ elif [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
         printf '%d\t%s\n' "$code" "${fail_to_pass_selectors[$i]}" >> /logs/verifier/selectors.tsv
       done
     fi
-    if [ "$fail_to_pass" -eq 1 ] && [ -z "${SELFBENCH_FAIL_TO_PASS_ONLY:-}" ]; then
+    if [ "$fail_to_pass" -eq 1 ] && [ -z "${SELFBENCH_FAIL_TO_PASS_ONLY:-}" ] \
+      && [ "$shuffled" -eq 0 ]; then
       run_tests fail_to_pass_repeat f2p "$fail_to_pass_command"
       fail_to_pass_repeat_exit_code=$?
       deterministic=$run_passed
