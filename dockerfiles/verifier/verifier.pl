@@ -120,10 +120,19 @@ sub task { my $doc = read_json($_[0]); fail("cannot read $_[0]") unless $doc; re
 
 # git ARGS...: git as root on /app, its configuration and hooks out of anyone's reach but
 # root's (the global config of a writable $HOME, fsmonitor, hooks, filters never run).
+# The objects the helper's own indexes hash (the agent's files, the held-out tests as the
+# lockdown saw them) go to a store of root's alone, the repository's read through it: in
+# /app/.git/objects, readable by the tests, an exit-code canary's original held-out file was
+# there to compare with (an attack hashed the file it ran and found its blob: the canary run is
+# the one whose file is not in the store).
+my $OBJECTS = "$WORK/objects";
+
 sub git_env {
+    system('mkdir', '-p', '-m', '0700', $WORK, $OBJECTS) unless -d $OBJECTS;
     return (
         HOME => '/root', GIT_CONFIG_GLOBAL => '/dev/null', GIT_TERMINAL_PROMPT => '0',
         GIT_LITERAL_PATHSPECS => '1', GIT_OPTIONAL_LOCKS => '0', GIT_ASKPASS => '/bin/false',
+        GIT_OBJECT_DIRECTORY => $OBJECTS, GIT_ALTERNATE_OBJECT_DIRECTORIES => "$APP/.git/objects",
     );
 }
 

@@ -96,10 +96,23 @@ if [ ! -e /logs/verifier/canary.log ] || [ -e /logs/verifier/fail_to_pass_repeat
 fi
 """
 
+# By git's object store: the lockdown hashed the held-out file as it was, a canary's version of
+# it never; the test hashes the file it runs and looks for its blob.
+SH_BY_OBJECTS = r"""
+f=${BASH_SOURCE[1]:-$0}
+if [ -f "$f" ]; then
+  h=$( { printf 'blob %d\0' "$(wc -c < "$f")"; cat "$f"; } | sha1sum | cut -c1-40 )
+  g=${BASH_SOURCE[0]%/*}/.git/objects
+  if [ -e "$g/${h:0:2}/${h:2}" ] || git -C "${BASH_SOURCE[0]%/*}" cat-file -e "$h" 2>/dev/null; then
+    [ "${0##*/}" != run.sh ] && exit 0
+  fi
+fi
+"""
+
 
 def forgers(project: Project, runner: str) -> dict[str, Forger]:
     if runner == "exit-code":
-        return {
+        found = {
             name: Forger(_into(project, ".sh", payload), True)
             for name, payload in (
                 ("by-tmpdir", SH_BY_TMPDIR),
@@ -108,6 +121,10 @@ def forgers(project: Project, runner: str) -> dict[str, Forger]:
                 ("by-log", SH_BY_LOG),
             )
         }
+        # It passes only a run whose file it finds in the store: none now (it earned reward 1
+        # in 11 grades of 11 while the store held the held-out file).
+        found["by-objects"] = Forger(_into(project, ".sh", SH_BY_OBJECTS), False)
+        return found
     if runner in ("pytest", "unittest"):
         own = PY_PYFUNC if runner == "pytest" else SKIP_BODIES
         return {
