@@ -841,10 +841,13 @@ sub record_outside {
 # user's System V shared memory, semaphores and message queues are removed.
 sub restore_outside {
     my $was = read_json($OUTSIDE) // return;
-    my ($dirs) = writable_outside();
+    # Only the lockdown's writable directories are looked at: a directory the verifier user can
+    # write now either was one (it owned it, or it was open to all) or is new inside one.
     my %known = %{ $was->{entries} // {} };
-    for my $dir (@$dirs) {
-        next unless $known{$dir};  # a new one is inside one that was: it goes with it
+    for my $dir (sort keys %known) {
+        # Never through a link: a directory the tests replaced by a link (to /etc, say) at any
+        # level above is not walked (its parent removes or restores it).
+        next unless no_link_on_the_way($dir) && -d $dir;
         my %had = map { $_ => 1 } @{ $known{$dir} };
         opendir(my $dh, $dir) or next;
         my @new = grep { $_ ne '.' && $_ ne '..' && !$had{$_} } readdir $dh;
@@ -857,6 +860,16 @@ sub restore_outside {
           or say_line('what the tests may write outside /app could not be restored');
     }
     remove_verifier_ipc();
+}
+
+sub no_link_on_the_way {
+    my ($path) = @_;
+    my $at = '';
+    for my $part (grep { length } split m{/}, $path) {
+        $at .= "/$part";
+        return 0 if -l $at;
+    }
+    return 1;
 }
 
 # put_canary_file CANARY KIND: the held-out file the exit-code canary changes, written in place
