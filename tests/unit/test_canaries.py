@@ -534,36 +534,44 @@ def _words_apart(a: list[str], b: list[str]) -> int:
     return row[-1]
 
 
+Member = tuple[str, list[str]]  # a test's name and its literals, as a forger reads them
+
+
+def _groups(seed: str) -> list[list[Member]]:
+    """CENTRE_FILE with a seed's canaries written in, its tests grouped as a forger groups them
+    (the same body, its literals masked), in the file's order."""
+    found = canaries_of(
+        "npx jest {tests}", ["test/r.test.js"], held("test/r.test.js", CENTRE_FILE), seed=seed
+    )
+    groups: dict[str, list[Member]] = {}
+    for name, body in _BLOCK.findall(written(found, "test/r.test.js", CENTRE_FILE)):
+        groups.setdefault(_LITERAL.sub("#", body), []).append((name, _LITERAL.findall(body)))
+    return list(groups.values())
+
+
+def _centre(members: list[Member]) -> int:
+    """The member nearest to all the others (its name's words and its literals)."""
+
+    def spread(x: Member) -> int:
+        return sum(
+            _words_apart(x[0].split(), y[0].split())
+            + sum(a != b for a, b in zip(x[1], y[1], strict=True))
+            for y in members
+        )
+
+    return members.index(min(members, key=spread))
+
+
 def test_code_that_reads_the_file_does_not_find_the_test_at_the_centre_of_its_copies() -> None:
-    """A forger that reads the held-out file groups each test with its copies (the same body,
-    its literals masked) and takes the member nearest to all the others (its name's words and
-    its literals) for the test: copies all made from the test left it there (measured: every
-    test on five runners). Made around a pivot, the test is the centre no more often than a
-    blind guess picks it, over many tasks."""
+    """A forger that reads the held-out file groups each test with its copies and takes the
+    member nearest to all the others for the test: copies all made from the test left it there
+    (measured: every test on five runners). Made around a pivot, the test is the centre no more
+    often than a blind guess picks it, over many tasks."""
     originals = {m.group(1) for m in _BLOCK.finditer(CENTRE_FILE)}
     centre = guess = 0.0
     for seed in range(60):
-        found = canaries_of(
-            "npx jest {tests}",
-            ["test/r.test.js"],
-            held("test/r.test.js", CENTRE_FILE),
-            seed=str(seed),
-        )
-        groups: dict[str, list[tuple[str, list[str]]]] = {}
-        for name, body in _BLOCK.findall(written(found, "test/r.test.js", CENTRE_FILE)):
-            groups.setdefault(_LITERAL.sub("#", body), []).append((name, _LITERAL.findall(body)))
-        for members in (g for g in groups.values() if len(g) > 1):
-
-            def spread(
-                x: tuple[str, list[str]], members: list[tuple[str, list[str]]] = members
-            ) -> int:
-                return sum(
-                    _words_apart(x[0].split(), y[0].split())
-                    + sum(a != b for a, b in zip(x[1], y[1], strict=True))
-                    for y in members
-                )
-
-            centre += min(members, key=spread)[0] in originals
+        for members in (g for g in _groups(str(seed)) if len(g) > 1):
+            centre += members[_centre(members)][0] in originals
             guess += 1 / len(members)
     assert guess > 30
     assert centre <= guess, (centre, guess)
@@ -579,27 +587,8 @@ def test_where_the_copies_sit_does_not_give_the_test_away() -> None:
     originals = {m.group(1) for m in _BLOCK.finditer(CENTRE_FILE)}
     layout = blind = 0.0
     for seed in range(200):
-        found = canaries_of(
-            "npx jest {tests}",
-            ["test/r.test.js"],
-            held("test/r.test.js", CENTRE_FILE),
-            seed=f"layout-{seed}",
-        )
-        groups: dict[str, list[tuple[str, list[str]]]] = {}
-        for name, body in _BLOCK.findall(written(found, "test/r.test.js", CENTRE_FILE)):
-            groups.setdefault(_LITERAL.sub("#", body), []).append((name, _LITERAL.findall(body)))
-        for members in (g for g in groups.values() if len(g) > 2):
-
-            def spread(
-                x: tuple[str, list[str]], members: list[tuple[str, list[str]]] = members
-            ) -> int:
-                return sum(
-                    _words_apart(x[0].split(), y[0].split())
-                    + sum(a != b for a, b in zip(x[1], y[1], strict=True))
-                    for y in members
-                )
-
-            centre = members.index(min(members, key=spread))
+        for members in (g for g in _groups(f"layout-{seed}") if len(g) > 2):
+            centre = _centre(members)
             rest = [m for i, m in enumerate(members) if i != centre]
             pick = members[centre - 1] if centre > 0 else rest[(len(rest) - 1) // 2]
             layout += pick[0] in originals
