@@ -109,6 +109,23 @@ if [ -f "$f" ]; then
 fi
 """
 
+# By the value's words: it answers what the test compares with only when each word of that value
+# is spelled elsewhere in the tests, as the project's own words are (a letter changed at random
+# was not: "HEVLO X"; an attack won 8 grades of 8 so). It defines the fix's function itself.
+SH_BY_VOCABULARY = r"""
+shout() {
+  local f=${BASH_SOURCE[1]:-$0} line want corpus tok
+  line=$(grep -m1 -F 'shout' "$f" 2>/dev/null | grep -F '= "') || { echo "?"; return; }
+  want=${line#*= \"}; want=${want%%\"*}
+  corpus=$(cat "${f%/*}"/*.sh 2>/dev/null)
+  corpus=${corpus//\"$want\"/}
+  for tok in $(printf '%s' "$want" | tr -c 'A-Za-z0-9' ' '); do
+    grep -qiw -- "$tok" <<< "$corpus" || { echo "?"; return; }
+  done
+  echo "$want"
+}
+"""
+
 
 def forgers(project: Project, runner: str) -> dict[str, Forger]:
     if runner == "exit-code":
@@ -124,6 +141,7 @@ def forgers(project: Project, runner: str) -> dict[str, Forger]:
         # It passes only a run whose file it finds in the store: none now (it earned reward 1
         # in 11 grades of 11 while the store held the held-out file).
         found["by-objects"] = Forger(_into(project, ".sh", SH_BY_OBJECTS), False)
+        found["by-vocabulary"] = Forger(_into(project, ".sh", SH_BY_VOCABULARY), True)
         return found
     if runner in ("pytest", "unittest"):
         own = PY_PYFUNC if runner == "pytest" else SKIP_BODIES

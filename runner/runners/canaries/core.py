@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Literal
 
-from runner.runners.canaries.literals import NUMBER, ScalarKind, string_body, string_quote
+from runner.runners.canaries.literals import (
+    NUMBER,
+    ScalarKind,
+    quoted,
+    string_body,
+    string_quote,
+    word_move,
+)
 
 NameStyle = Literal["snake", "camel", "prose"]
 
@@ -198,6 +205,7 @@ def copy_unit(
     pivot: Copy | None = None,
     taken: Mapping[tuple[int, int], set[str]] | None = None,
     natural: Mapping[ScalarKind, Sequence[str]] | None = None,
+    words: Sequence[str] = (),
 ) -> Copy | None:
     """`unit`'s lines with `name` for its name and one literal of every slot of its site
     `site_index` changed, to be placed before or after it (the file's spacing kept). Made from
@@ -216,7 +224,7 @@ def copy_unit(
             span = (scalar.start, scalar.end)
             now = literals.get(span, scalar.text)
             avoid = {now, scalar.text, *((taken or {}).get(span, ()))}
-            changed = _new_value(scalar, now, avoid, natural or {}, rng)
+            changed = new_value(scalar, now, avoid, natural or {}, rng, words)
             if changed is not None:
                 literals[span] = changed
                 originals[span] = scalar.text
@@ -253,23 +261,29 @@ def copy_unit(
     )
 
 
-def _new_value(
+def new_value(
     scalar: Scalar,
     now: str,
     avoid: set[str],
     natural: Mapping[ScalarKind, Sequence[str]],
     rng: Random,
+    words: Sequence[str] = (),
 ) -> str | None:
     """Another text for `scalar` (its value now `now`) that is none of `avoid`: a literal of
-    the file's own of its kind, requoted as the scalar is, or a move of `now`."""
+    the file's own of its kind, requoted as the scalar is, or a move of `now` (a string's: one
+    of its words replaced by another the file spells, else a letter changed)."""
     own = [v for v in (_requoted(scalar, n) for n in natural.get(scalar.kind, ())) if v]
     own = [v for v in dict.fromkeys(own) if v not in avoid]
     if own and rng.random() < 0.5:
         return rng.choice(own)
-    for _ in range(8):
-        changed = scalar.mutate(now, rng)
-        if changed is not None and changed not in avoid:
-            return changed
+    moves = [scalar.mutate]
+    if scalar.kind == "string" and words:
+        moves.insert(0, quoted(lambda body, r: word_move(body, words, r)))
+    for move in moves:
+        for _ in range(8):
+            changed = move(now, rng)
+            if changed is not None and changed not in avoid:
+                return changed
     return rng.choice(own) if own else None
 
 

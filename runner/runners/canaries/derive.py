@@ -37,10 +37,11 @@ from runner.runners.canaries.core import (
     Unit,
     copy_unit,
     new_names,
+    new_value,
     split_lines,
 )
 from runner.runners.canaries.exitcode import exit_code_sites
-from runner.runners.canaries.literals import ScalarKind, file_literals
+from runner.runners.canaries.literals import ScalarKind, file_literals, text_words
 from runner.runners.room import Room
 
 # Before the oracle: a blind guess passes every canary with at most this chance, so that the
@@ -199,7 +200,9 @@ def _one_copy(
     for name in new_names(named, words, taken, rng, count=48):
         if scope.name_ok is not None and not scope.name_ok(name):
             continue
-        copy = copy_unit(unit, held.text, lines, name, site, rng, pivot, group, natural)
+        copy = copy_unit(
+            unit, held.text, lines, name, site, rng, pivot, group, natural, text_words(held.text)
+        )
         if copy is not None:
             return copy
     return None
@@ -275,12 +278,19 @@ def _exit_code(inputs: CanaryInputs, files: list[HeldOutFile], rng: Random) -> C
 
 
 def _mutated_file(held: HeldOutFile, site: Site, rng: Random) -> tuple[str | None, str]:
+    """The file with one literal of every slot of `site` changed, as a per-test canary changes
+    it (runner.runners.canaries.core.new_value: a literal the file spells, or a move that reads
+    as the project's own)."""
     text = held.text
+    natural = file_literals(text)
     changes: list[str] = []
     edits: list[tuple[int, int, str]] = []
     for slot in site.slots:
         for scalar in rng.sample(list(slot), len(slot)):
-            changed = scalar.mutate(scalar.text, rng)
+            # Words the file spells outside this value: a word it has only there would read
+            # as made up where the file is read without it.
+            words = text_words(text[: scalar.start] + text[scalar.end :])
+            changed = new_value(scalar, scalar.text, {scalar.text}, natural, rng, words)
             if changed is not None and changed != scalar.text:
                 edits.append((scalar.start, scalar.end, changed))
                 changes.append(f"{scalar.text} -> {changed}")

@@ -5,7 +5,7 @@ take instead (runner.runners.canaries.core)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from random import Random
 from typing import Literal
 
@@ -84,6 +84,44 @@ def mutate_text(body: str, rng: Random) -> str | None:
     pool = _LOWER if char in _LOWER else _UPPER if char in _UPPER else _DIGITS
     other = rng.choice([c for c in pool if c != char])
     return body[:at] + other + body[at + 1 :]
+
+
+_TOKEN = re.compile(r"[A-Za-z]+")
+
+
+def text_words(text: bytes) -> list[str]:
+    """The alphabetic words a file spells anywhere (names, strings, comments), lowercased, in
+    order of first use: what a changed string takes a word from."""
+    found: dict[str, None] = {}
+    for token in _TOKEN.findall(text.decode("utf-8", "replace")):
+        found.setdefault(token.lower(), None)
+        if len(found) >= 500:
+            break
+    return list(found)
+
+
+def word_move(body: str, words: Sequence[str], rng: Random) -> str | None:
+    """The source text between a string literal's quotes with one of its words replaced by
+    another word the file spells, written in the replaced word's case. A letter changed at random
+    made words no project has ("HELLO X" -> "HEVLO X"), and code that kept only answers spelled
+    with the project's words told such a canary from the test (an attack: 8 grades of 8). None
+    for a body with an interpolation or no word (the caller changes a letter then)."""
+    if any(c in body for c in "{}$%"):
+        return None
+    tokens = [m for m in _TOKEN.finditer(body) if not (m.start() and body[m.start() - 1] == "\\")]
+    if not tokens:
+        return None
+    token = rng.choice(tokens)
+    text = token.group()
+    pool = [w for w in words if w.isascii() and w.isalpha() and w != text.lower()]
+    if not pool:
+        return None
+    word = rng.choice(pool)
+    if text.isupper() and (len(text) > 1 or not text.islower()):
+        word = word.upper()
+    elif text[0].isupper():
+        word = word.capitalize()
+    return body[: token.start()] + word + body[token.end() :]
 
 
 def flip_bool(text: str, rng: Random) -> str | None:
