@@ -113,11 +113,18 @@ class DockerContainer:
         """Run `step` in the running container, output to a capped log, within its deadline
         (the runner kills the container when it passes)."""
         capped = CappedLog(log_path, limit, append=True)
+        noticing = _QuotaNotice(capped) if self.storage is StorageLimit.QUOTA else None
         try:
-            outcome = self.exec_to(step, capped)
+            outcome = self.exec_to(step, noticing or capped)
         finally:
             truncation = capped.close()
         outcome.truncation = truncation
+        if noticing is not None and noticing.seen and outcome.storage_exceeded_mb is None:
+            # A write the quota refused, although what the step left is under the limit now (an
+            # exit-code task's runs each start from the lockdown's /tmp: the fill was removed
+            # before the step ended, and the usage read after it said nothing).
+            used = self.storage_used_mb() or 0
+            outcome.storage_exceeded_mb = max(used, self.plan.limits.storage_mb)
         return outcome
 
     def exec_to(self, step: ExecStep, out: Sink) -> ExecOutcome:
@@ -312,6 +319,25 @@ class DockerContainer:
             return f"docker exec -it {self.name} bash"
         # Starting an exited gate container would rerun its command: open its state instead.
         return f"docker run -it --rm --user root $(docker commit {self.name}) bash"
+
+
+class _QuotaNotice:
+    """Passes a step's output on, and notices the quota's refusal of a write in it (EDQUOT's
+    message, as every tool prints it)."""
+
+    MARK = b"Disk quota exceeded"
+
+    def __init__(self, out: Sink) -> None:
+        self.out = out
+        self.seen = False
+        self._tail = b""
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        if not self.seen:
+            window = self._tail + data
+            self.seen = self.MARK in window
+            self._tail = window[-len(self.MARK) :]
 
 
 class _Exec:

@@ -186,8 +186,10 @@ def test_gold_that_does_not_apply_is_caught_at_audit_and_at_oracle(
 
 
 def test_determinism_red_when_second_run_fails(tmp_path: Path, verify_options: list[str]) -> None:
+    # No literal on the right of the comparison: no canary, so /tmp keeps what a run leaves
+    # (an exit-code task with a canary starts each run from the lockdown's /tmp).
     flaky = (
-        '. ./lib.sh\n[ "$(shout x)" = "HELLO X" ] || exit 1\n'
+        '. ./lib.sh\n[ "$(shout x)" = "$(echo HELLO X)" ] || exit 1\n'
         "[ ! -e /tmp/ran-once ] || exit 1\ntouch /tmp/ran-once\n"
     )
     task = bash_task(tmp_path, name="flaky", new_test=flaky)
