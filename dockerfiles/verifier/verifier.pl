@@ -874,17 +874,19 @@ sub no_link_on_the_way {
 
 # put_canary_file CANARY KIND: the held-out file the exit-code canary changes, written in place
 # before a run of an exit-code task: the canary's version for the canary run, the original for
-# the others, with the lockdown's access and modification times either way (its change time is
-# every run's own). True when it was written.
+# the others (when the lockdown recorded it), with the lockdown's access and modification times
+# (its change time is every run's own). False when the original was to be written and was not
+# recorded.
 sub put_canary_file {
     my ($canary, $kind) = @_;
-    my $original = read_file("$WORK/canary-original", 64 << 20) // return 0;
-    my $times = read_json("$WORK/canary-times") // return 0;
+    my $content = $kind eq 'canary' ? $canary->{content}
+      : read_file("$WORK/canary-original", 64 << 20) // return 0;
     my $full = "$APP/$canary->{file}";
     sysopen(my $fh, $full, O_WRONLY | O_TRUNC | O_NOFOLLOW) or fail("cannot write $full: $!");
-    print {$fh} ($kind eq 'canary' ? $canary->{content} : $original);
+    print {$fh} $content;
     close $fh;
-    utime $times->{atime}, $times->{mtime}, $full;
+    my $times = read_json("$WORK/canary-times");
+    utime $times->{atime}, $times->{mtime}, $full if $times;
     return 1;
 }
 
@@ -1565,14 +1567,7 @@ sub cmd_run {
         # The exit-code canary: the held-out file with one expected value changed, for this run;
         # every other run of such a task gets the original written the same way.
         my $canary = exit_code_canary() or fail('no exit-code canary to run');
-        put_canary_file($canary, $kind) or fail('the canary\'s held-out file was not recorded')
-          if -f $OUTSIDE;
-        if (!-f $OUTSIDE && $kind eq 'canary') {
-            my $full = "$APP/$canary->{file}";
-            sysopen(my $fh, $full, O_WRONLY | O_TRUNC | O_NOFOLLOW) or fail("cannot write $full: $!");
-            print {$fh} $canary->{content};
-            close $fh;
-        }
+        put_canary_file($canary, $kind) or fail('the canary\'s held-out file was not recorded');
     }
     kill_verifier_processes();
     my $started = Time::HiRes::time();

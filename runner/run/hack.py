@@ -128,6 +128,13 @@ class HackRunner:
             memory.keep_runs(passed)
 
     @property
+    def _plan(self) -> HackPlan:
+        """The stage's plan: pinned to image ids once the memory is read (HackMemory.pinned)."""
+        plan = self._pinned or self.state.plan.hack
+        assert plan is not None
+        return plan
+
+    @property
     def pending(self) -> bool:
         """Whether the stage decided on the test command's runners, which the census is still
         to confirm."""
@@ -199,8 +206,7 @@ class HackRunner:
     def _judge_all(
         self, sides: dict[str, ExploitSide], runs: dict[str, TrialRun], stage: StageResult
     ) -> None:
-        plan = self._pinned or self.state.plan.hack
-        assert plan is not None
+        plan = self._plan
         data = HackData()
         stage.data = data
         results = [
@@ -305,8 +311,7 @@ class HackRunner:
         """The runners that prove the exploits the policy left in the tree, from a fail-to-pass
         selection's evidence mode and runners (nop's, or the census's), or () when each must
         run."""
-        plan = self._pinned or self.state.plan.hack
-        assert plan is not None
+        plan = self._plan
         return judge.runner_proof(mode, runners, plan.command_runners, full=plan.full) or ()
 
     def _after_census(self, stage: StageResult | None = None) -> None:
