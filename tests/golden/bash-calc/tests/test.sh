@@ -206,28 +206,30 @@ elif [ "$patch_applied" -eq 1 ] && [ "$setup_completed" -eq 1 ]; then
     shuffled=0
     if [ -z "${SELFBENCH_FAIL_TO_PASS_ONLY:-}" ] && "${verifier[@]}" canary-sealed "$task"; then
       # Judged by exit codes against a sealed census: the same command over a held-out file
-      # whose expected value was changed must fail. That run, fail-to-pass and its repeat go in
-      # a random order (each from the prepared tree, and from what the verifier user may write
-      # outside it as the lockdown left it), so that no run can tell which one it is.
+      # whose expected value was changed must fail. That run goes first, second or last among
+      # fail-to-pass and its repeat (each from the prepared tree, and from what the verifier
+      # user may write outside it as the lockdown left it), so that no run can tell which one
+      # it is. The first fail-to-pass run is always `fail_to_pass` and the second its repeat:
+      # a red first run is a failing fail-to-pass (its log is there to read), whatever came
+      # before it.
       shuffled=1 fail_to_pass=1
-      for step in $(random_order f2p canary repeat); do
-        case $step in
-          f2p)
-            run_tests fail_to_pass f2p "$fail_to_pass_command"
-            fail_to_pass_exit_code=$?
-            [ "$run_passed" -eq 1 ] || fail_to_pass=0 ;;
-          canary)
-            run_tests canary canary "$fail_to_pass_command"
-            [ "$run_passed" -eq 1 ] || fail_to_pass=0 ;;
-          repeat)
-            run_tests fail_to_pass_repeat f2p "$fail_to_pass_command"
-            fail_to_pass_repeat_exit_code=$?
-            deterministic=$run_passed ;;
-        esac
-        # Once the reward is 0 (a red run, a canary that passed), the rest would not change it.
-        if [ "$fail_to_pass" -eq 0 ] || { [ "$step" = repeat ] && [ "$deterministic" -eq 0 ]; }; then
-          break
+      for step in $(random_order f2p canary f2p); do
+        if [ "$step" = canary ]; then
+          run_tests canary canary "$fail_to_pass_command"
+          [ "$run_passed" -eq 1 ] || fail_to_pass=0
+        elif [ "$fail_to_pass_exit_code" -eq -1 ]; then
+          run_tests fail_to_pass f2p "$fail_to_pass_command"
+          fail_to_pass_exit_code=$?
+          [ "$run_passed" -eq 1 ] || fail_to_pass=0
+        else
+          run_tests fail_to_pass_repeat f2p "$fail_to_pass_command"
+          fail_to_pass_repeat_exit_code=$?
+          deterministic=$run_passed
+          # A green first run and a red second: flaky, as in the unshuffled order.
+          [ "$deterministic" -eq 1 ] || break
         fi
+        # Once the reward is 0 (a red run, a canary that passed), the rest would not change it.
+        [ "$fail_to_pass" -eq 1 ] || break
       done
       [ "$fail_to_pass" -eq 1 ] || deterministic=0
     else
