@@ -10,6 +10,7 @@ import ast
 import json
 import re
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -595,3 +596,44 @@ def test_where_the_copies_sit_does_not_give_the_test_away() -> None:
             blind += 1 / len(rest)
     assert blind > 100
     assert layout <= blind * 1.15, (layout, blind)
+
+
+RARE_FILE = (
+    "from calc.repeat import repeat\n\n\n"
+    "def test_repeats_a_string():\n    assert repeat('ab', 3) == 'ababab'\n\n\n"
+    "def test_nothing_at_zero():\n    assert repeat('x', 0) == ''\n\n\n"
+    "def test_counts_the_length_of_unicode():\n    assert len(repeat('abc', 4)) == 12\n\n\n"
+    "def test_repeat_handles_negative_counts():\n    assert repeat('q', -1) == ''\n"
+)
+_PY_BLOCK = re.compile(r"def (test_\w+)\(\):\n    (.*?)\n", re.S)
+
+
+def test_a_word_only_the_test_s_name_spells_does_not_give_it_away() -> None:
+    """A forger that counts the words of the file: a copy's name brings in a word the file
+    spells elsewhere, so a test whose pivot took out a word only the test's name spells
+    ("negative", "handles") was the one member with a word spelled once, and "the member with
+    the rarest word" found it 2.5 times as often as a blind pick among the members that are
+    not the centre. The pivot takes out only a word spelled elsewhere too."""
+    originals = {m.group(1) for m in _PY_BLOCK.finditer(RARE_FILE)}
+    rare = blind = 0.0
+    for seed in range(300):
+        found = canaries_of(
+            "python -m pytest {tests}", ["tests/test_r.py"], held("tests/test_r.py", RARE_FILE),
+            seed=f"rare-{seed}",
+        )  # fmt: skip
+        text = written(found, "tests/test_r.py", RARE_FILE)
+        counts = Counter(w.lower() for w in re.findall(r"[a-z]+", text))
+        groups: dict[str, list[Member]] = {}
+        for name, body in _PY_BLOCK.findall(text):
+            groups.setdefault(_LITERAL.sub("#", body), []).append(
+                (" ".join(name.split("_")[1:]), _LITERAL.findall(body))
+            )
+        for members in (g for g in groups.values() if len(g) > 2):
+            centre = _centre(members)
+            rest = [m[0] for i, m in enumerate(members) if i != centre]
+            once = [sum(counts[w] == 1 for w in name.split()) for name in rest]
+            picks = [name for name, n in zip(rest, once, strict=True) if n == max(once)]
+            rare += sum(f"test_{p.replace(' ', '_')}" in originals for p in picks) / len(picks)
+            blind += 1 / len(rest)
+    assert blind > 50
+    assert rare <= blind * 1.25, (rare, blind)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from random import Random
 from typing import Literal
@@ -155,14 +156,26 @@ def _join(parts: Sequence[str], style: NameStyle, prefix: str, original: str) ->
 
 
 def new_names(
-    unit: Unit, words: Sequence[str], taken: set[str], rng: Random, count: int = 24
+    unit: Unit,
+    words: Sequence[str],
+    taken: set[str],
+    rng: Random,
+    count: int = 24,
+    elsewhere: Collection[str] | None = None,
 ) -> list[str]:
     """Names a copy of `unit` could take, in the file's own style and from its own words: a
-    word added, one replaced, one dropped. Never a name the file has."""
+    word added, one replaced, one dropped. Never a name the file has.
+
+    With `elsewhere` (the lowercase words the file spells outside this name), a word is taken
+    out of the name only if it is one of them. The pivot is named so: a copy brings in a word
+    of the file, which the file then spells twice or more, and a test whose pivot took out a
+    word only its name spells is the one member with a word spelled once (measured: "the member
+    with the rarest word" found a pytest file's test 2.5 times as often as a blind pick)."""
     parts = _split(unit.name, unit.style, unit.prefix)
     pool = [w for w in words if w not in {p.lower() for p in parts}] or list(words)
     if unit.style == "camel":
         pool = [w for w in pool if w.isalpha()]
+    movable = [i for i, part in enumerate(parts) if elsewhere is None or _spelled(part, elsewhere)]
     found: dict[str, None] = {}
     for _ in range(count * 6):
         if len(found) >= count or not pool:
@@ -171,19 +184,36 @@ def new_names(
         # A word added, replaced or dropped, each as likely (dropped only from a name of two
         # words or more): the name a copy was made from is, seen from the copy, just another
         # move of it (a name made mostly by adding words is the one with the fewest).
-        moves = ["add", "replace"] + (["drop"] if len(parts) >= 2 else [])
+        moves = ["add"] + (["replace"] if movable else [])
+        moves += ["drop"] if len(parts) >= 2 and movable else []
         move = rng.choice(moves)
         word = rng.choice(pool)
         if move == "add":
             choice.insert(rng.randint(0, len(choice)), word)
         elif move == "replace":
-            choice[rng.randrange(len(choice))] = word
+            choice[rng.choice(movable)] = word
         else:
-            del choice[rng.randrange(len(choice))]
+            del choice[rng.choice(movable)]
         name = _join(choice, unit.style, unit.prefix, unit.name)
         if name and name not in taken and name != unit.name and _valid(name, unit):
             found.setdefault(name, None)
     return list(found)
+
+
+def spelled_elsewhere(text: bytes, name: str) -> frozenset[str]:
+    """The lowercase words `text` spells more often than the name `name` does once."""
+    counts = Counter(_words_in(text.decode("utf-8", "replace")))
+    own = Counter(_words_in(name))
+    return frozenset(w for w, n in counts.items() if n > own[w])
+
+
+def _words_in(text: str) -> list[str]:
+    return [w.lower() for token in re.findall(r"[A-Za-z]+", text) for w in _WORD.findall(token)]
+
+
+def _spelled(part: str, elsewhere: Collection[str]) -> bool:
+    words = _words_in(part)
+    return bool(words) and all(w in elsewhere for w in words)
 
 
 def _valid(name: str, unit: Unit) -> bool:

@@ -38,6 +38,7 @@ from runner.runners.canaries.core import (
     copy_unit,
     new_names,
     new_value,
+    spelled_elsewhere,
     split_lines,
 )
 from runner.runners.canaries.exitcode import exit_code_sites
@@ -197,7 +198,10 @@ def _one_copy(
     lines = split_lines(held.text)
     named = replace(unit, name=pivot.name) if pivot is not None else unit
     site = pivot.site if pivot is not None else rng.randrange(len(unit.sites))
-    for name in new_names(named, words, taken, rng, count=48):
+    # The pivot takes out of the test's name only a word the file spells elsewhere too, as
+    # every word a copy brings in is (new_names).
+    elsewhere = spelled_elsewhere(held.text, unit.name) if pivot is None else None
+    for name in new_names(named, words, taken, rng, count=48, elsewhere=elsewhere):
         if scope.name_ok is not None and not scope.name_ok(name):
             continue
         copy = copy_unit(
