@@ -39,7 +39,8 @@ class _Model(BaseModel):
 class Canary(_Model):
     """One canary of a per-test runner: `text` is inserted before line `line` (0-based) of
     `file` as test.patch leaves it; the canaries inserted before one line go in `order`
-    (lowest first: a random order of the group's, never the order they were made in)."""
+    (lowest first: a random order of the group's, never the order they were made in; the
+    copies after a test are negative, to go before the next test's copies at that line)."""
 
     key: str
     runner: str

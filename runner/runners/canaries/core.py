@@ -172,7 +172,9 @@ def new_names(
     word only its name spells is the one member with a word spelled once (measured: "the member
     with the rarest word" found a pytest file's test 2.5 times as often as a blind pick)."""
     parts = _split(unit.name, unit.style, unit.prefix)
-    pool = [w for w in words if w not in {p.lower() for p in parts}] or list(words)
+    # Never a word the name has (a fallback to every word made `test_text_text` from a file
+    # that spells two words, and a repeated word marked a copy).
+    pool = [w for w in words if w not in {p.lower() for p in parts}]
     if unit.style == "camel":
         pool = [w for w in pool if w.isalpha()]
     movable = [i for i, part in enumerate(parts) if elsewhere is None or _spelled(part, elsewhere)]

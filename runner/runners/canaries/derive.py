@@ -219,7 +219,13 @@ def _place_group(canaries: list[Canary], members: list[tuple[int, Copy]], rng: R
     order they were made in on either side: the pivot (its first copy, the centre a forger
     finds) was then the group's first member or the one right after the test, which gave the
     test away (measured: 0.54 of groups like a real uv task's two tests against 1/16 blind).
-    Any subset of a uniformly random order (the copies the oracle keeps) is one too."""
+    Any subset of a uniformly random order (the copies the oracle keeps) is one too.
+
+    A line can take the copies after one test and those before the next (two tests with no
+    line between them): the after-copies go first (negative orders), so each group stays in one
+    run. Ordered by position alone, the next test's before-copies came first, and the earlier
+    test was always the last member of its first run (an attack: every such group on jest,
+    vitest and bun files)."""
     order: list[tuple[int, Copy] | None] = [*members, None]  # None: the test itself
     rng.shuffle(order)
     split = order.index(None)
@@ -232,7 +238,7 @@ def _place_group(canaries: list[Canary], members: list[tuple[int, Copy]], rng: R
             update={
                 "line": copy.unit.first_line if before else copy.unit.end_line,
                 "text": copy.before if before else copy.after,
-                "order": position,
+                "order": position if before else position - len(order),
             }
         )
 
