@@ -40,9 +40,10 @@ from runner.runners.canaries.core import (
     new_value,
     spelled_elsewhere,
     split_lines,
+    words_of,
 )
 from runner.runners.canaries.exitcode import exit_code_sites
-from runner.runners.canaries.literals import ScalarKind, file_literals, text_words
+from runner.runners.canaries.literals import file_literals, string_words, text_words
 from runner.runners.room import Room
 
 # Before the oracle: a blind guess passes every canary with at most this chance, so that the
@@ -96,10 +97,11 @@ def _relative(path: str, workdir: str) -> str | None:
     return None
 
 
-def _per_test(
-    inputs: CanaryInputs, files: list[HeldOutFile], rooms: Sequence[Room], rng: Random
-) -> CanarySet:
-    none: list[str] = []
+def _copyable(
+    inputs: CanaryInputs, files: list[HeldOutFile], rooms: Sequence[Room], none: list[str]
+) -> list[tuple[Room, HeldOutFile, FileTests, Scope]]:
+    """The held-out files the selection runs, each with its room, its selected tests and its
+    scope; why each other one has none goes to `none`."""
     found: list[tuple[Room, HeldOutFile, FileTests, Scope]] = []
     for held in files:
         relative = _relative(held.path, inputs.workdir)
@@ -124,6 +126,14 @@ def _per_test(
             none.append(f"{held.path}: {tests.why_none or 'no test of it is selected'}")
             continue
         found.append((room, held, tests, scope))
+    return found
+
+
+def _per_test(
+    inputs: CanaryInputs, files: list[HeldOutFile], rooms: Sequence[Room], rng: Random
+) -> CanarySet:
+    none: list[str] = []
+    found = _copyable(inputs, files, rooms, none)
     if not found:
         return CanarySet(
             none=none or ["no held-out test file that the fail-to-pass selection runs"]
@@ -141,8 +151,13 @@ def _per_test(
     # Each test's canaries (their indexes, and the copies they are), in the order made.
     copies: dict[int, list[tuple[int, Copy]]] = {}
     values: dict[int, dict[tuple[int, int], set[str]]] = {}  # each test's group's, by span
-    natural = {held.path: file_literals(held.text) for _, held, _, _ in found}
     taken: dict[str, set[str]] = {}
+    # A copy's name takes words of the file's names and of its strings: a file that names few
+    # things (`TestShout` calling `Shout`) would give no name, or one that repeats a word.
+    vocabulary = {
+        held.path: list(dict.fromkeys([*tests.words, *words_of(string_words(held.text))]))
+        for _, held, tests, _ in found
+    }
     # One copy at a time, to the test with the fewest, until a blind guess gets past them with
     # at most AIM, MAX_CANARIES are made, or no test can take another.
     while len(canaries) < MAX_CANARIES and _guess(made) > AIM:
@@ -154,7 +169,7 @@ def _per_test(
         names = taken.setdefault(held.path, set(tests.names))
         group = values.setdefault(index, {})
         copy = _one_copy(
-            unit, held, tests.words, names, scope, rng, pivots.get(index), group, natural[held.path]
+            unit, held, vocabulary[held.path], names, scope, rng, pivots.get(index), group
         )
         if copy is None:
             spent[index] = True
@@ -191,11 +206,12 @@ def _one_copy(
     rng: Random,
     pivot: Copy | None,
     group: dict[tuple[int, int], set[str]],
-    natural: dict[ScalarKind, list[str]],
 ) -> Copy | None:
     """A copy of `unit` under a name its file does not have and the selection runs: made from
     the test itself (its first), else from its pivot, name and literals (the pivot's site)."""
     lines = split_lines(held.text)
+    # The words of the file's strings outside the test: a copy's string trades one for another.
+    strings = string_words(b"".join(lines[: unit.first_line] + lines[unit.end_line :]))
     named = replace(unit, name=pivot.name) if pivot is not None else unit
     site = pivot.site if pivot is not None else rng.randrange(len(unit.sites))
     # The pivot takes out of the test's name only a word the file spells elsewhere too, as
@@ -204,9 +220,7 @@ def _one_copy(
     for name in new_names(named, words, taken, rng, count=48, elsewhere=elsewhere):
         if scope.name_ok is not None and not scope.name_ok(name):
             continue
-        copy = copy_unit(
-            unit, held.text, lines, name, site, rng, pivot, group, natural, text_words(held.text)
-        )
+        copy = copy_unit(unit, held.text, lines, name, site, rng, pivot, group, strings)
         if copy is not None:
             return copy
     return None

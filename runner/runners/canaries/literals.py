@@ -20,17 +20,20 @@ NUMBER = re.compile(
 
 
 def _offset(value: int, rng: Random) -> int:
-    """`value` moved by 1 to 3 either way, never below 0: the same chance for each move, so that
-    a literal a canary was made from is, seen from the canary, just another move of it."""
-    return value + rng.choice([d for d in (-3, -2, -1, 1, 2, 3) if value + d >= 0])
+    """`value` moved by 1 to 5 either way, never below 0: the same chance for each move, so that
+    a literal a canary was made from is, seen from the canary, just another move of it. Five,
+    not three: a test's copies take values within five of their pivot's, and a test with one
+    number to change then still takes eight (three left it six, once the values were moves
+    only)."""
+    return value + rng.choice([d for d in range(-5, 6) if d and value + d >= 0])
 
 
 _DECIMAL = re.compile(r"(?P<whole>\d*)(?P<dot>\.?)(?P<frac>\d*)(?P<exp>[eE][+-]?\d+)?")
 
 
 def mutate_number(text: str, rng: Random) -> str | None:
-    """Another number of the same shape: an integer moves by 1 to 3 either way (never below 0),
-    a decimal by 1 to 3 in its last digit (its digits and exponent kept), a whole number written
+    """Another number of the same shape: an integer moves by 1 to 5 either way (never below 0),
+    a decimal by 1 to 5 in its last digit (its digits and exponent kept), a whole number written
     with an exponent becomes an integer (its suffix, `n`, `u32`, `f64`, is kept)."""
     found = NUMBER.match(text)
     if not found:
@@ -100,15 +103,23 @@ def text_words(text: bytes) -> list[str]:
     return list(found)
 
 
-def word_move(body: str, words: Sequence[str], rng: Random) -> str | None:
+def word_move(body: str, words: Sequence[str], rng: Random, among: bool = False) -> str | None:
     """The source text between a string literal's quotes with one of its words replaced by
     another word the file spells, written in the replaced word's case. A letter changed at random
     made words no project has ("HELLO X" -> "HEVLO X"), and code that kept only answers spelled
-    with the project's words told such a canary from the test (an attack: 8 grades of 8). None
-    for a body with an interpolation or no word (the caller changes a letter then)."""
+    with the project's words told such a canary from the test (an attack: 8 grades of 8). With
+    `among`, only a word of `words` is replaced: the move then reads the same both ways (the
+    value it came from is a move of it too). None for a body with an interpolation or no such
+    word (the caller changes a letter then)."""
     if any(c in body for c in "{}$%"):
         return None
-    tokens = [m for m in _TOKEN.finditer(body) if not (m.start() and body[m.start() - 1] == "\\")]
+    known = {w.lower() for w in words} if among else None
+    tokens = [
+        m
+        for m in _TOKEN.finditer(body)
+        if not (m.start() and body[m.start() - 1] == "\\")
+        and (known is None or m.group().lower() in known)
+    ]
     if not tokens:
         return None
     token = rng.choice(tokens)
@@ -180,6 +191,18 @@ def string_body(text: str) -> str | None:
 
 
 _LITERAL = re.compile(r"""'[^'\\\n]*'|"[^"\\\n]*"|(?<![\w.])\d+(?:\.\d+)?(?![\w.])""")
+
+
+def string_words(text: bytes) -> list[str]:
+    """The alphabetic words the string literals of `text` spell, lowercased, in order of first
+    use: what a per-test canary's string takes a word from (the words of a string the test
+    compares with, not those of names or keywords: a copy's value spelling `import` or `tobe`
+    read as made)."""
+    found: dict[str, None] = {}
+    for literal in file_literals(text)["string"]:
+        for token in _TOKEN.findall(string_body(literal) or ""):
+            found.setdefault(token.lower(), None)
+    return list(found)[:500]
 
 
 def file_literals(text: bytes) -> dict[ScalarKind, list[str]]:
