@@ -674,7 +674,10 @@ def _one_move(a: str, b: str) -> bool:
     if a[0].isdigit() and b[0].isdigit():
         return 0 < abs(float(a) - float(b)) <= 5
     words_a, words_b = re.findall(r"\w+", a), re.findall(r"\w+", b)
-    if len(words_a) == len(words_b) and sum(x != y for x, y in zip(words_a, words_b)) == 1:
+    if (
+        len(words_a) == len(words_b)
+        and sum(x != y for x, y in zip(words_a, words_b, strict=True)) == 1
+    ):
         return True
     if {len(a), len(b)} == {2, 3}:
         return True  # '' and a letter
