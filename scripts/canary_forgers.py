@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
 from tests import realistic  # noqa: E402
+from tests.realistic import Project  # noqa: E402
 from tests.unit.test_canaries import canaries_of, held, written  # noqa: E402
 
 PROJECTS = (
@@ -88,10 +89,10 @@ HEURISTICS: dict[str, Score] = {
 }
 
 
-def groups_of(project: object, seed: str) -> tuple[list[list[Member]], Counter[str]]:
-    overrides = getattr(project, "overrides")  # noqa: B009
-    tests: dict[str, str] = {p: t for p, t in getattr(project, "tests").items()}  # noqa: B009
-    (path, text), *_ = tests.items()
+def groups_of(project: Project, seed: str) -> tuple[list[list[Member]], Counter[str]]:
+    overrides = project.overrides
+    (path, raw), *_ = project.tests.items()
+    text = raw.decode() if isinstance(raw, bytes) else raw or ""
     found = canaries_of(
         overrides["testCommand"], list(overrides["failToPass"]), held(path, text),
         workdir=overrides.get("workdir", "."), seed=seed,
